@@ -1,0 +1,97 @@
+#include "attention/dispatch.hpp"
+
+#include <cstring>
+
+#include "vk/check.hpp"
+#include "vk/device.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+
+DispatchRecorder::DispatchRecorder(const vk::Device& device, std::uint32_t max_dispatches)
+    : device_(&device), capacity_(max_dispatches) {
+    const std::uint64_t align = device.caps().min_uniform_offset_alignment;
+    slot_bytes_ = (sizeof(Params) + align - 1) / align * align;
+    params_ = vk::Buffer(device, slot_bytes_ * max_dispatches, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT,
+                         vk::MemoryIntent::upload, true, "the parameter blocks");
+
+    // Every vkattn shader has at most 16 bindings; size the pool for the worst case.
+    const std::uint32_t n = max_dispatches * 16;
+    const VkDescriptorPoolSize sizes[] = {{VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, max_dispatches},
+                                          {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n},
+                                          {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, n}};
+    VkDescriptorPoolCreateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    info.maxSets = max_dispatches;
+    info.poolSizeCount = 3;
+    info.pPoolSizes = sizes;
+    VkDescriptorPool pool = VK_NULL_HANDLE;
+    const VkDevice d = device.get();
+    VKATTN_CHECK(vkCreateDescriptorPool(d, &info, nullptr, &pool), "creating a descriptor pool");
+    pool_ = vk::Handle<VkDescriptorPool>(pool, [d](VkDescriptorPool p) { vkDestroyDescriptorPool(d, p, nullptr); });
+}
+
+void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch) {
+    if (used_ == capacity_) throw Error("internal: more dispatches recorded than planned.");
+    const VkDevice d = device_->get();
+    const vk::Kernel& kernel = *dispatch.kernel;
+    const std::uint64_t slot = used_++ * slot_bytes_;
+    std::memcpy(static_cast<char*>(params_.mapped()) + slot, &dispatch.params, sizeof(Params));
+
+    const VkDescriptorSetLayout layout = kernel.set_layout();
+    VkDescriptorSetAllocateInfo alloc{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    alloc.descriptorPool = pool_.get();
+    alloc.descriptorSetCount = 1;
+    alloc.pSetLayouts = &layout;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    VKATTN_CHECK(vkAllocateDescriptorSets(d, &alloc, &set), "allocating a descriptor set for " + kernel.name());
+
+    // Reserve first: the write structs point into these vectors.
+    std::vector<VkDescriptorBufferInfo> buffer_infos;
+    std::vector<VkBufferView> view_handles;
+    buffer_infos.reserve(kernel.bindings().size());
+    view_handles.reserve(kernel.bindings().size());
+    std::vector<VkWriteDescriptorSet> writes;
+    for (const auto& reflected : kernel.bindings()) {
+        VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        w.dstSet = set;
+        w.dstBinding = reflected.binding;
+        w.descriptorCount = 1;
+        w.descriptorType = reflected.type;
+        if (reflected.binding == 0) {
+            buffer_infos.push_back({params_.get(), slot, sizeof(Params)});
+            w.pBufferInfo = &buffer_infos.back();
+            writes.push_back(w);
+            continue;
+        }
+        const Binding* b = nullptr;
+        for (const auto& candidate : dispatch.bindings)
+            if (candidate.binding == reflected.binding) b = &candidate;
+        if (b == nullptr)
+            throw Error("internal: binding " + std::to_string(reflected.binding) + " of " + kernel.name() +
+                        " was not provided.");
+        if (reflected.type == VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER) {
+            VkBufferViewCreateInfo view_info{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
+            view_info.buffer = b->buffer->get();
+            view_info.format = b->texel_dtype == DType::f32 ? VK_FORMAT_R32G32B32A32_SFLOAT
+                                                            : VK_FORMAT_R16G16B16A16_SFLOAT;
+            view_info.offset = b->offset;
+            const std::uint64_t texel = b->texel_dtype == DType::f32 ? 16 : 8;
+            view_info.range = b->range / texel * texel;
+            VkBufferView view = VK_NULL_HANDLE;
+            VKATTN_CHECK(vkCreateBufferView(d, &view_info, nullptr, &view), "creating a texel view for " + kernel.name());
+            views_.emplace_back(view, [d](VkBufferView v) { vkDestroyBufferView(d, v, nullptr); });
+            view_handles.push_back(view);
+            w.pTexelBufferView = &view_handles.back();
+        } else {
+            buffer_infos.push_back({b->buffer->get(), b->offset, b->range});
+            w.pBufferInfo = &buffer_infos.back();
+        }
+        writes.push_back(w);
+    }
+    vkUpdateDescriptorSets(d, static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
+    vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline());
+    vkCmdBindDescriptorSets(commands, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout(), 0, 1, &set, 0, nullptr);
+    vkCmdDispatch(commands, dispatch.groups[0], dispatch.groups[1], dispatch.groups[2]);
+}
+
+}  // namespace vkattn::detail

@@ -1,0 +1,17 @@
+// Kernel lookup by value: a shader variant's name and its specialization constants, built in one
+// place per shader with a named constant per field.
+#pragma once
+
+#include "attention/tuning.hpp"
+#include "vk/pipeline.hpp"
+
+namespace vkattn::detail {
+
+class Runtime;
+
+// bmm.comp: A and B dtypes (the SSBO variants' storage), C dtype.
+const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, bool b_transposed, DType a, DType b,
+                             DType c);
+const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
+
+}  // namespace vkattn::detail

@@ -1,0 +1,34 @@
+// The C++ twin of shaders/common/params.glsl. The static_asserts pin the std140 layout: change one
+// side and the build fails here rather than the GPU reading garbage.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace vkattn::detail {
+
+struct TensorDesc {
+    std::array<std::uint32_t, 4> stride{};  // b, h, n, d (element strides; bytes for the bool mask)
+    std::array<std::uint32_t, 4> origin{};  // first b, h, n of the slice; element offset in binding
+};
+
+struct Params {
+    std::array<std::uint32_t, 4> shape0{};  // B, Hq, Hkv, group
+    std::array<std::uint32_t, 4> shape1{};  // M (Nq), N, K, Nkv
+    std::array<std::uint32_t, 4> chunk{};   // first unit, first row, rows, units
+    std::array<float, 4> scalars{};         // alpha
+    std::array<std::uint32_t, 4> masking{}; // causal, has key lengths, has bool mask, has float mask
+    TensorDesc ta, tb, tc, tbool, tfloat;
+};
+
+static_assert(sizeof(TensorDesc) == 32);
+static_assert(offsetof(Params, shape1) == 16);
+static_assert(offsetof(Params, chunk) == 32);
+static_assert(offsetof(Params, scalars) == 48);
+static_assert(offsetof(Params, masking) == 64);
+static_assert(offsetof(Params, ta) == 80);
+static_assert(offsetof(Params, tfloat) == 208);
+static_assert(sizeof(Params) == 240);
+
+}  // namespace vkattn::detail

@@ -1,0 +1,164 @@
+#include "attention/problem.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+namespace {
+
+std::string shape_string(const std::array<std::int64_t, 4>& s) {
+    std::ostringstream out;
+    out << '[' << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << ']';
+    return out.str();
+}
+
+template <class View>
+void check_view(const View& view, const char* name, DType dtype) {
+    if (view.data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
+    for (int i = 0; i < 4; ++i) {
+        if (view.shape[i] <= 0)
+            throw InvalidArgument(name, "every dimension must be at least 1, but the shape is " +
+                                            shape_string(view.shape) + ".");
+        if (view.strides[i] < 0)
+            throw InvalidArgument(name, "strides must not be negative, but they are " +
+                                            shape_string(view.strides) + ".");
+    }
+    if (view.strides[3] != 1)
+        throw InvalidArgument(name, "the feature dimension must be contiguous (stride 1), but its "
+                                    "stride is " + std::to_string(view.strides[3]) + ".");
+    if (view.dtype != dtype)
+        throw InvalidArgument(name, "its dtype is " + to_string(view.dtype) + " but q is " +
+                                        to_string(dtype) + "; q, k, v and o share one dtype.");
+    // The span must be addressable: overflow here means the strides are nonsense.
+    std::int64_t last = 0;
+    for (int i = 0; i < 4; ++i) last += checked_mul(view.shape[i] - 1, view.strides[i], name);
+    (void)last;
+}
+
+BroadcastMask broadcast(const MaskView& mask, const char* name,
+                        const std::array<std::int64_t, 4>& target) {
+    if (mask.data == nullptr) throw InvalidArgument(name, "the mask has no data pointer.");
+    const auto rank = static_cast<int>(mask.shape.size());
+    if (rank > 4)
+        throw InvalidArgument(name, "a mask has at most 4 dimensions, but this one has " +
+                                        std::to_string(rank) + ".");
+    BroadcastMask out;
+    out.data = mask.data;
+    std::int64_t stride = 1;
+    for (int i = rank - 1; i >= 0; --i) {
+        const int t = 4 - rank + i;  // the target dimension this one is aligned with
+        const std::int64_t n = mask.shape[static_cast<std::size_t>(i)];
+        if (n != 1 && n != target[t]) {
+            std::ostringstream msg;
+            msg << "a mask of shape [";
+            for (int k = 0; k < rank; ++k) msg << (k ? ", " : "") << mask.shape[k];
+            msg << "] does not broadcast to [B, Hq, Nq, Nkv] = " << shape_string(target)
+                << ": dimension " << i << " is " << n << ", which is neither 1 nor " << target[t]
+                << ".";
+            throw InvalidArgument(name, msg.str());
+        }
+        out.strides[t] = n == 1 ? 0 : stride;
+        stride = checked_mul(stride, n, name);
+    }
+    out.elements = stride;
+    return out;
+}
+
+}  // namespace
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+    std::int64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r))
+        throw ResourceLimit(std::string(what) + ": the size " + std::to_string(a) + " x " +
+                            std::to_string(b) + " overflows 64 bits.");
+    return r;
+}
+
+double Problem::flops() const {
+    const double pairs = static_cast<double>(B) * static_cast<double>(Hq) *
+                         static_cast<double>(Nq) * static_cast<double>(Nkv);
+    const double f = 2.0 * pairs * static_cast<double>(Dk + Dv);
+    return causal == Causal::none ? f : f / 2.0;
+}
+
+Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
+                const AttentionOptions& options) {
+    Problem p;
+    p.dtype = in.q.dtype;
+    check_view(in.q, "q", p.dtype);
+    check_view(in.k, "k", p.dtype);
+    check_view(in.v, "v", p.dtype);
+    check_view(out.o, "o", p.dtype);
+
+    p.B = in.q.shape[0];
+    p.Hq = in.q.shape[1];
+    p.Nq = in.q.shape[2];
+    p.Dk = in.q.shape[3];
+    p.Hkv = in.k.shape[1];
+    p.Nkv = in.k.shape[2];
+    p.Dv = in.v.shape[3];
+
+    auto expect = [](const char* name, const char* what, std::int64_t got, std::int64_t want,
+                     const char* because) {
+        if (got != want)
+            throw InvalidArgument(name, std::string(what) + " is " + std::to_string(got) +
+                                            " but must be " + std::to_string(want) + " " +
+                                            because + ".");
+    };
+    expect("k", "the batch size", in.k.shape[0], p.B, "(the batch size of q)");
+    expect("v", "the batch size", in.v.shape[0], p.B, "(the batch size of q)");
+    expect("k", "the head dimension", in.k.shape[3], p.Dk, "(the head dimension of q)");
+    expect("v", "the number of heads", in.v.shape[1], p.Hkv, "(the number of heads of k)");
+    expect("v", "the sequence length", in.v.shape[2], p.Nkv, "(the sequence length of k)");
+    if (p.Hq % p.Hkv != 0)
+        throw InvalidArgument("k", "q has " + std::to_string(p.Hq) + " heads, which is not a "
+                                   "multiple of the " + std::to_string(p.Hkv) +
+                                   " heads of k and v (grouped-query attention needs Hq = g·Hkv).");
+    p.group = p.Hq / p.Hkv;
+    const std::array<std::int64_t, 4> o_shape{p.B, p.Hq, p.Nq, p.Dv};
+    if (out.o.shape != o_shape)
+        throw InvalidArgument("o", "the output shape is " + shape_string(out.o.shape) +
+                                       " but must be [B, Hq, Nq, Dv] = " + shape_string(o_shape) +
+                                       ".");
+
+    const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(p.Dk)));
+    if (!std::isfinite(scale))
+        throw InvalidArgument("scale", "the scale must be a finite number.");
+    p.scale = scale;
+    p.causal = options.causal;
+
+    if (!in.kv_lengths.empty()) {
+        if (static_cast<std::int64_t>(in.kv_lengths.size()) != p.B)
+            throw InvalidArgument("kv_lengths", "there are " + std::to_string(in.kv_lengths.size()) +
+                                                    " key lengths but the batch size is " +
+                                                    std::to_string(p.B) + ".");
+        for (std::size_t b = 0; b < in.kv_lengths.size(); ++b) {
+            const std::int32_t len = in.kv_lengths[b];
+            if (len < 0 || len > p.Nkv)
+                throw InvalidArgument("kv_lengths", "the key length of batch " + std::to_string(b) +
+                                                        " is " + std::to_string(len) +
+                                                        ", outside [0, Nkv = " +
+                                                        std::to_string(p.Nkv) + "].");
+        }
+        p.kv_len.assign(in.kv_lengths.begin(), in.kv_lengths.end());
+        p.has_kv_lengths = true;
+    } else {
+        if (p.Nkv > std::numeric_limits<std::int32_t>::max())
+            throw InvalidArgument("k", "sequence lengths above 2^31 - 1 are not supported.");
+        p.kv_len.assign(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(p.Nkv));
+    }
+
+    const std::array<std::int64_t, 4> scores{p.B, p.Hq, p.Nq, p.Nkv};
+    if (in.bool_mask) p.bool_mask = broadcast(*in.bool_mask, "bool_mask", scores);
+    if (in.float_mask) p.float_mask = broadcast(*in.float_mask, "float_mask", scores);
+
+    p.want_weights = out.weights != nullptr;
+    p.want_lse = out.lse != nullptr;
+    checked_mul(checked_mul(checked_mul(p.B, p.Hq, "weights"), p.Nq, "weights"), p.Nkv, "weights");
+    return p;
+}
+
+}  // namespace vkattn::detail

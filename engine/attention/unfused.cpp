@@ -1,0 +1,248 @@
+#include "attention/unfused.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "attention/dispatch.hpp"
+#include "attention/kernels.hpp"
+#include "attention/slicing.hpp"
+#include "attention/transfers.hpp"
+#include "runtime.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+namespace {
+
+constexpr std::uint32_t kNanF32 = 0x7fc00000u;
+constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+std::uint32_t ceil_div(std::int64_t a, std::int64_t b) { return u32((a + b - 1) / b); }
+
+// The slices one chunk binds, and the binding limits they must respect.
+struct ChunkSlices {
+    Slice q, k, v, o, scores, lse, bool_mask, float_mask;
+};
+
+class Planner {
+public:
+    Planner(const Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
+            const UnfusedConfig& config, std::uint64_t bytes_q, std::uint64_t bytes_k, std::uint64_t bytes_v,
+            std::uint64_t bytes_o)
+        : p_(p), in_(in), out_(out), config_(config), caps_(runtime.device().caps()),
+          bytes_q_(bytes_q), bytes_k_(bytes_k), bytes_v_(bytes_v), bytes_o_(bytes_o) {
+        limit_ = runtime.max_binding_bytes();
+        align_ = std::max<std::uint64_t>({caps_.min_storage_offset_alignment, caps_.min_texel_offset_alignment, 16});
+    }
+
+    ChunkSlices slices(const Chunk& c, std::uint64_t scratch_bytes) const {
+        const std::uint64_t eb = size_of(p_.dtype);
+        const Box qb = query_box(c, p_.Hq), kb = kv_box(c, p_.Hq, p_.group, p_.Nkv);
+        ChunkSlices s;
+        s.q = slice_of(in_.q.strides, p_.Dk, qb, eb, align_, bytes_q_);
+        s.k = slice_of(in_.k.strides, p_.Dk, kb, eb, align_, bytes_k_);
+        s.v = slice_of(in_.v.strides, p_.Dv, kb, eb, align_, bytes_v_);
+        s.o = slice_of(out_.o.strides, p_.Dv, qb, eb, align_, bytes_o_);
+        const std::array<std::int64_t, 4> lse_strides{p_.Hq * p_.Nq, p_.Nq, 1, 0};
+        s.lse = slice_of(lse_strides, 1, qb, 4, align_, u64(p_.B * p_.Hq * p_.Nq * 4 + 32));
+        if (p_.want_weights) {
+            const std::array<std::int64_t, 4> w{p_.Hq * p_.Nq * p_.Nkv, p_.Nq * p_.Nkv, p_.Nkv, 1};
+            s.scores = slice_of(w, p_.Nkv, qb, 4, align_, weights_bytes() + 32);
+        } else {
+            // The scratch holds only this chunk: [units][rows][Nkv], addressed from unit u0, row r0.
+            s.scores.offset = 0;
+            s.scores.range = u64(c.units * c.rows * p_.Nkv * 4 + 15) / 16 * 16;
+            s.scores.range = std::min(s.scores.range, scratch_bytes);
+            s.scores.desc.stride = {u32(p_.Hq * c.rows * p_.Nkv), u32(c.rows * p_.Nkv), u32(p_.Nkv), 1};
+            s.scores.desc.origin = {u32(c.u0 / p_.Hq), u32(c.u0 % p_.Hq), u32(c.r0), 0};
+        }
+        if (p_.bool_mask.present())
+            s.bool_mask = slice_of(p_.bool_mask.strides, p_.Nkv, qb, 1, align_, u64(p_.bool_mask.elements + 32));
+        if (p_.float_mask.present())
+            s.float_mask = slice_of(p_.float_mask.strides, p_.Nkv, qb, 4, align_,
+                                    u64(p_.float_mask.elements * 4 + 32));
+        return s;
+    }
+
+    bool fits(const Chunk& c) const {
+        if (c.units > caps_.max_workgroup_count[2] || c.units > caps_.max_workgroup_count[1]) return false;
+        if (c.rows > caps_.max_workgroup_count[0]) return false;  // softmax: one workgroup per row
+        if (u64(c.units * c.rows) * u64(p_.Nkv) * 4 > limit_) return false;
+        const ChunkSlices s = slices(c, std::numeric_limits<std::uint64_t>::max());
+        const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
+        auto ok = [&](const Slice& slice, bool texel) {
+            return slice.range <= limit_ && (!texel || slice.range <= texel_limit);
+        };
+        return ok(s.q, config_.scores.texel) && ok(s.k, config_.scores.texel) && ok(s.v, config_.output.texel) &&
+               ok(s.o, false) && ok(s.scores, config_.output.texel) && ok(s.lse, false) &&
+               ok(s.bool_mask, false) && ok(s.float_mask, false);
+    }
+
+    // Whole heads, as many per chunk as fit; single heads cut into row blocks only when necessary.
+    std::vector<Chunk> plan() const {
+        const std::int64_t total = p_.B * p_.Hq;
+        for (std::int64_t units = total; units >= 1; units = units == 1 ? 0 : (units + 1) / 2) {
+            std::vector<Chunk> chunks;
+            bool all = true;
+            for (std::int64_t u = 0; u < total && all; u += units) {
+                chunks.push_back({u, std::min(units, total - u), 0, p_.Nq});
+                all = fits(chunks.back());
+            }
+            if (all) return chunks;
+        }
+        for (std::int64_t rows = (p_.Nq + 1) / 2; rows >= 1; rows = rows == 1 ? 0 : (rows + 1) / 2) {
+            std::vector<Chunk> chunks;
+            bool all = true;
+            for (std::int64_t u = 0; u < total && all; ++u)
+                for (std::int64_t r = 0; r < p_.Nq && all; r += rows) {
+                    chunks.push_back({u, 1, r, std::min(rows, p_.Nq - r)});
+                    all = fits(chunks.back());
+                }
+            if (all) return chunks;
+        }
+        throw ResourceLimit("k: one head's keys and values (Nkv = " + std::to_string(p_.Nkv) +
+                            ") need a binding larger than the device's limit of " + std::to_string(limit_) +
+                            " bytes, even for a single query row; the three-stage path cannot slice the "
+                            "key axis.");
+    }
+
+    std::uint64_t weights_bytes() const { return u64(p_.B * p_.Hq * p_.Nq * p_.Nkv * 4); }
+
+private:
+    static std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+    const Problem& p_;
+    const AttentionInputs& in_;
+    const AttentionOutputs& out_;
+    const UnfusedConfig& config_;
+    const vk::DeviceCaps& caps_;
+    std::uint64_t bytes_q_, bytes_k_, bytes_v_, bytes_o_;
+    std::uint64_t limit_ = 0, align_ = 16;
+};
+
+Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice, DType texel = DType::f32) {
+    return {binding, &buffer, slice.offset, slice.range, texel};
+}
+
+Params base_params(const Problem& p, const Chunk& c) {
+    Params params;
+    params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
+    params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
+    params.scalars = {1.0f, 0.0f, 0.0f, 0.0f};
+    return params;
+}
+
+}  // namespace
+
+AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
+                            const AttentionOutputs& out, const UnfusedConfig& config) {
+    const std::uint64_t eb = size_of(p.dtype);
+    const auto span_bytes = [&](std::int64_t span) {
+        return static_cast<std::uint64_t>(checked_mul(span, static_cast<std::int64_t>(eb), "tensor size"));
+    };
+    const std::uint64_t bytes_q = span_bytes(in.q.span()), bytes_k = span_bytes(in.k.span()),
+                        bytes_v = span_bytes(in.v.span()), bytes_o = span_bytes(out.o.span());
+    Planner planner(runtime, p, in, out, config, bytes_q + 32, bytes_k + 32, bytes_v + 32, bytes_o + 32);
+    const std::vector<Chunk> chunks = planner.plan();  // before any allocation: refuse early
+
+    Transfers t(runtime);
+    const vk::Buffer& q = t.input(in.q.data, bytes_q, "q");
+    const vk::Buffer& k = t.input(in.k.data, bytes_k, "k");
+    const vk::Buffer& v = t.input(in.v.data, bytes_v, "v");
+    const vk::Buffer& o = t.output(bytes_o, p.dtype == DType::f32 ? kNanF32 : kNanF16Pair, "o");
+    const std::uint64_t lse_bytes = static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4;
+    const vk::Buffer& lse = p.want_lse ? t.output(lse_bytes, kNanF32, "lse") : t.scratch(lse_bytes, "lse");
+    const vk::Buffer& lengths = t.input(p.kv_len.data(), p.kv_len.size() * 4, "kv_lengths");
+    const vk::Buffer& bool_mask = p.bool_mask.present()
+        ? t.input(p.bool_mask.data, static_cast<std::uint64_t>(p.bool_mask.elements), "bool_mask")
+        : t.scratch(16, "an unused mask binding");
+    const vk::Buffer& float_mask = p.float_mask.present()
+        ? t.input(p.float_mask.data, static_cast<std::uint64_t>(p.float_mask.elements) * 4, "float_mask")
+        : t.scratch(16, "an unused mask binding");
+    std::uint64_t scratch_bytes = 16;
+    for (const auto& c : chunks)
+        scratch_bytes = std::max<std::uint64_t>(scratch_bytes, static_cast<std::uint64_t>(c.units * c.rows * p.Nkv) * 4);
+    const vk::Buffer& scores = p.want_weights ? t.output(planner.weights_bytes(), kNanF32, "weights")
+                                              : t.scratch(scratch_bytes, "the score matrix");
+
+    const vk::Kernel& scores_kernel = bmm_kernel(runtime, config.scores, true, p.dtype, p.dtype, DType::f32);
+    const vk::Kernel& softmax = softmax_kernel(runtime, config.softmax);
+    const vk::Kernel& output_kernel = bmm_kernel(runtime, config.output, false, DType::f32, p.dtype, p.dtype);
+
+    std::lock_guard lock(runtime.submit_mutex());
+    DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(chunks.size() * 3));
+    vk::CommandStream& stream = runtime.commands();
+    VkCommandBuffer cmd = stream.begin();
+    t.record_uploads(cmd);
+    stream.barrier();
+    stream.timestamp(0);
+    for (const Chunk& c : chunks) {
+        const ChunkSlices s = planner.slices(c, scores.size());
+
+        Dispatch stage1{.kernel = &scores_kernel, .params = base_params(p, c)};
+        stage1.params.shape1 = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Nkv)};
+        stage1.params.scalars[0] = static_cast<float>(p.scale);
+        stage1.params.ta = s.q.desc;
+        stage1.params.tb = s.k.desc;
+        stage1.params.tc = s.scores.desc;
+        stage1.bindings = {bind(1, q, s.q, p.dtype), bind(2, k, s.k, p.dtype), bind(3, scores, s.scores)};
+        stage1.groups = {ceil_div(p.Nkv, config.scores.block_cols()), ceil_div(c.rows, config.scores.block_rows()),
+                         u32(c.units)};
+        recorder.record(cmd, stage1);
+        stream.barrier();
+
+        Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
+        stage2.params.shape1 = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Nkv)};
+        stage2.params.masking = {static_cast<std::uint32_t>(p.causal), p.has_kv_lengths ? 1u : 0u,
+                                 p.bool_mask.present() ? 1u : 0u, p.float_mask.present() ? 1u : 0u};
+        stage2.params.ta = s.scores.desc;
+        stage2.params.tb = s.lse.desc;
+        stage2.params.tbool = s.bool_mask.desc;
+        stage2.params.tfloat = s.float_mask.desc;
+        const Slice whole_lengths{0, static_cast<std::uint64_t>(p.B) * 4, {}};
+        const Slice dummy{0, 16, {}};
+        stage2.bindings = {bind(1, scores, s.scores), bind(2, lse, s.lse), bind(3, lengths, whole_lengths),
+                           bind(4, bool_mask, p.bool_mask.present() ? s.bool_mask : dummy),
+                           bind(5, float_mask, p.float_mask.present() ? s.float_mask : dummy)};
+        stage2.groups = {u32(c.rows), u32(c.units), 1};
+        recorder.record(cmd, stage2);
+        stream.barrier();
+
+        Dispatch stage3{.kernel = &output_kernel, .params = base_params(p, c)};
+        stage3.params.shape1 = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), u32(p.Nkv)};
+        stage3.params.ta = s.scores.desc;
+        stage3.params.tb = s.v.desc;
+        stage3.params.tc = s.o.desc;
+        stage3.bindings = {bind(1, scores, s.scores, DType::f32), bind(2, v, s.v, p.dtype), bind(3, o, s.o)};
+        stage3.groups = {ceil_div(p.Dv, config.output.block_cols()), ceil_div(c.rows, config.output.block_rows()),
+                         u32(c.units)};
+        recorder.record(cmd, stage3);
+        stream.barrier();  // the next chunk reuses the score scratch
+    }
+    stream.timestamp(1);
+    t.record_downloads(cmd);
+    stream.submit_and_wait(runtime.options().fence_timeout);
+
+    // Results: O row by row through its strides (the view may have gaps we must not touch).
+    const char* o_bytes = static_cast<const char*>(t.result(o));
+    char* o_host = static_cast<char*>(out.o.data);
+    for (std::int64_t b = 0; b < p.B; ++b)
+        for (std::int64_t h = 0; h < p.Hq; ++h)
+            for (std::int64_t n = 0; n < p.Nq; ++n) {
+                const auto off = static_cast<std::size_t>(out.o.offset(b, h, n, 0)) * eb;
+                std::memcpy(o_host + off, o_bytes + off, static_cast<std::size_t>(p.Dv) * eb);
+            }
+    if (p.want_weights) std::memcpy(out.weights, t.result(scores), planner.weights_bytes());
+    if (p.want_lse) std::memcpy(out.lse, t.result(lse), lse_bytes);
+
+    AttentionReport report;
+    report.path = Impl::unfused;
+    report.variant = config.describe();
+    report.gpu_ms = stream.elapsed_ms();
+    report.slices = static_cast<std::uint32_t>(chunks.size());
+    report.device_bytes = t.device_bytes();
+    return report;
+}
+
+}  // namespace vkattn::detail

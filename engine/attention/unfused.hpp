@@ -1,0 +1,16 @@
+// The three-stage path: S = scale·Q·Kᵀ (bmm), masked softmax in place (softmax), O = P·V (bmm),
+// one dispatch per stage over every batch and head, cut into chunks only where a binding would
+// exceed the device's limits.
+#pragma once
+
+#include "attention/problem.hpp"
+#include "attention/tuning.hpp"
+
+namespace vkattn::detail {
+
+class Runtime;
+
+AttentionReport run_unfused(Runtime& runtime, const Problem& problem, const AttentionInputs& inputs,
+                            const AttentionOutputs& outputs, const UnfusedConfig& config);
+
+}  // namespace vkattn::detail

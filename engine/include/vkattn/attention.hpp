@@ -1,0 +1,85 @@
+// Scaled dot-product attention: the public entry point, its inputs, outputs and options.
+// The semantics are defined once, in docs/SEMANTICS.md, and implemented identically by every GPU path
+// and by the CPU reference (vkattn/reference.hpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vkattn/tensor.hpp"
+
+namespace vkattn {
+
+class Context;
+
+// A mask broadcastable to [B, Hq, Nq, Nkv] by NumPy rules: rank 0..4, C-contiguous, each dimension
+// either 1 or equal to the dimension it is aligned with (right-aligned).
+struct MaskView {
+    const void* data = nullptr;        // bool mask: uint8 (non-zero = attend); float mask: float32
+    std::vector<std::int64_t> shape;  // e.g. {Nq, Nkv} or {B, 1, 1, Nkv}
+};
+
+enum class Causal : std::uint8_t {
+    none,
+    top_left,      // key j visible to query i when j <= i (PyTorch is_causal)
+    bottom_right,  // key j visible to query i when j <= i + len[b] - Nq (FlashAttention, KV caches)
+};
+
+enum class Impl : std::uint8_t {
+    automatic,  // chosen from the shape, the requested outputs and the device
+    unfused,    // three stages: S = scale·Q·Kᵀ, masked softmax, O = P·V
+    fused,      // flash attention: online softmax, O(N·D) memory
+    split,      // split-KV flash decoding
+};
+
+std::string to_string(Causal causal);
+std::string to_string(Impl impl);
+
+struct AttentionInputs {
+    TensorView q;  // [B, Hq, Nq, Dk]
+    TensorView k;  // [B, Hkv, Nkv, Dk]
+    TensorView v;  // [B, Hkv, Nkv, Dv]
+    std::span<const std::int32_t> kv_lengths;  // [B], keys at j >= len[b] masked; empty = Nkv
+    std::optional<MaskView> bool_mask;         // true = attend
+    std::optional<MaskView> float_mask;        // added to the scaled scores
+};
+
+struct AttentionOutputs {
+    MutableTensorView o;     // [B, Hq, Nq, Dv], same dtype as q
+    float* weights = nullptr;  // optional, fp32 dense [B, Hq, Nq, Nkv]
+    float* lse = nullptr;      // optional, fp32 dense [B, Hq, Nq], natural log; -inf for empty rows
+};
+
+// Forces a kernel variant; every variant a device could be given is reachable this way so that all of
+// them are tested on any device. Unset fields are chosen by the tuning function.
+struct VariantOverrides {
+    std::optional<bool> texel_loads;    // vec4 texel-buffer loads (needs 4-aligned rows) vs. scalar SSBO
+    std::optional<bool> shared_tiles;   // stage operands through shared memory vs. straight to registers
+    std::optional<bool> subgroup_ops;   // subgroup reductions vs. shared-memory reductions
+};
+
+struct AttentionOptions {
+    std::optional<double> scale;  // default 1/sqrt(Dk)
+    Causal causal = Causal::none;
+    Impl impl = Impl::automatic;
+    VariantOverrides variant;
+};
+
+// What ran: the path, the kernel variant and the GPU time of the whole dispatch chain.
+struct AttentionReport {
+    Impl path = Impl::unfused;
+    std::string variant;   // e.g. "unfused/texel/regs/subgroup tm4 tn4"
+    double gpu_ms = 0.0;   // from timestamp queries
+    std::uint32_t slices = 1;  // >1 when a binding over maxStorageBufferRange forced slicing
+    std::uint64_t device_bytes = 0;  // device memory allocated for the call
+};
+
+// Runs attention on host data: uploads, one dispatch chain, downloads. Throws InvalidArgument before
+// any GPU work for a bad shape or option, VulkanError / ResourceLimit / DeviceLost otherwise.
+AttentionReport attention(Context& context, const AttentionInputs& inputs,
+                          const AttentionOutputs& outputs, const AttentionOptions& options = {});
+
+}  // namespace vkattn

@@ -1,0 +1,83 @@
+// The context: one Vulkan instance, one device, one compute queue, and the caches that make repeated
+// calls cheap (pipelines, persisted on disk). Create one and pass it to vkattn::attention.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace vkattn {
+
+namespace detail {
+class Runtime;
+}
+
+struct MemoryHeap {
+    std::uint64_t bytes = 0;
+    bool device_local = false;
+};
+
+// What `vk-attn devices` shows and what device selection ranks.
+struct DeviceInfo {
+    std::uint32_t index = 0;
+    std::string name;
+    std::string type;  // "discrete", "integrated", "virtual", "cpu", "other"
+    std::string driver;
+    std::string api_version;
+    std::uint32_t subgroup_size = 0;
+    std::uint32_t shared_memory_bytes = 0;
+    std::uint64_t max_storage_buffer_range = 0;
+    bool fp16_storage = false;
+    bool fp16_arithmetic = false;
+    bool int8_arithmetic = false;
+    std::vector<MemoryHeap> heaps;
+    bool default_choice = false;  // the one Context{} would pick
+    std::string rejected;         // why it cannot be used (empty when usable)
+};
+
+struct ContextOptions {
+    // Which device: an index, or a substring of its name. Empty: $VKATTN_DEVICE, else the best one
+    // (discrete > integrated > virtual > CPU).
+    std::string device;
+    // The Khronos validation layer; also on when $VKATTN_VALIDATION=1. Messages are collected.
+    bool validation = false;
+    // Where compiled pipelines persist between runs. Empty: $VKATTN_PIPELINE_CACHE, else
+    // $XDG_CACHE_HOME/vkattn (or ~/.cache/vkattn). "none" keeps the cache in memory only.
+    std::string pipeline_cache_dir;
+    // Move data through staging buffers even where device memory is host-visible (also
+    // $VKATTN_FORCE_STAGING=1), so the discrete-GPU path is exercised on integrated devices.
+    bool force_staging = false;
+    // Lower the largest binding the engine will make (0: the device's maxStorageBufferRange).
+    // A test hook: it forces the slicing that huge tensors need on real devices.
+    std::uint64_t max_binding_bytes = 0;
+    // Fill every output with NaN on the device before each run (also $VKATTN_POISON=1), so an element
+    // a kernel fails to write cannot pass a test.
+    bool poison_outputs = false;
+    // How long a submission may run before it is reported as a hang.
+    std::chrono::milliseconds fence_timeout{std::chrono::minutes(2)};
+};
+
+class Context {
+public:
+    explicit Context(const ContextOptions& options = {});
+    ~Context();
+    Context(Context&&) noexcept;
+    Context& operator=(Context&&) noexcept;
+
+    const DeviceInfo& device() const;
+    // Validation-layer messages (errors and warnings) seen since creation or the last clear.
+    std::vector<std::string> validation_messages() const;
+    void clear_validation_messages();
+
+    detail::Runtime& runtime() { return *runtime_; }
+
+private:
+    std::unique_ptr<detail::Runtime> runtime_;
+};
+
+// Every Vulkan device on this machine, usable or not, with the default choice marked.
+std::vector<DeviceInfo> list_devices();
+
+}  // namespace vkattn

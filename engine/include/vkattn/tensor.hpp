@@ -1,0 +1,61 @@
+// Host tensors as vkattn sees them: a pointer, an element type, a rank-4 shape and element strides.
+// Attention tensors are always viewed as [batch, heads, sequence, feature]; the strides say how they
+// lie in memory, so [B, H, N, D] and the interleaved [B, N, H, D] are the same tensor to the engine.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace vkattn {
+
+enum class DType : std::uint8_t { f32, f16 };
+
+std::size_t size_of(DType dtype);
+std::string to_string(DType dtype);
+
+// IEEE binary16 <-> binary32, round-to-nearest-even; fp16 host data is held as its bit pattern.
+std::uint16_t float_to_half(float value);
+float half_to_float(std::uint16_t bits);
+
+template <class Pointer>
+struct BasicTensorView {
+    Pointer data = nullptr;
+    DType dtype = DType::f32;
+    std::array<std::int64_t, 4> shape{};    // [B, H, N, D]
+    std::array<std::int64_t, 4> strides{};  // in elements; strides[3] must be 1
+
+    std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) const {
+        return b * strides[0] + h * strides[1] + n * strides[2] + d * strides[3];
+    }
+    // One past the largest element offset the view touches (0 for an empty view).
+    std::int64_t span() const {
+        std::int64_t last = 0;
+        for (int i = 0; i < 4; ++i) {
+            if (shape[i] == 0) return 0;
+            last += (shape[i] - 1) * strides[i];
+        }
+        return last + 1;
+    }
+};
+
+using TensorView = BasicTensorView<const void*>;    // an input
+using MutableTensorView = BasicTensorView<void*>;  // an output
+
+enum class Layout : std::uint8_t {
+    bhnd,  // [B, H, N, D]: each head's rows contiguous
+    bnhd,  // [B, N, H, D]: heads interleaved, as projections produce them
+};
+
+std::string to_string(Layout layout);
+
+// Strides of a dense tensor of logical shape [B, H, N, D] stored in the given layout.
+std::array<std::int64_t, 4> dense_strides(Layout layout, const std::array<std::int64_t, 4>& shape);
+
+template <class Pointer>
+BasicTensorView<Pointer> make_view(Pointer data, DType dtype, Layout layout,
+                                   const std::array<std::int64_t, 4>& shape) {
+    return {data, dtype, shape, dense_strides(layout, shape)};
+}
+
+}  // namespace vkattn

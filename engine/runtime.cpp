@@ -1,0 +1,88 @@
+#include "runtime.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "vkattn/errors.hpp"
+
+namespace vkattn {
+namespace detail {
+namespace {
+
+std::string env(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+}
+
+bool env_flag(const char* name) {
+    const std::string v = env(name);
+    return !v.empty() && v != "0" && v != "false" && v != "off";
+}
+
+std::filesystem::path cache_file(const std::string& dir_option, const vk::Device& device) {
+    std::string dir = dir_option.empty() ? env("VKATTN_PIPELINE_CACHE") : dir_option;
+    if (dir == "none") return {};
+    if (dir.empty()) {
+        if (!env("XDG_CACHE_HOME").empty()) dir = env("XDG_CACHE_HOME") + "/vkattn";
+        else if (!env("HOME").empty()) dir = env("HOME") + "/.cache/vkattn";
+        else return {};
+    }
+    std::ostringstream name;
+    name << "pipelines-" << std::hex << device.vendor_id() << '-' << device.device_id() << '-'
+         << device.driver_version() << '-';
+    for (auto byte : device.pipeline_cache_uuid()) name << static_cast<int>(byte);
+    name << ".bin";
+    return std::filesystem::path(dir) / name.str();
+}
+
+}  // namespace
+
+Runtime::Runtime(const ContextOptions& options) : options_(options) {
+    options_.validation = options.validation || env_flag("VKATTN_VALIDATION");
+    options_.force_staging = options.force_staging || env_flag("VKATTN_FORCE_STAGING");
+    poison_ = options.poison_outputs || env_flag("VKATTN_POISON");
+    if (options_.device.empty()) options_.device = env("VKATTN_DEVICE");
+
+    instance_ = std::make_unique<vk::Instance>(options_.validation);
+    auto devices = vk::describe_devices(*instance_);
+    const std::uint32_t index = vk::select_device(devices, options_.device);
+    info_ = devices[index];
+    device_ = std::make_unique<vk::Device>(*instance_, instance_->physical_devices()[index]);
+    kernels_ = std::make_unique<vk::KernelCache>(*device_, cache_file(options_.pipeline_cache_dir, *device_));
+    commands_ = std::make_unique<vk::CommandStream>(*device_);
+}
+
+Runtime::~Runtime() {
+    // Members go in reverse order; the command stream and kernels must die before the device.
+    commands_.reset();
+    kernels_.reset();
+    device_.reset();
+    instance_.reset();
+}
+
+std::uint64_t Runtime::max_binding_bytes() const {
+    std::uint64_t limit = device_->caps().max_storage_buffer_range;
+    if (options_.max_binding_bytes != 0) limit = std::min(limit, options_.max_binding_bytes);
+    return limit;
+}
+
+}  // namespace detail
+
+Context::Context(const ContextOptions& options) : runtime_(std::make_unique<detail::Runtime>(options)) {}
+Context::~Context() = default;
+Context::Context(Context&&) noexcept = default;
+Context& Context::operator=(Context&&) noexcept = default;
+
+const DeviceInfo& Context::device() const { return runtime_->info(); }
+std::vector<std::string> Context::validation_messages() const { return runtime_->instance().messages(); }
+void Context::clear_validation_messages() { runtime_->instance().clear_messages(); }
+
+std::vector<DeviceInfo> list_devices() {
+    vk::Instance instance(false);
+    return vk::describe_devices(instance);
+}
+
+}  // namespace vkattn

@@ -1,0 +1,167 @@
+#include "vk/device.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "vk/check.hpp"
+#include "vk/instance.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::vk {
+namespace {
+
+bool texel_format_supported(VkPhysicalDevice physical, VkFormat format) {
+    VkFormatProperties props;
+    vkGetPhysicalDeviceFormatProperties(physical, format, &props);
+    return (props.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
+}
+
+}  // namespace
+
+Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(physical) {
+    (void)instance;
+    VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &subgroup;
+    vkGetPhysicalDeviceProperties2(physical, &props);
+    const VkPhysicalDeviceLimits& limits = props.properties.limits;
+
+    VkPhysicalDeviceVulkan11Features have11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan12Features have12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    have11.pNext = &have12;
+    VkPhysicalDeviceFeatures2 have{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    have.pNext = &have11;
+    vkGetPhysicalDeviceFeatures2(physical, &have);
+
+    std::uint32_t family_count = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, nullptr);
+    std::vector<VkQueueFamilyProperties> families(family_count);
+    vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, families.data());
+    // Prefer a compute queue without graphics (async compute on GPUs), else any compute queue.
+    bool found = false;
+    for (int pass = 0; pass < 2 && !found; ++pass)
+        for (std::uint32_t f = 0; f < family_count && !found; ++f) {
+            const auto flags = families[f].queueFlags;
+            if ((flags & VK_QUEUE_COMPUTE_BIT) && (pass == 1 || !(flags & VK_QUEUE_GRAPHICS_BIT)) &&
+                families[f].timestampValidBits > 0) {
+                queue_family_ = f;
+                found = true;
+            }
+        }
+    for (std::uint32_t f = 0; f < family_count && !found; ++f)
+        if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+            queue_family_ = f;
+            found = true;
+        }
+    if (!found) throw Error(std::string("the device ") + props.properties.deviceName + " has no compute queue.");
+
+    // Enable only what we use, and only where it exists.
+    VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan12Features want12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    want11.pNext = &want12;
+    want11.storageBuffer16BitAccess = have11.storageBuffer16BitAccess;
+    want11.uniformAndStorageBuffer16BitAccess = have11.uniformAndStorageBuffer16BitAccess;
+    want12.shaderFloat16 = have12.shaderFloat16;
+    want12.shaderInt8 = have12.shaderInt8;
+    want12.hostQueryReset = have12.hostQueryReset;
+    VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    want.pNext = &want11;
+    want.features.shaderInt64 = have.features.shaderInt64;
+
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    queue_info.queueFamilyIndex = queue_family_;
+    queue_info.queueCount = 1;
+    queue_info.pQueuePriorities = &priority;
+
+    std::vector<const char*> extensions;
+    std::uint32_t ext_count = 0;
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, nullptr);
+    std::vector<VkExtensionProperties> exts(ext_count);
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, exts.data());
+    for (const auto& e : exts)  // MoltenVK requires the portability subset be enabled when offered
+        if (std::strcmp(e.extensionName, "VK_KHR_portability_subset") == 0)
+            extensions.push_back("VK_KHR_portability_subset");
+
+    VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    info.pNext = &want;
+    info.queueCreateInfoCount = 1;
+    info.pQueueCreateInfos = &queue_info;
+    info.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
+    info.ppEnabledExtensionNames = extensions.data();
+    VkDevice device = VK_NULL_HANDLE;
+    VKATTN_CHECK(vkCreateDevice(physical, &info, nullptr, &device),
+                 std::string("creating a logical device on ") + props.properties.deviceName);
+    device_ = Handle<VkDevice>(device, [](VkDevice d) {
+        vkDeviceWaitIdle(d);
+        vkDestroyDevice(d, nullptr);
+    });
+    vkGetDeviceQueue(device, queue_family_, 0, &queue_);
+    vkGetPhysicalDeviceMemoryProperties(physical, &memory_);
+
+    caps_.name = props.properties.deviceName;
+    switch (props.properties.deviceType) {
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: caps_.kind = DeviceKind::discrete; break;
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: caps_.kind = DeviceKind::integrated; break;
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: caps_.kind = DeviceKind::virtual_gpu; break;
+        case VK_PHYSICAL_DEVICE_TYPE_CPU: caps_.kind = DeviceKind::cpu; break;
+        default: caps_.kind = DeviceKind::other; break;
+    }
+    caps_.vendor_id = props.properties.vendorID;
+    caps_.subgroup_size = subgroup.subgroupSize;
+    const bool compute_subgroups = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+    caps_.subgroup_arithmetic =
+        compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    caps_.subgroup_shuffle =
+        compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+    caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;
+    caps_.max_workgroup_invocations = limits.maxComputeWorkGroupInvocations;
+    for (int i = 0; i < 3; ++i) caps_.max_workgroup_count[i] = limits.maxComputeWorkGroupCount[i];
+    caps_.max_storage_buffer_range = limits.maxStorageBufferRange;
+    caps_.max_texel_buffer_elements = limits.maxTexelBufferElements;
+    caps_.min_storage_offset_alignment = limits.minStorageBufferOffsetAlignment;
+    caps_.min_texel_offset_alignment = limits.minTexelBufferOffsetAlignment;
+    caps_.min_uniform_offset_alignment = limits.minUniformBufferOffsetAlignment;
+    VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props2.pNext = &m3;
+    vkGetPhysicalDeviceProperties2(physical, &props2);
+    caps_.max_allocation_bytes = m3.maxMemoryAllocationSize;
+    caps_.texel_rgba32f = texel_format_supported(physical, VK_FORMAT_R32G32B32A32_SFLOAT);
+    caps_.texel_rgba16f = texel_format_supported(physical, VK_FORMAT_R16G16B16A16_SFLOAT);
+    caps_.fp16_storage = have11.storageBuffer16BitAccess == VK_TRUE;
+    caps_.fp16_arithmetic = have12.shaderFloat16 == VK_TRUE;
+    caps_.int8_arithmetic = have12.shaderInt8 == VK_TRUE;
+    for (std::uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
+        const auto f = memory_.memoryTypes[t].propertyFlags;
+        if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
+            (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)) {
+            // A small BAR window is host-visible too; only call it zero-copy when the heap is large.
+            const auto heap = memory_.memoryHeaps[memory_.memoryTypes[t].heapIndex].size;
+            if (heap >= (std::uint64_t{1} << 30)) caps_.host_visible_device_memory = true;
+        }
+    }
+    caps_.timestamp_period_ns = limits.timestampPeriod;
+    caps_.timestamps = families[queue_family_].timestampValidBits > 0 &&
+                       (limits.timestampComputeAndGraphics || families[queue_family_].timestampValidBits > 0);
+    std::memcpy(cache_uuid_.data(), props.properties.pipelineCacheUUID, VK_UUID_SIZE);
+    device_id_ = props.properties.deviceID;
+    driver_version_ = props.properties.driverVersion;
+}
+
+std::uint32_t Device::memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags required,
+                                  VkMemoryPropertyFlags preferred) const {
+    for (int pass = 0; pass < 2; ++pass) {
+        const VkMemoryPropertyFlags want = pass == 0 ? (required | preferred) : required;
+        for (std::uint32_t t = 0; t < memory_.memoryTypeCount; ++t)
+            if ((type_bits & (1u << t)) && (memory_.memoryTypes[t].propertyFlags & want) == want) return t;
+    }
+    throw ResourceLimit("the device has no memory type with the properties needed (flags " +
+                        std::to_string(required) + ").");
+}
+
+VkMemoryPropertyFlags Device::memory_flags(std::uint32_t type) const {
+    return memory_.memoryTypes[type].propertyFlags;
+}
+
+}  // namespace vkattn::vk

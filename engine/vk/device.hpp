@@ -1,0 +1,49 @@
+// The logical device: one compute queue, the optional features vkattn uses (16-bit storage,
+// subgroup size control), the capabilities the tuning function reads, and memory-type selection.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include <vulkan/vulkan.h>
+
+#include "vk/device_caps.hpp"
+#include "vk/handle.hpp"
+
+namespace vkattn::vk {
+
+class Instance;
+
+class Device {
+public:
+    Device(const Instance& instance, VkPhysicalDevice physical);
+    VkDevice get() const { return device_.get(); }
+    VkPhysicalDevice physical() const { return physical_; }
+    VkQueue queue() const { return queue_; }
+    std::uint32_t queue_family() const { return queue_family_; }
+    const DeviceCaps& caps() const { return caps_; }
+    // Identifies device + driver build, for the on-disk pipeline cache.
+    const std::array<std::uint8_t, VK_UUID_SIZE>& pipeline_cache_uuid() const { return cache_uuid_; }
+    std::uint32_t vendor_id() const { return caps_.vendor_id; }
+    std::uint32_t device_id() const { return device_id_; }
+    std::uint32_t driver_version() const { return driver_version_; }
+
+    // The first memory type allowed by `type_bits` with all `required` flags, preferring one that
+    // also has `preferred`. Throws ResourceLimit when none fits.
+    std::uint32_t memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags required,
+                              VkMemoryPropertyFlags preferred) const;
+    VkMemoryPropertyFlags memory_flags(std::uint32_t type) const;
+
+private:
+    VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+    Handle<VkDevice> device_;
+    VkQueue queue_ = VK_NULL_HANDLE;
+    std::uint32_t queue_family_ = 0;
+    DeviceCaps caps_;
+    VkPhysicalDeviceMemoryProperties memory_{};
+    std::array<std::uint8_t, VK_UUID_SIZE> cache_uuid_{};
+    std::uint32_t device_id_ = 0;
+    std::uint32_t driver_version_ = 0;
+};
+
+}  // namespace vkattn::vk

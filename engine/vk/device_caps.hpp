@@ -1,0 +1,38 @@
+// What the tuning function may know about a device: plain numbers, no Vulkan handles, so tuning is a
+// pure function that unit tests can drive with made-up devices.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace vkattn::vk {
+
+enum class DeviceKind : std::uint8_t { discrete, integrated, virtual_gpu, cpu, other };
+
+struct DeviceCaps {
+    std::string name;
+    DeviceKind kind = DeviceKind::other;
+    std::uint32_t vendor_id = 0;
+    std::uint32_t subgroup_size = 1;
+    bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute shaders
+    bool subgroup_shuffle = false;
+    std::uint32_t max_shared_bytes = 16384;
+    std::uint32_t max_workgroup_invocations = 128;
+    std::uint32_t max_workgroup_count[3] = {65535, 65535, 65535};
+    std::uint64_t max_storage_buffer_range = 1u << 27;
+    std::uint64_t max_texel_buffer_elements = 65536;
+    std::uint64_t max_allocation_bytes = 1u << 30;
+    std::uint64_t min_storage_offset_alignment = 256;
+    std::uint64_t min_texel_offset_alignment = 256;
+    std::uint64_t min_uniform_offset_alignment = 256;
+    bool texel_rgba32f = false;  // uniform texel buffers of R32G32B32A32_SFLOAT
+    bool texel_rgba16f = false;
+    bool fp16_storage = false;    // storageBuffer16BitAccess
+    bool fp16_arithmetic = false;  // shaderFloat16
+    bool int8_arithmetic = false;
+    bool host_visible_device_memory = false;  // device-local memory that can be mapped
+    double timestamp_period_ns = 1.0;
+    bool timestamps = false;
+};
+
+}  // namespace vkattn::vk

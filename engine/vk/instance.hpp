@@ -1,0 +1,43 @@
+// The Vulkan instance, the validation layer's messenger, and device enumeration with the reasons a
+// device is rejected (vk-bootstrap's habit: say why, never just "no device").
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <vulkan/vulkan.h>
+
+#include "vk/handle.hpp"
+#include "vkattn/context.hpp"
+
+namespace vkattn::vk {
+
+class Instance {
+public:
+    explicit Instance(bool validation);
+    VkInstance get() const { return instance_.get(); }
+    bool validation() const { return validation_; }
+
+    std::vector<VkPhysicalDevice> physical_devices() const;
+    std::vector<std::string> messages() const;
+    void clear_messages();
+
+private:
+    static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                     VkDebugUtilsMessageTypeFlagsEXT types,
+                                                     const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                                     void* self);
+    bool validation_ = false;
+    Handle<VkInstance> instance_;
+    Handle<VkDebugUtilsMessengerEXT> messenger_;
+    mutable std::mutex messages_mutex_;
+    std::vector<std::string> messages_;
+};
+
+// Describes every physical device, marks the default choice and fills `rejected` for unusable ones.
+std::vector<DeviceInfo> describe_devices(const Instance& instance);
+// Picks by request (index or name substring; empty = best ranked). Throws InvalidArgument("device").
+std::uint32_t select_device(const std::vector<DeviceInfo>& devices, const std::string& request);
+
+}  // namespace vkattn::vk

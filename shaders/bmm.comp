@@ -1,0 +1,167 @@
+#version 450
+// Batched, register-blocked matrix product, the workhorse of the three-stage path and the GEMM
+// ceiling:   C[u] = alpha · A[u] · op(B[u]),   op(B) = Bᵀ when B_TRANSPOSED (B stored [N][K]).
+//   stage 1: S = scale · Q · Kᵀ   (A = Q, B = K, transposed)
+//   stage 3: O = P · V           (A = P, B = V)
+//   --gemm:  C = A · B            (one unit)
+// Unit u = b·Hq + h of the chunk; A and C use head h, B uses head h / group (GQA by indexing).
+// Each invocation owns TM rows × 4·TN4 columns in registers, fed by vec4 loads along K so that one
+// load serves 4·TN4 (or TM) FMAs. Variants (see engine/attention/tuning.cpp):
+//   TEXEL (define)       A and B through uniform texel buffers (RGBA32F / RGBA16F views): the
+//                        vectorised sampler path; needs 4-aligned rows. Otherwise scalar SSBO loads.
+//   A_F16/B_F16/C_F16    16-bit storage of the SSBO operands / of C.
+//   SHARED_TILES (spec)  stage K-slices of A and B through shared memory (GPUs gain; lavapipe loses).
+#extension GL_EXT_shader_16bit_storage : enable
+
+#include "common/params.glsl"
+
+layout(local_size_x_id = 0) in;                // = WG_M · WG_N
+layout(constant_id = 1) const uint WG_M = 8;   // invocations along rows
+layout(constant_id = 2) const uint WG_N = 8;   // invocations along columns
+layout(constant_id = 3) const uint TM = 4;     // rows per invocation
+layout(constant_id = 4) const uint TN4 = 1;    // column vec4s per invocation
+layout(constant_id = 5) const bool B_TRANSPOSED = true;
+layout(constant_id = 6) const uint SHARED_TILES = 0;  // 0 or 1
+layout(constant_id = 7) const uint KS4 = 4;           // vec4s of K per shared tile
+
+const uint TN = 4u * TN4;
+const uint BM = WG_M * TM;   // rows per workgroup
+const uint BN = WG_N * TN;   // columns per workgroup
+const uint CHUNK = 8192u;    // lavapipe ends loops after 65,535 iterations: nest every long loop
+
+#ifdef TEXEL
+layout(set = 0, binding = 1) uniform samplerBuffer a_texels;
+layout(set = 0, binding = 2) uniform samplerBuffer b_texels;
+// `valid` (how many of the 4 are in range) is unused: texel variants need K and N multiples of 4.
+vec4 load_a4(uint index, uint valid) { return texelFetch(a_texels, int(index >> 2)); }
+vec4 load_b4(uint index, uint valid) { return texelFetch(b_texels, int(index >> 2)); }
+#else
+#ifdef A_F16
+layout(std430, set = 0, binding = 1) readonly buffer ABuffer { float16_t a_data[]; };
+#else
+layout(std430, set = 0, binding = 1) readonly buffer ABuffer { float a_data[]; };
+#endif
+#ifdef B_F16
+layout(std430, set = 0, binding = 2) readonly buffer BBuffer { float16_t b_data[]; };
+#else
+layout(std430, set = 0, binding = 2) readonly buffer BBuffer { float b_data[]; };
+#endif
+vec4 load_a4(uint index, uint valid) {
+    vec4 v = vec4(0.0);
+    for (uint c = 0u; c < 4u; ++c)
+        if (c < valid) v[c] = float(a_data[index + c]);
+    return v;
+}
+vec4 load_b4(uint index, uint valid) {
+    vec4 v = vec4(0.0);
+    for (uint c = 0u; c < 4u; ++c)
+        if (c < valid) v[c] = float(b_data[index + c]);
+    return v;
+}
+#endif
+
+#ifdef C_F16
+layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float16_t c_data[]; };
+#define C_TYPE float16_t
+#else
+#define C_TYPE float
+layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float c_data[]; };
+#endif
+
+// Shared K-slices; one element when the variant does not stage (spec-constant arithmetic).
+shared vec4 tile_a[1u + SHARED_TILES * (BM * KS4 - 1u)];
+shared vec4 tile_b[1u + SHARED_TILES * (BN * KS4 - 1u)];
+
+void main() {
+    const uint M = P.shape1.x, N = P.shape1.y, K = P.shape1.z;
+    const uint K4 = (K + 3u) / 4u;
+    const uint tid = gl_LocalInvocationID.x;
+    const uint tx = tid % WG_N, ty = tid / WG_N;
+    const uint unit = P.chunk.x + gl_WorkGroupID.z;
+    const uint b = unit / P.shape0.y, h = unit % P.shape0.y, hb = h / P.shape0.w;
+    const uint row_begin = P.chunk.y, row_end = P.chunk.y + P.chunk.z;
+    const uint tile_row = row_begin + gl_WorkGroupID.y * BM;
+    const uint tile_col = gl_WorkGroupID.x * BN;
+    const uint col0 = tile_col + tx * TN;
+
+    // Clamped addresses: out-of-range rows and columns load valid memory and are never stored.
+    uint a_row[TM];
+    for (uint i = 0u; i < TM; ++i)
+        a_row[i] = tensor_index(P.ta, b, h, min(tile_row + ty + i * WG_M, row_end - 1u));
+    uint b_col[TN];  // B_TRANSPOSED: the start of B row (= C column) col0 + j
+    for (uint j = 0u; j < TN; ++j)
+        b_col[j] = tensor_index(P.tb, b, hb, min(col0 + j, N - 1u));
+    const uint b_head = tensor_index(P.tb, b, hb, 0u);
+
+    vec4 acc[TM][TN4];
+    for (uint i = 0u; i < TM; ++i)
+        for (uint j = 0u; j < TN4; ++j) acc[i][j] = vec4(0.0);
+
+    const uint step = SHARED_TILES != 0u ? KS4 : K4;  // K vec4s per outer iteration
+    for (uint kt0 = 0u; kt0 < K4; kt0 += CHUNK * step) {
+        const uint kt1 = min(K4, kt0 + CHUNK * step);
+        for (uint kt = kt0; kt < kt1; kt += step) {
+            const uint k_end = min(kt + step, K4);
+            if (SHARED_TILES != 0u) {
+                barrier();
+                for (uint e = tid; e < BM * KS4; e += WG_M * WG_N) {
+                    const uint lr = e / KS4, k4 = kt + e % KS4;
+                    const uint row = min(tile_row + lr, row_end - 1u);
+                    tile_a[e] = k4 < K4 ? load_a4(tensor_index(P.ta, b, h, row) + 4u * k4, K - 4u * k4)
+                                        : vec4(0.0);
+                }
+                for (uint e = tid; e < BN * KS4; e += WG_M * WG_N) {
+                    if (B_TRANSPOSED) {
+                        const uint lc = e / KS4, k4 = kt + e % KS4;
+                        const uint col = min(tile_col + lc, N - 1u);
+                        tile_b[e] = k4 < K4 ? load_b4(tensor_index(P.tb, b, hb, col) + 4u * k4, K - 4u * k4)
+                                            : vec4(0.0);
+                    } else {  // [k][n/4] layout: KS4·4 rows of BN/4 vec4s
+                        const uint k = 4u * kt + e / (BN / 4u), col = tile_col + 4u * (e % (BN / 4u));
+                        tile_b[e] = (k < K && col < N) ? load_b4(b_head + k * P.tb.stride.z + col, N - col)
+                                                       : vec4(0.0);
+                    }
+                }
+                barrier();
+            }
+            for (uint k4 = kt; k4 < k_end; ++k4) {
+                const uint kl = k4 - kt;  // index within the shared tile
+                vec4 a[TM];
+                for (uint i = 0u; i < TM; ++i)
+                    a[i] = SHARED_TILES != 0u ? tile_a[(ty + i * WG_M) * KS4 + kl]
+                                              : load_a4(a_row[i] + 4u * k4, K - 4u * k4);
+                if (B_TRANSPOSED) {
+                    for (uint j = 0u; j < TN; ++j) {
+                        const vec4 bv = SHARED_TILES != 0u ? tile_b[(tx * TN + j) * KS4 + kl]
+                                                           : load_b4(b_col[j] + 4u * k4, K - 4u * k4);
+                        for (uint i = 0u; i < TM; ++i) acc[i][j / 4u][j % 4u] += dot(a[i], bv);
+                    }
+                } else {
+                    for (uint kk = 0u; kk < 4u; ++kk) {
+                        const uint k = min(4u * k4 + kk, K - 1u);  // a[i][kk] is 0 past K
+                        for (uint j = 0u; j < TN4; ++j) {
+                            // Past N: load column 0 with nothing valid; those outputs are not stored.
+                            const uint col = col0 + 4u * j < N ? col0 + 4u * j : 0u;
+                            const uint valid = col0 + 4u * j < N ? N - col : 0u;
+                            const vec4 bv = SHARED_TILES != 0u
+                                ? tile_b[(kl * 4u + kk) * (BN / 4u) + tx * TN4 + j]
+                                : load_b4(b_head + k * P.tb.stride.z + col, valid);
+                            for (uint i = 0u; i < TM; ++i) acc[i][j] += a[i][kk] * bv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    const float alpha = P.scalars.x;
+    for (uint i = 0u; i < TM; ++i) {
+        const uint row = tile_row + ty + i * WG_M;
+        if (row >= row_end || row >= M) continue;
+        const uint c_row = tensor_index(P.tc, b, h, row);
+        for (uint j = 0u; j < TN; ++j) {
+            const uint col = col0 + j;
+            if (col < N) c_data[c_row + col] = C_TYPE(alpha * acc[i][j / 4u][j % 4u]);
+        }
+    }
+}

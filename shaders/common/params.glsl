@@ -1,0 +1,35 @@
+// The parameter block every attention shader reads (binding 0). Mirrored, field for field, by
+// engine/attention/params.hpp, whose static_asserts check the std140 offsets.
+#ifndef VKATTN_PARAMS_GLSL
+#define VKATTN_PARAMS_GLSL
+
+// A tensor bound as one slice of a buffer. Element (b, h, n, d) of the full tensor lives at
+//   (b - origin.x)·stride.x + (h - origin.y)·stride.y + (n - origin.z)·stride.z + d·stride.w + origin.w
+// within the binding: origin.xyz is the first (b, h, n) the slice holds and origin.w the element
+// offset of that corner from the (aligned) start of the binding. Unsigned wrap-around is intended:
+// the terms may underflow individually, the sum is exact.
+struct TensorDesc {
+    uvec4 stride;
+    uvec4 origin;
+};
+
+layout(std140, set = 0, binding = 0) uniform Params {
+    uvec4 shape0;    // x = B, y = Hq, z = Hkv, w = group (Hq / Hkv)
+    uvec4 shape1;    // x = M (rows: Nq), y = N (columns), z = K (depth), w = Nkv
+    uvec4 chunk;     // x = first unit (b·Hq + h), y = first row, z = rows, w = units
+    vec4 scalars;    // x = alpha (the softmax scale in stage 1, 1 elsewhere)
+    uvec4 masking;   // x = causal (0 none, 1 top-left, 2 bottom-right), y = has key lengths,
+                     // z = has bool mask, w = has float mask
+    TensorDesc ta;   // bmm: A           softmax: S (read, then P written in place)
+    TensorDesc tb;   // bmm: B           softmax: log-sum-exp
+    TensorDesc tc;   // bmm: C
+    TensorDesc tbool;   // bool mask, bytes, broadcast strides (0 on broadcast dimensions)
+    TensorDesc tfloat;  // float mask, broadcast strides
+} P;
+
+uint tensor_index(TensorDesc t, uint b, uint h, uint n) {
+    return (b - t.origin.x) * t.stride.x + (h - t.origin.y) * t.stride.y +
+           (n - t.origin.z) * t.stride.z + t.origin.w;
+}
+
+#endif

@@ -1,0 +1,103 @@
+#version 450
+// Stage 2: the masked, numerically stable softmax of one score row per workgroup, in place:
+//   S[b,h,i,:] (scale already applied) -> P[b,h,i,:],  and the row's log-sum-exp.
+// Pass 1 keeps an online (max, sum) pair per invocation,
+//   m = max(m_old, x),   l = l_old·e^(m_old − m) + e^(x − m),
+// then merges the pairs across the workgroup; pass 2 writes P = e^(x − m) / l.
+// Masked logits are −∞ and are skipped rather than exponentiated, so a row with no visible key has
+// m = −∞ and yields P = 0 and lse = −∞ instead of 0/0 = NaN.
+// Variants: SUBGROUP_OPS (define) merges with subgroupMax/subgroupAdd, then one slot per subgroup;
+// otherwise a shared-memory tree (WG must be a power of two).
+#ifdef SUBGROUP_OPS
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+
+#include "common/params.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+const uint CHUNK = 8192u;  // lavapipe ends loops after 65,535 iterations: nest long loops
+const float NEG_INF = -1.0 / 0.0;
+
+layout(std430, set = 0, binding = 1) buffer Scores { float scores[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Lse { float lse[]; };
+layout(std430, set = 0, binding = 3) readonly buffer KvLengths { int kv_lengths[]; };
+layout(std430, set = 0, binding = 4) readonly buffer BoolMask { uint bool_words[]; };
+layout(std430, set = 0, binding = 5) readonly buffer FloatMask { float float_mask[]; };
+
+#include "common/mask.glsl"
+
+shared float shared_m[WG];
+shared float shared_l[WG];
+
+// Merges two (max, sum) pairs; an empty pair has m = −∞ and l = 0.
+void merge(inout float m, inout float l, float m2, float l2) {
+    const float mm = max(m, m2);
+    if (mm == NEG_INF) return;  // both empty
+    l = (m == NEG_INF ? 0.0 : l * exp(m - mm)) + (m2 == NEG_INF ? 0.0 : l2 * exp(m2 - mm));
+    m = mm;
+}
+
+float logit(uint b, uint h, uint i, uint j, uint row) {
+    if (!key_visible(b, h, i, j)) return NEG_INF;
+    return scores[row + j] + additive(b, h, i, j);
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint unit = P.chunk.x + gl_WorkGroupID.y;
+    const uint b = unit / P.shape0.y, h = unit % P.shape0.y;
+    const uint i = P.chunk.y + gl_WorkGroupID.x;
+    const uint Nkv = P.shape1.w;
+    const uint row = tensor_index(P.ta, b, h, i);
+
+    float m = NEG_INF, l = 0.0;
+    for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
+        for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
+            const float x = logit(b, h, i, j, row);
+            if (x == NEG_INF) continue;
+            if (x > m) {
+                l = l * exp(m - x) + 1.0;  // exp(−∞) = 0 covers the first visible key
+                m = x;
+            } else {
+                l += exp(x - m);  // NaN scores propagate, as in the reference
+            }
+        }
+
+#ifdef SUBGROUP_OPS
+    const float sm = subgroupMax(m);
+    const float sl = subgroupAdd(m == NEG_INF ? 0.0 : l * exp(m - sm));
+    if (subgroupElect()) {
+        shared_m[gl_SubgroupID] = sm;
+        shared_l[gl_SubgroupID] = sl;
+    }
+    barrier();
+    m = NEG_INF;
+    l = 0.0;
+    for (uint s = 0u; s < gl_NumSubgroups; ++s) merge(m, l, shared_m[s], shared_l[s]);
+#else
+    shared_m[tid] = m;
+    shared_l[tid] = l;
+    barrier();
+    for (uint half_width = WG / 2u; half_width > 0u; half_width /= 2u) {
+        if (tid < half_width) {
+            float mm = shared_m[tid], ll = shared_l[tid];
+            merge(mm, ll, shared_m[tid + half_width], shared_l[tid + half_width]);
+            shared_m[tid] = mm;
+            shared_l[tid] = ll;
+        }
+        barrier();
+    }
+    m = shared_m[0];
+    l = shared_l[0];
+#endif
+
+    const float inv_l = m == NEG_INF ? 0.0 : 1.0 / l;
+    for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
+        for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
+            const float x = logit(b, h, i, j, row);
+            scores[row + j] = x == NEG_INF ? 0.0 : exp(x - m) * inv_l;
+        }
+    if (tid == 0u) lse[tensor_index(P.tb, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(l);
+}

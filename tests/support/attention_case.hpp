@@ -1,0 +1,141 @@
+// One attention test case: builds random inputs for a shape, runs the GPU and the CPU reference,
+// and compares every output. A failure prints the whole case and its seed.
+#pragma once
+
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/compare.hpp"
+#include "support/random.hpp"
+#include "vkattn/attention.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/reference.hpp"
+
+namespace vkattn::test {
+
+struct Case {
+    std::int64_t B = 1, Hq = 1, Hkv = 1, Nq = 1, Nkv = 1, Dk = 8, Dv = 8;
+    DType dtype = DType::f32;
+    Layout layout = Layout::bhnd;
+    Causal causal = Causal::none;
+    bool kv_lengths = false;                          // random lengths in [0, Nkv]
+    std::optional<std::vector<std::int64_t>> bool_mask_shape;
+    std::optional<std::vector<std::int64_t>> float_mask_shape;
+    bool weights = true, lse = true;
+    std::optional<double> scale;
+    float amplitude = 1.0f;  // of q and k: ~1e2 gives scores of ~1e4
+    VariantOverrides variant;
+    Impl impl = Impl::automatic;
+
+    std::string describe(unsigned seed) const {
+        std::ostringstream s;
+        s << "seed " << seed << ": B=" << B << " Hq=" << Hq << " Hkv=" << Hkv << " Nq=" << Nq << " Nkv=" << Nkv
+          << " Dk=" << Dk << " Dv=" << Dv << " dtype=" << to_string(dtype) << " layout=" << to_string(layout)
+          << " causal=" << to_string(causal) << " kv_lengths=" << kv_lengths;
+        auto shape = [&](const char* name, const std::optional<std::vector<std::int64_t>>& m) {
+            if (!m) return;
+            s << ' ' << name << "=[";
+            for (std::size_t i = 0; i < m->size(); ++i) s << (i ? "," : "") << (*m)[i];
+            s << ']';
+        };
+        shape("bool_mask", bool_mask_shape);
+        shape("float_mask", float_mask_shape);
+        s << " impl=" << to_string(impl) << " amplitude=" << amplitude;
+        if (variant.texel_loads) s << " texel=" << *variant.texel_loads;
+        if (variant.shared_tiles) s << " shared=" << *variant.shared_tiles;
+        if (variant.subgroup_ops) s << " subgroup=" << *variant.subgroup_ops;
+        return s.str();
+    }
+};
+
+struct CaseResult {
+    bool ok = true;
+    std::string message;
+    AttentionReport report;
+};
+
+inline std::int64_t mask_elements(const std::vector<std::int64_t>& shape) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+}
+
+inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
+    std::mt19937 rng(seed);
+    HostTensor q = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dk}, c.amplitude);
+    HostTensor k = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude);
+    HostTensor v = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dv});
+    HostTensor o = nan_tensor(c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dv});
+
+    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+    std::vector<std::int32_t> lengths;
+    if (c.kv_lengths) {
+        std::uniform_int_distribution<std::int32_t> len(0, static_cast<std::int32_t>(c.Nkv));
+        for (std::int64_t b = 0; b < c.B; ++b) lengths.push_back(len(rng));
+        in.kv_lengths = lengths;
+    }
+    std::vector<std::uint8_t> bool_data;
+    if (c.bool_mask_shape) {
+        std::bernoulli_distribution keep(0.7);
+        bool_data.resize(static_cast<std::size_t>(mask_elements(*c.bool_mask_shape)));
+        for (auto& x : bool_data) x = keep(rng) ? 1 : 0;
+        in.bool_mask = MaskView{bool_data.data(), *c.bool_mask_shape};
+    }
+    std::vector<float> float_data;
+    if (c.float_mask_shape) {
+        std::uniform_real_distribution<float> add(-2.0f, 2.0f);
+        std::bernoulli_distribution blocked(0.1);
+        float_data.resize(static_cast<std::size_t>(mask_elements(*c.float_mask_shape)));
+        for (auto& x : float_data) x = blocked(rng) ? -std::numeric_limits<float>::infinity() : add(rng);
+        in.float_mask = MaskView{float_data.data(), *c.float_mask_shape};
+    }
+    const auto scores = static_cast<std::size_t>(c.B * c.Hq * c.Nq * c.Nkv);
+    const auto rows = static_cast<std::size_t>(c.B * c.Hq * c.Nq);
+    std::vector<float> weights(c.weights ? scores : 0, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> lse(c.lse ? rows : 0, std::numeric_limits<float>::quiet_NaN());
+    AttentionOutputs out{.o = o.mutable_view(), .weights = c.weights ? weights.data() : nullptr,
+                         .lse = c.lse ? lse.data() : nullptr};
+    AttentionOptions options{.scale = c.scale, .causal = c.causal, .impl = c.impl, .variant = c.variant};
+
+    CaseResult result;
+    result.report = attention(context, in, out, options);
+
+    HostTensor o_ref = nan_tensor(DType::f32, Layout::bhnd, {c.B, c.Hq, c.Nq, c.Dv});
+    std::vector<float> w_ref(c.weights ? scores : 0), lse_ref(c.lse ? rows : 0);
+    // The reference reads the same (fp16-rounded) inputs and writes fp32.
+    AttentionInputs ref_in = in;
+    AttentionOutputs ref_out{.o = o_ref.mutable_view(), .weights = c.weights ? w_ref.data() : nullptr,
+                             .lse = c.lse ? lse_ref.data() : nullptr};
+    HostTensor o_ref_typed = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, c.Nq, c.Dv});
+    ref_out.o = o_ref_typed.mutable_view();
+    const ReferenceStages stages = reference_stages(ref_in, options, c.weights);
+
+    const Tolerance tol = tolerance_for(c.dtype);
+    std::vector<double> got, want;
+    for (std::int64_t b = 0; b < c.B; ++b)
+        for (std::int64_t h = 0; h < c.Hq; ++h)
+            for (std::int64_t n = 0; n < c.Nq; ++n)
+                for (std::int64_t d = 0; d < c.Dv; ++d) {
+                    got.push_back(o.at(b, h, n, d));
+                    want.push_back(stages.output[static_cast<std::size_t>(((b * c.Hq + h) * c.Nq + n) * c.Dv + d)]);
+                }
+    std::ostringstream failures;
+    auto check = [&](const char* what, const std::vector<double>& g, const std::vector<double>& w, Tolerance t) {
+        const Comparison cmp = compare(g, w, t);
+        if (!cmp.ok) {
+            result.ok = false;
+            failures << what << ": " << cmp.message << "\n";
+        }
+    };
+    check("o", got, want, tol);
+    // Weights and lse are computed in fp32 from fp32 scores in every dtype.
+    if (c.weights) check("weights", {weights.begin(), weights.end()}, stages.weights, tolerance_for(DType::f32));
+    if (c.lse) check("lse", {lse.begin(), lse.end()}, stages.lse, {1e-5, 1e-5});
+    result.message = c.describe(seed) + " [" + result.report.variant + "]\n" + failures.str();
+    return result;
+}
+
+}  // namespace vkattn::test

@@ -1,0 +1,65 @@
+// The one tolerance rule of the test suite (STYLE: written once, scaled by precision):
+//   relative:    ‖gpu − ref‖₂ / ‖ref‖₂ ≤ rel
+//   per element: |gpu − ref| ≤ abs · max|ref|   (so no average can hide one bad element)
+// −∞ must match −∞ exactly (masked log-sum-exp); a NaN matches only a NaN in the reference.
+#pragma once
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "vkattn/tensor.hpp"
+
+namespace vkattn::test {
+
+struct Tolerance {
+    double rel;
+    double abs;
+};
+
+// fp32 storage: ~1e-6 is typical for D ≤ 512 dot products; fp16 storage: the output's own rounding
+// (2⁻¹¹ ≈ 4.9e-4) dominates.
+inline Tolerance tolerance_for(DType dtype) {
+    return dtype == DType::f32 ? Tolerance{1e-5, 1e-4} : Tolerance{3e-3, 4e-3};
+}
+
+struct Comparison {
+    bool ok = true;
+    std::string message;  // the first failing index and both values, and the norms
+};
+
+inline Comparison compare(const std::vector<double>& gpu, const std::vector<double>& ref, Tolerance tol) {
+    Comparison c;
+    double diff2 = 0, ref2 = 0, max_ref = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+        if (std::isfinite(ref[i])) max_ref = std::max(max_ref, std::fabs(ref[i]));
+    std::ostringstream msg;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        const double a = gpu[i], b = ref[i];
+        bool bad;
+        if (std::isnan(b)) bad = !std::isnan(a);
+        else if (std::isinf(b)) bad = a != b;
+        else {
+            bad = !std::isfinite(a) || std::fabs(a - b) > tol.abs * std::max(max_ref, 1e-30);
+            if (std::isfinite(a)) {
+                diff2 += (a - b) * (a - b);
+                ref2 += b * b;
+            }
+        }
+        if (bad && c.ok) {
+            c.ok = false;
+            msg << "element " << i << ": gpu " << a << " vs reference " << b << "; ";
+        }
+    }
+    const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    if (rel > tol.rel) {
+        c.ok = false;
+        msg << "relative error " << rel << " > " << tol.rel << "; ";
+    }
+    msg << "max|ref| " << max_ref << ", relative error " << rel;
+    c.message = msg.str();
+    return c;
+}
+
+}  // namespace vkattn::test

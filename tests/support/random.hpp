@@ -1,0 +1,68 @@
+// Random test tensors: fresh values per case from a seed the failing case prints; never zeros.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "vkattn/tensor.hpp"
+
+namespace vkattn::test {
+
+// A host tensor that owns its storage (fp32 values, or fp16 bits) and views it in a layout.
+struct HostTensor {
+    DType dtype = DType::f32;
+    Layout layout = Layout::bhnd;
+    std::array<std::int64_t, 4> shape{};
+    std::vector<float> f32;
+    std::vector<std::uint16_t> f16;
+
+    std::int64_t count() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+    TensorView view() const {
+        return make_view<const void*>(dtype == DType::f32 ? static_cast<const void*>(f32.data())
+                                                          : static_cast<const void*>(f16.data()),
+                                      dtype, layout, shape);
+    }
+    MutableTensorView mutable_view() {
+        return make_view<void*>(dtype == DType::f32 ? static_cast<void*>(f32.data()) : static_cast<void*>(f16.data()),
+                                dtype, layout, shape);
+    }
+    // Logical element (b, h, n, d) as float.
+    float at(std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) const {
+        const auto off = static_cast<std::size_t>(view().offset(b, h, n, d));
+        return dtype == DType::f32 ? f32[off] : half_to_float(f16[off]);
+    }
+};
+
+inline HostTensor random_tensor(std::mt19937& rng, DType dtype, Layout layout, std::array<std::int64_t, 4> shape,
+                                float amplitude = 1.0f) {
+    HostTensor t;
+    t.dtype = dtype;
+    t.layout = layout;
+    t.shape = shape;
+    std::uniform_real_distribution<float> dist(-amplitude, amplitude);
+    const auto n = static_cast<std::size_t>(t.count());
+    if (dtype == DType::f32) {
+        t.f32.resize(n);
+        for (auto& x : t.f32) x = dist(rng);
+    } else {
+        t.f16.resize(n);
+        for (auto& x : t.f16) x = float_to_half(dist(rng));
+    }
+    return t;
+}
+
+// An output tensor filled with NaN, so an element nobody writes cannot pass.
+inline HostTensor nan_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape) {
+    HostTensor t;
+    t.dtype = dtype;
+    t.layout = layout;
+    t.shape = shape;
+    const auto n = static_cast<std::size_t>(t.count());
+    if (dtype == DType::f32) t.f32.assign(n, std::numeric_limits<float>::quiet_NaN());
+    else t.f16.assign(n, 0x7e00);
+    return t;
+}
+
+}  // namespace vkattn::test
