@@ -12,6 +12,7 @@
 //   A_F16/B_F16/C_F16    16-bit storage of the SSBO operands / of C.
 //   SHARED_TILES (spec)  stage K-slices of A and B through shared memory (GPUs gain; lavapipe loses).
 #extension GL_EXT_shader_16bit_storage : enable
+#extension GL_EXT_control_flow_attributes : enable
 
 #include "common/params.glsl"
 
@@ -48,13 +49,13 @@ layout(std430, set = 0, binding = 2) readonly buffer BBuffer { float b_data[]; }
 #endif
 vec4 load_a4(uint index, uint valid) {
     vec4 v = vec4(0.0);
-    for (uint c = 0u; c < 4u; ++c)
+    [[unroll]] for (uint c = 0u; c < 4u; ++c)
         if (c < valid) v[c] = float(a_data[index + c]);
     return v;
 }
 vec4 load_b4(uint index, uint valid) {
     vec4 v = vec4(0.0);
-    for (uint c = 0u; c < 4u; ++c)
+    [[unroll]] for (uint c = 0u; c < 4u; ++c)
         if (c < valid) v[c] = float(b_data[index + c]);
     return v;
 }
@@ -86,16 +87,17 @@ void main() {
 
     // Clamped addresses: out-of-range rows and columns load valid memory and are never stored.
     uint a_row[TM];
-    for (uint i = 0u; i < TM; ++i)
+    [[unroll]] for (uint i = 0u; i < TM; ++i)
         a_row[i] = tensor_index(P.ta, b, h, min(tile_row + ty + i * WG_M, row_end - 1u));
     uint b_col[TN];  // B_TRANSPOSED: the start of B row (= C column) col0 + j
-    for (uint j = 0u; j < TN; ++j)
+    [[unroll]] for (uint j = 0u; j < TN; ++j)
         b_col[j] = tensor_index(P.tb, b, hb, min(col0 + j, N - 1u));
     const uint b_head = tensor_index(P.tb, b, hb, 0u);
+    const uint b_stride = P.tb.stride.z;  // hoisted: every uniform-block read is a scalar load on lavapipe
 
     vec4 acc[TM][TN4];
-    for (uint i = 0u; i < TM; ++i)
-        for (uint j = 0u; j < TN4; ++j) acc[i][j] = vec4(0.0);
+    [[unroll]] for (uint i = 0u; i < TM; ++i)
+        [[unroll]] for (uint j = 0u; j < TN4; ++j) acc[i][j] = vec4(0.0);
 
     const uint step = SHARED_TILES != 0u ? KS4 : K4;  // K vec4s per outer iteration
     for (uint kt0 = 0u; kt0 < K4; kt0 += CHUNK * step) {
@@ -118,7 +120,7 @@ void main() {
                                             : vec4(0.0);
                     } else {  // [k][n/4] layout: KS4·4 rows of BN/4 vec4s
                         const uint k = 4u * kt + e / (BN / 4u), col = tile_col + 4u * (e % (BN / 4u));
-                        tile_b[e] = (k < K && col < N) ? load_b4(b_head + k * P.tb.stride.z + col, N - col)
+                        tile_b[e] = (k < K && col < N) ? load_b4(b_head + k * b_stride + col, N - col)
                                                        : vec4(0.0);
                     }
                 }
@@ -127,26 +129,26 @@ void main() {
             for (uint k4 = kt; k4 < k_end; ++k4) {
                 const uint kl = k4 - kt;  // index within the shared tile
                 vec4 a[TM];
-                for (uint i = 0u; i < TM; ++i)
+                [[unroll]] for (uint i = 0u; i < TM; ++i)
                     a[i] = SHARED_TILES != 0u ? tile_a[(ty + i * WG_M) * KS4 + kl]
                                               : load_a4(a_row[i] + 4u * k4, K - 4u * k4);
                 if (B_TRANSPOSED) {
-                    for (uint j = 0u; j < TN; ++j) {
+                    [[unroll]] for (uint j = 0u; j < TN; ++j) {
                         const vec4 bv = SHARED_TILES != 0u ? tile_b[(tx * TN + j) * KS4 + kl]
                                                            : load_b4(b_col[j] + 4u * k4, K - 4u * k4);
-                        for (uint i = 0u; i < TM; ++i) acc[i][j / 4u][j % 4u] += dot(a[i], bv);
+                        [[unroll]] for (uint i = 0u; i < TM; ++i) acc[i][j / 4u][j % 4u] += dot(a[i], bv);
                     }
                 } else {
-                    for (uint kk = 0u; kk < 4u; ++kk) {
+                    [[unroll]] for (uint kk = 0u; kk < 4u; ++kk) {
                         const uint k = min(4u * k4 + kk, K - 1u);  // a[i][kk] is 0 past K
-                        for (uint j = 0u; j < TN4; ++j) {
+                        [[unroll]] for (uint j = 0u; j < TN4; ++j) {
                             // Past N: load column 0 with nothing valid; those outputs are not stored.
                             const uint col = col0 + 4u * j < N ? col0 + 4u * j : 0u;
                             const uint valid = col0 + 4u * j < N ? N - col : 0u;
                             const vec4 bv = SHARED_TILES != 0u
                                 ? tile_b[(kl * 4u + kk) * (BN / 4u) + tx * TN4 + j]
-                                : load_b4(b_head + k * P.tb.stride.z + col, valid);
-                            for (uint i = 0u; i < TM; ++i) acc[i][j] += a[i][kk] * bv;
+                                : load_b4(b_head + k * b_stride + col, valid);
+                            [[unroll]] for (uint i = 0u; i < TM; ++i) acc[i][j] += a[i][kk] * bv;
                         }
                     }
                 }
@@ -155,11 +157,11 @@ void main() {
     }
 
     const float alpha = P.scalars.x;
-    for (uint i = 0u; i < TM; ++i) {
+    [[unroll]] for (uint i = 0u; i < TM; ++i) {
         const uint row = tile_row + ty + i * WG_M;
         if (row >= row_end || row >= M) continue;
         const uint c_row = tensor_index(P.tc, b, h, row);
-        for (uint j = 0u; j < TN; ++j) {
+        [[unroll]] for (uint j = 0u; j < TN; ++j) {
             const uint col = col0 + j;
             if (col < N) c_data[c_row + col] = C_TYPE(alpha * acc[i][j / 4u][j % 4u]);
         }

@@ -1,5 +1,6 @@
 #include "attention/problem.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -9,10 +10,29 @@
 namespace vkattn::detail {
 namespace {
 
+// The shaders index sequence positions, features and units (b·Hq + h) with 32-bit integers.
+constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int32_t>::max();
+constexpr const char* kMaxIndexText = "2^31 - 1 = 2147483647";
+
 std::string shape_string(const std::array<std::int64_t, 4>& s) {
     std::ostringstream out;
     out << '[' << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << ']';
     return out.str();
+}
+
+// Whether every byte the view touches has a 64-bit offset. Overflow means the strides or the
+// shape are nonsense (shapes are at least 1 and strides non-negative by now).
+template <class View>
+bool span_fits_64_bits(const View& view) {
+    std::int64_t end = 1;  // one past the last element offset
+    for (int i = 0; i < 4; ++i) {
+        std::int64_t step = 0;
+        if (__builtin_mul_overflow(view.shape[i] - 1, view.strides[i], &step) ||
+            __builtin_add_overflow(end, step, &end))
+            return false;
+    }
+    std::int64_t bytes = 0;
+    return !__builtin_mul_overflow(end, static_cast<std::int64_t>(size_of(view.dtype)), &bytes);
 }
 
 template <class View>
@@ -32,10 +52,36 @@ void check_view(const View& view, const char* name, DType dtype) {
     if (view.dtype != dtype)
         throw InvalidArgument(name, "its dtype is " + to_string(view.dtype) + " but q is " +
                                         to_string(dtype) + "; q, k, v and o share one dtype.");
-    // The span must be addressable: overflow here means the strides are nonsense.
-    std::int64_t last = 0;
-    for (int i = 0; i < 4; ++i) last += checked_mul(view.shape[i] - 1, view.strides[i], name);
-    (void)last;
+    if (!span_fits_64_bits(view))
+        throw InvalidArgument(name, "the shape " + shape_string(view.shape) + " with strides " +
+                                        shape_string(view.strides) + " spans more than 2^63 - 1 "
+                                        "bytes, so the strides or the shape are wrong.");
+}
+
+// Whether distinct elements of an output view lie in distinct memory. Sufficient, not necessary:
+// taken in order of increasing stride, every dimension must step past all the memory that the
+// smaller ones cover. Every dense or padded layout passes. Dimensions of extent 1 never step, so
+// their strides do not matter.
+bool elements_disjoint(const MutableTensorView& view) {
+    std::array<int, 4> order{0, 1, 2, 3};
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return view.strides[a] < view.strides[b]; });
+    std::int64_t covered = 1;  // elements spanned by the dimensions taken so far
+    for (const int d : order) {
+        if (view.shape[d] == 1) continue;
+        if (view.strides[d] < covered) return false;
+        if (__builtin_mul_overflow(view.strides[d], view.shape[d], &covered))
+            covered = std::numeric_limits<std::int64_t>::max();
+    }
+    return true;
+}
+
+// Rejects a size the shaders would index with 32-bit integers when it is above 2^31 - 1.
+void check_index_range(const char* name, const std::string& what, std::int64_t value) {
+    if (value > kMaxIndex)
+        throw InvalidArgument(name, what + " is " + std::to_string(value) + ", above " +
+                                        kMaxIndexText + ", the largest size the GPU kernels index "
+                                        "with 32-bit integers.");
 }
 
 BroadcastMask broadcast(const MaskView& mask, const char* name,
@@ -92,6 +138,12 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
     check_view(in.k, "k", p.dtype);
     check_view(in.v, "v", p.dtype);
     check_view(out.o, "o", p.dtype);
+    if (!elements_disjoint(out.o))
+        throw InvalidArgument("o", "the strides " + shape_string(out.o.strides) + " make distinct "
+                                   "elements of the output shape " + shape_string(out.o.shape) +
+                                   " share memory (a stride of 0 on a dimension larger than 1, or "
+                                   "dimensions that overlap); every output element needs its own "
+                                   "location.");
 
     p.B = in.q.shape[0];
     p.Hq = in.q.shape[1];
@@ -118,6 +170,16 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
                                    "multiple of the " + std::to_string(p.Hkv) +
                                    " heads of k and v (grouped-query attention needs Hq = g·Hkv).");
     p.group = p.Hq / p.Hkv;
+    check_index_range("q", "the query sequence length Nq", p.Nq);
+    check_index_range("k", "the key sequence length Nkv", p.Nkv);
+    check_index_range("q", "the key head dimension Dk", p.Dk);
+    check_index_range("v", "the value head dimension Dv", p.Dv);
+    std::int64_t units = 0;  // query rows are grouped into units b·Hq + h
+    if (__builtin_mul_overflow(p.B, p.Hq, &units) || units > kMaxIndex)
+        throw InvalidArgument("q", "the batch size times the number of query heads, B·Hq = " +
+                                       std::to_string(p.B) + "·" + std::to_string(p.Hq) +
+                                       ", is above " + kMaxIndexText + ", the largest size the "
+                                       "GPU kernels index with 32-bit integers.");
     const std::array<std::int64_t, 4> o_shape{p.B, p.Hq, p.Nq, p.Dv};
     if (out.o.shape != o_shape)
         throw InvalidArgument("o", "the output shape is " + shape_string(out.o.shape) +
@@ -146,8 +208,6 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
         p.kv_len.assign(in.kv_lengths.begin(), in.kv_lengths.end());
         p.has_kv_lengths = true;
     } else {
-        if (p.Nkv > std::numeric_limits<std::int32_t>::max())
-            throw InvalidArgument("k", "sequence lengths above 2^31 - 1 are not supported.");
         p.kv_len.assign(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(p.Nkv));
     }
 

@@ -91,7 +91,7 @@ TEST_CASE("unfused: every mask kind and combination", "[gpu][unfused][mask]") {
     expect_pass(c);
 }
 
-TEST_CASE("unfused: every kernel variant, both dtypes", "[gpu][unfused][variants]") {
+TEST_CASE("unfused: every kernel variant in both dtypes", "[gpu][unfused][variants]") {
     const bool texel = GENERATE(false, true);
     const bool shared = GENERATE(false, true);
     const bool subgroup = GENERATE(false, true);
@@ -125,7 +125,7 @@ TEST_CASE("unfused: scores of magnitude 1e4 stay finite and exact", "[gpu][unfus
     expect_pass(c);
 }
 
-TEST_CASE("unfused: bnhd layout, batch 4, 16 heads", "[gpu][unfused]") {
+TEST_CASE("unfused: bnhd layout with batch 4 and 16 heads", "[gpu][unfused]") {
     Case c;
     c.B = 4;
     c.Hq = 16;

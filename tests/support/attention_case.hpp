@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "support/compare.hpp"
 #include "support/random.hpp"
 #include "vkattn/attention.hpp"
+#include "vkattn/compare.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/reference.hpp"
 

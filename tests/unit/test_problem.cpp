@@ -142,6 +142,127 @@ TEST_CASE("resolve rejects bad q, k, v and o views, naming the tensor", "[proble
     }
 }
 
+TEST_CASE("resolve rejects an output whose elements would share memory", "[problem]") {
+    Setup s;  // o is [2, 4, 3, 6]: dense strides [72, 18, 6, 1]
+    SECTION("stride 0 on a dimension larger than 1") {
+        for (std::size_t d = 0; d < 3; ++d) {
+            Setup t;
+            t.out.o.strides[d] = 0;
+            CHECK(t.rejected() == "o");
+        }
+    }
+    SECTION("rows that overlap") {
+        s.out.o.strides = {72, 18, 3, 1};  // row stride 3 < Dv = 6
+        CHECK(s.rejected() == "o");
+    }
+    SECTION("two dimensions with the same stride") {
+        s.out.o.strides = {18, 18, 6, 1};
+        CHECK(s.rejected() == "o");
+    }
+    SECTION("heads that land inside another batch's heads") {
+        s.out.o.strides = {36, 18, 6, 1};  // batch 1 starts at head 2 of batch 0
+        CHECK(s.rejected() == "o");
+    }
+    SECTION("dense, interleaved and padded outputs are accepted") {
+        CHECK(s.rejected() == "<accepted>");
+        s.out.o.strides = dense_strides(Layout::bnhd, s.out.o.shape);
+        CHECK(s.rejected() == "<accepted>");
+        s.out.o.strides = {400, 8, 40, 1};  // bnhd with rows padded to 8 and gaps between batches
+        CHECK(s.rejected() == "<accepted>");
+    }
+    SECTION("a dimension of extent 1 may have any stride") {
+        s.in.q.shape[0] = s.in.k.shape[0] = s.in.v.shape[0] = s.out.o.shape[0] = 1;
+        s.out.o.strides[0] = 0;
+        CHECK(s.rejected() == "<accepted>");
+        s.out.o.strides[0] = 5;
+        CHECK(s.rejected() == "<accepted>");
+    }
+    SECTION("inputs may alias: a stride of 0 broadcasts one query head") {
+        s.in.q.strides[1] = 0;
+        s.in.k.strides[2] = 0;
+        CHECK(s.rejected() == "<accepted>");
+    }
+}
+
+TEST_CASE("resolve rejects views whose span overflows 64 bits, naming the tensor", "[problem]") {
+    constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+    Setup s;
+    SECTION("one stride times its extent overflows") {
+        s.in.k.strides[2] = max / 2;  // (Nkv - 1) · stride with Nkv = 5
+        CHECK(s.rejected() == "k");
+    }
+    SECTION("each term fits but their sum overflows") {
+        s.in.q.strides[0] = max - 10;
+        s.in.q.strides[1] = max / 4;
+        CHECK(s.rejected() == "q");
+    }
+    SECTION("the element offsets fit but the byte offsets do not") {
+        s.in.v.strides[0] = max / 4;  // f32: the last byte is past 2^63 - 1
+        CHECK(s.rejected() == "v");
+    }
+    SECTION("a feature dimension of 2^63 - 1 elements") {
+        s.out.o.shape[3] = max;
+        CHECK(s.rejected() == "o");
+    }
+}
+
+TEST_CASE("resolve rejects sizes the GPU indexes with 32-bit integers above 2^31 - 1",
+          "[problem]") {
+    constexpr std::int64_t big = std::int64_t{1} << 31;  // 2^31: one past the limit
+    // resolve() never reads the data, so dense views of huge shapes over a small buffer are fine.
+    auto reshape = [](auto& view, Shape shape) {
+        view.shape = shape;
+        view.strides = dense_strides(Layout::bhnd, shape);
+    };
+    constexpr auto B = Setup::B, Hq = Setup::Hq, Hkv = Setup::Hkv, Nq = Setup::Nq,
+                   Nkv = Setup::Nkv, Dk = Setup::Dk, Dv = Setup::Dv;
+    Setup s;
+    SECTION("Nq") {
+        reshape(s.in.q, {B, Hq, big, Dk});
+        reshape(s.out.o, {B, Hq, big, Dv});
+        CHECK(s.rejected() == "q");
+    }
+    SECTION("Nkv, with or without key lengths") {
+        reshape(s.in.k, {B, Hkv, big, Dk});
+        reshape(s.in.v, {B, Hkv, big, Dv});
+        CHECK(s.rejected() == "k");
+        s.set_lengths({5, 5});
+        CHECK(s.rejected() == "k");
+    }
+    SECTION("Nkv = 2^31 - 1 is accepted") {
+        reshape(s.in.k, {B, Hkv, big - 1, Dk});
+        reshape(s.in.v, {B, Hkv, big - 1, Dv});
+        CHECK(s.resolve().kv_len == std::vector<std::int32_t>{std::int32_t(big - 1),
+                                                              std::int32_t(big - 1)});
+    }
+    SECTION("Dk") {
+        reshape(s.in.q, {B, Hq, Nq, big});
+        reshape(s.in.k, {B, Hkv, Nkv, big});
+        CHECK(s.rejected() == "q");
+    }
+    SECTION("Dv") {
+        reshape(s.in.v, {B, Hkv, Nkv, big});
+        reshape(s.out.o, {B, Hq, Nq, big});
+        CHECK(s.rejected() == "v");
+    }
+    SECTION("B·Hq units") {
+        constexpr std::int64_t batch = 1 << 16, heads = 1 << 15;  // B·Hq = 2^31
+        reshape(s.in.q, {batch, heads, Nq, Dk});
+        reshape(s.in.k, {batch, Hkv, Nkv, Dk});
+        reshape(s.in.v, {batch, Hkv, Nkv, Dv});
+        reshape(s.out.o, {batch, heads, Nq, Dv});
+        CHECK(s.rejected() == "q");
+        reshape(s.in.q, {batch, heads / 2, Nq, Dk});  // B·Hq = 2^30
+        reshape(s.out.o, {batch, heads / 2, Nq, Dv});
+        CHECK(s.rejected() == "<accepted>");
+    }
+    SECTION("the message names the limit") {
+        reshape(s.in.q, {B, Hq, big, Dk});
+        reshape(s.out.o, {B, Hq, big, Dv});
+        CHECK_THROWS_WITH(s.resolve(), Catch::Contains("2^31 - 1") && Catch::Contains("Nq"));
+    }
+}
+
 TEST_CASE("resolve rejects mismatched shapes", "[problem]") {
     Setup s;
     SECTION("k batch") { s.in.k.shape[0] = 3; CHECK(s.rejected() == "k"); }

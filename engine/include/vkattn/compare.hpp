@@ -1,9 +1,10 @@
-// The one tolerance rule of the test suite (STYLE: written once, scaled by precision):
+// The one tolerance rule, used by the tests, `vk-attn bench --validate` and `vk-attn check`:
 //   relative:    ‖gpu − ref‖₂ / ‖ref‖₂ ≤ rel
 //   per element: |gpu − ref| ≤ abs · max|ref|   (so no average can hide one bad element)
 // −∞ must match −∞ exactly (masked log-sum-exp); a NaN matches only a NaN in the reference.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -11,7 +12,7 @@
 
 #include "vkattn/tensor.hpp"
 
-namespace vkattn::test {
+namespace vkattn {
 
 struct Tolerance {
     double rel;
@@ -26,6 +27,7 @@ inline Tolerance tolerance_for(DType dtype) {
 
 struct Comparison {
     bool ok = true;
+    double relative_error = 0.0;  // ‖gpu − ref‖₂ / ‖ref‖₂ over the finite reference elements
     std::string message;  // the first failing index and both values, and the norms
 };
 
@@ -53,6 +55,7 @@ inline Comparison compare(const std::vector<double>& gpu, const std::vector<doub
         }
     }
     const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    c.relative_error = rel;
     if (rel > tol.rel) {
         c.ok = false;
         msg << "relative error " << rel << " > " << tol.rel << "; ";
@@ -62,4 +65,4 @@ inline Comparison compare(const std::vector<double>& gpu, const std::vector<doub
     return c;
 }
 
-}  // namespace vkattn::test
+}  // namespace vkattn

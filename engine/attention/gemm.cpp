@@ -1,0 +1,109 @@
+// The GEMM ceiling: the bmm shader on one large product, timed like attention.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "attention/dispatch.hpp"
+#include "attention/kernels.hpp"
+#include "attention/transfers.hpp"
+#include "attention/tuning.hpp"
+#include "runtime.hpp"
+#include "vkattn/benchmark.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn {
+
+Timing summarize(std::vector<double> samples) {
+    if (samples.empty()) return {};
+    std::sort(samples.begin(), samples.end());
+    const std::size_t n = samples.size();
+    const double median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+    return {median, samples.front(), samples.back()};
+}
+
+GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup, int repeat,
+                          bool validate) {
+    if (m < 1 || n < 1 || k < 1) throw InvalidArgument("gemm", "m, n and k must be at least 1.");
+    if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
+    detail::Runtime& runtime = context.runtime();
+    const auto& caps = runtime.device().caps();
+    const auto bytes = [](std::int64_t a, std::int64_t b) { return static_cast<std::uint64_t>(a * b) * 4; };
+    for (auto [what, size] : {std::pair{"A", bytes(m, k)}, std::pair{"B", bytes(k, n)}, std::pair{"C", bytes(m, n)}})
+        if (size > runtime.max_binding_bytes())
+            throw ResourceLimit(std::string("gemm: ") + what + " needs " + std::to_string(size) +
+                                " bytes in one binding; the device allows " +
+                                std::to_string(runtime.max_binding_bytes()) + ".");
+
+    std::mt19937 rng(1234);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+    for (auto& x : a) x = dist(rng);
+    for (auto& x : b) x = dist(rng);
+
+    const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, {});
+    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, false, DType::f32, DType::f32, DType::f32);
+    detail::Transfers t(runtime);
+    const vk::Buffer& da = t.input(a.data(), bytes(m, k), "gemm A");
+    const vk::Buffer& db = t.input(b.data(), bytes(k, n), "gemm B");
+    const vk::Buffer& dc = t.output(bytes(m, n), 0x7fc00000u, "gemm C");
+
+    detail::Dispatch d{.kernel = &kernel};
+    d.params.shape0 = {1, 1, 1, 1};
+    d.params.shape1 = {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k), 0};
+    d.params.chunk = {0, 0, static_cast<std::uint32_t>(m), 1};
+    d.params.scalars = {1.0f, 0, 0, 0};
+    d.params.ta.stride = {0, 0, static_cast<std::uint32_t>(k), 1};
+    d.params.tb.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
+    d.params.tc.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
+    d.bindings = {{1, &da, 0, da.size(), DType::f32}, {2, &db, 0, db.size(), DType::f32}, {3, &dc, 0, dc.size()}};
+    d.groups = {static_cast<std::uint32_t>((n + config.block_cols() - 1) / config.block_cols()),
+                static_cast<std::uint32_t>((m + config.block_rows() - 1) / config.block_rows()), 1};
+
+    std::lock_guard lock(runtime.submit_mutex());
+    detail::DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(warmup + repeat));
+    vk::CommandStream& stream = runtime.commands();
+    std::vector<double> samples;
+    for (int r = 0; r < warmup + repeat; ++r) {
+        VkCommandBuffer cmd = stream.begin();
+        if (r == 0) {
+            t.record_uploads(cmd);
+            stream.barrier();
+        }
+        stream.timestamp(0);
+        recorder.record(cmd, d);
+        stream.timestamp(1);
+        if (r == warmup + repeat - 1) {
+            stream.barrier();
+            t.record_downloads(cmd);
+        }
+        stream.submit_and_wait(runtime.options().fence_timeout);
+        if (r >= warmup) samples.push_back(stream.elapsed_ms());
+    }
+
+    GemmResult result;
+    result.m = m;
+    result.n = n;
+    result.k = k;
+    result.time = summarize(samples);
+    result.gflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+                    (result.time.median_ms * 1e6);
+    result.variant = "gemm " + config.describe();
+    if (validate) {
+        const float* c = static_cast<const float*>(t.result(dc));
+        double diff2 = 0, ref2 = 0;
+        for (std::int64_t i = 0; i < m; i += std::max<std::int64_t>(1, m / 16))
+            for (std::int64_t j = 0; j < n; ++j) {
+                double ref = 0;
+                for (std::int64_t p = 0; p < k; ++p)
+                    ref += static_cast<double>(a[static_cast<std::size_t>(i * k + p)]) * b[static_cast<std::size_t>(p * n + j)];
+                const double got = c[static_cast<std::size_t>(i * n + j)];
+                diff2 += (got - ref) * (got - ref);
+                ref2 += ref * ref;
+            }
+        result.max_rel_err = std::sqrt(diff2 / std::max(ref2, 1e-300));
+    }
+    return result;
+}
+
+}  // namespace vkattn

@@ -1,0 +1,238 @@
+// vk-attn bench: time attention with GPU timestamps (median of repeats after warm-up), report
+// GFLOP/s = 4·B·Hq·Nq·Nkv·D / t (halved for causal; (Dk+Dv)/2 for D when they differ) and the
+// effective bandwidth of the unavoidable traffic (Q, K, V read once, O written once); with --gemm,
+// the device's GEMM ceiling measured in the same run and every figure's ratio to it.
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "output_table.hpp"
+#include "vkattn/vkattn.hpp"
+
+namespace vkattn::tool {
+namespace {
+
+struct BenchOptions {
+    std::vector<std::int64_t> batch{1}, heads{8}, seq{1024}, dim{64};
+    std::int64_t kv_heads = 0, kv_seq = 0, dim_v = 0;  // 0: same as heads / seq / dim
+    bool causal = false;
+    int repeat = 10, warmup = 2;
+    bool validate = false;
+    std::string dtype = "f32", layout = "bhnd", impl = "auto", device;
+    bool gemm = false;
+    std::int64_t gemm_size = 2048;
+    bool json = false, csv = false;
+};
+
+// "256,1024,4096" or "256:4096:x2" (geometric) or "64:256:+64" (arithmetic).
+std::vector<std::int64_t> parse_sweep(const std::string& text, const std::string& flag) {
+    std::vector<std::int64_t> out;
+    auto number = [&](const std::string& s) {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(s, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != s.size() || v < 1) throw InvalidArgument(flag, "\"" + s + "\" is not a positive integer.");
+        return static_cast<std::int64_t>(v);
+    };
+    if (const auto colon = text.find(':'); colon != std::string::npos) {
+        const auto second = text.find(':', colon + 1);
+        if (second == std::string::npos || second + 2 > text.size())
+            throw InvalidArgument(flag, "a range is FROM:TO:xFACTOR or FROM:TO:+STEP, not \"" + text + "\".");
+        const std::int64_t from = number(text.substr(0, colon)), to = number(text.substr(colon + 1, second - colon - 1));
+        const char kind = text[second + 1];
+        const std::int64_t step = number(text.substr(second + 2));
+        if ((kind != 'x' && kind != '+') || (kind == 'x' && step < 2))
+            throw InvalidArgument(flag, "a range step is xFACTOR (FACTOR >= 2) or +STEP, not \"" + text.substr(second + 1) + "\".");
+        for (std::int64_t v = from; v <= to; v = kind == 'x' ? v * step : v + step) out.push_back(v);
+        return out;
+    }
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) out.push_back(number(item));
+    if (out.empty()) throw InvalidArgument(flag, "no values given.");
+    return out;
+}
+
+Impl parse_impl(const std::string& s) {
+    if (s == "auto") return Impl::automatic;
+    if (s == "unfused") return Impl::unfused;
+    if (s == "fused") return Impl::fused;
+    if (s == "split") return Impl::split;
+    throw InvalidArgument("--impl", "must be auto, unfused, fused or split, not \"" + s + "\".");
+}
+
+struct Point {
+    std::int64_t B, Hq, Hkv, Nq, Nkv, Dk, Dv;
+};
+
+int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
+    const auto batches = parse_sweep(sweeps[0], "--batch");
+    const auto heads = parse_sweep(sweeps[1], "--heads");
+    const auto seqs = parse_sweep(sweeps[2], "--seq");
+    const auto dims = parse_sweep(sweeps[3], "--dim");
+    const DType dtype = o.dtype == "f16" ? DType::f16 : DType::f32;
+    const Layout layout = o.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
+    const Impl impl = parse_impl(o.impl);
+
+    ContextOptions copts;
+    copts.device = o.device;
+    Context context(copts);
+    std::cerr << "device: " << context.device().name << " (" << context.device().type << ", "
+              << context.device().driver << ")\n";
+    Printer printer(std::cout, o.json ? Format::json : o.csv ? Format::csv : Format::table);
+
+    double ceiling = 0;
+    if (o.gemm) {
+        const GemmResult g = benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate);
+        ceiling = g.gflops;
+        Row r;
+        r.add("impl", std::string("gemm"));
+        r.add("m", g.m);
+        r.add("n", g.n);
+        r.add("k", g.k);
+        r.add("median_ms", g.time.median_ms);
+        r.add("min_ms", g.time.min_ms);
+        r.add("max_ms", g.time.max_ms);
+        r.add("gflops", g.gflops);
+        if (o.validate) r.add("max_rel_err", g.max_rel_err);
+        r.add("variant", g.variant);
+        printer.print(r);
+        printer.finish();  // the ceiling gets its own table
+        if (o.validate && !(g.max_rel_err <= tolerance_for(DType::f32).rel)) {
+            std::cerr << "vk-attn: the GEMM's relative error " << g.max_rel_err << " is over tolerance\n";
+            return 1;
+        }
+    }
+
+    std::vector<Point> points;
+    for (auto B : batches)
+        for (auto H : heads)
+            for (auto N : seqs)
+                for (auto D : dims)
+                    points.push_back({B, H, o.kv_heads ? o.kv_heads : H, N, o.kv_seq ? o.kv_seq : N, D,
+                                      o.dim_v ? o.dim_v : D});
+    const bool tty = isatty(STDERR_FILENO);
+    bool all_ok = true;
+    std::mt19937 rng(42);
+    for (std::size_t index = 0; index < points.size(); ++index) {
+        const Point& p = points[index];
+        if (tty && points.size() > 1)
+            std::cerr << "\r[" << index + 1 << "/" << points.size() << "] B=" << p.B << " H=" << p.Hq << " N=" << p.Nq
+                      << " D=" << p.Dk << "        " << std::flush;
+        auto fill = [&](std::array<std::int64_t, 4> shape, std::vector<float>& f32, std::vector<std::uint16_t>& f16) {
+            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+            const auto n = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]);
+            if (dtype == DType::f32) {
+                f32.resize(n);
+                for (auto& x : f32) x = dist(rng);
+                return make_view<const void*>(f32.data(), dtype, layout, shape);
+            }
+            f16.resize(n);
+            for (auto& x : f16) x = float_to_half(dist(rng));
+            return make_view<const void*>(f16.data(), dtype, layout, shape);
+        };
+        std::vector<float> q32, k32, v32, o32;
+        std::vector<std::uint16_t> q16, k16, v16, o16;
+        AttentionInputs in{.q = fill({p.B, p.Hq, p.Nq, p.Dk}, q32, q16), .k = fill({p.B, p.Hkv, p.Nkv, p.Dk}, k32, k16),
+                           .v = fill({p.B, p.Hkv, p.Nkv, p.Dv}, v32, v16)};
+        const std::array<std::int64_t, 4> o_shape{p.B, p.Hq, p.Nq, p.Dv};
+        const auto o_count = static_cast<std::size_t>(p.B * p.Hq * p.Nq * p.Dv);
+        o32.resize(dtype == DType::f32 ? o_count : 0);
+        o16.resize(dtype == DType::f16 ? o_count : 0);
+        AttentionOutputs out{.o = make_view<void*>(dtype == DType::f32 ? static_cast<void*>(o32.data()) : o16.data(),
+                                                   dtype, layout, o_shape)};
+        AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
+
+        AttentionReport report;
+        for (int w = 0; w < o.warmup; ++w) attention(context, in, out, options);
+        std::vector<double> samples;
+        for (int r = 0; r < o.repeat; ++r) {
+            report = attention(context, in, out, options);
+            samples.push_back(report.gpu_ms);
+        }
+        const Timing t = summarize(samples);
+        const double pairs = static_cast<double>(p.B * p.Hq) * static_cast<double>(p.Nq) * static_cast<double>(p.Nkv);
+        const double flops = 2.0 * pairs * static_cast<double>(p.Dk + p.Dv) * (o.causal ? 0.5 : 1.0);
+        const double bytes = static_cast<double>(size_of(dtype)) *
+                             static_cast<double>(p.B * p.Hq * p.Nq * (p.Dk + p.Dv) + p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv));
+        Row r;
+        r.add("impl", to_string(report.path));
+        r.add("dtype", to_string(dtype));
+        r.add("batch", p.B);
+        r.add("heads", p.Hq);
+        r.add("kv_heads", p.Hkv);
+        r.add("seq_q", p.Nq);
+        r.add("seq_kv", p.Nkv);
+        r.add("dim", p.Dk);
+        r.add("dim_v", p.Dv);
+        r.add("causal", o.causal);
+        r.add("median_ms", t.median_ms);
+        r.add("min_ms", t.min_ms);
+        r.add("max_ms", t.max_ms);
+        r.add("gflops", flops / (t.median_ms * 1e6));
+        r.add("gbps", bytes / (t.median_ms * 1e6));
+        if (ceiling > 0) r.add("vs_gemm", flops / (t.median_ms * 1e6) / ceiling);
+        r.add("device_mib", static_cast<double>(report.device_bytes) / (1 << 20));
+        if (o.validate) {
+            const ReferenceStages stages = reference_stages(in, options, false);
+            std::vector<double> got;
+            got.reserve(o_count);
+            for (std::int64_t b = 0; b < p.B; ++b)
+                for (std::int64_t h = 0; h < p.Hq; ++h)
+                    for (std::int64_t n = 0; n < p.Nq; ++n)
+                        for (std::int64_t d = 0; d < p.Dv; ++d) {
+                            const auto off = static_cast<std::size_t>(out.o.offset(b, h, n, d));
+                            got.push_back(dtype == DType::f32 ? o32[off] : half_to_float(o16[off]));
+                        }
+            const Comparison cmp = compare(got, stages.output, tolerance_for(dtype));
+            r.add("max_rel_err", cmp.relative_error);
+            r.add("valid", cmp.ok);
+            if (!cmp.ok) {
+                all_ok = false;
+                std::cerr << "vk-attn: validation failed at B=" << p.B << " H=" << p.Hq << " N=" << p.Nq << " D=" << p.Dk
+                          << ": " << cmp.message << '\n';
+            }
+        }
+        r.add("variant", report.variant);
+        printer.print(r);
+    }
+    if (tty && points.size() > 1) std::cerr << '\n';
+    printer.finish();
+    return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+Action add_bench(CLI::App& app) {
+    auto o = std::make_shared<BenchOptions>();
+    auto sweeps = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"1", "8", "1024", "64"});
+    app.add_option("--batch", (*sweeps)[0], "Batch sizes: N, a list A,B,C or a range FROM:TO:xF / FROM:TO:+S")->capture_default_str();
+    app.add_option("--heads", (*sweeps)[1], "Query heads (list or range)")->capture_default_str();
+    app.add_option("--kv-heads", o->kv_heads, "Key/value heads (default: --heads); Hq must be a multiple");
+    app.add_option("--seq", (*sweeps)[2], "Query sequence lengths (list or range)")->capture_default_str();
+    app.add_option("--kv-seq", o->kv_seq, "Key/value sequence length (default: --seq)");
+    app.add_option("--dim", (*sweeps)[3], "Head dimensions Dk (list or range)")->capture_default_str();
+    app.add_option("--dim-v", o->dim_v, "Value head dimension Dv (default: --dim)");
+    app.add_flag("--causal", o->causal, "Causal mask (top-left)");
+    app.add_option("--repeat", o->repeat, "Timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--warmup", o->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::NonNegativeNumber);
+    app.add_flag("--validate", o->validate, "Compare with the CPU reference; exit 1 when over tolerance");
+    app.add_option("--dtype", o->dtype, "Storage type of Q, K, V, O")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+    app.add_option("--layout", o->layout, "Memory layout: bhnd, or bnhd (interleaved heads)")
+        ->check(CLI::IsMember({"bhnd", "bnhd"}))->capture_default_str();
+    app.add_option("--impl", o->impl, "auto, unfused, fused or split")->capture_default_str();
+    app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
+    app.add_flag("--gemm", o->gemm, "Also measure the GEMM ceiling (the engine's tiled matrix shader)");
+    app.add_option("--gemm-size", o->gemm_size, "Size of the square GEMM")->capture_default_str()->check(CLI::PositiveNumber);
+    auto* json = app.add_flag("--json", o->json, "One JSON object per point on stdout");
+    app.add_flag("--csv", o->csv, "CSV on stdout")->excludes(json);
+    return [o, sweeps] { return run_bench(*o, *sweeps); };
+}
+
+}  // namespace vkattn::tool

@@ -1,0 +1,15 @@
+// The vk-attn subcommands: each registers its flags on the parser and returns the action to run.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace vkattn::tool {
+
+using Action = std::function<int()>;  // returns the exit status
+
+Action add_bench(CLI::App& app);
+Action add_devices(CLI::App& app);
+
+}  // namespace vkattn::tool
