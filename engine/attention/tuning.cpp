@@ -35,6 +35,7 @@ BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverride
     // Shared tiles must fit the device: (rows + columns) · ks4 vec4s.
     while (c.shared_tiles && (c.block_rows() + c.block_cols()) * c.ks4 * 16 > caps.max_shared_bytes && c.ks4 > 1)
         c.ks4 /= 2;
+    if ((c.block_rows() + c.block_cols()) * c.ks4 * 16 > caps.max_shared_bytes) c.shared_tiles = false;  // too small
     return c;
 }
 

@@ -136,7 +136,9 @@ Params base_params(const Problem& p, const Chunk& c) {
 }  // namespace
 
 AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
-                            const AttentionOutputs& out, const UnfusedConfig& config) {
+                            const AttentionOutputs& out, const UnfusedConfig& config, UnfusedStages stages) {
+    if (stages == UnfusedStages::scores_only && !p.want_weights)
+        throw Error("internal: stopping after the scores needs the weights output to hold them.");
     const std::uint64_t eb = size_of(p.dtype);
     const auto span_bytes = [&](std::int64_t span) {
         return static_cast<std::uint64_t>(checked_mul(span, static_cast<std::int64_t>(eb), "tensor size"));
@@ -171,7 +173,7 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
     const vk::Kernel& output_kernel = bmm_kernel(runtime, config.output, false, DType::f32, p.dtype, p.dtype);
 
     std::lock_guard lock(runtime.submit_mutex());
-    DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(chunks.size() * 3));
+    DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(chunks.size() * 3));  // 3 stages
     vk::CommandStream& stream = runtime.commands();
     VkCommandBuffer cmd = stream.begin();
     t.record_uploads(cmd);
@@ -191,6 +193,7 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
                          u32(c.units)};
         recorder.record(cmd, stage1);
         stream.barrier();
+        if (stages == UnfusedStages::scores_only) continue;
 
         Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
         stage2.params.shape1 = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Nkv)};

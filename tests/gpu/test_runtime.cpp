@@ -1,0 +1,176 @@
+// The runtime around the kernels: stage-by-stage checks, slicing under a lowered binding limit,
+// the staging path, the pipeline cache on disk, argument errors, and device selection.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <random>
+
+#include "attention/problem.hpp"
+#include "attention/tuning.hpp"
+#include "attention/unfused.hpp"
+#include "runtime.hpp"
+#include "support/attention_case.hpp"
+#include "support/gpu_context.hpp"
+#include "vkattn/errors.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+
+TEST_CASE("stage 1 alone: S = scale * Q * K^T", "[gpu][stages]") {
+    const auto [nq, nkv, d] = GENERATE(std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 65, 24},
+                                       std::tuple{63, 64, 80}, std::tuple{65, 13, 1});
+    const bool texel = GENERATE(false, true);
+    std::mt19937 rng(static_cast<unsigned>(nq * 1000 + nkv + d + texel));
+    HostTensor q = random_tensor(rng, DType::f32, Layout::bhnd, {2, 4, nq, d});
+    HostTensor k = random_tensor(rng, DType::f32, Layout::bhnd, {2, 2, nkv, d});
+    HostTensor v = random_tensor(rng, DType::f32, Layout::bhnd, {2, 2, nkv, d});
+    HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {2, 4, nq, d});
+    std::vector<float> s(static_cast<std::size_t>(2 * 4 * nq * nkv), std::numeric_limits<float>::quiet_NaN());
+    const AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+    const AttentionOutputs out{.o = o.mutable_view(), .weights = s.data()};
+    const AttentionOptions options{.scale = 0.3, .variant = {.texel_loads = texel}};
+
+    Context& ctx = gpu_context();
+    const detail::Problem p = detail::resolve(in, out, options);
+    const auto config = detail::choose_unfused(ctx.runtime().device().caps(), p, in.q.strides, in.k.strides,
+                                               in.v.strides, options.variant);
+    detail::run_unfused(ctx.runtime(), p, in, out, config, detail::UnfusedStages::scores_only);
+    const ReferenceStages ref = reference_stages(in, options, false);
+    const Comparison c = compare({s.begin(), s.end()}, ref.scores, tolerance_for(DType::f32));
+    INFO(config.describe() << ": " << c.message);
+    CHECK(c.ok);
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("slicing: bindings over the limit are processed in chunks", "[gpu][slicing]") {
+    // A 16 KiB binding limit forces chunks over heads, then over query rows within one head.
+    ContextOptions options = test_context_options();
+    options.max_binding_bytes = 16 * 1024;
+    Context ctx(options);
+    Case c;
+    c.B = 2;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Dk = c.Dv = 16;
+    c.kv_lengths = true;
+    c.bool_mask_shape = std::vector<std::int64_t>{2, 4, 0, 0};
+    const auto [nq, nkv] = GENERATE(std::pair<std::int64_t, std::int64_t>{33, 47}, std::pair{100, 120});
+    c.Nq = nq;
+    c.Nkv = nkv;
+    (*c.bool_mask_shape)[2] = nq;
+    (*c.bool_mask_shape)[3] = nkv;
+    c.float_mask_shape = std::vector<std::int64_t>{nq, nkv};
+    c.causal = Causal::bottom_right;
+    c.layout = GENERATE(Layout::bhnd, Layout::bnhd);
+    const CaseResult r = run_case(ctx, c, 77);
+    INFO(r.message);
+    CHECK(r.ok);
+    CHECK(r.report.slices > 1);
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("slicing: a head too large for any slice is refused with the limit", "[gpu][slicing]") {
+    ContextOptions options = test_context_options();
+    options.max_binding_bytes = 1024;
+    Context ctx(options);
+    Case c;
+    c.Nq = 4;
+    c.Nkv = 100;  // K of one head: 100 x 16 floats = 6400 bytes > 1024
+    c.Dk = c.Dv = 16;
+    try {
+        run_case(ctx, c, 1);
+        FAIL("expected ResourceLimit");
+    } catch (const ResourceLimit& e) {
+        CHECK_THAT(e.what(), Catch::Contains("1024"));
+    }
+}
+
+TEST_CASE("staging: the discrete-GPU transfer path", "[gpu][staging]") {
+    ContextOptions options = test_context_options();
+    options.force_staging = true;
+    Context ctx(options);
+    Case c;
+    c.B = 2;
+    c.Hq = 6;
+    c.Hkv = 3;
+    c.Nq = 19;
+    c.Nkv = 37;
+    c.Dk = 24;
+    c.Dv = 28;
+    c.layout = Layout::bnhd;
+    c.dtype = GENERATE(DType::f32, DType::f16);
+    const CaseResult r = run_case(ctx, c, 5);
+    INFO(r.message);
+    CHECK(r.ok);
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("pipeline cache: compiled pipelines persist on disk", "[gpu][cache]") {
+    const auto dir = std::filesystem::temp_directory_path() / ("vkattn-cache-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    ContextOptions options = test_context_options();
+    options.pipeline_cache_dir = dir.string();
+    {
+        Context ctx(options);
+        Case c;
+        c.Nq = c.Nkv = 9;
+        CHECK(run_case(ctx, c, 3).ok);
+    }
+    REQUIRE(std::filesystem::exists(dir));
+    std::uintmax_t bytes = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir)) bytes += f.file_size();
+    CHECK(bytes > 0);
+    {
+        Context again(options);  // loads the file; must still work
+        Case c;
+        c.Nq = c.Nkv = 9;
+        CHECK(run_case(again, c, 4).ok);
+        CHECK(take_validation_messages(again).empty());
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("errors: bad arguments are refused before any GPU work", "[gpu][errors]") {
+    Context& ctx = gpu_context();
+    std::mt19937 rng(9);
+    HostTensor q = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, 8, 16});
+    HostTensor k = random_tensor(rng, DType::f32, Layout::bhnd, {1, 3, 8, 16});
+    HostTensor v = random_tensor(rng, DType::f32, Layout::bhnd, {1, 3, 8, 16});
+    HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {1, 4, 8, 16});
+    const AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+    try {
+        attention(ctx, in, {.o = o.mutable_view()});
+        FAIL("expected InvalidArgument");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "k");
+        CHECK_THAT(e.what(), Catch::Contains("multiple"));
+    }
+    CHECK(std::isnan(o.f32[0]));  // nothing was written
+    HostTensor k4 = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, 8, 16});
+    HostTensor v4 = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, 8, 16});
+    const AttentionInputs good{.q = q.view(), .k = k4.view(), .v = v4.view()};
+    CHECK_THROWS_AS(attention(ctx, good, {.o = o.mutable_view()}, {.impl = Impl::fused}), InvalidArgument);
+    CHECK_THROWS_AS(attention(ctx, good, {.o = o.mutable_view()}, {.scale = std::nan("")}), InvalidArgument);
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("device selection: by index, by name, and a clear error otherwise", "[gpu][devices]") {
+    const auto devices = list_devices();
+    REQUIRE(!devices.empty());
+    CHECK(std::count_if(devices.begin(), devices.end(), [](const DeviceInfo& d) { return d.default_choice; }) == 1);
+    ContextOptions by_index;
+    by_index.device = "0";
+    CHECK(Context(by_index).device().index == 0);
+    ContextOptions by_name;
+    by_name.device = devices[0].name.substr(0, 4);
+    CHECK(Context(by_name).device().name == devices[0].name);
+    ContextOptions missing;
+    missing.device = "no such device anywhere";
+    try {
+        Context ctx(missing);
+        FAIL("expected InvalidArgument");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "device");
+        CHECK_THAT(e.what(), Catch::Contains(devices[0].name));
+    }
+}
