@@ -2,11 +2,12 @@
 // cross-attention, GQA/MQA, both layouts, every kernel variant, fp32 and fp16 storage.
 #include <catch2/catch.hpp>
 
-#include "support/attention_case.hpp"
+#include "vkattn/selfcheck/attention_case.hpp"
 #include "support/gpu_context.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
+using namespace vkattn::selfcheck;
 
 namespace {
 

@@ -9,12 +9,13 @@
 #include "attention/tuning.hpp"
 #include "attention/unfused.hpp"
 #include "runtime.hpp"
-#include "support/attention_case.hpp"
+#include "vkattn/selfcheck/attention_case.hpp"
 #include "support/gpu_context.hpp"
 #include "vkattn/errors.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
+using namespace vkattn::selfcheck;
 
 TEST_CASE("stage 1 alone: S = scale * Q * K^T", "[gpu][stages]") {
     const auto [nq, nkv, d] = GENERATE(std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 65, 24},

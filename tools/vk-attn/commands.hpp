@@ -11,5 +11,7 @@ using Action = std::function<int()>;  // returns the exit status
 
 Action add_bench(CLI::App& app);
 Action add_devices(CLI::App& app);
+Action add_run(CLI::App& app);
+Action add_check(CLI::App& app);
 
 }  // namespace vkattn::tool

@@ -17,6 +17,10 @@ int main(int argc, char** argv) {
     {
         auto* bench = app.add_subcommand("bench", "Time attention (GPU timestamps) and optionally validate it");
         bind(vkattn::tool::add_bench(*bench), bench);
+        auto* run = app.add_subcommand("run", "Run attention on .npy tensors and write the results as .npy");
+        bind(vkattn::tool::add_run(*run), run);
+        auto* check = app.add_subcommand("check", "Self-test every path and dtype against the CPU reference");
+        bind(vkattn::tool::add_check(*check), check);
         auto* devices = app.add_subcommand("devices", "List Vulkan devices and the default choice");
         bind(vkattn::tool::add_devices(*devices), devices);
     }

@@ -3,12 +3,13 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "vkattn/tensor.hpp"
 
-namespace vkattn::test {
+namespace vkattn::selfcheck {
 
 // A host tensor that owns its storage (fp32 values, or fp16 bits) and views it in a layout.
 struct HostTensor {
@@ -65,4 +66,4 @@ inline HostTensor nan_tensor(DType dtype, Layout layout, std::array<std::int64_t
     return t;
 }
 
-}  // namespace vkattn::test
+}  // namespace vkattn::selfcheck

@@ -1,0 +1,225 @@
+// The vk-attn tool end to end: run round-trips through .npy files of every accepted rank and dtype
+// and agrees with the library's reference; every bad input exits 1 with one line naming the file or
+// flag and leaves no output behind; bench --json parses; check passes.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "npy.hpp"
+#include "vkattn/vkattn.hpp"
+
+namespace fs = std::filesystem;
+using namespace vkattn;
+
+namespace {
+
+struct Result {
+    int status = -1;
+    std::string out, err;
+};
+
+// Runs vk-attn with arguments; captures stdout and stderr through files.
+Result vk_attn(const std::string& args) {
+    static int counter = 0;
+    const fs::path dir = fs::temp_directory_path() / ("vkattn-cli-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const fs::path out = dir / ("out" + std::to_string(counter) + ".txt"), err = dir / ("err" + std::to_string(counter++) + ".txt");
+    const std::string command = std::string(VK_ATTN_PATH) + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int raw = std::system(command.c_str());
+    Result r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    auto slurp = [](const fs::path& p) {
+        std::ifstream in(p);
+        return std::string((std::istreambuf_iterator<char>(in)), {});
+    };
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+struct Workdir {
+    fs::path path;
+    Workdir() : path(fs::temp_directory_path() / ("vkattn-cli-case-" + std::to_string(::getpid()) + "-" + std::to_string(next()))) {
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~Workdir() { fs::remove_all(path); }
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+    static int next() {
+        static int n = 0;
+        return n++;
+    }
+};
+
+std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
+    std::uniform_real_distribution<float> d(-1, 1);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+std::size_t count(const std::vector<std::int64_t>& shape) {
+    std::size_t n = 1;
+    for (auto d : shape) n *= static_cast<std::size_t>(d);
+    return n;
+}
+
+// Writes a random tensor as f32 or f16 and returns its values as the file holds them (as float).
+std::vector<float> write_tensor(std::mt19937& rng, const std::string& path, const std::vector<std::int64_t>& shape, bool f16) {
+    auto values = random_floats(rng, count(shape));
+    if (!f16) {
+        npy::write(path, npy::ElementType::f32, shape, values.data());
+        return values;
+    }
+    std::vector<std::uint16_t> bits(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        bits[i] = float_to_half(values[i]);
+        values[i] = half_to_float(bits[i]);
+    }
+    npy::write(path, npy::ElementType::f16, shape, bits.data());
+    return values;
+}
+
+std::array<std::int64_t, 4> as4(const std::vector<std::int64_t>& s) {
+    std::array<std::int64_t, 4> r{1, 1, 1, 1};
+    for (std::size_t i = 0; i < s.size(); ++i) r[4 - s.size() + i] = s[i];
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("cli run: every rank and dtype round-trips and matches the reference", "[cli]") {
+    const int rank = GENERATE(2, 3, 4);
+    const bool f16 = GENERATE(false, true);
+    Workdir dir;
+    std::mt19937 rng(static_cast<unsigned>(rank * 10 + f16));
+    std::vector<std::int64_t> qs{2, 3, 5, 8}, ks{2, 3, 7, 8}, vs{2, 3, 7, 12};
+    qs.erase(qs.begin(), qs.begin() + (4 - rank));
+    ks.erase(ks.begin(), ks.begin() + (4 - rank));
+    vs.erase(vs.begin(), vs.begin() + (4 - rank));
+    const auto q = write_tensor(rng, dir / "q.npy", qs, f16), k = write_tensor(rng, dir / "k.npy", ks, f16),
+               v = write_tensor(rng, dir / "v.npy", vs, f16);
+    // Each rank also exercises one spelling of the causal flag (a bare --causal is top-left).
+    const std::string causal_flag = rank == 2 ? "--causal" : rank == 3 ? "--causal=top-left" : "--causal=bottom-right";
+    const Causal causal = rank == 4 ? Causal::bottom_right : Causal::top_left;
+    const Result r = vk_attn("run --q " + dir / "q.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy" + " " +
+                             causal_flag + " --out " + dir / "o.npy" + " --weights " + dir / "w.npy" + " --lse " +
+                             dir / "l.npy");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains("unfused"));  // the path that ran is reported
+    const npy::Array o = npy::read(dir / "o.npy"), w = npy::read(dir / "w.npy"), l = npy::read(dir / "l.npy");
+    auto expect_shape = qs;
+    expect_shape.back() = vs.back();
+    CHECK(o.shape == expect_shape);
+    CHECK(o.type == npy::ElementType::f32);
+    expect_shape.back() = ks[ks.size() - 2];
+    CHECK(w.shape == expect_shape);
+    CHECK(l.shape == std::vector<std::int64_t>(qs.begin(), qs.end() - 1));
+
+    // The library's reference on the same (rounded) values.
+    const auto q4 = as4(qs), k4 = as4(ks), v4 = as4(vs);
+    std::array<std::int64_t, 4> o4{q4[0], q4[1], q4[2], v4[3]};
+    std::vector<float> ref(count({o4[0], o4[1], o4[2], o4[3]}));
+    AttentionInputs in{.q = make_view<const void*>(q.data(), DType::f32, Layout::bhnd, q4),
+                       .k = make_view<const void*>(k.data(), DType::f32, Layout::bhnd, k4),
+                       .v = make_view<const void*>(v.data(), DType::f32, Layout::bhnd, v4)};
+    reference_attention(in, {.o = make_view<void*>(ref.data(), DType::f32, Layout::bhnd, o4)}, {.causal = causal});
+    const Comparison c = compare({o.as<float>(), o.as<float>() + o.count()}, {ref.begin(), ref.end()},
+                                 tolerance_for(f16 ? DType::f16 : DType::f32));
+    INFO(c.message);
+    CHECK(c.ok);
+}
+
+TEST_CASE("cli run: bad input exits 1 with one line naming the file or flag, writing nothing", "[cli]") {
+    Workdir dir;
+    std::mt19937 rng(3);
+    write_tensor(rng, dir / "q.npy", {2, 4, 5, 8}, false);
+    write_tensor(rng, dir / "k.npy", {2, 2, 7, 8}, false);
+    write_tensor(rng, dir / "v.npy", {2, 2, 7, 8}, false);
+    write_tensor(rng, dir / "k3.npy", {2, 3, 7, 8}, false);
+    write_tensor(rng, dir / "kd.npy", {2, 2, 7, 9}, false);
+    std::vector<std::int32_t> ints(2 * 4 * 5 * 8, 1);
+    npy::write(dir / "qi.npy", npy::ElementType::i32, {2, 4, 5, 8}, ints.data());
+    std::vector<float> mask(3 * 7, 0.0f);
+    npy::write(dir / "mask.npy", npy::ElementType::f32, {3, 7}, mask.data());
+    { std::ofstream(dir / "corrupt.npy") << "this is not numpy"; }
+    {  // truncated: a valid header, half the data
+        std::ifstream in(dir / "q.npy", std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        std::ofstream(dir / "short.npy", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    }
+    const std::string inputs = " --k " + dir / "k.npy" + " --v " + dir / "v.npy";
+    struct Bad {
+        std::string args, names;
+    };
+    const std::vector<Bad> cases{
+        {"--q " + dir / "missing.npy" + inputs, "missing.npy"},
+        {"--q " + dir / "corrupt.npy" + inputs, "corrupt.npy"},
+        {"--q " + dir / "short.npy" + inputs, "truncated"},
+        {"--q " + dir / "qi.npy" + inputs, "qi.npy"},
+        {"--q " + dir / "q.npy" + " --k " + dir / "kd.npy" + " --v " + dir / "v.npy", "--k"},
+        {"--q " + dir / "q.npy" + " --k " + dir / "k3.npy" + " --v " + dir / "k3.npy", "multiple"},
+        {"--q " + dir / "q.npy" + inputs + " --mask " + dir / "mask.npy", "--mask"},
+        {"--q " + dir / "q.npy" + inputs + " --impl fused --weights " + dir / "w.npy", "--weights"},
+        {"--q " + dir / "q.npy" + inputs + " --causal=sideways", "--causal"},
+        {"--q " + dir / "q.npy" + inputs + " --kv-lengths " + dir / "mask.npy", "--kv-lengths"},
+    };
+    for (const auto& bad : cases) {
+        const Result r = vk_attn("run " + bad.args + " --out " + dir / "o.npy" + " --lse " + dir / "l.npy");
+        INFO("vk-attn run " << bad.args << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK_THAT(r.err, Catch::Contains(bad.names));
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        CHECK_FALSE(fs::exists(dir / "o.npy"));
+        CHECK_FALSE(fs::exists(dir / "l.npy"));
+        CHECK_FALSE(fs::exists(dir / "w.npy"));
+    }
+}
+
+TEST_CASE("cli bench --json: one object per point with the documented keys", "[cli]") {
+    const Result r = vk_attn("bench --batch 1 --heads 2 --seq 16,40 --dim 8 --repeat 2 --warmup 1 --validate --json");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    std::istringstream lines(r.out);
+    int points = 0;
+    for (std::string line; std::getline(lines, line);) {
+        const auto j = nlohmann::json::parse(line);
+        for (const char* key : {"impl", "dtype", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "dim", "dim_v",
+                                "causal", "median_ms", "min_ms", "max_ms", "gflops", "gbps", "max_rel_err"})
+            CHECK(j.contains(key));
+        CHECK(j["gflops"].get<double>() > 0);
+        ++points;
+    }
+    CHECK(points == 2);
+    const Result g = vk_attn("bench --seq 16 --dim 8 --repeat 1 --gemm --gemm-size 64 --json");
+    REQUIRE(g.status == 0);
+    const auto first = nlohmann::json::parse(g.out.substr(0, g.out.find('\n')));
+    CHECK(first["impl"] == "gemm");
+    for (const char* key : {"m", "n", "k", "median_ms", "gflops"}) CHECK(first.contains(key));
+}
+
+TEST_CASE("cli check: passes on this device", "[cli]") {
+    const Result r = vk_attn("check");
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.out, Catch::Contains(" 0 failed"));
+}
+
+TEST_CASE("cli: --help on every subcommand, unknown flags exit 1", "[cli]") {
+    for (const char* sub : {"bench", "run", "check", "devices"}) {
+        const Result r = vk_attn(std::string(sub) + " --help");
+        CHECK(r.status == 0);
+        CHECK_THAT(r.out, Catch::Contains("Usage"));
+    }
+    const Result r = vk_attn("bench --no-such-flag");
+    CHECK(r.status == 1);
+    CHECK_THAT(r.err, Catch::Contains("no-such-flag"));
+}

@@ -1,0 +1,39 @@
+// NumPy .npy files (format 1.0, 2.0 and 3.0; little-endian; C order): reading with every field
+// checked against the file's real size, and writing atomically (a temporary file renamed into place,
+// so a failure never leaves a half-written output behind).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace vkattn::npy {
+
+enum class ElementType : std::uint8_t { f32, f16, boolean, i32, i64 };
+
+std::size_t element_size(ElementType type);
+std::string descr_of(ElementType type);  // "<f4", "<f2", "|b1", "<i4", "<i8"
+
+struct Array {
+    ElementType type = ElementType::f32;
+    std::vector<std::int64_t> shape;
+    std::vector<std::byte> data;  // count() · element_size(type) bytes, C order
+
+    std::int64_t count() const;
+    template <class T>
+    const T* as() const { return reinterpret_cast<const T*>(data.data()); }
+};
+
+// Parses a whole file's bytes; `name` (the path or flag) starts every error message.
+// Throws vkattn::InvalidArgument(name, ...).
+Array parse(std::span<const std::byte> bytes, const std::string& name);
+Array read(const std::filesystem::path& path);
+
+// Writes `count(shape)` elements from `data`, as format 1.0.
+void write(const std::filesystem::path& path, ElementType type, const std::vector<std::int64_t>& shape,
+           const void* data);
+
+}  // namespace vkattn::npy

@@ -1,0 +1,106 @@
+// vk-attn check: a self-test for the user's own device. Every implementation the device can run,
+// in every dtype it supports, over a compact matrix of awkward shapes, masks and kernel variants,
+// against the CPU reference; a pass/fail table, and exit status 1 on any failure.
+#include <iostream>
+
+#include "commands.hpp"
+#include "output_table.hpp"
+#include "vkattn/vkattn.hpp"
+#include "vkattn/selfcheck/attention_case.hpp"
+
+namespace vkattn::tool {
+namespace {
+
+using selfcheck::Case;
+
+struct Named {
+    std::string name;
+    Case c;
+};
+
+std::vector<Named> check_matrix() {
+    std::vector<Named> out;
+    auto add = [&](std::string name, auto&& edit) {
+        Case c;
+        edit(c);
+        out.push_back({std::move(name), c});
+    };
+    add("single query and key", [](Case& c) { c.Nq = c.Nkv = 1; c.Dk = c.Dv = 1; });
+    add("cross-attention Dk != Dv", [](Case& c) { c.B = 2; c.Hq = c.Hkv = 3; c.Nq = 7; c.Nkv = 65; c.Dk = 24; c.Dv = 28; });
+    add("GQA 12/2, bnhd layout", [](Case& c) { c.B = 2; c.Hq = 12; c.Hkv = 2; c.Nq = 26; c.Nkv = 61; c.Dk = c.Dv = 8; c.layout = Layout::bnhd; });
+    add("MQA, causal top-left", [](Case& c) { c.Hq = 8; c.Hkv = 1; c.Nq = c.Nkv = 65; c.Dk = c.Dv = 64; c.causal = Causal::top_left; });
+    add("KV cache: bottom-right + key lengths", [](Case& c) { c.B = 3; c.Hq = c.Hkv = 2; c.Nq = 5; c.Nkv = 113; c.Dk = c.Dv = 80; c.causal = Causal::bottom_right; c.kv_lengths = true; });
+    add("bool + float masks, broadcast", [](Case& c) {
+        c.B = 2; c.Hq = 4; c.Hkv = 2; c.Nq = 13; c.Nkv = 7; c.Dk = c.Dv = 28;
+        c.bool_mask_shape = std::vector<std::int64_t>{2, 1, 13, 7};
+        c.float_mask_shape = std::vector<std::int64_t>{7};
+    });
+    add("scores ~1e4", [](Case& c) { c.Hq = c.Hkv = 2; c.Nq = 33; c.Nkv = 47; c.Dk = c.Dv = 16; c.amplitude = 100; c.scale = 1.0; });
+    add("head dim 256", [](Case& c) { c.Nq = c.Nkv = 64; c.Dk = c.Dv = 256; });
+    return out;
+}
+
+struct Variant {
+    std::string name;
+    VariantOverrides overrides;
+};
+
+int check(const std::string& device) {
+    ContextOptions options;
+    options.device = device;
+    options.poison_outputs = true;
+    Context context(options);
+    std::cerr << "checking " << context.device().name << " (" << context.device().type << ")\n";
+    std::vector<DType> dtypes{DType::f32};
+    if (context.device().fp16_storage) dtypes.push_back(DType::f16);
+    const std::vector<Variant> variants{{"tuned", {}},
+                                        {"scalar loads", {.texel_loads = false}},
+                                        {"shared tiles", {.shared_tiles = true}},
+                                        {"registers", {.shared_tiles = false}},
+                                        {"no subgroups", {.subgroup_ops = false}}};
+    Printer printer(std::cout, Format::table);
+    int failures = 0, total = 0;
+    unsigned seed = 1;
+    for (const Impl impl : {Impl::unfused})
+        for (const DType dtype : dtypes)
+            for (const auto& variant : variants)
+                for (const auto& [name, base] : check_matrix()) {
+                    Case c = base;
+                    c.impl = impl;
+                    c.dtype = dtype;
+                    c.variant = variant.overrides;
+                    Row r;
+                    r.add("impl", to_string(impl));
+                    r.add("dtype", to_string(dtype));
+                    r.add("variant", variant.name);
+                    r.add("case", name);
+                    std::string result = "pass";
+                    try {
+                        const auto outcome = selfcheck::run_case(context, c, seed++);
+                        if (!outcome.ok) {
+                            result = "FAIL";
+                            std::cerr << outcome.message;
+                        }
+                    } catch (const Error& e) {
+                        result = "FAIL";
+                        std::cerr << c.describe(seed - 1) << ": " << e.what() << '\n';
+                    }
+                    failures += result != "pass";
+                    ++total;
+                    r.add("result", result);
+                    printer.print(r);
+                }
+    printer.finish();
+    std::cout << total - failures << " passed, " << failures << " failed\n";
+    return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Action add_check(CLI::App& app) {
+    auto device = std::make_shared<std::string>();
+    app.add_option("--device", *device, "Device index or name substring");
+    return [device] { return check(*device); };
+}
+
+}  // namespace vkattn::tool
