@@ -39,9 +39,9 @@ void merge(inout float m, inout float l, float m2, float l2) {
     m = mm;
 }
 
-float logit(uint b, uint h, uint i, uint j, uint row) {
-    if (!key_visible(b, h, i, j)) return NEG_INF;
-    return scores[row + j] + additive(b, h, i, j);
+float logit(RowMask mask, uint j, uint row) {
+    if (!key_visible(mask, j)) return NEG_INF;
+    return scores[row + j] + additive(mask, j);
 }
 
 void main() {
@@ -51,11 +51,12 @@ void main() {
     const uint i = P.chunk.y + gl_WorkGroupID.x;
     const uint Nkv = P.shape1.w;
     const uint row = tensor_index(P.ta, b, h, i);
+    const RowMask mask = row_mask(b, h, i);
 
     float m = NEG_INF, l = 0.0;
     for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
         for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
-            const float x = logit(b, h, i, j, row);
+            const float x = logit(mask, j, row);
             if (x == NEG_INF) continue;
             if (x > m) {
                 l = l * exp(m - x) + 1.0;  // exp(−∞) = 0 covers the first visible key
@@ -96,7 +97,7 @@ void main() {
     const float inv_l = m == NEG_INF ? 0.0 : 1.0 / l;
     for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
         for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
-            const float x = logit(b, h, i, j, row);
+            const float x = logit(mask, j, row);
             scores[row + j] = x == NEG_INF ? 0.0 : exp(x - m) * inv_l;
         }
     if (tid == 0u) lse[tensor_index(P.tb, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(l);

@@ -137,7 +137,7 @@ Params base_params(const Problem& p, const Chunk& c) {
 
 AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
                             const AttentionOutputs& out, const UnfusedConfig& config, UnfusedStages stages) {
-    if (stages == UnfusedStages::scores_only && !p.want_weights)
+    if (stages != UnfusedStages::all && !p.want_weights)
         throw Error("internal: stopping after the scores needs the weights output to hold them.");
     const std::uint64_t eb = size_of(p.dtype);
     const auto span_bytes = [&](std::int64_t span) {
@@ -211,6 +211,7 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
         stage2.groups = {u32(c.rows), u32(c.units), 1};
         recorder.record(cmd, stage2);
         stream.barrier();
+        if (stages == UnfusedStages::through_softmax) continue;
 
         Dispatch stage3{.kernel = &output_kernel, .params = base_params(p, c)};
         stage3.params.shape1 = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), u32(p.Nkv)};

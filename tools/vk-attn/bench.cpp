@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "output_table.hpp"
+#include "plot.hpp"
 #include "vkattn/vkattn.hpp"
 
 namespace vkattn::tool {
@@ -25,6 +26,7 @@ struct BenchOptions {
     bool gemm = false;
     std::int64_t gemm_size = 2048;
     bool json = false, csv = false;
+    std::string plot;
 };
 
 // "256,1024,4096" or "256:4096:x2" (geometric) or "64:256:+64" (arithmetic).
@@ -119,12 +121,15 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                                       o.dim_v ? o.dim_v : D});
     const bool tty = isatty(STDERR_FILENO);
     bool all_ok = true;
+    std::vector<Row> plotted;
     std::mt19937 rng(42);
     for (std::size_t index = 0; index < points.size(); ++index) {
         const Point& p = points[index];
-        if (tty && points.size() > 1)
-            std::cerr << "\r[" << index + 1 << "/" << points.size() << "] B=" << p.B << " H=" << p.Hq << " N=" << p.Nq
-                      << " D=" << p.Dk << "        " << std::flush;
+        if (tty && points.size() > 1) {  // a progress bar on a terminal; nothing in pipes and logs
+            const std::size_t width = 24, done = width * index / points.size();
+            std::cerr << "\r[" << std::string(done, '#') << std::string(width - done, ' ') << "] " << index + 1 << "/"
+                      << points.size() << "  B=" << p.B << " H=" << p.Hq << " N=" << p.Nq << " D=" << p.Dk << "   " << std::flush;
+        }
         auto fill = [&](std::array<std::int64_t, 4> shape, std::vector<float>& f32, std::vector<std::uint16_t>& f16) {
             std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
             const auto n = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]);
@@ -201,9 +206,11 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         }
         r.add("variant", report.variant);
         printer.print(r);
+        plotted.push_back(r);
     }
     if (tty && points.size() > 1) std::cerr << '\n';
     printer.finish();
+    if (!o.plot.empty()) plot_gflops(plotted, o.plot, ceiling);
     return all_ok ? 0 : 1;
 }
 
@@ -230,6 +237,7 @@ Action add_bench(CLI::App& app) {
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
     app.add_flag("--gemm", o->gemm, "Also measure the GEMM ceiling (the engine's tiled matrix shader)");
     app.add_option("--gemm-size", o->gemm_size, "Size of the square GEMM")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--plot", o->plot, "Draw GFLOP/s against sequence length to this PNG (needs python3-matplotlib)");
     auto* json = app.add_flag("--json", o->json, "One JSON object per point on stdout");
     app.add_flag("--csv", o->csv, "CSV on stdout")->excludes(json);
     return [o, sweeps] { return run_bench(*o, *sweeps); };
