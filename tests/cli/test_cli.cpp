@@ -206,6 +206,17 @@ TEST_CASE("cli bench --json: one object per point with the documented keys", "[c
     for (const char* key : {"m", "n", "k", "median_ms", "gflops"}) CHECK(first.contains(key));
 }
 
+TEST_CASE("cli bench --plot: draws a PNG", "[cli]") {
+    Workdir dir;
+    const Result r = vk_attn("bench --seq 16,32 --dim 8 --repeat 1 --warmup 0 --plot " + dir / "g.png");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    std::ifstream png(dir / "g.png", std::ios::binary);
+    char magic[4] = {};
+    png.read(magic, 4);
+    CHECK(std::string(magic + 1, 3) == "PNG");
+}
+
 TEST_CASE("cli check: passes on this device", "[cli]") {
     const Result r = vk_attn("check");
     INFO(r.out << r.err);
