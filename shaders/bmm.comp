@@ -74,7 +74,7 @@ shared vec4 tile_a[1u + SHARED_TILES * (BM * KS4 - 1u)];
 shared vec4 tile_b[1u + SHARED_TILES * (BN * KS4 - 1u)];
 
 void main() {
-    const uint M = P.shape1.x, N = P.shape1.y, K = P.shape1.z;
+    const uint M = P.gemm.x, N = P.gemm.y, K = P.gemm.z;
     const uint K4 = (K + 3u) / 4u;
     const uint tid = gl_LocalInvocationID.x;
     const uint tx = tid % WG_N, ty = tid / WG_N;

@@ -49,7 +49,7 @@ void main() {
     const uint unit = P.chunk.x + gl_WorkGroupID.y;
     const uint b = unit / P.shape0.y, h = unit % P.shape0.y;
     const uint i = P.chunk.y + gl_WorkGroupID.x;
-    const uint Nkv = P.shape1.w;
+    const uint Nkv = P.attn.y;
     const uint row = tensor_index(P.ta, b, h, i);
     const RowMask mask = row_mask(b, h, i);
 
@@ -100,5 +100,5 @@ void main() {
             const float x = logit(mask, j, row);
             scores[row + j] = x == NEG_INF ? 0.0 : exp(x - m) * inv_l;
         }
-    if (tid == 0u) lse[tensor_index(P.tb, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(l);
+    if (tid == 0u) lse[tensor_index(P.tlse, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(l);
 }

@@ -1,4 +1,7 @@
 // vkattn::attention: validate, choose the path and its variants, run.
+#include <thread>
+
+#include "attention/fused.hpp"
 #include "attention/problem.hpp"
 #include "attention/tuning.hpp"
 #include "attention/unfused.hpp"
@@ -17,17 +20,39 @@ AttentionReport attention(Context& context, const AttentionInputs& inputs, const
     if (problem.dtype == DType::f16 && !caps.fp16_storage)
         throw InvalidArgument("dtype", "the device " + caps.name +
                                            " does not support 16-bit storage buffers; use f32.");
+    std::string why_not_fused;
+    const auto fused = detail::choose_fused(caps, problem, inputs.q.strides, inputs.k.strides, inputs.v.strides,
+                                            options.variant, &why_not_fused);
+    const unsigned threads = std::thread::hardware_concurrency();
+    auto unfused = [&] {
+        const auto config = detail::choose_unfused(caps, problem, inputs.q.strides, inputs.k.strides,
+                                                   inputs.v.strides, options.variant);
+        return detail::run_unfused(runtime, problem, inputs, outputs, config);
+    };
     switch (options.impl) {
         case Impl::automatic:
-        case Impl::unfused: {
-            const auto config = detail::choose_unfused(caps, problem, inputs.q.strides, inputs.k.strides,
-                                                       inputs.v.strides, options.variant);
-            return detail::run_unfused(runtime, problem, inputs, outputs, config);
-        }
+            // The weights exist only in the three-stage path; the fused kernels need subgroups and
+            // head dimensions up to 512. Otherwise fused, or split-KV when the rows alone cannot
+            // fill the device (decoding: few queries, long keys). The report says which ran.
+            if (problem.want_weights || !fused) return unfused();
+            return detail::run_fused(runtime, problem, inputs, outputs, *fused,
+                                     detail::prefer_split(caps, problem, *fused, threads)
+                                         ? detail::choose_splits(caps, problem, *fused, threads)
+                                         : 0);
+        case Impl::unfused:
+            return unfused();
         case Impl::fused:
         case Impl::split:
-            throw InvalidArgument("impl", "the " + to_string(options.impl) +
-                                              " path is not available in this version; use auto or unfused.");
+            if (problem.want_weights)
+                throw InvalidArgument("impl", "the attention weights exist only in the three-stage path; use auto or "
+                                              "unfused to get them.");
+            if (!fused)
+                throw InvalidArgument("impl", "the " + to_string(options.impl) + " path cannot run here: " +
+                                                  why_not_fused + ".");
+            if (options.impl == Impl::fused) return detail::run_fused(runtime, problem, inputs, outputs, *fused, 0);
+            return detail::run_fused(runtime, problem, inputs, outputs, *fused,
+                                     options.splits ? options.splits
+                                                    : std::max(2u, detail::choose_splits(caps, problem, *fused, threads)));
     }
     throw InvalidArgument("impl", "unknown implementation.");
 }

@@ -50,7 +50,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
 
     detail::Dispatch d{.kernel = &kernel};
     d.params.shape0 = {1, 1, 1, 1};
-    d.params.shape1 = {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k), 0};
+    d.params.gemm = {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k), 0};
     d.params.chunk = {0, 0, static_cast<std::uint32_t>(m), 1};
     d.params.scalars = {1.0f, 0, 0, 0};
     d.params.ta.stride = {0, 0, static_cast<std::uint32_t>(k), 1};

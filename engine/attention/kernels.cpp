@@ -44,4 +44,35 @@ const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& c) {
     return runtime.kernels().get(key);
 }
 
+const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dtype, bool split) {
+    // flash.comp's constant_ids.
+    enum FlashConstant : std::uint32_t { kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups };
+    const bool out16 = dtype == DType::f16 && !split;  // split partials are fp32
+    std::string shader;
+    if (c.texel) shader = out16 ? "flash_texel_o16" : "flash_texel_o32";
+    else if (dtype == DType::f32) shader = "flash_ssbo_in32_o32";
+    else shader = out16 ? "flash_ssbo_in16_o16" : "flash_ssbo_in16_o32";
+    const vk::KernelKey key{
+        .shader = shader,
+        .constants = {
+            {.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
+            {.id = kSubgroup, .value = c.subgroup},
+            {.id = kRows, .value = c.rows},
+            {.id = kKeysPerLane, .value = c.keys_per_lane},
+            {.id = kDv4, .value = c.dv4},
+            {.id = kSplit, .value = split ? 1u : 0u},
+            {.id = kSubgroups, .value = c.subgroups},
+        },
+        .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+    return runtime.kernels().get(key);
+}
+
+const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
+    const vk::KernelKey key{
+        .shader = dtype == DType::f32 ? "combine_o32" : "combine_o16",
+        .constants = {{.id = 0, .value = 64}},  // WG, also the local size: columns of one row
+    };
+    return runtime.kernels().get(key);
+}
+
 }  // namespace vkattn::detail

@@ -13,5 +13,8 @@ class Runtime;
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, bool b_transposed, DType a, DType b,
                              DType c);
 const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
+// flash.comp; `split` writes fp32 partials for combine.comp.
+const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, DType dtype, bool split);
+const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 
 }  // namespace vkattn::detail

@@ -15,20 +15,27 @@ struct TensorDesc {
 
 struct Params {
     std::array<std::uint32_t, 4> shape0{};  // B, Hq, Hkv, group
-    std::array<std::uint32_t, 4> shape1{};  // M (Nq), N, K, Nkv
+    std::array<std::uint32_t, 4> attn{};    // Nq, Nkv, Dk, Dv
+    std::array<std::uint32_t, 4> gemm{};    // M, N, K (bmm)
     std::array<std::uint32_t, 4> chunk{};   // first unit, first row, rows, units
     std::array<float, 4> scalars{};         // alpha
     std::array<std::uint32_t, 4> masking{}; // causal, has key lengths, has bool mask, has float mask
-    TensorDesc ta, tb, tc, tbool, tfloat;
+    std::array<std::uint32_t, 4> split{};   // splits, keys per split, O elements per split, lse per split
+    std::array<std::uint32_t, 4> columns{}; // flash: first output column of this pass
+    TensorDesc ta, tb, tc, to, tlse, tbool, tfloat;
 };
 
 static_assert(sizeof(TensorDesc) == 32);
-static_assert(offsetof(Params, shape1) == 16);
-static_assert(offsetof(Params, chunk) == 32);
-static_assert(offsetof(Params, scalars) == 48);
-static_assert(offsetof(Params, masking) == 64);
-static_assert(offsetof(Params, ta) == 80);
-static_assert(offsetof(Params, tfloat) == 208);
-static_assert(sizeof(Params) == 240);
+static_assert(offsetof(Params, attn) == 16);
+static_assert(offsetof(Params, gemm) == 32);
+static_assert(offsetof(Params, chunk) == 48);
+static_assert(offsetof(Params, scalars) == 64);
+static_assert(offsetof(Params, masking) == 80);
+static_assert(offsetof(Params, split) == 96);
+static_assert(offsetof(Params, columns) == 112);
+static_assert(offsetof(Params, ta) == 128);
+static_assert(offsetof(Params, tlse) == 256);
+static_assert(offsetof(Params, tfloat) == 320);
+static_assert(sizeof(Params) == 352);
 
 }  // namespace vkattn::detail

@@ -1,5 +1,7 @@
 #include "attention/tuning.hpp"
 
+#include <algorithm>
+
 namespace vkattn::detail {
 namespace {
 
@@ -80,6 +82,71 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
     c.softmax.workgroup = 64;
     while (c.softmax.workgroup > caps.max_workgroup_invocations) c.softmax.workgroup /= 2;
     return c;
+}
+
+std::string FusedConfig::describe() const {
+    return std::string("fused[") + (texel ? "texel" : "ssbo") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
+           "x" + std::to_string(subgroups) + " rows" + std::to_string(rows) + " keys" + std::to_string(key_block()) +
+           " dv4=" + std::to_string(dv4) + (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") + "]";
+}
+
+std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Problem& p,
+                                        const std::array<std::int64_t, 4>& q_strides,
+                                        const std::array<std::int64_t, 4>& k_strides,
+                                        const std::array<std::int64_t, 4>& v_strides,
+                                        const VariantOverrides& overrides, std::string* why) {
+    auto refuse = [&](const std::string& reason) -> std::optional<FusedConfig> {
+        if (why) *why = reason;
+        return std::nullopt;
+    };
+    if (!caps.subgroup_arithmetic || !caps.subgroup_shuffle)
+        return refuse("the device lacks subgroup arithmetic or shuffle operations in compute shaders");
+    if (overrides.subgroup_ops == false) return refuse("subgroup operations were disabled, and the fused kernel needs them");
+    if (p.Dk > 512 || p.Dv > 512) return refuse("head dimensions above 512 are not supported by the fused kernel");
+    FusedConfig c;
+    // The layout is built for one subgroup size. Prefer 8..32 lanes where the device can be told;
+    // otherwise use the size it reports (and the shader checks it at run time).
+    c.subgroup = caps.subgroup_size;
+    if (caps.subgroup_size_control) {
+        c.subgroup = std::clamp<std::uint32_t>(32, caps.min_subgroup_size, caps.max_subgroup_size);
+        if (caps.kind == vk::DeviceKind::cpu) c.subgroup = std::clamp<std::uint32_t>(8, caps.min_subgroup_size, caps.max_subgroup_size);
+        c.require_subgroup = true;
+    }
+    if (c.subgroup == 0 || c.subgroup > 128 || (c.subgroup & (c.subgroup - 1)) != 0)
+        return refuse("the subgroup size " + std::to_string(c.subgroup) + " is not a power of two up to 128");
+    // 64-key blocks and 64-invocation workgroups (LAVAPIPE.md: 8 subgroups × 8 rows × 8 keys per
+    // lane reached the GEMM ceiling; on GPUs 64 keys per block keep the shuffles few).
+    c.keys_per_lane = std::max<std::uint32_t>(1, 64 / c.subgroup);
+    c.subgroups = std::max<std::uint32_t>(1, 64 / c.subgroup);
+    while (c.subgroups * c.subgroup > caps.max_workgroup_invocations && c.subgroups > 1) c.subgroups /= 2;
+    // Registers: R rows × dv4 vec4 accumulators + R × KL scores per lane. At most 4 vec4 slots per
+    // pass: 16 slots (Dv = 512 at 8 lanes) made LLVM spend minutes compiling the unrolled P·V; wider
+    // heads take several column passes, each recomputing the scores (Dv ≤ 128 at 8 lanes: one).
+    const auto slots = static_cast<std::uint32_t>((p.Dv + 4 * c.subgroup - 1) / (4 * c.subgroup));
+    c.dv4 = std::min<std::uint32_t>(slots, 4);
+    c.column_passes = (slots + c.dv4 - 1) / c.dv4;
+    c.rows = std::clamp<std::uint32_t>(32 / c.dv4, 1, 8);
+    const bool texel_ok = (p.dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f) &&
+                          texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) &&
+                          texel_aligned(v_strides, p.Dv);
+    c.texel = overrides.texel_loads.value_or(true) && texel_ok;
+    return c;
+}
+
+std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const FusedConfig& c, unsigned host_threads) {
+    // Fill the device: ≥ 8 workgroups per CPU thread on CPU devices (lavapipe runs one workgroup per
+    // thread at a time; more even out the ends), ≥ 256 on GPUs.
+    const std::int64_t target = caps.kind == vk::DeviceKind::cpu ? 8 * std::max(1u, host_threads) : 256;
+    const std::int64_t rows = p.group * p.Nq;
+    const std::int64_t blocks = p.B * p.Hkv * ((rows + c.rows_per_workgroup() - 1) / c.rows_per_workgroup());
+    const std::int64_t key_blocks = (p.Nkv + c.key_block() - 1) / c.key_block();
+    // At least 4 key blocks per split, so the combine step stays small next to the work.
+    const std::int64_t most = std::max<std::int64_t>(1, key_blocks / 4);
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>((target + blocks - 1) / blocks, 1, std::min<std::int64_t>(most, 1024)));
+}
+
+bool prefer_split(const vk::DeviceCaps& caps, const Problem& p, const FusedConfig& c, unsigned host_threads) {
+    return choose_splits(caps, p, c, host_threads) >= 2;
 }
 
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "attention/problem.hpp"
@@ -33,6 +34,37 @@ struct UnfusedConfig {
     BmmConfig output;  // stage 3: O = P·V
     std::string describe() const;
 };
+
+struct FusedConfig {
+    bool texel = false;              // Q/K/V through texel views (needs 4-aligned rows)
+    std::uint32_t subgroup = 8;      // SG: lanes per subgroup, required of the pipeline where possible
+    bool require_subgroup = false;   // the device can require SG (subgroup size control)
+    std::uint32_t subgroups = 8;     // NSG: subgroups per workgroup
+    std::uint32_t rows = 8;          // R: query rows per subgroup
+    std::uint32_t keys_per_lane = 8; // KL: a key block is SG·KL keys
+    std::uint32_t dv4 = 2;           // output vec4 slots per lane per pass (at most 4)
+    std::uint32_t column_passes = 1; // passes over the output columns: ceil(Dv / (4·SG·dv4))
+    std::uint32_t columns_per_pass() const { return 4 * subgroup * dv4; }
+    std::uint32_t key_block() const { return subgroup * keys_per_lane; }
+    std::uint32_t rows_per_workgroup() const { return subgroups * rows; }
+    std::string describe() const;
+};
+
+// The fused kernel's configuration, or the reason it cannot run on this device / shape (empty
+// optional, reason in *why).
+std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Problem& problem,
+                                        const std::array<std::int64_t, 4>& q_strides,
+                                        const std::array<std::int64_t, 4>& k_strides,
+                                        const std::array<std::int64_t, 4>& v_strides,
+                                        const VariantOverrides& overrides, std::string* why);
+
+// How many key slices split-KV decoding should use so that the device is filled.
+std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, const FusedConfig& config,
+                            unsigned host_threads);
+
+// Whether the split path suits the shape better than one workgroup per row block (decode: few rows,
+// long keys).
+bool prefer_split(const vk::DeviceCaps& caps, const Problem& problem, const FusedConfig& config, unsigned host_threads);
 
 // Whether rows of `view` can be read as vec4 texels: feature stride 1 and every other stride a
 // multiple of 4 elements (so every row starts on a texel).

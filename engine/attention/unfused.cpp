@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "attention/dispatch.hpp"
+#include "attention/io.hpp"
 #include "attention/kernels.hpp"
 #include "attention/slicing.hpp"
 #include "attention/transfers.hpp"
@@ -14,9 +15,6 @@
 
 namespace vkattn::detail {
 namespace {
-
-constexpr std::uint32_t kNanF32 = 0x7fc00000u;
-constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 std::uint32_t ceil_div(std::int64_t a, std::int64_t b) { return u32((a + b - 1) / b); }
@@ -34,7 +32,7 @@ public:
         : p_(p), in_(in), out_(out), config_(config), caps_(runtime.device().caps()),
           bytes_q_(bytes_q), bytes_k_(bytes_k), bytes_v_(bytes_v), bytes_o_(bytes_o) {
         limit_ = runtime.max_binding_bytes();
-        align_ = std::max<std::uint64_t>({caps_.min_storage_offset_alignment, caps_.min_texel_offset_alignment, 16});
+        align_ = binding_alignment(caps_);
     }
 
     ChunkSlices slices(const Chunk& c, std::uint64_t scratch_bytes) const {
@@ -58,11 +56,9 @@ public:
             s.scores.desc.stride = {u32(p_.Hq * c.rows * p_.Nkv), u32(c.rows * p_.Nkv), u32(p_.Nkv), 1};
             s.scores.desc.origin = {u32(c.u0 / p_.Hq), u32(c.u0 % p_.Hq), u32(c.r0), 0};
         }
-        if (p_.bool_mask.present())
-            s.bool_mask = slice_of(p_.bool_mask.strides, p_.Nkv, qb, 1, align_, u64(p_.bool_mask.elements + 32));
-        if (p_.float_mask.present())
-            s.float_mask = slice_of(p_.float_mask.strides, p_.Nkv, qb, 4, align_,
-                                    u64(p_.float_mask.elements * 4 + 32));
+        const MaskSlices masks = mask_slices(p_, qb, align_);
+        s.bool_mask = masks.bool_mask;
+        s.float_mask = masks.float_mask;
         return s;
     }
 
@@ -128,6 +124,7 @@ Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice
 Params base_params(const Problem& p, const Chunk& c) {
     Params params;
     params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
+    params.attn = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Dv)};
     params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
     params.scalars = {1.0f, 0.0f, 0.0f, 0.0f};
     return params;
@@ -139,29 +136,12 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
                             const AttentionOutputs& out, const UnfusedConfig& config, UnfusedStages stages) {
     if (stages != UnfusedStages::all && !p.want_weights)
         throw Error("internal: stopping after the scores needs the weights output to hold them.");
-    const std::uint64_t eb = size_of(p.dtype);
-    const auto span_bytes = [&](std::int64_t span) {
-        return static_cast<std::uint64_t>(checked_mul(span, static_cast<std::int64_t>(eb), "tensor size"));
-    };
-    const std::uint64_t bytes_q = span_bytes(in.q.span()), bytes_k = span_bytes(in.k.span()),
-                        bytes_v = span_bytes(in.v.span()), bytes_o = span_bytes(out.o.span());
-    Planner planner(runtime, p, in, out, config, bytes_q + 32, bytes_k + 32, bytes_v + 32, bytes_o + 32);
+    const TensorBytes bytes = tensor_bytes(p, in, out);
+    Planner planner(runtime, p, in, out, config, bytes.q + 32, bytes.k + 32, bytes.v + 32, bytes.o + 32);
     const std::vector<Chunk> chunks = planner.plan();  // before any allocation: refuse early
 
     Transfers t(runtime);
-    const vk::Buffer& q = t.input(in.q.data, bytes_q, "q");
-    const vk::Buffer& k = t.input(in.k.data, bytes_k, "k");
-    const vk::Buffer& v = t.input(in.v.data, bytes_v, "v");
-    const vk::Buffer& o = t.output(bytes_o, p.dtype == DType::f32 ? kNanF32 : kNanF16Pair, "o");
-    const std::uint64_t lse_bytes = static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4;
-    const vk::Buffer& lse = p.want_lse ? t.output(lse_bytes, kNanF32, "lse") : t.scratch(lse_bytes, "lse");
-    const vk::Buffer& lengths = t.input(p.kv_len.data(), p.kv_len.size() * 4, "kv_lengths");
-    const vk::Buffer& bool_mask = p.bool_mask.present()
-        ? t.input(p.bool_mask.data, static_cast<std::uint64_t>(p.bool_mask.elements), "bool_mask")
-        : t.scratch(16, "an unused mask binding");
-    const vk::Buffer& float_mask = p.float_mask.present()
-        ? t.input(p.float_mask.data, static_cast<std::uint64_t>(p.float_mask.elements) * 4, "float_mask")
-        : t.scratch(16, "an unused mask binding");
+    const DeviceTensors d = upload_tensors(t, p, in, out);
     std::uint64_t scratch_bytes = 16;
     for (const auto& c : chunks)
         scratch_bytes = std::max<std::uint64_t>(scratch_bytes, static_cast<std::uint64_t>(c.units * c.rows * p.Nkv) * 4);
@@ -183,12 +163,12 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
         const ChunkSlices s = planner.slices(c, scores.size());
 
         Dispatch stage1{.kernel = &scores_kernel, .params = base_params(p, c)};
-        stage1.params.shape1 = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Nkv)};
+        stage1.params.gemm = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), 0};
         stage1.params.scalars[0] = static_cast<float>(p.scale);
         stage1.params.ta = s.q.desc;
         stage1.params.tb = s.k.desc;
         stage1.params.tc = s.scores.desc;
-        stage1.bindings = {bind(1, q, s.q, p.dtype), bind(2, k, s.k, p.dtype), bind(3, scores, s.scores)};
+        stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, scores, s.scores)};
         stage1.groups = {ceil_div(p.Nkv, config.scores.block_cols()), ceil_div(c.rows, config.scores.block_rows()),
                          u32(c.units)};
         recorder.record(cmd, stage1);
@@ -196,29 +176,25 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
         if (stages == UnfusedStages::scores_only) continue;
 
         Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
-        stage2.params.shape1 = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Nkv)};
         stage2.params.masking = {static_cast<std::uint32_t>(p.causal), p.has_kv_lengths ? 1u : 0u,
                                  p.bool_mask.present() ? 1u : 0u, p.float_mask.present() ? 1u : 0u};
         stage2.params.ta = s.scores.desc;
-        stage2.params.tb = s.lse.desc;
+        stage2.params.tlse = s.lse.desc;
         stage2.params.tbool = s.bool_mask.desc;
         stage2.params.tfloat = s.float_mask.desc;
-        const Slice whole_lengths{0, static_cast<std::uint64_t>(p.B) * 4, {}};
-        const Slice dummy{0, 16, {}};
-        stage2.bindings = {bind(1, scores, s.scores), bind(2, lse, s.lse), bind(3, lengths, whole_lengths),
-                           bind(4, bool_mask, p.bool_mask.present() ? s.bool_mask : dummy),
-                           bind(5, float_mask, p.float_mask.present() ? s.float_mask : dummy)};
+        stage2.bindings = {bind(1, scores, s.scores), bind(2, *d.lse, s.lse), bind(3, *d.lengths, whole(p.kv_len.size() * 4)),
+                           bind(4, *d.bool_mask, s.bool_mask), bind(5, *d.float_mask, s.float_mask)};
         stage2.groups = {u32(c.rows), u32(c.units), 1};
         recorder.record(cmd, stage2);
         stream.barrier();
         if (stages == UnfusedStages::through_softmax) continue;
 
         Dispatch stage3{.kernel = &output_kernel, .params = base_params(p, c)};
-        stage3.params.shape1 = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), u32(p.Nkv)};
+        stage3.params.gemm = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), 0};
         stage3.params.ta = s.scores.desc;
         stage3.params.tb = s.v.desc;
         stage3.params.tc = s.o.desc;
-        stage3.bindings = {bind(1, scores, s.scores, DType::f32), bind(2, v, s.v, p.dtype), bind(3, o, s.o)};
+        stage3.bindings = {bind(1, scores, s.scores, DType::f32), bind(2, *d.v, s.v, p.dtype), bind(3, *d.o, s.o)};
         stage3.groups = {ceil_div(p.Dv, config.output.block_cols()), ceil_div(c.rows, config.output.block_rows()),
                          u32(c.units)};
         recorder.record(cmd, stage3);
@@ -228,17 +204,8 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
     t.record_downloads(cmd);
     stream.submit_and_wait(runtime.options().fence_timeout);
 
-    // Results: O row by row through its strides (the view may have gaps we must not touch).
-    const char* o_bytes = static_cast<const char*>(t.result(o));
-    char* o_host = static_cast<char*>(out.o.data);
-    for (std::int64_t b = 0; b < p.B; ++b)
-        for (std::int64_t h = 0; h < p.Hq; ++h)
-            for (std::int64_t n = 0; n < p.Nq; ++n) {
-                const auto off = static_cast<std::size_t>(out.o.offset(b, h, n, 0)) * eb;
-                std::memcpy(o_host + off, o_bytes + off, static_cast<std::size_t>(p.Dv) * eb);
-            }
+    copy_results(t, d, p, out);
     if (p.want_weights) std::memcpy(out.weights, t.result(scores), planner.weights_bytes());
-    if (p.want_lse) std::memcpy(out.lse, t.result(lse), lse_bytes);
 
     AttentionReport report;
     report.path = Impl::unfused;

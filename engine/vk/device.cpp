@@ -64,6 +64,36 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
     want12.shaderFloat16 = have12.shaderFloat16;
     want12.shaderInt8 = have12.shaderInt8;
     want12.hostQueryReset = have12.hostQueryReset;
+
+    // Subgroup size control lets the fused kernel require the subgroup size its layout is built for.
+    std::uint32_t ext_count = 0;
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, nullptr);
+    std::vector<VkExtensionProperties> exts(ext_count);
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, exts.data());
+    auto has_extension = [&](const char* name) {
+        for (const auto& e : exts)
+            if (std::strcmp(e.extensionName, name) == 0) return true;
+        return false;
+    };
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT have_size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size_props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    const bool size_ext = has_extension(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    if (size_ext) {
+        VkPhysicalDeviceFeatures2 f{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+        f.pNext = &have_size;
+        vkGetPhysicalDeviceFeatures2(physical, &f);
+        VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        p2.pNext = &size_props;
+        vkGetPhysicalDeviceProperties2(physical, &p2);
+    }
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT want_size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    const bool size_control = size_ext && have_size.subgroupSizeControl && have_size.computeFullSubgroups &&
+                              (size_props.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
+    if (size_control) {
+        want_size.subgroupSizeControl = VK_TRUE;
+        want_size.computeFullSubgroups = VK_TRUE;
+        want12.pNext = &want_size;
+    }
     VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     want.pNext = &want11;
     want.features.shaderInt64 = have.features.shaderInt64;
@@ -75,13 +105,9 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
     queue_info.pQueuePriorities = &priority;
 
     std::vector<const char*> extensions;
-    std::uint32_t ext_count = 0;
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, nullptr);
-    std::vector<VkExtensionProperties> exts(ext_count);
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, exts.data());
-    for (const auto& e : exts)  // MoltenVK requires the portability subset be enabled when offered
-        if (std::strcmp(e.extensionName, "VK_KHR_portability_subset") == 0)
-            extensions.push_back("VK_KHR_portability_subset");
+    // MoltenVK requires the portability subset be enabled when offered.
+    if (has_extension("VK_KHR_portability_subset")) extensions.push_back("VK_KHR_portability_subset");
+    if (size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
 
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &want;
@@ -114,6 +140,9 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
         compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     caps_.subgroup_shuffle =
         compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+    caps_.subgroup_size_control = size_control;
+    caps_.min_subgroup_size = size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
+    caps_.max_subgroup_size = size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;
     caps_.max_workgroup_invocations = limits.maxComputeWorkGroupInvocations;
     for (int i = 0; i < 3; ++i) caps_.max_workgroup_count[i] = limits.maxComputeWorkGroupCount[i];

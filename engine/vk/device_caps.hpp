@@ -16,6 +16,10 @@ struct DeviceCaps {
     std::uint32_t subgroup_size = 1;
     bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute shaders
     bool subgroup_shuffle = false;
+    // VK_EXT_subgroup_size_control (core in 1.3): a pipeline may require a subgroup size in
+    // [min_subgroup_size, max_subgroup_size] and full subgroups.
+    bool subgroup_size_control = false;
+    std::uint32_t min_subgroup_size = 1, max_subgroup_size = 1;
     std::uint32_t max_shared_bytes = 16384;
     std::uint32_t max_workgroup_invocations = 128;
     std::uint32_t max_workgroup_count[3] = {65535, 65535, 65535};

@@ -65,6 +65,13 @@ Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key
     info.stage.module = module;
     info.stage.pName = "main";
     info.stage.pSpecializationInfo = &spec;
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT required{
+        VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT};
+    if (key.required_subgroup_size != 0) {
+        required.requiredSubgroupSize = key.required_subgroup_size;
+        info.stage.pNext = &required;
+        info.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT;
+    }
     info.layout = layout;
     VkPipeline pipeline = VK_NULL_HANDLE;
     VKATTN_CHECK(vkCreateComputePipelines(d, cache, 1, &info, nullptr, &pipeline), "building pipeline " + name_);

@@ -33,6 +33,7 @@ struct SpecConstant {
 struct KernelKey {
     std::string shader;
     std::vector<SpecConstant> constants;
+    std::uint32_t required_subgroup_size = 0;  // 0: the driver's choice; else required, full subgroups
     auto operator<=>(const KernelKey&) const = default;
 };
 

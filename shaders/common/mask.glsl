@@ -16,10 +16,10 @@ struct RowMask {
     uint float_stride;
 };
 
-int kv_length(uint b) { return P.masking.y != 0u ? kv_lengths[b] : int(P.shape1.w); }
+int kv_length(uint b) { return P.masking.y != 0u ? kv_lengths[b] : int(P.attn.y); }
 
 // The diagonal's offset: causal keeps key j for query i when j <= i + alignment(b).
-int alignment(uint b) { return P.masking.x == 2u ? kv_length(b) - int(P.shape1.x) : 0; }
+int alignment(uint b) { return P.masking.x == 2u ? kv_length(b) - int(P.attn.x) : 0; }
 
 RowMask row_mask(uint b, uint h, uint i) {
     RowMask m;

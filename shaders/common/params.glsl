@@ -15,14 +15,19 @@ struct TensorDesc {
 
 layout(std140, set = 0, binding = 0) uniform Params {
     uvec4 shape0;    // x = B, y = Hq, z = Hkv, w = group (Hq / Hkv)
-    uvec4 shape1;    // x = M (rows: Nq), y = N (columns), z = K (depth), w = Nkv
+    uvec4 attn;      // x = Nq, y = Nkv, z = Dk, w = Dv: the attention problem (masks, softmax, flash)
+    uvec4 gemm;      // x = M, y = N, z = K: one bmm dispatch's product
     uvec4 chunk;     // x = first unit (b·Hq + h), y = first row, z = rows, w = units
     vec4 scalars;    // x = alpha (the softmax scale in stage 1, 1 elsewhere)
     uvec4 masking;   // x = causal (0 none, 1 top-left, 2 bottom-right), y = has key lengths,
                      // z = has bool mask, w = has float mask
-    TensorDesc ta;   // bmm: A           softmax: S (read, then P written in place)
-    TensorDesc tb;   // bmm: B           softmax: log-sum-exp
-    TensorDesc tc;   // bmm: C
+    uvec4 split;     // x = splits, y = keys per split, z = elements of O per split, w = of lse
+    uvec4 columns;   // flash: x = the first output column of this dispatch (column passes)
+    TensorDesc ta;   // bmm: A    softmax: S (read, then P written in place)    flash: Q
+    TensorDesc tb;   // bmm: B                                                   flash: K
+    TensorDesc tc;   // bmm: C                                                   flash: V
+    TensorDesc to;   // flash, combine: O (or the split partials)
+    TensorDesc tlse; // softmax, flash, combine: the row log-sum-exp
     TensorDesc tbool;   // bool mask, bytes, broadcast strides (0 on broadcast dimensions)
     TensorDesc tfloat;  // float mask, broadcast strides
 } P;

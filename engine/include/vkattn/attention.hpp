@@ -66,6 +66,7 @@ struct AttentionOptions {
     Causal causal = Causal::none;
     Impl impl = Impl::automatic;
     VariantOverrides variant;
+    std::uint32_t splits = 0;  // split-KV: key slices (0 = chosen for the device); with Impl::split
 };
 
 // What ran: the path, the kernel variant and the GPU time of the whole dispatch chain.

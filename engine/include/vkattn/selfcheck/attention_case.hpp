@@ -31,6 +31,7 @@ struct Case {
     float amplitude = 1.0f;  // of q and k: ~1e2 gives scores of ~1e4
     VariantOverrides variant;
     Impl impl = Impl::automatic;
+    std::uint32_t splits = 0;
 
     std::string describe(unsigned seed) const {
         std::ostringstream s;
@@ -45,7 +46,7 @@ struct Case {
         };
         shape("bool_mask", bool_mask_shape);
         shape("float_mask", float_mask_shape);
-        s << " impl=" << to_string(impl) << " amplitude=" << amplitude;
+        s << " impl=" << to_string(impl) << " splits=" << splits << " amplitude=" << amplitude;
         if (variant.texel_loads) s << " texel=" << *variant.texel_loads;
         if (variant.shared_tiles) s << " shared=" << *variant.shared_tiles;
         if (variant.subgroup_ops) s << " subgroup=" << *variant.subgroup_ops;
@@ -100,7 +101,7 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     std::vector<float> lse(c.lse ? rows : 0, std::numeric_limits<float>::quiet_NaN());
     AttentionOutputs out{.o = o.mutable_view(), .weights = c.weights ? weights.data() : nullptr,
                          .lse = c.lse ? lse.data() : nullptr};
-    AttentionOptions options{.scale = c.scale, .causal = c.causal, .impl = c.impl, .variant = c.variant};
+    AttentionOptions options{.scale = c.scale, .causal = c.causal, .impl = c.impl, .variant = c.variant, .splits = c.splits};
 
     CaseResult result;
     result.report = attention(context, in, out, options);

@@ -1,0 +1,247 @@
+#include "attention/fused.hpp"
+
+#include <algorithm>
+
+#include "attention/dispatch.hpp"
+#include "attention/io.hpp"
+#include "attention/kernels.hpp"
+#include "attention/slicing.hpp"
+#include "attention/transfers.hpp"
+#include "runtime.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+namespace {
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+// Chunks here count units as (b, key/value head) and rows as ρ = g·Nq + i over the group's query
+// heads; slicing::Chunk holds the same four numbers.
+Box fused_query_box(const Chunk& c, const Problem& p) {
+    Box box;
+    const std::int64_t last = c.u0 + c.units - 1;
+    box.b0 = c.u0 / p.Hkv;
+    box.b1 = last / p.Hkv;
+    const std::int64_t hk0 = c.u0 % p.Hkv, hk1 = last % p.Hkv;
+    const std::int64_t g0 = c.r0 / p.Nq, g1 = (c.r0 + c.rows - 1) / p.Nq;
+    if (box.b0 != box.b1) {
+        box.h0 = 0;
+        box.h1 = p.Hq - 1;
+    } else {
+        box.h0 = hk0 * p.group + g0;
+        box.h1 = hk1 * p.group + g1;
+    }
+    const bool one_head = c.units == 1 && g0 == g1;
+    box.n0 = one_head ? c.r0 % p.Nq : 0;
+    box.n1 = one_head ? (c.r0 + c.rows - 1) % p.Nq : p.Nq - 1;
+    return box;
+}
+
+Box fused_kv_box(const Chunk& c, const Problem& p) {
+    Box box;
+    const std::int64_t last = c.u0 + c.units - 1;
+    box.b0 = c.u0 / p.Hkv;
+    box.b1 = last / p.Hkv;
+    box.h0 = box.b0 == box.b1 ? c.u0 % p.Hkv : 0;
+    box.h1 = box.b0 == box.b1 ? last % p.Hkv : p.Hkv - 1;
+    box.n0 = 0;
+    box.n1 = p.Nkv - 1;
+    return box;
+}
+
+// A chunk-local dense [units][rows][width] scratch, addressed like a [B, Hq, Nq, width] tensor
+// from the chunk's first (b, h, i): (u − u0)·rows·width + (ρ − r0)·width.
+TensorDesc chunk_local(const Chunk& c, const Problem& p, std::int64_t width) {
+    TensorDesc d;
+    d.stride = {u32(p.Hq * p.Nq * width), u32(p.Nq * width), u32(width), 1};
+    d.origin = {u32(c.u0 / p.Hkv), u32((c.u0 % p.Hkv) * p.group + c.r0 / p.Nq), u32(c.r0 % p.Nq), 0};
+    return d;
+}
+
+struct FusedSlices {
+    Slice q, k, v, o, lse;
+    MaskSlices masks;
+};
+
+class FusedPlanner {
+public:
+    FusedPlanner(const Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
+                 const FusedConfig& config, const TensorBytes& bytes, std::uint32_t splits)
+        : p_(p), in_(in), out_(out), config_(config), bytes_(bytes), splits_(splits),
+          caps_(runtime.device().caps()), limit_(runtime.max_binding_bytes()), align_(binding_alignment(caps_)) {}
+
+    FusedSlices slices(const Chunk& c) const {
+        const std::uint64_t eb = size_of(p_.dtype);
+        const Box qb = fused_query_box(c, p_), kb = fused_kv_box(c, p_);
+        FusedSlices s;
+        s.q = slice_of(in_.q.strides, p_.Dk, qb, eb, align_, bytes_.q + 32);
+        s.k = slice_of(in_.k.strides, p_.Dk, kb, eb, align_, bytes_.k + 32);
+        s.v = slice_of(in_.v.strides, p_.Dv, kb, eb, align_, bytes_.v + 32);
+        s.o = slice_of(out_.o.strides, p_.Dv, qb, eb, align_, bytes_.o + 32);
+        const std::array<std::int64_t, 4> lse_strides{p_.Hq * p_.Nq, p_.Nq, 1, 0};
+        s.lse = slice_of(lse_strides, 1, qb, 4, align_, bytes_.lse + 32);
+        s.masks = mask_slices(p_, qb, align_);
+        return s;
+    }
+
+    std::uint64_t partial_o_bytes(const Chunk& c) const { return u64(splits_) * u64(c.units * c.rows * p_.Dv) * 4; }
+    std::uint64_t partial_lse_bytes(const Chunk& c) const { return u64(splits_) * u64(c.units * c.rows) * 4; }
+
+    bool fits(const Chunk& c) const {
+        if (c.units > caps_.max_workgroup_count[1] || c.rows > caps_.max_workgroup_count[0]) return false;
+        if (splits_ > caps_.max_workgroup_count[2]) return false;
+        if (partial_o_bytes(c) > limit_) return false;
+        const FusedSlices s = slices(c);
+        const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
+        auto ok = [&](const Slice& slice, bool texel) { return slice.range <= limit_ && (!texel || slice.range <= texel_limit); };
+        return ok(s.q, config_.texel) && ok(s.k, config_.texel) && ok(s.v, config_.texel) && ok(s.o, false) &&
+               ok(s.lse, false) && ok(s.masks.bool_mask, false) && ok(s.masks.float_mask, false);
+    }
+
+    // As many whole (b, kv head) units per chunk as fit; one unit cut into row blocks if needed.
+    std::vector<Chunk> plan() const {
+        const std::int64_t total = p_.B * p_.Hkv, rows = p_.group * p_.Nq;
+        for (std::int64_t units = total; units >= 1; units = units == 1 ? 0 : (units + 1) / 2) {
+            std::vector<Chunk> chunks;
+            bool all = true;
+            for (std::int64_t u = 0; u < total && all; u += units) {
+                chunks.push_back({u, std::min(units, total - u), 0, rows});
+                all = fits(chunks.back());
+            }
+            if (all) return chunks;
+        }
+        const std::int64_t block = config_.rows_per_workgroup();
+        for (std::int64_t step = (rows + 1) / 2; step >= 1; step = step == 1 ? 0 : (step + 1) / 2) {
+            const std::int64_t r = std::max<std::int64_t>(block, (step + block - 1) / block * block);
+            std::vector<Chunk> chunks;
+            bool all = true;
+            for (std::int64_t u = 0; u < total && all; ++u)
+                for (std::int64_t r0 = 0; r0 < rows && all; r0 += r) {
+                    chunks.push_back({u, 1, r0, std::min(r, rows - r0)});
+                    all = fits(chunks.back());
+                }
+            if (all) return chunks;
+            if (r == block) break;
+        }
+        throw ResourceLimit("k: one head's keys and values (Nkv = " + std::to_string(p_.Nkv) + ", " +
+                            std::to_string(bytes_.k / std::max<std::int64_t>(1, p_.B * p_.Hkv)) +
+                            " bytes per head) need a binding larger than the device's limit of " + std::to_string(limit_) +
+                            " bytes.");
+    }
+
+private:
+    const Problem& p_;
+    const AttentionInputs& in_;
+    const AttentionOutputs& out_;
+    const FusedConfig& config_;
+    TensorBytes bytes_;
+    std::uint32_t splits_;
+    const vk::DeviceCaps& caps_;
+    std::uint64_t limit_, align_;
+};
+
+Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice, DType texel = DType::f32) {
+    return {binding, &buffer, slice.offset, slice.range, texel};
+}
+
+}  // namespace
+
+AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
+                          const FusedConfig& config, std::uint32_t splits) {
+    const bool split = splits > 0;
+    const TensorBytes bytes = tensor_bytes(p, in, out);
+    FusedPlanner planner(runtime, p, in, out, config, bytes, std::max(1u, splits));
+    const std::vector<Chunk> chunks = planner.plan();  // before any allocation: refuse early
+
+    Transfers t(runtime);
+    const DeviceTensors d = upload_tensors(t, p, in, out);
+    std::uint64_t partial_o = 16, partial_lse = 16;
+    if (split)
+        for (const auto& c : chunks) {
+            partial_o = std::max(partial_o, planner.partial_o_bytes(c));
+            partial_lse = std::max(partial_lse, planner.partial_lse_bytes(c));
+        }
+    const vk::Buffer& o_partial = t.scratch(partial_o, "the split partial outputs");
+    const vk::Buffer& lse_partial = t.scratch(partial_lse, "the split partial log-sum-exps");
+
+    const vk::Kernel& flash = flash_kernel(runtime, config, p.dtype, split);
+    const vk::Kernel* combine = split ? &combine_kernel(runtime, p.dtype) : nullptr;
+
+    std::lock_guard lock(runtime.submit_mutex());
+    DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(chunks.size() * (config.column_passes + 1)));
+    vk::CommandStream& stream = runtime.commands();
+    VkCommandBuffer cmd = stream.begin();
+    t.record_uploads(cmd);
+    stream.barrier();
+    stream.timestamp(0);
+    const std::int64_t key_block = config.key_block();
+    const std::int64_t keys_per_split =
+        split ? ((p.Nkv + splits - 1) / splits + key_block - 1) / key_block * key_block : p.Nkv;
+    for (const Chunk& c : chunks) {
+        const FusedSlices s = planner.slices(c);
+        Params params;
+        params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
+        params.attn = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Dv)};
+        params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
+        params.scalars = {static_cast<float>(p.scale), 0, 0, 0};
+        params.masking = {static_cast<std::uint32_t>(p.causal), p.has_kv_lengths ? 1u : 0u,
+                          p.bool_mask.present() ? 1u : 0u, p.float_mask.present() ? 1u : 0u};
+        params.split = {u32(std::max(1u, splits)), u32(keys_per_split), u32(c.units * c.rows * p.Dv), u32(c.units * c.rows)};
+        params.ta = s.q.desc;
+        params.tb = s.k.desc;
+        params.tc = s.v.desc;
+        params.tbool = s.masks.bool_mask.desc;
+        params.tfloat = s.masks.float_mask.desc;
+
+        Dispatch main{.kernel = &flash, .params = params};
+        const Slice o_part = whole(planner.partial_o_bytes(c)), lse_part = whole(planner.partial_lse_bytes(c));
+        if (split) {
+            main.params.to = chunk_local(c, p, p.Dv);
+            main.params.tlse = chunk_local(c, p, 1);
+        } else {
+            main.params.to = s.o.desc;
+            main.params.tlse = s.lse.desc;
+        }
+        main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, *d.v, s.v, p.dtype),
+                         split ? bind(4, o_partial, o_part) : bind(4, *d.o, s.o),
+                         split ? bind(5, lse_partial, lse_part) : bind(5, *d.lse, s.lse),
+                         bind(6, *d.lengths, whole(p.kv_len.size() * 4)), bind(7, *d.bool_mask, s.masks.bool_mask),
+                         bind(8, *d.float_mask, s.masks.float_mask)};
+        main.groups = {u32((c.rows + config.rows_per_workgroup() - 1) / config.rows_per_workgroup()), u32(c.units),
+                       std::max(1u, splits)};
+        for (std::uint32_t pass = 0; pass < config.column_passes; ++pass) {
+            main.params.columns = {pass * config.columns_per_pass(), 0, 0, 0};
+            recorder.record(cmd, main);
+        }
+        stream.barrier();
+        if (!split) continue;
+
+        Dispatch merge{.kernel = combine, .params = params};
+        merge.params.ta = chunk_local(c, p, p.Dv);
+        merge.params.tb = chunk_local(c, p, 1);
+        merge.params.to = s.o.desc;
+        merge.params.tlse = s.lse.desc;
+        merge.bindings = {bind(1, o_partial, o_part), bind(2, lse_partial, lse_part), bind(3, *d.o, s.o),
+                          bind(4, *d.lse, s.lse)};
+        merge.groups = {u32(c.rows), u32(c.units), 1};
+        recorder.record(cmd, merge);
+        stream.barrier();
+    }
+    stream.timestamp(1);
+    t.record_downloads(cmd);
+    stream.submit_and_wait(runtime.options().fence_timeout);
+    copy_results(t, d, p, out);
+
+    AttentionReport report;
+    report.path = split ? Impl::split : Impl::fused;
+    report.variant = config.describe() + (split ? " splits=" + std::to_string(splits) + " keys/split=" +
+                                                      std::to_string(keys_per_split)
+                                                : "");
+    report.gpu_ms = stream.elapsed_ms();
+    report.slices = static_cast<std::uint32_t>(chunks.size());
+    report.device_bytes = t.device_bytes();
+    return report;
+}
+
+}  // namespace vkattn::detail

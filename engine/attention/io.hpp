@@ -1,0 +1,49 @@
+// The device side of one request's tensors, shared by every path: inputs uploaded, outputs
+// allocated (and poisoned when asked), masks and key lengths bound, results copied back.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/problem.hpp"
+#include "attention/slicing.hpp"
+#include "attention/transfers.hpp"
+#include "vk/device_caps.hpp"
+
+namespace vkattn::detail {
+
+// Bytes each tensor occupies (its span), known before anything is allocated so that planning can
+// refuse a request early.
+struct TensorBytes {
+    std::uint64_t q, k, v, o, lse;
+};
+TensorBytes tensor_bytes(const Problem& problem, const AttentionInputs& inputs, const AttentionOutputs& outputs);
+
+struct DeviceTensors {
+    const vk::Buffer *q, *k, *v, *o, *lse, *lengths, *bool_mask, *float_mask;
+    TensorBytes bytes;
+};
+
+constexpr std::uint32_t kNanF32 = 0x7fc00000u;
+constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
+
+// `lse` is an output buffer when the caller asked for it, device scratch otherwise.
+DeviceTensors upload_tensors(Transfers& transfers, const Problem& problem, const AttentionInputs& inputs,
+                             const AttentionOutputs& outputs);
+
+// O row by row through its strides (gaps in the view are never touched), and lse when asked.
+void copy_results(const Transfers& transfers, const DeviceTensors& tensors, const Problem& problem,
+                  const AttentionOutputs& outputs);
+
+// The slices of the masks a box of (b, h, query rows) covers.
+struct MaskSlices {
+    Slice bool_mask, float_mask;
+};
+MaskSlices mask_slices(const Problem& problem, const Box& query_box, std::uint64_t alignment);
+
+// The offset alignment every binding honours: storage, texel and vec4.
+std::uint64_t binding_alignment(const vk::DeviceCaps& caps);
+
+// A whole small buffer (key lengths, unused placeholders) as a slice.
+Slice whole(std::uint64_t bytes);
+
+}  // namespace vkattn::detail

@@ -1,0 +1,52 @@
+#version 450
+// Split-KV, second kernel: merges the S partial results of one query row exactly.
+// Each split s produced O_s (normalised by its own sum) and lse_s = m_s + log l_s, so
+//   lse = log Σ_s e^(lse_s),   O = Σ_s e^(lse_s − lse) · O_s.
+// Splits that saw no visible key have lse_s = −∞ and weigh nothing; if all do, O = 0, lse = −∞.
+#extension GL_EXT_shader_16bit_storage : enable
+
+#include "common/params.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+const float NEG_INF = -1.0 / 0.0;
+
+layout(std430, set = 0, binding = 1) readonly buffer PartialO { float partial_o[]; };
+layout(std430, set = 0, binding = 2) readonly buffer PartialLse { float partial_lse[]; };
+#ifdef OUT_F16
+layout(std430, set = 0, binding = 3) writeonly buffer OBuffer { float16_t o_data[]; };
+#define OUT_TYPE float16_t
+#else
+layout(std430, set = 0, binding = 3) writeonly buffer OBuffer { float o_data[]; };
+#define OUT_TYPE float
+#endif
+layout(std430, set = 0, binding = 4) writeonly buffer Lse { float lse[]; };
+
+void main() {
+    // The grid is flash.comp's: unit = (b, key/value head), row ρ = g·Nq + i of its query heads.
+    const uint unit = P.chunk.x + gl_WorkGroupID.y;
+    const uint b = unit / P.shape0.z, hk = unit % P.shape0.z;
+    const uint rho = P.chunk.y + gl_WorkGroupID.x;
+    const uint h = hk * P.shape0.w + rho / P.attn.x, i = rho % P.attn.x;
+    const uint splits = P.split.x, Dv = P.attn.w;
+    const uint lse_row = tensor_index(P.tb, b, h, i), o_part = tensor_index(P.ta, b, h, i);
+
+    float m = NEG_INF;
+    for (uint s = 0u; s < splits; ++s) m = max(m, partial_lse[lse_row + s * P.split.w]);
+    float total = 0.0;
+    if (m != NEG_INF)
+        for (uint s = 0u; s < splits; ++s) total += exp(partial_lse[lse_row + s * P.split.w] - m);
+    const float inv = m == NEG_INF ? 0.0 : 1.0 / total;
+
+    const uint o_row = tensor_index(P.to, b, h, i);
+    for (uint col = gl_LocalInvocationID.x; col < Dv; col += WG) {
+        float acc = 0.0;
+        if (m != NEG_INF)
+            for (uint s = 0u; s < splits; ++s) {
+                const float x = partial_lse[lse_row + s * P.split.w];
+                if (x != NEG_INF) acc += exp(x - m) * partial_o[o_part + s * P.split.z + col];
+            }
+        o_data[o_row + col] = OUT_TYPE(acc * inv);
+    }
+    if (gl_LocalInvocationID.x == 0u) lse[tensor_index(P.tlse, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(total);
+}

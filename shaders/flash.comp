@@ -1,0 +1,230 @@
+#version 450
+// Fused attention (flash attention): one pass over K/V per query row block, online softmax in
+// registers, O(N·D) memory. Also the first kernel of split-KV decoding (SPLIT: each workgroup takes
+// one slice of the keys and writes a partial O and log-sum-exp that combine.comp merges exactly).
+//
+// Work layout (the design measured in ../shared/LAVAPIPE.md, generalised to any subgroup size):
+//   workgroup = NSG subgroups of SG lanes; no shared memory, no barriers: subgroups run apart.
+//   unit = (batch b, key/value head hk); its rows are ρ = g·Nq + i for the `group` query heads
+//   h = hk·group + g that share the head, so K/V are read once per group (GQA, and decode with
+//   Nq = 1 still fills a subgroup's rows).
+//   each subgroup owns R rows; keys come in blocks of KB = SG·KL, lane λ owning keys λ·KL + c,
+//   so a lane holds an R×KL score block in registers.
+//   S block: per 4 dims, R texel fetches of Q (same address in every lane) and KL of K feed
+//   R·KL·4 FMAs. Online softmax per row:  m = max(m_old, rowmax);  α = 2^(m_old − m);
+//   l = l·α + Σ 2^(s − m);  o = o·α + Σ p·v  — with log2(e) folded into the scale, l kept as a
+//   per-lane partial and reduced once at the end.
+//   P·V: lane λ owns output columns 4·(λ + SG·t)..+3; each key's probability is shuffled from the
+//   lane that owns it.
+// Masks: blocks past every row's limit (key length, causal diagonal) are never visited, so causal
+// costs about half; blocks wholly inside every limit skip per-score tests unless a bool or float
+// mask is bound.
+// A row with no visible key keeps m = −∞: α and p are guarded, O = 0 and lse = −∞, never NaN.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_EXT_shader_16bit_storage : enable
+
+#include "common/params.glsl"
+
+layout(local_size_x_id = 0) in;                 // NSG · SG
+layout(constant_id = 1) const uint SG = 8;      // lanes per subgroup (the pipeline requires it)
+layout(constant_id = 2) const uint R = 8;       // query rows per subgroup
+layout(constant_id = 3) const uint KL = 8;      // keys per lane per block
+layout(constant_id = 4) const uint DV4 = 2;     // output vec4 slots per lane: ceil(Dv / 4 / SG)
+layout(constant_id = 5) const bool SPLIT = false;
+layout(constant_id = 6) const uint NSG = 8;     // subgroups per workgroup
+const uint KB = SG * KL;
+const float NEG_INF = -1.0 / 0.0;
+const float LOG2E = 1.4426950408889634;
+const float LN2 = 0.6931471805599453;
+
+#ifdef TEXEL
+layout(set = 0, binding = 1) uniform samplerBuffer q_texels;
+layout(set = 0, binding = 2) uniform samplerBuffer k_texels;
+layout(set = 0, binding = 3) uniform samplerBuffer v_texels;
+vec4 load_q4(uint index, uint valid) { return texelFetch(q_texels, int(index >> 2)); }
+vec4 load_k4(uint index, uint valid) { return texelFetch(k_texels, int(index >> 2)); }
+vec4 load_v4(uint index, uint valid) { return texelFetch(v_texels, int(index >> 2)); }
+#else
+#ifdef IN_F16
+#define IN_TYPE float16_t
+#else
+#define IN_TYPE float
+#endif
+layout(std430, set = 0, binding = 1) readonly buffer QBuffer { IN_TYPE q_data[]; };
+layout(std430, set = 0, binding = 2) readonly buffer KBuffer { IN_TYPE k_data[]; };
+layout(std430, set = 0, binding = 3) readonly buffer VBuffer { IN_TYPE v_data[]; };
+#define LOAD4(name, data)                                                  \
+    vec4 name(uint index, uint valid) {                                    \
+        vec4 v = vec4(0.0);                                                \
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)                          \
+            if (c < valid) v[c] = float(data[index + c]);                  \
+        return v;                                                          \
+    }
+LOAD4(load_q4, q_data)
+LOAD4(load_k4, k_data)
+LOAD4(load_v4, v_data)
+#endif
+
+#ifdef OUT_F16
+layout(std430, set = 0, binding = 4) writeonly buffer OBuffer { float16_t o_data[]; };
+#define OUT_TYPE float16_t
+#else
+layout(std430, set = 0, binding = 4) writeonly buffer OBuffer { float o_data[]; };
+#define OUT_TYPE float
+#endif
+layout(std430, set = 0, binding = 5) writeonly buffer Lse { float lse[]; };
+layout(std430, set = 0, binding = 6) readonly buffer KvLengths { int kv_lengths[]; };
+layout(std430, set = 0, binding = 7) readonly buffer BoolMask { uint bool_words[]; };
+layout(std430, set = 0, binding = 8) readonly buffer FloatMask { float float_mask[]; };
+
+#include "common/mask.glsl"
+
+void main() {
+    const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+    const uint Hkv = P.shape0.z, group = P.shape0.w;
+    const uint Nq = P.attn.x, Nkv = P.attn.y, Dk = P.attn.z, Dv = P.attn.w;
+    const uint unit = P.chunk.x + gl_WorkGroupID.y;
+    const uint b = unit / Hkv, hk = unit % Hkv;
+    const uint rows_end = P.chunk.y + P.chunk.z;
+    const uint rho0 = P.chunk.y + (gl_WorkGroupID.x * NSG + sg) * R;
+    if (rho0 >= rows_end) return;  // uniform per subgroup; nothing here waits on other subgroups
+
+    // This workgroup's keys: all of them, or one split's slice.
+    uint k_begin = 0u, k_end = Nkv;
+    if (SPLIT) {
+        k_begin = gl_WorkGroupID.z * P.split.y;
+        k_end = min(Nkv, k_begin + P.split.y);
+    }
+
+    // Rows: ρ -> (h, i); rows past the chunk repeat its last row and are never stored.
+    uint q_row[R];
+    uint lo_limit = 0xffffffffu, hi_limit = 0u;
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+        const uint rho = min(rho0 + r, rows_end - 1u);
+        const uint h = hk * group + rho / Nq, i = rho % Nq;
+        q_row[r] = tensor_index(P.ta, b, h, i);
+        const uint limit = row_mask(b, h, i).limit;
+        lo_limit = min(lo_limit, limit);
+        hi_limit = max(hi_limit, limit);
+    }
+    k_end = min(k_end, hi_limit);  // blocks past every row's limit are never visited
+    const bool elementwise = P.masking.z != 0u || P.masking.w != 0u;
+    const float scale2 = P.scalars.x * LOG2E;
+    const uint k_head = tensor_index(P.tb, b, hk, 0u), k_stride = P.tb.stride.z;
+    const uint v_head = tensor_index(P.tc, b, hk, 0u), v_stride = P.tc.stride.z;
+    const uint Dk4 = (Dk + 3u) / 4u;
+
+    // Output columns of this lane: vec4 group (lane + SG·t) after this pass's first column (wide
+    // heads take several passes, so the accumulators stay in registers); past Dv they load column
+    // 0 and store nothing.
+    const uint col_base = P.columns.x;
+    uint v_col[DV4];
+    [[unroll]] for (uint t = 0u; t < DV4; ++t) {
+        const uint col = col_base + 4u * (lane + SG * t);
+        v_col[t] = col < Dv ? col : 0u;
+    }
+
+    float m[R], l[R];
+    vec4 o[R][DV4];
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+        m[r] = NEG_INF;
+        l[r] = 0.0;
+        [[unroll]] for (uint t = 0u; t < DV4; ++t) o[r][t] = vec4(0.0);
+    }
+
+    // Blocks of KB keys; the outer loop keeps every trip count far below lavapipe's 65,535.
+    for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * KB)
+    for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * KB); kb += KB) {
+        uint k_row[KL];
+        [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = k_head + min(kb + lane * KL + c, Nkv - 1u) * k_stride;
+
+        float s[R][KL];
+        [[unroll]] for (uint r = 0u; r < R; ++r)
+            [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] = 0.0;
+        for (uint d4 = 0u; d4 < Dk4; ++d4) {
+            const uint valid = Dk - 4u * d4;
+            vec4 kv[KL];
+            [[unroll]] for (uint c = 0u; c < KL; ++c) kv[c] = load_k4(k_row[c] + 4u * d4, valid);
+            [[unroll]] for (uint r = 0u; r < R; ++r) {
+                const vec4 qv = load_q4(q_row[r] + 4u * d4, valid);
+                [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] += dot(qv, kv[c]);
+            }
+        }
+
+        // Scale into log2 units and mask. Inside every row's limit with no bool/float mask, no
+        // per-score test is needed (the common case); otherwise the full mask model per score.
+        const bool whole = !elementwise && kb + KB <= lo_limit && kb + KB <= k_end;
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
+            RowMask mask;
+            if (!whole) {
+                const uint rho = min(rho0 + r, rows_end - 1u);
+                mask = row_mask(b, hk * group + rho / Nq, rho % Nq);
+                mask.limit = min(mask.limit, k_end);
+            }
+            [[unroll]] for (uint c = 0u; c < KL; ++c) {
+                float x = s[r][c] * scale2;
+                if (!whole) {
+                    const uint key = kb + lane * KL + c;
+                    x = key_visible(mask, key) ? x + additive(mask, key) * LOG2E : NEG_INF;
+                }
+                s[r][c] = x;
+            }
+        }
+
+        // Online softmax: one subgroupMax per row per block; the sum stays a per-lane partial.
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
+            float block_max = s[r][0];
+            [[unroll]] for (uint c = 1u; c < KL; ++c) block_max = max(block_max, s[r][c]);
+            const float m_new = max(m[r], subgroupMax(block_max));
+            // Guards: nothing seen yet (m = −∞) rescales nothing; a still-empty row stays at −∞.
+            const float alpha = m[r] == NEG_INF ? 0.0 : exp2(m[r] - m_new);
+            m[r] = m_new;
+            l[r] *= alpha;
+            [[unroll]] for (uint t = 0u; t < DV4; ++t) o[r][t] *= alpha;
+            [[unroll]] for (uint c = 0u; c < KL; ++c) {
+                const float p = s[r][c] == NEG_INF ? 0.0 : exp2(s[r][c] - m_new);
+                s[r][c] = p;
+                l[r] += p;
+            }
+        }
+
+        // P·V: every key of the block, its probabilities shuffled from the lane that owns it.
+        // The owner loop stays rolled: unrolling it too multiplies the code by SG, and compiling
+        // the scalar-load variants then took minutes.
+        [[dont_unroll]] for (uint owner = 0u; owner < SG; ++owner)
+            [[unroll]] for (uint c = 0u; c < KL; ++c) {
+                const uint key = kb + owner * KL + c;
+                const uint v_row = v_head + min(key, Nkv - 1u) * v_stride;
+                float p[R];
+                [[unroll]] for (uint r = 0u; r < R; ++r) p[r] = subgroupShuffle(s[r][c], owner);
+                [[unroll]] for (uint t = 0u; t < DV4; ++t) {
+                    const vec4 v = load_v4(v_row + v_col[t], Dv - v_col[t]);
+                    [[unroll]] for (uint r = 0u; r < R; ++r) o[r][t] += p[r] * v;
+                }
+            }
+    }
+
+    // Finish: reduce the partial sums; normalise; store O (or the split's partial) and lse.
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+        const float l_row = subgroupAdd(l[r]);
+        if (rho0 + r >= rows_end) continue;
+        const uint rho = rho0 + r;
+        const uint h = hk * group + rho / Nq, i = rho % Nq;
+        const uint split_index = SPLIT ? gl_WorkGroupID.z : 0u;
+        const uint o_row = tensor_index(P.to, b, h, i) + split_index * P.split.z;
+        // A device that ran us at another subgroup size than SG (it could not be required) would
+        // have computed garbage: make that loud (NaN) rather than quietly wrong.
+        const float inv = gl_SubgroupSize != SG ? 0.0 / 0.0 : l_row > 0.0 ? 1.0 / l_row : 0.0;
+        [[unroll]] for (uint t = 0u; t < DV4; ++t) {
+            const uint col = col_base + 4u * (lane + SG * t);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c)
+                if (col + c < Dv) o_data[o_row + col + c] = OUT_TYPE(o[r][t][c] * inv);
+        }
+        if (lane == 0u && col_base == 0u)
+            lse[tensor_index(P.tlse, b, h, i) + split_index * P.split.w] =
+                m[r] == NEG_INF ? NEG_INF : (m[r] + log2(l_row)) * LN2;
+    }
+}

@@ -1,0 +1,172 @@
+// The fused and split-KV paths against the CPU reference over the foundation's test matrix, in
+// fp32 and fp16 storage, with split counts from 1 to many and key lengths that do not divide.
+#include <catch2/catch.hpp>
+
+#include "support/gpu_context.hpp"
+#include "vkattn/selfcheck/attention_case.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+using namespace vkattn::selfcheck;
+
+namespace {
+
+unsigned fresh_seed() {
+    static unsigned next = 0xf00d;
+    return next++;
+}
+
+void expect_pass(Case c, Impl impl, std::uint32_t splits = 0) {
+    Context& ctx = gpu_context();
+    c.impl = impl;
+    c.weights = false;  // only the three-stage path has them
+    c.splits = splits;
+    const unsigned seed = fresh_seed();
+    const CaseResult r = run_case(ctx, c, seed);
+    INFO(r.message);
+    CHECK(r.ok);
+    CHECK(r.report.path == impl);
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+}  // namespace
+
+TEST_CASE("fused: sequence lengths x head dims", "[gpu][fused]") {
+    const std::int64_t n = GENERATE(1, 7, 63, 64, 65, 257, 1000);
+    const std::int64_t d = GENERATE(1, 8, 24, 28, 64, 80, 128, 256, 512);
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    Case c;
+    c.Hq = c.Hkv = n >= 1000 ? 1 : 2;
+    c.Nq = c.Nkv = n;
+    c.Dk = c.Dv = d;
+    c.dtype = dtype;
+    expect_pass(c, Impl::fused);
+}
+
+TEST_CASE("fused: head dimensions of any value / Dk and Dv independent", "[gpu][fused]") {
+    const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{24, 28}, std::pair{59, 111}, std::pair{96, 80},
+                                   std::pair{3, 509}, std::pair{512, 1}, std::pair{130, 66});
+    Case c;
+    c.B = 2;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 19;
+    c.Nkv = 70;
+    c.Dk = dk;
+    c.Dv = dv;
+    c.causal = Causal::bottom_right;
+    expect_pass(c, Impl::fused);
+}
+
+TEST_CASE("fused and split: every mask kind and combination", "[gpu][fused][mask]") {
+    const Causal causal = GENERATE(Causal::none, Causal::top_left, Causal::bottom_right);
+    const bool lengths = GENERATE(false, true);
+    const int bool_form = GENERATE(0, 1, 2);
+    const int float_form = GENERATE(0, 1);
+    const auto [nq, nkv] = GENERATE(std::pair<std::int64_t, std::int64_t>{7, 130}, std::pair{70, 7});
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    Case c;
+    c.B = 3;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = nq;
+    c.Nkv = nkv;
+    c.Dk = 24;
+    c.Dv = 28;
+    c.causal = causal;
+    c.kv_lengths = lengths;
+    if (bool_form == 1) c.bool_mask_shape = std::vector<std::int64_t>{nq, nkv};
+    if (bool_form == 2) c.bool_mask_shape = std::vector<std::int64_t>{3, 4, nq, nkv};
+    if (float_form == 1) c.float_mask_shape = std::vector<std::int64_t>{3, 1, 1, nkv};
+    expect_pass(c, impl, impl == Impl::split ? 3 : 0);
+}
+
+TEST_CASE("fused and split: GQA / MQA / both layouts / both dtypes", "[gpu][fused]") {
+    const auto [hq, hkv] = GENERATE(std::pair<std::int64_t, std::int64_t>{12, 2}, std::pair{8, 1}, std::pair{4, 4});
+    const Layout layout = GENERATE(Layout::bhnd, Layout::bnhd);
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    Case c;
+    c.B = 2;
+    c.Hq = hq;
+    c.Hkv = hkv;
+    c.Nq = 26;
+    c.Nkv = 61;
+    c.Dk = c.Dv = 64;
+    c.layout = layout;
+    c.dtype = dtype;
+    c.kv_lengths = true;
+    expect_pass(c, impl, impl == Impl::split ? 2 : 0);
+}
+
+TEST_CASE("split: split counts from 1 to many / key lengths that do not divide", "[gpu][split]") {
+    const std::uint32_t splits = GENERATE(1u, 2u, 3u, 7u, 16u, 40u);
+    const std::int64_t nkv = GENERATE(1, 65, 1000, 4099);
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    Case c;
+    c.B = 1;
+    c.Hq = 8;
+    c.Hkv = 2;
+    c.Nq = 1;
+    c.Nkv = nkv;
+    c.Dk = c.Dv = 64;
+    c.dtype = dtype;
+    c.kv_lengths = true;
+    c.causal = Causal::bottom_right;
+    expect_pass(c, Impl::split, splits);
+}
+
+TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
+    const bool texel = GENERATE(false, true);
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    Case c;
+    c.B = 2;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 65;
+    c.Nkv = 129;
+    c.Dk = c.Dv = 64;
+    c.dtype = dtype;
+    c.causal = Causal::top_left;
+    c.variant = {.texel_loads = texel};
+    expect_pass(c, Impl::fused);
+    expect_pass(c, Impl::split, 3);
+}
+
+TEST_CASE("fused: scores of magnitude 1e4 and fully masked rows", "[gpu][fused][numerics]") {
+    Case c;
+    c.Hq = c.Hkv = 2;
+    c.Nq = 33;
+    c.Nkv = 47;
+    c.Dk = c.Dv = 16;
+    c.amplitude = 100.0f;
+    c.scale = 1.0;
+    c.causal = Causal::bottom_right;
+    c.kv_lengths = true;  // some batches get 0 keys or fewer keys than rows: empty rows
+    c.B = 4;
+    expect_pass(c, Impl::fused);
+    expect_pass(c, Impl::split, 2);
+}
+
+TEST_CASE("auto: weights select the three-stage path / otherwise fused or split", "[gpu][auto]") {
+    Context& ctx = gpu_context();
+    Case c;
+    c.Nq = c.Nkv = 40;
+    c.Dk = c.Dv = 32;
+    c.impl = Impl::automatic;
+    c.weights = true;
+    CHECK(run_case(ctx, c, 1).report.path == Impl::unfused);
+    c.weights = false;
+    const CaseResult fused = run_case(ctx, c, 2);
+    CHECK(fused.ok);
+    CHECK(fused.report.path == Impl::fused);
+    Case decode = c;
+    decode.Hq = 32;
+    decode.Hkv = 8;
+    decode.Nq = 1;
+    decode.Nkv = 8192;
+    const CaseResult d = run_case(ctx, decode, 3);
+    CHECK(d.ok);
+    CHECK(d.report.path == Impl::split);
+    CHECK(take_validation_messages(ctx).empty());
+}
