@@ -150,7 +150,13 @@ TEST_CASE("errors: bad arguments are refused before any GPU work", "[gpu][errors
     HostTensor k4 = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, 8, 16});
     HostTensor v4 = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, 8, 16});
     const AttentionInputs good{.q = q.view(), .k = k4.view(), .v = v4.view()};
-    CHECK_THROWS_AS(attention(ctx, good, {.o = o.mutable_view()}, {.impl = Impl::fused}), InvalidArgument);
+    std::vector<float> weights(4 * 8 * 8);
+    try {
+        attention(ctx, good, {.o = o.mutable_view(), .weights = weights.data()}, {.impl = Impl::fused});
+        FAIL("expected InvalidArgument");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "impl");  // the weights exist only in the three-stage path
+    }
     CHECK_THROWS_AS(attention(ctx, good, {.o = o.mutable_view()}, {.scale = std::nan("")}), InvalidArgument);
     CHECK(take_validation_messages(ctx).empty());
 }

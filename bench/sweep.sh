@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The performance sweep recorded in docs/PERFORMANCE.md: fused vs three-stage over sequence length,
+# head dimension, causal and dtype, and split-KV decoding; every point validated against the CPU
+# reference where that is affordable, and quoted against the GEMM ceiling measured in the same run.
+#   bench/sweep.sh [path/to/vk-attn] [output dir]      (or: cmake --build build --target benchmark)
+set -euo pipefail
+tool=${1:-build/vk-attn}
+out=${2:-bench-results}
+mkdir -p "$out"
+log="$out/points.jsonl"
+: >"$log"
+run() { "$tool" bench --json "$@" | tee -a "$log"; }
+
+run --gemm --seq 256 --dim 64 --repeat 3 --warmup 1 --impl fused   # the ceiling, first
+for dtype in f32 f16; do
+  for causal in "" --causal; do
+    for dim in 64 128; do
+      run --impl fused --dtype $dtype $causal --dim $dim --seq 256,1024 --repeat 5 --warmup 1 --validate
+      run --impl fused --dtype $dtype $causal --dim $dim --seq 4096,8192 --repeat 2 --warmup 1
+      run --impl unfused --dtype $dtype $causal --dim $dim --seq 256,1024 --repeat 3 --warmup 1 --validate
+      run --impl unfused --dtype $dtype $causal --dim $dim --seq 4096,8192 --repeat 1 --warmup 0
+    done
+  done
+done
+# Decoding: B = 1, Hq = 32, Hkv = 8, one query, long KV caches.
+for impl in split fused; do
+  run --impl $impl --heads 32 --kv-heads 8 --seq 1 --kv-seq 4096 --dim 128 --repeat 5 --warmup 1 --validate
+  run --impl $impl --heads 32 --kv-heads 8 --seq 1 --kv-seq 32768 --dim 128 --repeat 3 --warmup 1
+  run --impl $impl --heads 32 --kv-heads 8 --seq 1 --kv-seq 131072 --dim 128 --repeat 3 --warmup 1
+done
+run --gemm --seq 256 --dim 64 --repeat 3 --warmup 1 --impl fused   # and last, to see the drift
+echo "wrote $log" >&2
