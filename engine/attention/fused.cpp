@@ -88,16 +88,24 @@ public:
     std::uint64_t partial_o_bytes(const Chunk& c) const { return u64(splits_) * u64(c.units * c.rows * p_.Dv) * 4; }
     std::uint64_t partial_lse_bytes(const Chunk& c) const { return u64(splits_) * u64(c.units * c.rows) * 4; }
 
-    bool fits(const Chunk& c) const {
-        if (c.units > caps_.max_workgroup_count[1] || c.rows > caps_.max_workgroup_count[0]) return false;
-        if (splits_ > caps_.max_workgroup_count[2]) return false;
-        if (partial_o_bytes(c) > limit_) return false;
+    // The first binding or grid dimension the chunk exceeds, or nullptr when it fits.
+    const char* overflow(const Chunk& c) const {
+        if (c.units > caps_.max_workgroup_count[1] || c.rows > caps_.max_workgroup_count[0]) return "the workgroup grid";
+        if (splits_ > caps_.max_workgroup_count[2]) return "the split count";
+        if (partial_o_bytes(c) > limit_) return "the split partial outputs";
         const FusedSlices s = slices(c);
         const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
-        auto ok = [&](const Slice& slice, bool texel) { return slice.range <= limit_ && (!texel || slice.range <= texel_limit); };
-        return ok(s.q, config_.texel) && ok(s.k, config_.texel) && ok(s.v, config_.texel) && ok(s.o, false) &&
-               ok(s.lse, false) && ok(s.masks.bool_mask, false) && ok(s.masks.float_mask, false);
+        auto over = [&](const Slice& slice, bool texel) { return slice.range > limit_ || (texel && slice.range > texel_limit); };
+        if (over(s.q, config_.texel)) return "q";
+        if (over(s.k, config_.texel)) return "k";
+        if (over(s.v, config_.texel)) return "v";
+        if (over(s.o, false)) return "o";
+        if (over(s.lse, false)) return "lse";
+        if (over(s.masks.bool_mask, false)) return "bool_mask";
+        if (over(s.masks.float_mask, false)) return "float_mask";
+        return nullptr;
     }
+    bool fits(const Chunk& c) const { return overflow(c) == nullptr; }
 
     // As many whole (b, kv head) units per chunk as fit; one unit cut into row blocks if needed.
     std::vector<Chunk> plan() const {
@@ -111,9 +119,10 @@ public:
             }
             if (all) return chunks;
         }
+        // Row blocks: whole workgroups of rows while they are large, down to single rows.
         const std::int64_t block = config_.rows_per_workgroup();
         for (std::int64_t step = (rows + 1) / 2; step >= 1; step = step == 1 ? 0 : (step + 1) / 2) {
-            const std::int64_t r = std::max<std::int64_t>(block, (step + block - 1) / block * block);
+            const std::int64_t r = step >= block ? (step + block - 1) / block * block : step;
             std::vector<Chunk> chunks;
             bool all = true;
             for (std::int64_t u = 0; u < total && all; ++u)
@@ -122,12 +131,11 @@ public:
                     all = fits(chunks.back());
                 }
             if (all) return chunks;
-            if (r == block) break;
         }
-        throw ResourceLimit("k: one head's keys and values (Nkv = " + std::to_string(p_.Nkv) + ", " +
-                            std::to_string(bytes_.k / std::max<std::int64_t>(1, p_.B * p_.Hkv)) +
-                            " bytes per head) need a binding larger than the device's limit of " + std::to_string(limit_) +
-                            " bytes.");
+        const char* culprit = overflow({0, 1, 0, 1});
+        throw ResourceLimit(std::string(culprit ? culprit : "a binding") +
+                            ": even one query row needs a binding larger than the device's limit of " +
+                            std::to_string(limit_) + " bytes (Nkv = " + std::to_string(p_.Nkv) + ").");
     }
 
 private:

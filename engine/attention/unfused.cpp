@@ -134,7 +134,7 @@ Params base_params(const Problem& p, const Chunk& c) {
 
 AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
                             const AttentionOutputs& out, const UnfusedConfig& config, UnfusedStages stages) {
-    if (stages != UnfusedStages::all && !p.want_weights)
+    if (stages == UnfusedStages::scores_only && !p.want_weights)
         throw Error("internal: stopping after the scores needs the weights output to hold them.");
     const TensorBytes bytes = tensor_bytes(p, in, out);
     Planner planner(runtime, p, in, out, config, bytes.q + 32, bytes.k + 32, bytes.v + 32, bytes.o + 32);
@@ -187,7 +187,6 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
         stage2.groups = {u32(c.rows), u32(c.units), 1};
         recorder.record(cmd, stage2);
         stream.barrier();
-        if (stages == UnfusedStages::through_softmax) continue;
 
         Dispatch stage3{.kernel = &output_kernel, .params = base_params(p, c)};
         stage3.params.gemm = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), 0};

@@ -10,9 +10,8 @@ namespace vkattn::detail {
 
 class Runtime;
 
-// How far to run: tests check stage 1 alone by stopping after it (S lands in outputs.weights);
-// benchmarks time the stages by difference.
-enum class UnfusedStages { all, scores_only, through_softmax };
+// How far to run: tests check stage 1 alone by stopping after it (S lands in outputs.weights).
+enum class UnfusedStages { all, scores_only };
 
 AttentionReport run_unfused(Runtime& runtime, const Problem& problem, const AttentionInputs& inputs,
                             const AttentionOutputs& outputs, const UnfusedConfig& config,

@@ -63,6 +63,9 @@ TEST_CASE("slicing: bindings over the limit are processed in chunks", "[gpu][sli
     c.float_mask_shape = std::vector<std::int64_t>{nq, nkv};
     c.causal = Causal::bottom_right;
     c.layout = GENERATE(Layout::bhnd, Layout::bnhd);
+    c.impl = GENERATE(Impl::unfused, Impl::fused, Impl::split);
+    c.weights = c.impl == Impl::unfused;
+    c.splits = c.impl == Impl::split ? 2 : 0;
     const CaseResult r = run_case(ctx, c, 77);
     INFO(r.message);
     CHECK(r.ok);
