@@ -89,7 +89,10 @@ void main() {
     const uint unit = P.chunk.x + gl_WorkGroupID.y;
     const uint b = unit / Hkv, hk = unit % Hkv;
     const uint rows_end = P.chunk.y + P.chunk.z;
-    const uint rho0 = P.chunk.y + (gl_WorkGroupID.x * NSG + sg) * R;
+    // Row blocks in reverse: under a causal mask the last rows see the most keys, and starting the
+    // heaviest workgroups first evens out the tail when workgroups outnumber the cores.
+    const uint row_block = gl_NumWorkGroups.x - 1u - gl_WorkGroupID.x;
+    const uint rho0 = P.chunk.y + (row_block * NSG + sg) * R;
     if (rho0 >= rows_end) return;  // uniform per subgroup; nothing here waits on other subgroups
 
     // This workgroup's keys: all of them, or one split's slice.
@@ -101,14 +104,15 @@ void main() {
 
     // Rows: ρ -> (h, i); rows past the chunk repeat its last row and are never stored.
     uint q_row[R];
+    uint limit[R];  // keys j >= limit[r] are masked for row r: key length, causal diagonal, split end
     uint lo_limit = 0xffffffffu, hi_limit = 0u;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint rho = min(rho0 + r, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = rho % Nq;
         q_row[r] = tensor_index(P.ta, b, h, i);
-        const uint limit = row_mask(b, h, i).limit;
-        lo_limit = min(lo_limit, limit);
-        hi_limit = max(hi_limit, limit);
+        limit[r] = min(row_mask(b, h, i).limit, k_end);
+        lo_limit = min(lo_limit, limit[r]);
+        hi_limit = max(hi_limit, limit[r]);
     }
     k_end = min(k_end, hi_limit);  // blocks past every row's limit are never visited
     const bool elementwise = P.masking.z != 0u || P.masking.w != 0u;
@@ -155,21 +159,21 @@ void main() {
         }
 
         // Scale into log2 units and mask. Inside every row's limit with no bool/float mask, no
-        // per-score test is needed (the common case); otherwise the full mask model per score.
-        const bool whole = !elementwise && kb + KB <= lo_limit && kb + KB <= k_end;
+        // per-score test is needed (the common case); on the limits' edge (the causal diagonal, the
+        // last keys) one compare per score; with a bool or float mask the full mask model.
+        const bool whole = !elementwise && kb + KB <= lo_limit;
         [[unroll]] for (uint r = 0u; r < R; ++r) {
             RowMask mask;
-            if (!whole) {
+            if (elementwise) {
                 const uint rho = min(rho0 + r, rows_end - 1u);
                 mask = row_mask(b, hk * group + rho / Nq, rho % Nq);
-                mask.limit = min(mask.limit, k_end);
+                mask.limit = limit[r];
             }
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
                 float x = s[r][c] * scale2;
-                if (!whole) {
-                    const uint key = kb + lane * KL + c;
-                    x = key_visible(mask, key) ? x + additive(mask, key) * LOG2E : NEG_INF;
-                }
+                const uint key = kb + lane * KL + c;
+                if (elementwise) x = key_visible(mask, key) ? x + additive(mask, key) * LOG2E : NEG_INF;
+                else if (!whole && key >= limit[r]) x = NEG_INF;
                 s[r][c] = x;
             }
         }

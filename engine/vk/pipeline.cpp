@@ -1,6 +1,7 @@
 #include "vk/pipeline.hpp"
 
 #include <fstream>
+#include <unistd.h>
 #include <iterator>
 
 #include "vk/check.hpp"
@@ -118,7 +119,9 @@ void KernelCache::save() const {
     if (vkGetPipelineCacheData(device_->get(), cache_.get(), &size, data.data()) != VK_SUCCESS) return;
     std::error_code ec;
     std::filesystem::create_directories(file_.parent_path(), ec);
-    const auto tmp = file_.string() + ".tmp" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+    // Several processes may save at once (ctest -j): a temporary name per process, then an atomic rename.
+    const auto tmp = file_.string() + ".tmp" + std::to_string(::getpid()) + "-" +
+                     std::to_string(reinterpret_cast<std::uintptr_t>(this));
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) return;
