@@ -25,6 +25,11 @@ struct Binding {
     DType texel_dtype = DType::f32;  // the view format when the shader reads it as texels
 };
 
+// A slice of a buffer at a binding; `texel` is the view format when the shader reads texels.
+inline Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice, DType texel = DType::f32) {
+    return {binding, &buffer, slice.offset, slice.range, texel};
+}
+
 struct Dispatch {
     const vk::Kernel* kernel = nullptr;
     Params params;

@@ -109,29 +109,9 @@ public:
 
     // As many whole (b, kv head) units per chunk as fit; one unit cut into row blocks if needed.
     std::vector<Chunk> plan() const {
-        const std::int64_t total = p_.B * p_.Hkv, rows = p_.group * p_.Nq;
-        for (std::int64_t units = total; units >= 1; units = units == 1 ? 0 : (units + 1) / 2) {
-            std::vector<Chunk> chunks;
-            bool all = true;
-            for (std::int64_t u = 0; u < total && all; u += units) {
-                chunks.push_back({u, std::min(units, total - u), 0, rows});
-                all = fits(chunks.back());
-            }
-            if (all) return chunks;
-        }
-        // Row blocks: whole workgroups of rows while they are large, down to single rows.
-        const std::int64_t block = config_.rows_per_workgroup();
-        for (std::int64_t step = (rows + 1) / 2; step >= 1; step = step == 1 ? 0 : (step + 1) / 2) {
-            const std::int64_t r = step >= block ? (step + block - 1) / block * block : step;
-            std::vector<Chunk> chunks;
-            bool all = true;
-            for (std::int64_t u = 0; u < total && all; ++u)
-                for (std::int64_t r0 = 0; r0 < rows && all; r0 += r) {
-                    chunks.push_back({u, 1, r0, std::min(r, rows - r0)});
-                    all = fits(chunks.back());
-                }
-            if (all) return chunks;
-        }
+        auto chunks = plan_chunks(p_.B * p_.Hkv, p_.group * p_.Nq, config_.rows_per_workgroup(),
+                                  [this](const Chunk& c) { return fits(c); });
+        if (!chunks.empty()) return chunks;
         const char* culprit = overflow({0, 1, 0, 1});
         throw ResourceLimit(std::string(culprit ? culprit : "a binding") +
                             ": even one query row needs a binding larger than the device's limit of " +
@@ -148,10 +128,6 @@ private:
     const vk::DeviceCaps& caps_;
     std::uint64_t limit_, align_;
 };
-
-Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice, DType texel = DType::f32) {
-    return {binding, &buffer, slice.offset, slice.range, texel};
-}
 
 }  // namespace
 

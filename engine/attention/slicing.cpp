@@ -23,6 +23,32 @@ Slice slice_of(const std::array<std::int64_t, 4>& strides, std::int64_t row_leng
     return s;
 }
 
+std::vector<Chunk> plan_chunks(std::int64_t total, std::int64_t rows, std::int64_t row_block,
+                               const std::function<bool(const Chunk&)>& fits) {
+    auto halve = [](std::int64_t n) { return n == 1 ? 0 : (n + 1) / 2; };
+    for (std::int64_t units = total; units >= 1; units = halve(units)) {
+        std::vector<Chunk> chunks;
+        bool all = true;
+        for (std::int64_t u = 0; u < total && all; u += units) {
+            chunks.push_back({u, std::min(units, total - u), 0, rows});
+            all = fits(chunks.back());
+        }
+        if (all) return chunks;
+    }
+    for (std::int64_t step = (rows + 1) / 2; step >= 1; step = halve(step)) {
+        const std::int64_t r = step >= row_block ? (step + row_block - 1) / row_block * row_block : step;
+        std::vector<Chunk> chunks;
+        bool all = true;
+        for (std::int64_t u = 0; u < total && all; ++u)
+            for (std::int64_t r0 = 0; r0 < rows && all; r0 += r) {
+                chunks.push_back({u, 1, r0, std::min(r, rows - r0)});
+                all = fits(chunks.back());
+            }
+        if (all) return chunks;
+    }
+    return {};
+}
+
 Box query_box(const Chunk& c, std::int64_t Hq) {
     Box box;
     const std::int64_t last = c.u0 + c.units - 1;

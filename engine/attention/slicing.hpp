@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "attention/params.hpp"
 
@@ -32,6 +34,12 @@ Slice slice_of(const std::array<std::int64_t, 4>& strides, std::int64_t row_leng
 struct Chunk {
     std::int64_t u0 = 0, units = 1, r0 = 0, rows = 1;
 };
+
+// Cuts `units` × `rows` into chunks that `fits` accepts: as many whole units per chunk as fit
+// (halving), else one unit cut into row blocks (multiples of `row_block` while that large, down to
+// single rows). Returns an empty plan when even one row of one unit does not fit.
+std::vector<Chunk> plan_chunks(std::int64_t units, std::int64_t rows, std::int64_t row_block,
+                               const std::function<bool(const Chunk&)>& fits);
 
 // The (b, h, row) box a chunk covers in a [B, Hq, Nq, ·] tensor, and in K/V ([B, Hkv, Nkv, ·]).
 Box query_box(const Chunk& c, std::int64_t Hq);

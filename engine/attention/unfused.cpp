@@ -78,26 +78,8 @@ public:
 
     // Whole heads, as many per chunk as fit; single heads cut into row blocks only when necessary.
     std::vector<Chunk> plan() const {
-        const std::int64_t total = p_.B * p_.Hq;
-        for (std::int64_t units = total; units >= 1; units = units == 1 ? 0 : (units + 1) / 2) {
-            std::vector<Chunk> chunks;
-            bool all = true;
-            for (std::int64_t u = 0; u < total && all; u += units) {
-                chunks.push_back({u, std::min(units, total - u), 0, p_.Nq});
-                all = fits(chunks.back());
-            }
-            if (all) return chunks;
-        }
-        for (std::int64_t rows = (p_.Nq + 1) / 2; rows >= 1; rows = rows == 1 ? 0 : (rows + 1) / 2) {
-            std::vector<Chunk> chunks;
-            bool all = true;
-            for (std::int64_t u = 0; u < total && all; ++u)
-                for (std::int64_t r = 0; r < p_.Nq && all; r += rows) {
-                    chunks.push_back({u, 1, r, std::min(rows, p_.Nq - r)});
-                    all = fits(chunks.back());
-                }
-            if (all) return chunks;
-        }
+        auto chunks = plan_chunks(p_.B * p_.Hq, p_.Nq, 1, [this](const Chunk& c) { return fits(c); });
+        if (!chunks.empty()) return chunks;
         throw ResourceLimit("k: one head's keys and values (Nkv = " + std::to_string(p_.Nkv) +
                             ") need a binding larger than the device's limit of " + std::to_string(limit_) +
                             " bytes, even for a single query row; the three-stage path cannot slice the "
@@ -116,10 +98,6 @@ private:
     std::uint64_t bytes_q_, bytes_k_, bytes_v_, bytes_o_;
     std::uint64_t limit_ = 0, align_ = 16;
 };
-
-Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice, DType texel = DType::f32) {
-    return {binding, &buffer, slice.offset, slice.range, texel};
-}
 
 Params base_params(const Problem& p, const Chunk& c) {
     Params params;
