@@ -2,30 +2,11 @@
 // cross-attention, GQA/MQA, both layouts, every kernel variant, fp32 and fp16 storage.
 #include <catch2/catch.hpp>
 
-#include "vkattn/selfcheck/attention_case.hpp"
-#include "support/gpu_context.hpp"
+#include "support/expect_case.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
 using namespace vkattn::selfcheck;
-
-namespace {
-
-unsigned fresh_seed() {
-    static unsigned next = 0x5eed;
-    return next++;
-}
-
-void expect_pass(const Case& c) {
-    Context& ctx = gpu_context();
-    const unsigned seed = fresh_seed();
-    const CaseResult r = run_case(ctx, c, seed);
-    INFO(r.message);
-    CHECK(r.ok);
-    CHECK(take_validation_messages(ctx).empty());
-}
-
-}  // namespace
 
 TEST_CASE("unfused: sequence lengths x head dims", "[gpu][unfused]") {
     const std::int64_t n = GENERATE(1, 7, 63, 64, 65, 257, 1000);

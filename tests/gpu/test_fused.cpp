@@ -2,8 +2,7 @@
 // fp32 and fp16 storage, with split counts from 1 to many and key lengths that do not divide.
 #include <catch2/catch.hpp>
 
-#include "support/gpu_context.hpp"
-#include "vkattn/selfcheck/attention_case.hpp"
+#include "support/expect_case.hpp"
 
 #include <random>
 
@@ -13,22 +12,11 @@ using namespace vkattn::selfcheck;
 
 namespace {
 
-unsigned fresh_seed() {
-    static unsigned next = 0xf00d;
-    return next++;
-}
-
-void expect_pass(Case c, Impl impl, std::uint32_t splits = 0) {
-    Context& ctx = gpu_context();
+void expect_path(Case c, Impl impl, std::uint32_t splits = 0) {
     c.impl = impl;
     c.weights = false;  // only the three-stage path has them
     c.splits = splits;
-    const unsigned seed = fresh_seed();
-    const CaseResult r = run_case(ctx, c, seed);
-    INFO(r.message);
-    CHECK(r.ok);
-    CHECK(r.report.path == impl);
-    CHECK(take_validation_messages(ctx).empty());
+    vkattn::test::expect_pass(c, impl);
 }
 
 }  // namespace
@@ -42,7 +30,7 @@ TEST_CASE("fused: sequence lengths x head dims", "[gpu][fused]") {
     c.Nq = c.Nkv = n;
     c.Dk = c.Dv = d;
     c.dtype = dtype;
-    expect_pass(c, Impl::fused);
+    expect_path(c, Impl::fused);
 }
 
 TEST_CASE("fused: head dimensions of any value / Dk and Dv independent", "[gpu][fused]") {
@@ -57,7 +45,7 @@ TEST_CASE("fused: head dimensions of any value / Dk and Dv independent", "[gpu][
     c.Dk = dk;
     c.Dv = dv;
     c.causal = Causal::bottom_right;
-    expect_pass(c, Impl::fused);
+    expect_path(c, Impl::fused);
 }
 
 TEST_CASE("fused and split: every mask kind and combination", "[gpu][fused][mask]") {
@@ -80,7 +68,7 @@ TEST_CASE("fused and split: every mask kind and combination", "[gpu][fused][mask
     if (bool_form == 1) c.bool_mask_shape = std::vector<std::int64_t>{nq, nkv};
     if (bool_form == 2) c.bool_mask_shape = std::vector<std::int64_t>{3, 4, nq, nkv};
     if (float_form == 1) c.float_mask_shape = std::vector<std::int64_t>{3, 1, 1, nkv};
-    expect_pass(c, impl, impl == Impl::split ? 3 : 0);
+    expect_path(c, impl, impl == Impl::split ? 3 : 0);
 }
 
 TEST_CASE("fused and split: GQA / MQA / both layouts / both dtypes", "[gpu][fused]") {
@@ -98,7 +86,7 @@ TEST_CASE("fused and split: GQA / MQA / both layouts / both dtypes", "[gpu][fuse
     c.layout = layout;
     c.dtype = dtype;
     c.kv_lengths = true;
-    expect_pass(c, impl, impl == Impl::split ? 2 : 0);
+    expect_path(c, impl, impl == Impl::split ? 2 : 0);
 }
 
 TEST_CASE("split: split counts from 1 to many / key lengths that do not divide", "[gpu][split]") {
@@ -115,7 +103,7 @@ TEST_CASE("split: split counts from 1 to many / key lengths that do not divide",
     c.dtype = dtype;
     c.kv_lengths = true;
     c.causal = Causal::bottom_right;
-    expect_pass(c, Impl::split, splits);
+    expect_path(c, Impl::split, splits);
 }
 
 TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
@@ -131,8 +119,8 @@ TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
     c.dtype = dtype;
     c.causal = Causal::top_left;
     c.variant = {.texel_loads = texel};
-    expect_pass(c, Impl::fused);
-    expect_pass(c, Impl::split, 3);
+    expect_path(c, Impl::fused);
+    expect_path(c, Impl::split, 3);
 }
 
 TEST_CASE("fused: scores of magnitude 1e4 and fully masked rows", "[gpu][fused][numerics]") {
@@ -146,8 +134,8 @@ TEST_CASE("fused: scores of magnitude 1e4 and fully masked rows", "[gpu][fused][
     c.causal = Causal::bottom_right;
     c.kv_lengths = true;  // some batches get 0 keys or fewer keys than rows: empty rows
     c.B = 4;
-    expect_pass(c, Impl::fused);
-    expect_pass(c, Impl::split, 2);
+    expect_path(c, Impl::fused);
+    expect_path(c, Impl::split, 2);
 }
 
 TEST_CASE("auto: weights select the three-stage path / otherwise fused or split", "[gpu][auto]") {

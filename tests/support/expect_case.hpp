@@ -1,0 +1,29 @@
+// Runs one self-check case on the suite's context and checks it: outputs within tolerance of the
+// reference, the expected path, no validation message. Seeds are fresh per case; a failure prints
+// the case with its seed.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <optional>
+
+#include "support/gpu_context.hpp"
+#include "vkattn/selfcheck/attention_case.hpp"
+
+namespace vkattn::test {
+
+inline unsigned fresh_seed() {
+    static unsigned next = 0x5eed;
+    return next++;
+}
+
+inline void expect_pass(const selfcheck::Case& c, std::optional<Impl> expected_path = std::nullopt) {
+    Context& ctx = gpu_context();
+    const selfcheck::CaseResult r = selfcheck::run_case(ctx, c, fresh_seed());
+    INFO(r.message);
+    CHECK(r.ok);
+    if (expected_path) CHECK(r.report.path == *expected_path);
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+}  // namespace vkattn::test
