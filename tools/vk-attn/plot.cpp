@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "vkattn/errors.hpp"
@@ -50,11 +52,22 @@ void plot_gflops(const std::vector<Row>& rows, const std::string& png, double ge
         for (const auto& r : rows) printer.print(r);
     }
     std::ofstream(script) << kScript;
-    const std::string command = "python3 " + script.string() + " " + csv.string() + " '" + png + ".tmp.png' " +
-                                std::to_string(gemm_gflops) + " 'vk-attn bench' 2>" + (dir / "err.txt").string();
-    const int status = std::system(command.c_str());
-    std::ifstream err_in(dir / "err.txt");
-    std::string err((std::istreambuf_iterator<char>(err_in)), {});
+    // $VKATTN_PYTHON, else the python3 on PATH, else the system's: a pyenv or virtualenv python3
+    // first on PATH often lacks the distribution's python3-matplotlib.
+    std::vector<std::string> pythons;
+    if (const char* chosen = std::getenv("VKATTN_PYTHON")) pythons.emplace_back(chosen);
+    pythons.emplace_back("python3");
+    if (std::filesystem::exists("/usr/bin/python3")) pythons.emplace_back("/usr/bin/python3");
+    int status = -1;
+    std::string err;
+    for (const auto& python : pythons) {
+        const std::string command = python + " " + script.string() + " " + csv.string() + " '" + png + ".tmp.png' " +
+                                    std::to_string(gemm_gflops) + " 'vk-attn bench' 2>" + (dir / "err.txt").string();
+        status = std::system(command.c_str());
+        std::ifstream err_in(dir / "err.txt");
+        err.assign((std::istreambuf_iterator<char>(err_in)), {});
+        if (status == 0 || err.find("No module named") == std::string::npos) break;  // only a missing module retries
+    }
     std::filesystem::remove_all(dir);
     if (status != 0) {
         std::filesystem::remove(png + ".tmp.png");
