@@ -35,10 +35,9 @@ AttentionReport attention(Context& context, const AttentionInputs& inputs, const
             // head dimensions up to 512. Otherwise fused, or split-KV when the rows alone cannot
             // fill the device (decoding: few queries, long keys). The report says which ran.
             if (problem.want_weights || !fused) return unfused();
-            return detail::run_fused(runtime, problem, inputs, outputs, *fused,
-                                     detail::prefer_split(caps, problem, *fused, threads)
-                                         ? detail::choose_splits(caps, problem, *fused, threads)
-                                         : 0);
+            if (const std::uint32_t splits = detail::choose_splits(caps, problem, *fused, threads); splits >= 2)
+                return detail::run_fused(runtime, problem, inputs, outputs, *fused, splits);
+            return detail::run_fused(runtime, problem, inputs, outputs, *fused, 0);
         case Impl::unfused:
             return unfused();
         case Impl::fused:

@@ -145,10 +145,6 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const 
     return static_cast<std::uint32_t>(std::clamp<std::int64_t>((target + blocks - 1) / blocks, 1, std::min<std::int64_t>(most, 1024)));
 }
 
-bool prefer_split(const vk::DeviceCaps& caps, const Problem& p, const FusedConfig& c, unsigned host_threads) {
-    return choose_splits(caps, p, c, host_threads) >= 2;
-}
-
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides) {
     (void)m;

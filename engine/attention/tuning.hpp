@@ -58,13 +58,10 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
                                         const std::array<std::int64_t, 4>& v_strides,
                                         const VariantOverrides& overrides, std::string* why);
 
-// How many key slices split-KV decoding should use so that the device is filled.
+// How many key slices split-KV decoding should use so that the device is filled; 1 means the row
+// blocks alone fill it, and `auto` then runs the fused path.
 std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, const FusedConfig& config,
                             unsigned host_threads);
-
-// Whether the split path suits the shape better than one workgroup per row block (decode: few rows,
-// long keys).
-bool prefer_split(const vk::DeviceCaps& caps, const Problem& problem, const FusedConfig& config, unsigned host_threads);
 
 // Whether rows of `view` can be read as vec4 texels: feature stride 1 and every other stride a
 // multiple of 4 elements (so every row starts on a texel).
