@@ -171,8 +171,6 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
         }
     }
     caps_.timestamp_period_ns = limits.timestampPeriod;
-    caps_.timestamps = families[queue_family_].timestampValidBits > 0 &&
-                       (limits.timestampComputeAndGraphics || families[queue_family_].timestampValidBits > 0);
     std::memcpy(cache_uuid_.data(), props.properties.pipelineCacheUUID, VK_UUID_SIZE);
     device_id_ = props.properties.deviceID;
     driver_version_ = props.properties.driverVersion;

@@ -36,7 +36,6 @@ struct DeviceCaps {
     bool int8_arithmetic = false;
     bool host_visible_device_memory = false;  // device-local memory that can be mapped
     double timestamp_period_ns = 1.0;
-    bool timestamps = false;
 };
 
 }  // namespace vkattn::vk
