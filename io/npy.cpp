@@ -1,10 +1,10 @@
 #include "npy.hpp"
 
 #include <cstring>
-#include <fstream>
-#include <limits>
+#include <ostream>
 
 #include "vkattn/errors.hpp"
+#include "whole_file.hpp"
 
 namespace vkattn::npy {
 namespace {
@@ -86,6 +86,23 @@ std::string descr_of(ElementType type) {
     return "?";
 }
 
+std::string type_name(ElementType type) {
+    switch (type) {
+        case ElementType::f32: return "float32";
+        case ElementType::f16: return "float16";
+        case ElementType::boolean: return "bool";
+        case ElementType::i32: return "int32";
+        case ElementType::i64: return "int64";
+    }
+    return "?";
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
 std::int64_t Array::count() const {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
@@ -135,11 +152,8 @@ Array parse(std::span<const std::byte> bytes, const std::string& name) {
 }
 
 Array read(const std::filesystem::path& path) {
-    const std::string name = path.string();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(name, "cannot open the file (" + std::string(std::strerror(errno)) + ").");
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
-    return parse(std::as_bytes(std::span(bytes)), name);
+    const std::vector<std::byte> bytes = io::read_whole_file(path);
+    return parse(bytes, path.string());
 }
 
 void write(const std::filesystem::path& path, ElementType type, const std::vector<std::int64_t>& shape, const void* data) {
@@ -155,30 +169,14 @@ void write(const std::filesystem::path& path, ElementType type, const std::vecto
     const std::size_t total = 10 + header.size() + 1;
     header.append((64 - total % 64) % 64, ' ');
     header += '\n';
-    const std::string name = path.string();
-    const std::filesystem::path tmp = path.string() + ".partial";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) fail(name, "cannot create the file (" + std::string(std::strerror(errno)) + ").");
+    io::write_file_atomically(path, [&](std::ostream& out) {
         const unsigned char preamble[] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                                           static_cast<unsigned char>(header.size() & 0xff),
                                           static_cast<unsigned char>(header.size() >> 8)};
         out.write(reinterpret_cast<const char*>(preamble), sizeof(preamble));
         out.write(header.data(), static_cast<std::streamsize>(header.size()));
         out.write(static_cast<const char*>(data), static_cast<std::streamsize>(count * static_cast<std::int64_t>(element_size(type))));
-        out.flush();
-        if (!out) {
-            out.close();
-            std::filesystem::remove(tmp);
-            fail(name, "writing the file failed.");
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        fail(name, "cannot move the finished file into place.");
-    }
+    });
 }
 
 }  // namespace vkattn::npy

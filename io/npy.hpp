@@ -16,6 +16,8 @@ enum class ElementType : std::uint8_t { f32, f16, boolean, i32, i64 };
 
 std::size_t element_size(ElementType type);
 std::string descr_of(ElementType type);  // "<f4", "<f2", "|b1", "<i4", "<i8"
+std::string type_name(ElementType type);  // "float32", "float16", "bool", "int32", "int64", for messages
+std::string shape_text(const std::vector<std::int64_t>& shape);  // "[2, 3]", for messages
 
 struct Array {
     ElementType type = ElementType::f32;
