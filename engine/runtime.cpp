@@ -56,11 +56,37 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
 }
 
 Runtime::~Runtime() {
+    // A lost submission may still be running (a timeout on a slow device): wait for it before its
+    // resources, the command stream and the device go. A hung device reports VK_ERROR_DEVICE_LOST.
+    if (lost_ && device_) vkDeviceWaitIdle(device_->get());
+    for (auto& resources : graveyard_) resources.reset();  // in the order they were kept
     // Members go in reverse order; the command stream and kernels must die before the device.
     commands_.reset();
     kernels_.reset();
     device_.reset();
     instance_.reset();
+}
+
+void Runtime::submit_and_wait() {
+    ensure_usable();
+    try {
+        commands_->submit_and_wait(options_.fence_timeout);
+    } catch (const DeviceLost& e) {
+        lost_reason_ = e.what();
+        lost_ = true;
+        throw;
+    }
+}
+
+void Runtime::ensure_usable() const {
+    if (lost_)
+        throw DeviceLost("this context's device was lost earlier (" + lost_reason_ +
+                         "); it refuses further work: create a new Context.");
+}
+
+void Runtime::keep_until_idle(std::shared_ptr<void> resources) {
+    std::lock_guard lock(graveyard_mutex_);
+    graveyard_.push_back(std::move(resources));
 }
 
 std::uint64_t Runtime::max_binding_bytes() const {

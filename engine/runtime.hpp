@@ -1,8 +1,11 @@
 // What a Context owns: instance, device, kernel cache and command stream, in destruction order.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "vk/commands.hpp"
 #include "vk/device.hpp"
@@ -33,6 +36,17 @@ public:
     // Fill outputs with NaN on the device before each run ($VKATTN_POISON=1, tests).
     bool poison_outputs() const { return poison_; }
 
+    // Submits the recorded chain and waits up to options().fence_timeout. A timeout or a lost device
+    // marks the context lost (DeviceLost is rethrown): the submission may still be running, so from
+    // then on the resources of in-flight work are kept (keep_until_idle) instead of freed, and every
+    // later request is refused.
+    void submit_and_wait();
+    bool lost() const { return lost_.load(); }
+    // Throws DeviceLost when the context was lost earlier.
+    void ensure_usable() const;
+    // Takes ownership of resources a lost submission may still use; freed after the device idles.
+    void keep_until_idle(std::shared_ptr<void> resources);
+
 private:
     ContextOptions options_;
     DeviceInfo info_;
@@ -42,6 +56,10 @@ private:
     std::unique_ptr<vk::KernelCache> kernels_;
     std::unique_ptr<vk::CommandStream> commands_;
     std::mutex submit_mutex_;
+    std::atomic<bool> lost_{false};
+    std::string lost_reason_;  // written once, under submit_mutex_, before lost_ is set
+    std::mutex graveyard_mutex_;
+    std::vector<std::shared_ptr<void>> graveyard_;
 };
 
 }  // namespace vkattn::detail

@@ -3,6 +3,8 @@
 // Each split s produced O_s (normalised by its own sum) and lse_s = m_s + log l_s, so
 //   lse = log Σ_s e^(lse_s),   O = Σ_s e^(lse_s − lse) · O_s.
 // Splits that saw no visible key have lse_s = −∞ and weigh nothing; if all do, O = 0, lse = −∞.
+// The head's attention sink, left out of every split, joins the sum here exactly once:
+//   lse = log(e^sink + Σ_s e^(lse_s)).
 #extension GL_EXT_shader_16bit_storage : enable
 
 #include "common/params.glsl"
@@ -21,6 +23,8 @@ layout(std430, set = 0, binding = 3) writeonly buffer OBuffer { float o_data[]; 
 #define OUT_TYPE float
 #endif
 layout(std430, set = 0, binding = 4) writeonly buffer Lse { float lse[]; };
+layout(std430, set = 0, binding = 5) readonly buffer HeadTerms { float head_terms[]; };  // [Hq] slopes, [Hq] sinks
+const uint MASK_SINKS = 64u;  // mask.glsl's flag
 
 void main() {
     // The grid is flash.comp's: unit = (b, key/value head), row ρ = g·Nq + i of its query heads.
@@ -31,11 +35,14 @@ void main() {
     const uint splits = P.split.x, Dv = P.attn.w;
     const uint lse_row = tensor_index(P.tb, b, h, i), o_part = tensor_index(P.ta, b, h, i);
 
-    float m = NEG_INF;
+    const float sink = (P.masking.x & MASK_SINKS) != 0u ? head_terms[P.shape0.y + h] : NEG_INF;
+    float m = sink;
     for (uint s = 0u; s < splits; ++s) m = max(m, partial_lse[lse_row + s * P.split.w]);
     float total = 0.0;
-    if (m != NEG_INF)
+    if (m != NEG_INF) {
+        total = exp(sink - m);  // 0 without a sink
         for (uint s = 0u; s < splits; ++s) total += exp(partial_lse[lse_row + s * P.split.w] - m);
+    }
     const float inv = m == NEG_INF ? 0.0 : 1.0 / total;
 
     const uint o_row = tensor_index(P.to, b, h, i);

@@ -16,10 +16,14 @@
 //   per-lane partial and reduced once at the end.
 //   P·V: lane λ owns output columns 4·(λ + SG·t)..+3; each key's probability is shuffled from the
 //   lane that owns it.
-// Masks: blocks past every row's limit (key length, causal diagonal) are never visited, so causal
-// costs about half; blocks wholly inside every limit skip per-score tests unless a bool or float
-// mask is bound.
-// A row with no visible key keeps m = −∞: α and p are guarded, O = 0 and lse = −∞, never NaN.
+// Masks: blocks outside every row's key range [first, limit) (key length, causal diagonal, sliding
+// window) are never visited, so causal costs about half and a window costs N·window, not N²; blocks
+// wholly inside every range skip per-score tests unless a bool mask or additive terms (float mask,
+// ALiBi) are bound. Softcap, sinks and dropout follow mask.glsl's definitions: the sink joins the
+// denominator when O is normalised (in split mode combine.comp adds it instead); dropped weights
+// still count in l but not in O.
+// A row with no visible key keeps m = −∞: α and p are guarded, O = 0 and lse = −∞ (or the sink),
+// never NaN.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -79,8 +83,10 @@ layout(std430, set = 0, binding = 5) writeonly buffer Lse { float lse[]; };
 layout(std430, set = 0, binding = 6) readonly buffer KvLengths { int kv_lengths[]; };
 layout(std430, set = 0, binding = 7) readonly buffer BoolMask { uint bool_words[]; };
 layout(std430, set = 0, binding = 8) readonly buffer FloatMask { float float_mask[]; };
+layout(std430, set = 0, binding = 9) readonly buffer HeadTerms { float head_terms[]; };
 
 #include "common/mask.glsl"
+#include "common/philox.glsl"
 
 void main() {
     const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
@@ -104,19 +110,27 @@ void main() {
 
     // Rows: ρ -> (h, i); rows past the chunk repeat its last row and are never stored.
     uint q_row[R];
-    uint limit[R];  // keys j >= limit[r] are masked for row r: key length, causal diagonal, split end
-    uint lo_limit = 0xffffffffu, hi_limit = 0u;
+    uint first[R], limit[R];  // row r sees keys [first[r], limit[r]): key length, causal, window, split
+    uint lo_first = 0xffffffffu, hi_first = 0u, lo_limit = 0xffffffffu, hi_limit = 0u;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint rho = min(rho0 + r, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = rho % Nq;
         q_row[r] = tensor_index(P.ta, b, h, i);
-        limit[r] = min(row_mask(b, h, i).limit, k_end);
+        const RowMask mask = row_mask(b, h, i);
+        first[r] = mask.first;
+        limit[r] = min(mask.limit, k_end);
+        lo_first = min(lo_first, first[r]);
+        hi_first = max(hi_first, first[r]);
         lo_limit = min(lo_limit, limit[r]);
         hi_limit = max(hi_limit, limit[r]);
     }
-    k_end = min(k_end, hi_limit);  // blocks past every row's limit are never visited
-    const bool elementwise = P.masking.z != 0u || P.masking.w != 0u;
-    const float scale2 = P.scalars.x * LOG2E;
+    // Blocks outside every row's range are never visited.
+    k_begin = max(k_begin, lo_first);
+    k_end = min(k_end, hi_limit);
+    const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
+    const bool capped = P.terms.x > 0.0;
+    const bool dropout = P.dropout.x != 0u;
+    const float scale = P.scalars.x, scale2 = P.scalars.x * LOG2E, keep_scale = P.terms.z;
     const uint k_head = tensor_index(P.tb, b, hk, 0u), k_stride = P.tb.stride.z;
     const uint v_head = tensor_index(P.tc, b, hk, 0u), v_stride = P.tc.stride.z;
     const uint Dk4 = (Dk + 3u) / 4u;
@@ -161,7 +175,7 @@ void main() {
         // Scale into log2 units and mask. Inside every row's limit with no bool/float mask, no
         // per-score test is needed (the common case); on the limits' edge (the causal diagonal, the
         // last keys) one compare per score; with a bool or float mask the full mask model.
-        const bool whole = !elementwise && kb + KB <= lo_limit;
+        const bool whole = !elementwise && kb >= hi_first && kb + KB <= lo_limit;
         [[unroll]] for (uint r = 0u; r < R; ++r) {
             RowMask mask;
             if (elementwise) {
@@ -170,10 +184,10 @@ void main() {
                 mask.limit = limit[r];
             }
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
-                float x = s[r][c] * scale2;
+                float x = capped ? softcap(s[r][c] * scale) * LOG2E : s[r][c] * scale2;
                 const uint key = kb + lane * KL + c;
                 if (elementwise) x = key_visible(mask, key) ? x + additive(mask, key) * LOG2E : NEG_INF;
-                else if (!whole && key >= limit[r]) x = NEG_INF;
+                else if (!whole && (key < first[r] || key >= limit[r])) x = NEG_INF;
                 s[r][c] = x;
             }
         }
@@ -193,6 +207,13 @@ void main() {
                 s[r][c] = p;
                 l[r] += p;
             }
+            // Dropout: the weight that multiplies V is dropped or rescaled; l keeps the softmax's.
+            if (dropout) {
+                const uint rho = min(rho0 + r, rows_end - 1u);
+                const uint h = hk * group + rho / Nq, i = rho % Nq;
+                [[unroll]] for (uint c = 0u; c < KL; ++c)
+                    s[r][c] = dropout_keeps(b, h, i, kb + lane * KL + c) ? s[r][c] * keep_scale : 0.0;
+            }
         }
 
         // P·V: every key of the block, its probabilities shuffled from the lane that owns it.
@@ -211,17 +232,26 @@ void main() {
             }
     }
 
-    // Finish: reduce the partial sums; normalise; store O (or the split's partial) and lse.
+    // Finish: reduce the partial sums; add the sink (not in split mode: combine.comp adds it once);
+    // normalise; store O (or the split's partial) and lse.
     [[unroll]] for (uint r = 0u; r < R; ++r) {
-        const float l_row = subgroupAdd(l[r]);
+        float l_row = subgroupAdd(l[r]);
         if (rho0 + r >= rows_end) continue;
         const uint rho = rho0 + r;
         const uint h = hk * group + rho / Nq, i = rho % Nq;
+        float o_scale = 1.0;
+        const float sink = SPLIT ? NEG_INF : sink_logit(h) * LOG2E;
+        if (sink != NEG_INF) {
+            const float m_all = max(m[r], sink);
+            o_scale = m[r] == NEG_INF ? 0.0 : exp2(m[r] - m_all);
+            l_row = l_row * o_scale + exp2(sink - m_all);
+            m[r] = m_all;
+        }
         const uint split_index = SPLIT ? gl_WorkGroupID.z : 0u;
         const uint o_row = tensor_index(P.to, b, h, i) + split_index * P.split.z;
         // A device that ran us at another subgroup size than SG (it could not be required) would
         // have computed garbage: make that loud (NaN) rather than quietly wrong.
-        const float inv = gl_SubgroupSize != SG ? 0.0 / 0.0 : l_row > 0.0 ? 1.0 / l_row : 0.0;
+        const float inv = gl_SubgroupSize != SG ? 0.0 / 0.0 : l_row > 0.0 ? o_scale / l_row : 0.0;
         [[unroll]] for (uint t = 0u; t < DV4; ++t) {
             const uint col = col_base + 4u * (lane + SG * t);
             [[unroll]] for (uint c = 0u; c < 4u; ++c)

@@ -4,8 +4,10 @@
 // Pass 1 keeps an online (max, sum) pair per invocation,
 //   m = max(m_old, x),   l = l_old·e^(m_old − m) + e^(x − m),
 // then merges the pairs across the workgroup; pass 2 writes P = e^(x − m) / l.
+// Logits follow mask.glsl (softcap, additive terms, masks); the head's sink logit joins (m, l) after
+// the reduction, and dropout applies to the P written in pass 2 (lse stays the softmax's).
 // Masked logits are −∞ and are skipped rather than exponentiated, so a row with no visible key has
-// m = −∞ and yields P = 0 and lse = −∞ instead of 0/0 = NaN.
+// m = −∞ and yields P = 0 and lse = −∞ (or the sink) instead of 0/0 = NaN.
 // Variants: SUBGROUP_OPS (define) merges with subgroupMax/subgroupAdd, then one slot per subgroup;
 // otherwise a shared-memory tree (WG must be a power of two).
 #ifdef SUBGROUP_OPS
@@ -25,8 +27,10 @@ layout(std430, set = 0, binding = 2) writeonly buffer Lse { float lse[]; };
 layout(std430, set = 0, binding = 3) readonly buffer KvLengths { int kv_lengths[]; };
 layout(std430, set = 0, binding = 4) readonly buffer BoolMask { uint bool_words[]; };
 layout(std430, set = 0, binding = 5) readonly buffer FloatMask { float float_mask[]; };
+layout(std430, set = 0, binding = 6) readonly buffer HeadTerms { float head_terms[]; };
 
 #include "common/mask.glsl"
+#include "common/philox.glsl"
 
 shared float shared_m[WG];
 shared float shared_l[WG];
@@ -41,7 +45,7 @@ void merge(inout float m, inout float l, float m2, float l2) {
 
 float logit(RowMask mask, uint j, uint row) {
     if (!key_visible(mask, j)) return NEG_INF;
-    return scores[row + j] + additive(mask, j);
+    return softcap(scores[row + j]) + additive(mask, j);
 }
 
 void main() {
@@ -94,11 +98,17 @@ void main() {
     l = shared_l[0];
 #endif
 
+    merge(m, l, sink_logit(h), 1.0);
+
     const float inv_l = m == NEG_INF ? 0.0 : 1.0 / l;
+    const bool dropout = P.dropout.x != 0u;
+    const float keep_scale = P.terms.z;
     for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
         for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
             const float x = logit(mask, j, row);
-            scores[row + j] = x == NEG_INF ? 0.0 : exp(x - m) * inv_l;
+            float p = x == NEG_INF ? 0.0 : exp(x - m) * inv_l;
+            if (dropout) p = dropout_keeps(b, h, i, j) ? p * keep_scale : 0.0;
+            scores[row + j] = p;
         }
     if (tid == 0u) lse[tensor_index(P.tlse, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(l);
 }

@@ -16,6 +16,7 @@ AttentionReport attention(Context& context, const AttentionInputs& inputs, const
                           const AttentionOptions& options) {
     const detail::Problem problem = detail::resolve(inputs, outputs, options);
     detail::Runtime& runtime = context.runtime();
+    runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
     if (problem.dtype == DType::f16 && !caps.fp16_storage)
         throw InvalidArgument("dtype", "the device " + caps.name +

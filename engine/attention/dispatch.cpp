@@ -3,13 +3,15 @@
 #include <cstring>
 
 #include "vk/check.hpp"
+#include "runtime.hpp"
 #include "vk/device.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
 
-DispatchRecorder::DispatchRecorder(const vk::Device& device, std::uint32_t max_dispatches)
-    : device_(&device), capacity_(max_dispatches) {
+DispatchRecorder::DispatchRecorder(Runtime& runtime, std::uint32_t max_dispatches)
+    : runtime_(&runtime), device_(&runtime.device()), capacity_(max_dispatches) {
+    const vk::Device& device = runtime.device();
     const std::uint64_t align = device.caps().min_uniform_offset_alignment;
     slot_bytes_ = (sizeof(Params) + align - 1) / align * align;
     params_ = vk::Buffer(device, slot_bytes_ * max_dispatches, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT,
@@ -28,6 +30,16 @@ DispatchRecorder::DispatchRecorder(const vk::Device& device, std::uint32_t max_d
     const VkDevice d = device.get();
     VKATTN_CHECK(vkCreateDescriptorPool(d, &info, nullptr, &pool), "creating a descriptor pool");
     pool_ = vk::Handle<VkDescriptorPool>(pool, [d](VkDescriptorPool p) { vkDestroyDescriptorPool(d, p, nullptr); });
+}
+
+DispatchRecorder::~DispatchRecorder() {
+    if (!runtime_->lost()) return;
+    struct InFlight {
+        std::vector<vk::Handle<VkBufferView>> views;
+        vk::Buffer params;
+        vk::Handle<VkDescriptorPool> pool;
+    };
+    runtime_->keep_until_idle(std::make_shared<InFlight>(InFlight{std::move(views_), std::move(params_), std::move(pool_)}));
 }
 
 void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch) {

@@ -37,12 +37,20 @@ struct Dispatch {
     std::array<std::uint32_t, 3> groups{1, 1, 1};
 };
 
+class Runtime;
+
 class DispatchRecorder {
 public:
-    DispatchRecorder(const vk::Device& device, std::uint32_t max_dispatches);
+    DispatchRecorder(Runtime& runtime, std::uint32_t max_dispatches);
+    // Hands the descriptor pool, parameter blocks and views to the runtime when its submission was
+    // lost: the device may still be reading them.
+    ~DispatchRecorder();
+    DispatchRecorder(const DispatchRecorder&) = delete;
+    DispatchRecorder& operator=(const DispatchRecorder&) = delete;
     void record(VkCommandBuffer commands, const Dispatch& dispatch);
 
 private:
+    Runtime* runtime_;
     const vk::Device* device_;
     std::uint32_t capacity_;
     std::uint32_t used_ = 0;

@@ -153,7 +153,7 @@ AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInp
     const vk::Kernel* combine = split ? &combine_kernel(runtime, p.dtype) : nullptr;
 
     std::lock_guard lock(runtime.submit_mutex());
-    DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(chunks.size() * (config.column_passes + 1)));
+    DispatchRecorder recorder(runtime, static_cast<std::uint32_t>(chunks.size() * (config.column_passes + 1)));
     vk::CommandStream& stream = runtime.commands();
     VkCommandBuffer cmd = stream.begin();
     t.record_uploads(cmd);
@@ -169,8 +169,7 @@ AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInp
         params.attn = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Dv)};
         params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
         params.scalars = {static_cast<float>(p.scale), 0, 0, 0};
-        params.masking = {static_cast<std::uint32_t>(p.causal), p.has_kv_lengths ? 1u : 0u,
-                          p.bool_mask.present() ? 1u : 0u, p.float_mask.present() ? 1u : 0u};
+        set_features(params, p);
         params.split = {u32(std::max(1u, splits)), u32(keys_per_split), u32(c.units * c.rows * p.Dv), u32(c.units * c.rows)};
         params.ta = s.q.desc;
         params.tb = s.k.desc;
@@ -191,7 +190,7 @@ AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInp
                          split ? bind(4, o_partial, o_part) : bind(4, *d.o, s.o),
                          split ? bind(5, lse_partial, lse_part) : bind(5, *d.lse, s.lse),
                          bind(6, *d.lengths, whole(p.kv_len.size() * 4)), bind(7, *d.bool_mask, s.masks.bool_mask),
-                         bind(8, *d.float_mask, s.masks.float_mask)};
+                         bind(8, *d.float_mask, s.masks.float_mask), bind(9, *d.head_terms, whole(d.head_terms_bytes))};
         main.groups = {u32((c.rows + config.rows_per_workgroup() - 1) / config.rows_per_workgroup()), u32(c.units),
                        std::max(1u, splits)};
         for (std::uint32_t pass = 0; pass < config.column_passes; ++pass) {
@@ -207,14 +206,14 @@ AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInp
         merge.params.to = s.o.desc;
         merge.params.tlse = s.lse.desc;
         merge.bindings = {bind(1, o_partial, o_part), bind(2, lse_partial, lse_part), bind(3, *d.o, s.o),
-                          bind(4, *d.lse, s.lse)};
+                          bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes))};
         merge.groups = {u32(c.rows), u32(c.units), 1};
         recorder.record(cmd, merge);
         stream.barrier();
     }
     stream.timestamp(1);
     t.record_downloads(cmd);
-    stream.submit_and_wait(runtime.options().fence_timeout);
+    runtime.submit_and_wait();
     copy_results(t, d, p, out);
 
     AttentionReport report;
@@ -225,6 +224,7 @@ AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInp
     report.gpu_ms = stream.elapsed_ms();
     report.slices = static_cast<std::uint32_t>(chunks.size());
     report.device_bytes = t.device_bytes();
+    report.flops = p.flops();
     return report;
 }
 

@@ -27,6 +27,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     if (m < 1 || n < 1 || k < 1) throw InvalidArgument("gemm", "m, n and k must be at least 1.");
     if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
     detail::Runtime& runtime = context.runtime();
+    runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
     const auto bytes = [](std::int64_t a, std::int64_t b) { return static_cast<std::uint64_t>(a * b) * 4; };
     for (auto [what, size] : {std::pair{"A", bytes(m, k)}, std::pair{"B", bytes(k, n)}, std::pair{"C", bytes(m, n)}})
@@ -61,7 +62,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
                 static_cast<std::uint32_t>((m + config.block_rows() - 1) / config.block_rows()), 1};
 
     std::lock_guard lock(runtime.submit_mutex());
-    detail::DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(warmup + repeat));
+    detail::DispatchRecorder recorder(runtime, static_cast<std::uint32_t>(warmup + repeat));
     vk::CommandStream& stream = runtime.commands();
     std::vector<double> samples;
     for (int r = 0; r < warmup + repeat; ++r) {
@@ -77,7 +78,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
             stream.barrier();
             t.record_downloads(cmd);
         }
-        stream.submit_and_wait(runtime.options().fence_timeout);
+        runtime.submit_and_wait();
         if (r >= warmup) samples.push_back(stream.elapsed_ms());
     }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "vk/device_caps.hpp"
 
@@ -29,6 +30,17 @@ DeviceTensors upload_tensors(Transfers& t, const Problem& p, const AttentionInpu
     d.float_mask = p.float_mask.present()
         ? &t.input(p.float_mask.data, static_cast<std::uint64_t>(p.float_mask.elements) * 4, "float_mask")
         : &t.scratch(16, "an unused mask binding");
+    // One per-head buffer for ALiBi slopes and sinks, each [Hq] (zeros for the one not given).
+    if (!p.alibi.empty() || !p.sinks.empty()) {
+        std::vector<float> terms(static_cast<std::size_t>(2 * p.Hq), 0.0f);
+        std::copy(p.alibi.begin(), p.alibi.end(), terms.begin());
+        std::copy(p.sinks.begin(), p.sinks.end(), terms.begin() + p.Hq);
+        d.head_terms_bytes = terms.size() * 4;
+        d.head_terms = &t.input(terms.data(), d.head_terms_bytes, "the ALiBi slopes and sinks");
+    } else {
+        d.head_terms_bytes = 16;
+        d.head_terms = &t.scratch(16, "an unused per-head binding");
+    }
     return d;
 }
 

@@ -20,6 +20,8 @@ TensorBytes tensor_bytes(const Problem& problem, const AttentionInputs& inputs, 
 
 struct DeviceTensors {
     const vk::Buffer *q, *k, *v, *o, *lse, *lengths, *bool_mask, *float_mask;
+    const vk::Buffer* head_terms;  // [Hq] ALiBi slopes then [Hq] sinks (mask.glsl)
+    std::uint64_t head_terms_bytes;
     TensorBytes bytes;
 };
 

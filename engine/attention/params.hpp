@@ -19,9 +19,11 @@ struct Params {
     std::array<std::uint32_t, 4> gemm{};    // M, N, K (bmm)
     std::array<std::uint32_t, 4> chunk{};   // first unit, first row, rows, units
     std::array<float, 4> scalars{};         // alpha
-    std::array<std::uint32_t, 4> masking{}; // causal, has key lengths, has bool mask, has float mask
+    std::array<std::uint32_t, 4> masking{}; // MASK_* flags, alignment offset, window left, right (int)
     std::array<std::uint32_t, 4> split{};   // splits, keys per split, O elements per split, lse per split
     std::array<std::uint32_t, 4> columns{}; // flash: first output column of this pass
+    std::array<float, 4> terms{};           // softcap, 1 / softcap, dropout keep scale
+    std::array<std::uint32_t, 4> dropout{}; // threshold, seed low, seed high
     TensorDesc ta, tb, tc, to, tlse, tbool, tfloat;
 };
 
@@ -33,9 +35,26 @@ static_assert(offsetof(Params, scalars) == 64);
 static_assert(offsetof(Params, masking) == 80);
 static_assert(offsetof(Params, split) == 96);
 static_assert(offsetof(Params, columns) == 112);
-static_assert(offsetof(Params, ta) == 128);
-static_assert(offsetof(Params, tlse) == 256);
-static_assert(offsetof(Params, tfloat) == 320);
-static_assert(sizeof(Params) == 352);
+static_assert(offsetof(Params, terms) == 128);
+static_assert(offsetof(Params, dropout) == 144);
+static_assert(offsetof(Params, ta) == 160);
+static_assert(offsetof(Params, tlse) == 288);
+static_assert(offsetof(Params, tfloat) == 352);
+static_assert(sizeof(Params) == 384);
+
+// The masking.x flags, as shaders/common/mask.glsl names them.
+enum MaskFlag : std::uint32_t {
+    kMaskCausal = 1,
+    kMaskLengths = 2,
+    kMaskBool = 4,
+    kMaskFloat = 8,
+    kMaskBottomRight = 16,
+    kMaskAlibi = 32,
+    kMaskSinks = 64,
+};
+
+struct Problem;
+// masking, terms and dropout for a problem: every mask and model feature, the same for every kernel.
+void set_features(Params& params, const Problem& problem);
 
 }  // namespace vkattn::detail

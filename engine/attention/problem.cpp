@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "vkattn/dropout.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
@@ -123,12 +124,97 @@ std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
     return r;
 }
 
-double Problem::flops() const {
-    const double pairs = static_cast<double>(B) * static_cast<double>(Hq) *
-                         static_cast<double>(Nq) * static_cast<double>(Nkv);
-    const double f = 2.0 * pairs * static_cast<double>(Dk + Dv);
-    return causal == Causal::none ? f : f / 2.0;
+bool Problem::kept(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return dropout_keeps(seed, drop_threshold, static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(h),
+                         static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
 }
+
+double Problem::visible_pairs() const {
+    double pairs = 0.0;
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t i = 0; i < Nq; ++i) {
+            const KeyRange r = key_range(b, i);
+            pairs += static_cast<double>(std::max<std::int64_t>(r.limit - r.first, 0));
+        }
+    return pairs * static_cast<double>(Hq);
+}
+
+double Problem::flops() const { return 2.0 * visible_pairs() * static_cast<double>(Dk + Dv); }
+
+namespace {
+
+// A per-head vector ([Hq] floats): its size checked, every value checked by `ok`.
+std::vector<float> per_head(std::span<const float> values, std::int64_t heads, const char* name,
+                            bool (*ok)(float), const char* requirement) {
+    if (static_cast<std::int64_t>(values.size()) != heads)
+        throw InvalidArgument(name, "there are " + std::to_string(values.size()) + " values but q has " +
+                                        std::to_string(heads) + " heads; one per query head is needed.");
+    for (std::size_t h = 0; h < values.size(); ++h)
+        if (!ok(values[h]))
+            throw InvalidArgument(name, "the value of head " + std::to_string(h) + " is " +
+                                            std::to_string(values[h]) + "; " + requirement + ".");
+    return {values.begin(), values.end()};
+}
+
+// The model features: causal offset, window, softcap, ALiBi, sinks, dropout.
+void resolve_features(Problem& p, const AttentionInputs& in, const AttentionOptions& options) {
+    if (options.causal_offset) {
+        if (options.causal == Causal::bottom_right)
+            throw InvalidArgument("causal_offset", "an explicit causal offset sets the alignment itself; it "
+                                                   "cannot be combined with bottom-right alignment "
+                                                   "(which is len[b] - Nq).");
+        p.causal = Causal::top_left;
+        p.offset = *options.causal_offset;
+    }
+    p.window = options.window;
+    if (p.window.left < -1 || p.window.right < -1)
+        throw InvalidArgument("window", "the window (" + std::to_string(p.window.left) + ", " +
+                                            std::to_string(p.window.right) + ") has a side below -1; each "
+                                            "side is a number of keys >= 0, or -1 for unbounded.");
+
+    if (options.softcap) {
+        if (!std::isfinite(*options.softcap) || *options.softcap <= 0.0)
+            throw InvalidArgument("softcap", "the logit cap must be a finite number above 0, not " +
+                                                 std::to_string(*options.softcap) + ".");
+        p.softcap = *options.softcap;
+    }
+
+    if (options.alibi_max_bias && !in.alibi_slopes.empty())
+        throw InvalidArgument("alibi_slopes", "give either ALiBi slopes or alibi_max_bias, not both.");
+    if (options.alibi_max_bias) {
+        if (!std::isfinite(*options.alibi_max_bias) || *options.alibi_max_bias <= 0.0)
+            throw InvalidArgument("alibi_max_bias", "must be a finite number above 0 (8 in BLOOM and MPT), not " +
+                                                        std::to_string(*options.alibi_max_bias) + ".");
+        p.alibi = alibi_slopes(p.Hq, *options.alibi_max_bias);
+    } else if (!in.alibi_slopes.empty()) {
+        p.alibi = per_head(in.alibi_slopes, p.Hq, "alibi_slopes", [](float x) { return std::isfinite(x); },
+                           "slopes must be finite");
+    }
+    if (!in.sinks.empty())
+        p.sinks = per_head(in.sinks, p.Hq, "sinks", [](float x) { return !std::isnan(x) && x != INFINITY; },
+                           "a sink is a finite logit, or -inf for none");
+
+    if (!(options.dropout >= 0.0 && options.dropout < 1.0))
+        throw InvalidArgument("dropout", "the drop probability must be in [0, 1), not " +
+                                             std::to_string(options.dropout) + ".");
+    p.dropout = options.dropout;
+    p.drop_threshold = dropout_threshold(options.dropout);
+    p.seed = options.seed;
+
+    // The shaders compute positions i + a ± window and distances i + a - j in 32-bit integers.
+    if (options.causal_offset || p.window.bounded() || !p.alibi.empty()) {
+        const std::int64_t reach = std::max<std::int64_t>({p.window.left, p.window.right, 0});
+        constexpr std::int64_t kHalf = std::int64_t{1} << 30;
+        if (std::abs(p.offset) > kHalf || reach > kHalf || p.Nq + p.Nkv + std::abs(p.offset) + reach + 1 > kMaxIndex)
+            throw InvalidArgument(std::abs(p.offset) > kHalf ? "causal_offset" : "window",
+                                  "with a causal offset, a window or ALiBi, Nq + Nkv + |causal offset| + the "
+                                  "wider window side = " + std::to_string(p.Nq) + " + " + std::to_string(p.Nkv) +
+                                      " + " + std::to_string(std::abs(p.offset)) + " + " + std::to_string(reach) +
+                                      " must stay below " + kMaxIndexText + ", and each of the last two within 2^30.");
+    }
+}
+
+}  // namespace
 
 Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
                 const AttentionOptions& options) {
@@ -215,6 +301,8 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
     if (in.bool_mask) p.bool_mask = broadcast(*in.bool_mask, "bool_mask", scores);
     if (in.float_mask) p.float_mask = broadcast(*in.float_mask, "float_mask", scores);
 
+    resolve_features(p, in, options);
+
     p.want_weights = out.weights != nullptr;
     p.want_lse = out.lse != nullptr;
     checked_mul(checked_mul(checked_mul(p.B, p.Hq, "weights"), p.Nq, "weights"), p.Nkv, "weights");
@@ -222,3 +310,20 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
 }
 
 }  // namespace vkattn::detail
+
+namespace vkattn {
+
+std::vector<float> alibi_slopes(std::int64_t heads, double max_bias) {
+    if (heads < 1) throw InvalidArgument("heads", "ALiBi needs at least one head.");
+    std::int64_t n2 = 1;
+    while (n2 * 2 <= heads) n2 *= 2;  // 2^floor(log2 heads)
+    const double m0 = std::exp2(-max_bias / static_cast<double>(n2));
+    const double m1 = std::exp2(-max_bias / 2.0 / static_cast<double>(n2));
+    std::vector<float> slopes(static_cast<std::size_t>(heads));
+    for (std::int64_t h = 0; h < heads; ++h)
+        slopes[static_cast<std::size_t>(h)] = static_cast<float>(
+            h < n2 ? std::pow(m0, static_cast<double>(h + 1)) : std::pow(m1, static_cast<double>(2 * (h - n2) + 1)));
+    return slopes;
+}
+
+}  // namespace vkattn

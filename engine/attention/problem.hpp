@@ -3,7 +3,9 @@
 // reference both consume a Problem, so they cannot disagree about what a request means.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -30,35 +32,83 @@ struct Problem {
     std::int64_t group = 1;  // Hq / Hkv: query head h reads key/value head h / group
     double scale = 1.0;
     DType dtype = DType::f32;
-    Causal causal = Causal::none;
+    Causal causal = Causal::none;  // none, or on: top_left (a = offset) / bottom_right (a = len - Nq + offset)
+    std::int64_t offset = 0;       // added to the alignment (options.causal_offset)
+    Window window;
+    double softcap = 0.0;          // 0 = none
+    std::vector<float> alibi;      // [Hq] slopes; empty = none
+    std::vector<float> sinks;      // [Hq] sink logits; empty = none
+    double dropout = 0.0;
+    std::uint32_t drop_threshold = 0;  // dropout_threshold(dropout); 0 = nothing dropped
+    std::uint64_t seed = 0;
     std::vector<std::int32_t> kv_len;  // [B], Nkv where not given
     bool has_kv_lengths = false;
     BroadcastMask bool_mask, float_mask;
     bool want_weights = false, want_lse = false;
 
-    // The diagonal's offset for batch b: causal keeps key j for query i when j <= i + alignment(b).
+    // The diagonal's offset for batch b: causal keeps key j for query i when j <= i + alignment(b);
+    // the window and ALiBi are measured from the same diagonal.
     std::int64_t alignment(std::int64_t b) const {
-        return causal == Causal::bottom_right ? std::int64_t{kv_len[b]} - Nq : 0;
+        return offset + (causal == Causal::bottom_right ? std::int64_t{kv_len[b]} - Nq : 0);
     }
 
-    // The boolean part of the mask model (key lengths, causal, bool mask): false = masked.
+    // The keys [first, limit) that the structural mask (key length, causal, window) leaves to query
+    // i of batch b; empty when first >= limit.
+    struct KeyRange {
+        std::int64_t first, limit;
+    };
+    KeyRange key_range(std::int64_t b, std::int64_t i) const {
+        const std::int64_t at = i + alignment(b);
+        std::int64_t limit = kv_len[b];
+        if (causal != Causal::none) limit = std::min(limit, at + 1);
+        if (window.right >= 0) limit = std::min(limit, at + window.right + 1);
+        const std::int64_t first = window.left >= 0 ? std::max<std::int64_t>(at - window.left, 0) : 0;
+        return {first, std::max<std::int64_t>(limit, 0)};
+    }
+
+    // The boolean part of the mask model (key lengths, causal, window, bool mask): false = masked.
     bool key_visible(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-        if (j >= kv_len[b]) return false;
-        if (causal != Causal::none && j > i + alignment(b)) return false;
+        const KeyRange range = key_range(b, i);
+        if (j < range.first || j >= range.limit) return false;
         if (bool_mask.present() &&
             static_cast<const std::uint8_t*>(bool_mask.data)[bool_mask.offset(b, h, i, j)] == 0)
             return false;
         return true;
     }
 
-    // The additive part: the float mask's value (0 where there is none).
+    // The additive part: the float mask's value plus the ALiBi bias -slope_h·|i + a - j|.
     double additive(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-        if (!float_mask.present()) return 0.0;
-        return static_cast<const float*>(float_mask.data)[float_mask.offset(b, h, i, j)];
+        double sum = 0.0;
+        if (float_mask.present())
+            sum += static_cast<const float*>(float_mask.data)[float_mask.offset(b, h, i, j)];
+        if (!alibi.empty())
+            sum -= static_cast<double>(alibi[static_cast<std::size_t>(h)]) *
+                   static_cast<double>(std::abs(i + alignment(b) - j));
+        return sum;
     }
 
+    // The logit of a scaled score: softcap, then the additive terms; -inf where masked. The one
+    // definition of everything before the softmax.
+    double logit(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j, double scaled_score) const {
+        if (!key_visible(b, h, i, j)) return -std::numeric_limits<double>::infinity();
+        const double s = softcap > 0.0 ? softcap * std::tanh(scaled_score / softcap) : scaled_score;
+        return s + additive(b, h, i, j);
+    }
+
+    // The sink logit of query head h (-inf: none), which joins the softmax denominator only.
+    double sink(std::int64_t h) const {
+        return sinks.empty() ? -std::numeric_limits<double>::infinity()
+                             : static_cast<double>(sinks[static_cast<std::size_t>(h)]);
+    }
+
+    // Dropout: whether weight (b, h, i, j) survives, and the factor the survivors are scaled by.
+    bool kept(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const;
+    double keep_scale() const { return 1.0 / (1.0 - dropout); }
+
     std::int64_t kv_head(std::int64_t h) const { return h / group; }
-    // 4·B·Hq·Nq·Nkv·(Dk+Dv)/2 flops, the usual 4·…·D when Dk = Dv; halved for causal.
+    // Query-key pairs the structural mask leaves visible, over every batch, head and row.
+    double visible_pairs() const;
+    // 2·(Dk + Dv) per visible pair: 4·B·Hq·Nq·Nkv·D without masks, about half that when causal.
     double flops() const;
 };
 

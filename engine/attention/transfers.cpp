@@ -18,6 +18,10 @@ std::uint64_t padded(std::uint64_t bytes) { return (bytes + 15) / 16 * 16 + 16; 
 
 Transfers::Transfers(Runtime& runtime) : runtime_(&runtime) {}
 
+Transfers::~Transfers() {
+    if (runtime_->lost()) runtime_->keep_until_idle(std::make_shared<std::deque<vk::Buffer>>(std::move(buffers_)));
+}
+
 const vk::Buffer& Transfers::device_buffer(std::uint64_t bytes, const std::string& what) {
     buffers_.emplace_back(runtime_->device(), padded(bytes), kTensorUsage, vk::MemoryIntent::device_local,
                           runtime_->zero_copy(), what);

@@ -18,6 +18,10 @@ class Runtime;
 class Transfers {
 public:
     explicit Transfers(Runtime& runtime);
+    // Hands the buffers to the runtime when the submission using them was lost (it may still run).
+    ~Transfers();
+    Transfers(const Transfers&) = delete;
+    Transfers& operator=(const Transfers&) = delete;
 
     // A device buffer filled with `bytes` of host data (copied now, or at record_uploads).
     const vk::Buffer& input(const void* host, std::uint64_t bytes, const std::string& what);

@@ -131,7 +131,7 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
     const vk::Kernel& output_kernel = bmm_kernel(runtime, config.output, false, DType::f32, p.dtype, p.dtype);
 
     std::lock_guard lock(runtime.submit_mutex());
-    DispatchRecorder recorder(runtime.device(), static_cast<std::uint32_t>(chunks.size() * 3));  // 3 stages
+    DispatchRecorder recorder(runtime, static_cast<std::uint32_t>(chunks.size() * 3));  // 3 stages
     vk::CommandStream& stream = runtime.commands();
     VkCommandBuffer cmd = stream.begin();
     t.record_uploads(cmd);
@@ -154,14 +154,14 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
         if (stages == UnfusedStages::scores_only) continue;
 
         Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
-        stage2.params.masking = {static_cast<std::uint32_t>(p.causal), p.has_kv_lengths ? 1u : 0u,
-                                 p.bool_mask.present() ? 1u : 0u, p.float_mask.present() ? 1u : 0u};
+        set_features(stage2.params, p);
         stage2.params.ta = s.scores.desc;
         stage2.params.tlse = s.lse.desc;
         stage2.params.tbool = s.bool_mask.desc;
         stage2.params.tfloat = s.float_mask.desc;
         stage2.bindings = {bind(1, scores, s.scores), bind(2, *d.lse, s.lse), bind(3, *d.lengths, whole(p.kv_len.size() * 4)),
-                           bind(4, *d.bool_mask, s.bool_mask), bind(5, *d.float_mask, s.float_mask)};
+                           bind(4, *d.bool_mask, s.bool_mask), bind(5, *d.float_mask, s.float_mask),
+                           bind(6, *d.head_terms, whole(d.head_terms_bytes))};
         stage2.groups = {u32(c.rows), u32(c.units), 1};
         recorder.record(cmd, stage2);
         stream.barrier();
@@ -179,7 +179,7 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
     }
     stream.timestamp(1);
     t.record_downloads(cmd);
-    stream.submit_and_wait(runtime.options().fence_timeout);
+    runtime.submit_and_wait();
 
     copy_results(t, d, p, out);
     if (p.want_weights) std::memcpy(out.weights, t.result(scores), planner.weights_bytes());
@@ -190,6 +190,7 @@ AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionI
     report.gpu_ms = stream.elapsed_ms();
     report.slices = static_cast<std::uint32_t>(chunks.size());
     report.device_bytes = t.device_bytes();
+    report.flops = p.flops();
     return report;
 }
 

@@ -1,6 +1,8 @@
 // The CPU reference, one query row at a time, in the GPU's three stages:
 //   1. scores:          S[j] = scale · Σ_d Q[i, d] · K[j, d]
-//   2. masked softmax:  P[j] = exp(logit[j] - m) / Σ exp(logit - m), lse = m + log Σ exp(logit - m)
+//   2. masked softmax:  logit[j] = softcap(S[j]) + additive terms, -inf where masked;
+//                       P[j] = exp(logit[j] - m) / (e^(sink - m) + Σ exp(logit - m)), then dropout;
+//                       lse = log(e^sink + Σ exp(logit))
 //   3. weighted sum:    O[:] = Σ_j P[j] · V[j, :]
 // Everything is accumulated in double; rounding happens only when results are stored.
 #include "vkattn/reference.hpp"
@@ -56,29 +58,37 @@ void scores_row(const Problem& p, const AttentionInputs& in, Row r, std::vector<
 // Stage 2: the masked softmax of one row; writes weights[j] and returns the log-sum-exp.
 double softmax_row(const Problem& p, Row r, const std::vector<double>& scores,
                    std::vector<double>& weights) {
-    // Logits: the score plus the additive mask where the key is visible, -inf where it is masked.
-    double m = kNegInf;
+    // Logits (Problem::logit: softcap, additive terms, -inf where masked). The sink logit joins
+    // the maximum and the denominator, never the weights.
+    const double sink = p.sink(r.h);
+    double m = sink;
     for (std::int64_t j = 0; j < p.Nkv; ++j) {
         const auto jj = static_cast<std::size_t>(j);
-        weights[jj] = p.key_visible(r.b, r.h, r.i, j) ? scores[jj] + p.additive(r.b, r.h, r.i, j)
-                                                       : kNegInf;
+        weights[jj] = p.logit(r.b, r.h, r.i, j, scores[jj]);
         if (weights[jj] > m) m = weights[jj];
     }
-    // Fully masked row guard: every logit is -inf (no visible key, or an additive -inf on each).
-    // Subtracting m would compute -inf - (-inf) = NaN; the defined result is instead weights 0,
-    // output 0 and lse -inf.
+    // Fully masked row guard: every logit is -inf (no visible key, or an additive -inf on each)
+    // and there is no sink. Subtracting m would compute -inf - (-inf) = NaN; the defined result is
+    // instead weights 0, output 0 and lse -inf.
     if (m == kNegInf) {
         for (auto& w : weights) w = 0.0;
         return kNegInf;
     }
     // Subtracting the row max keeps every exponent <= 0, so huge logits cannot overflow, and the
     // max itself contributes exp(0) = 1, so the sum is >= 1 and the log is finite.
-    double sum = 0.0;
+    double sum = std::exp(sink - m);  // 0 without a sink
     for (auto& w : weights) {
         w = std::exp(w - m);  // exp(-inf) = 0 for masked keys
         sum += w;
     }
     for (auto& w : weights) w /= sum;
+    // Dropout after normalisation: the log-sum-exp is that of the softmax, the weights are the
+    // ones that multiply V.
+    if (p.drop_threshold != 0)
+        for (std::int64_t j = 0; j < p.Nkv; ++j) {
+            auto& w = weights[static_cast<std::size_t>(j)];
+            w = p.kept(r.b, r.h, r.i, j) ? w * p.keep_scale() : 0.0;
+        }
     return m + std::log(sum);
 }
 

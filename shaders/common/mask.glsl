@@ -1,42 +1,59 @@
-// The mask model, the GLSL twin of Problem::key_visible / Problem::additive
+// The mask model, the GLSL twin of Problem::key_range / key_visible / additive / logit / sink
 // (engine/attention/problem.hpp). Needs params.glsl and these bindings declared before inclusion:
-//   kv_lengths[] (int), bool_words[] (uint, 4 mask bytes per word), float_mask[] (float).
+//   kv_lengths[] (int), bool_words[] (uint, 4 mask bytes per word), float_mask[] (float),
+//   head_terms[] (float: [Hq] ALiBi slopes, then [Hq] sink logits).
 // Every uniform is read once per row into a RowMask: on lavapipe each uniform-block read is a
 // scalar memory access, far too dear to repeat per score.
 #ifndef VKATTN_MASK_GLSL
 #define VKATTN_MASK_GLSL
 
+// P.masking.x, as engine/attention/params.hpp names them.
+const uint MASK_CAUSAL = 1u, MASK_LENGTHS = 2u, MASK_BOOL = 4u, MASK_FLOAT = 8u, MASK_BOTTOM_RIGHT = 16u,
+           MASK_ALIBI = 32u, MASK_SINKS = 64u;
+
+bool has_flag(uint flag) { return (P.masking.x & flag) != 0u; }
+
 struct RowMask {
-    uint limit;        // keys j >= limit are masked: the key length, and the causal diagonal
+    uint first, limit;  // keys outside [first, limit) are masked: key length, causal, window
     bool has_bool;
-    uint bool_base;    // byte index of (b, h, i, 0) in the bool mask
-    uint bool_stride;  // bytes between keys (0 when broadcast over keys)
+    uint bool_base;     // byte index of (b, h, i, 0) in the bool mask
+    uint bool_stride;   // bytes between keys (0 when broadcast over keys)
     bool has_float;
     uint float_base;
     uint float_stride;
+    float alibi_slope;  // 0 without ALiBi
+    int position;       // i + a: the diagonal key; ALiBi measures |position - j|
 };
 
-int kv_length(uint b) { return P.masking.y != 0u ? kv_lengths[b] : int(P.attn.y); }
+int kv_length(uint b) { return has_flag(MASK_LENGTHS) ? kv_lengths[b] : int(P.attn.y); }
 
 // The diagonal's offset: causal keeps key j for query i when j <= i + alignment(b).
-int alignment(uint b) { return P.masking.x == 2u ? kv_length(b) - int(P.attn.x) : 0; }
+int alignment(uint b) {
+    return int(P.masking.y) + (has_flag(MASK_BOTTOM_RIGHT) ? kv_length(b) - int(P.attn.x) : 0);
+}
 
 RowMask row_mask(uint b, uint h, uint i) {
     RowMask m;
+    const int at = int(i) + alignment(b);
+    const int left = int(P.masking.z), right = int(P.masking.w);
     int limit = kv_length(b);
-    if (P.masking.x != 0u) limit = min(limit, int(i) + alignment(b) + 1);  // j <= i + a
+    if (has_flag(MASK_CAUSAL)) limit = min(limit, at + 1);  // j <= i + a
+    if (right >= 0) limit = min(limit, at + right + 1);     // j <= i + a + right
+    m.first = left >= 0 ? uint(max(at - left, 0)) : 0u;     // j >= i + a - left
     m.limit = uint(max(limit, 0));
-    m.has_bool = P.masking.z != 0u;
+    m.has_bool = has_flag(MASK_BOOL);
     m.bool_base = tensor_index(P.tbool, b, h, i);
     m.bool_stride = P.tbool.stride.w;
-    m.has_float = P.masking.w != 0u;
+    m.has_float = has_flag(MASK_FLOAT);
     m.float_base = tensor_index(P.tfloat, b, h, i);
     m.float_stride = P.tfloat.stride.w;
+    m.alibi_slope = has_flag(MASK_ALIBI) ? head_terms[h] : 0.0;
+    m.position = at;
     return m;
 }
 
 bool key_visible(RowMask m, uint j) {
-    if (j >= m.limit) return false;
+    if (j < m.first || j >= m.limit) return false;
     if (m.has_bool) {
         const uint byte_index = m.bool_base + j * m.bool_stride;
         if (((bool_words[byte_index >> 2] >> ((byte_index & 3u) * 8u)) & 0xffu) == 0u) return false;
@@ -44,6 +61,20 @@ bool key_visible(RowMask m, uint j) {
     return true;
 }
 
-float additive(RowMask m, uint j) { return m.has_float ? float_mask[m.float_base + j * m.float_stride] : 0.0; }
+// The additive terms: the float mask plus the ALiBi bias -slope·|i + a - j|.
+float additive(RowMask m, uint j) {
+    const float bias = m.has_float ? float_mask[m.float_base + j * m.float_stride] : 0.0;
+    return bias - m.alibi_slope * abs(float(m.position - int(j)));
+}
+
+// The logit cap c·tanh(s / c) (P.terms.x = c, .y = 1 / c); identity without one. tanh is written
+// as 1 - 2 / (e^2x + 1) so that it saturates to ±1 instead of computing inf / inf.
+float softcap(float s) {
+    if (P.terms.x <= 0.0) return s;
+    return P.terms.x * (1.0 - 2.0 / (exp(2.0 * s * P.terms.y) + 1.0));
+}
+
+// The sink logit of query head h; -inf without one.
+float sink_logit(uint h) { return has_flag(MASK_SINKS) ? head_terms[P.shape0.y + h] : -1.0 / 0.0; }
 
 #endif

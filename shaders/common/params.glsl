@@ -19,10 +19,12 @@ layout(std140, set = 0, binding = 0) uniform Params {
     uvec4 gemm;      // x = M, y = N, z = K: one bmm dispatch's product
     uvec4 chunk;     // x = first unit (b·Hq + h), y = first row, z = rows, w = units
     vec4 scalars;    // x = alpha (the softmax scale in stage 1, 1 elsewhere)
-    uvec4 masking;   // x = causal (0 none, 1 top-left, 2 bottom-right), y = has key lengths,
-                     // z = has bool mask, w = has float mask
+    uvec4 masking;   // x = MASK_* flags (mask.glsl), y = the alignment's offset (int),
+                     // z = window left, w = window right (int; -1 = unbounded)
     uvec4 split;     // x = splits, y = keys per split, z = elements of O per split, w = of lse
     uvec4 columns;   // flash: x = the first output column of this dispatch (column passes)
+    vec4 terms;      // x = softcap c (0 = none), y = 1 / c, z = dropout's keep scale 1 / (1 - p)
+    uvec4 dropout;   // x = drop threshold (0 = no dropout), y, z = seed (low, high word)
     TensorDesc ta;   // bmm: A    softmax: S (read, then P written in place)    flash: Q
     TensorDesc tb;   // bmm: B                                                   flash: K
     TensorDesc tc;   // bmm: C                                                   flash: V

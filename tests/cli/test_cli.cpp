@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sys/wait.h>
 
@@ -182,6 +183,91 @@ TEST_CASE("cli run: bad input exits 1 with one line naming the file or flag, wri
         CHECK_FALSE(fs::exists(dir / "l.npy"));
         CHECK_FALSE(fs::exists(dir / "w.npy"));
     }
+}
+
+TEST_CASE("cli run: the model-feature flags reach the library and match the reference", "[cli][features]") {
+    Workdir dir;
+    std::mt19937 rng(11);
+    const std::int64_t B = 2, Hq = 4, Hkv = 2, Nq = 9, Nkv = 30, D = 16;
+    const auto q = write_tensor(rng, dir / "q.npy", {B, Hq, Nq, D}, false);
+    const auto k = write_tensor(rng, dir / "k.npy", {B, Hkv, Nkv, D}, false);
+    const auto v = write_tensor(rng, dir / "v.npy", {B, Hkv, Nkv, D}, false);
+    const std::vector<float> sinks{0.5f, -1.0f, 2.0f, -std::numeric_limits<float>::infinity()};
+    const std::vector<float> slopes{0.5f, 0.25f, 0.125f, 0.0625f};
+    npy::write(dir / "sinks.npy", npy::ElementType::f32, {Hq}, sinks.data());
+    npy::write(dir / "slopes.npy", npy::ElementType::f32, {Hq}, slopes.data());
+    const std::string impl = GENERATE("unfused", "fused", "split");
+    const Result r = vk_attn("run --q " + dir / "q.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy" +
+                             " --impl " + impl + " --causal-offset 15 --window=12,-1 --softcap 4 --alibi-slopes " +
+                             dir / "slopes.npy" + " --sinks " + dir / "sinks.npy" +
+                             " --dropout 0.25 --seed 77 --out " + dir / "o.npy" + " --lse " + dir / "l.npy");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains(impl));  // the path that ran
+    const npy::Array o = npy::read(dir / "o.npy"), l = npy::read(dir / "l.npy");
+
+    std::vector<float> ref(static_cast<std::size_t>(B * Hq * Nq * D)), ref_lse(static_cast<std::size_t>(B * Hq * Nq));
+    AttentionInputs in{.q = make_view<const void*>(q.data(), DType::f32, Layout::bhnd, {B, Hq, Nq, D}),
+                       .k = make_view<const void*>(k.data(), DType::f32, Layout::bhnd, {B, Hkv, Nkv, D}),
+                       .v = make_view<const void*>(v.data(), DType::f32, Layout::bhnd, {B, Hkv, Nkv, D}),
+                       .alibi_slopes = slopes, .sinks = sinks};
+    reference_attention(in, {.o = make_view<void*>(ref.data(), DType::f32, Layout::bhnd, {B, Hq, Nq, D}), .lse = ref_lse.data()},
+                        {.causal_offset = 15, .window = {12, -1}, .softcap = 4.0, .dropout = 0.25, .seed = 77});
+    const Comparison c = compare({o.as<float>(), o.as<float>() + o.count()}, {ref.begin(), ref.end()}, tolerance_for(DType::f32));
+    INFO(c.message);
+    CHECK(c.ok);
+    const Comparison cl = compare({l.as<float>(), l.as<float>() + l.count()}, {ref_lse.begin(), ref_lse.end()}, {1e-5, 1e-5});
+    INFO(cl.message);
+    CHECK(cl.ok);
+}
+
+TEST_CASE("cli run: bad model-feature flags exit 1 naming the flag", "[cli][features]") {
+    Workdir dir;
+    std::mt19937 rng(12);
+    write_tensor(rng, dir / "q.npy", {1, 4, 5, 8}, false);
+    write_tensor(rng, dir / "k.npy", {1, 4, 7, 8}, false);
+    write_tensor(rng, dir / "v.npy", {1, 4, 7, 8}, false);
+    const std::vector<float> three{1, 2, 3};
+    npy::write(dir / "three.npy", npy::ElementType::f32, {3}, three.data());
+    const std::string inputs = "--q " + dir / "q.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy";
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"--window 5", "--window"},
+        {"--window=a,b", "--window"},
+        {"--window=-3,0", "--window"},
+        {"--softcap 0", "--softcap"},
+        {"--softcap -2", "--softcap"},
+        {"--dropout 1", "--dropout"},
+        {"--sinks " + dir / "three.npy", "--sinks"},
+        {"--alibi-slopes " + dir / "three.npy", "--alibi-slopes"},
+        {"--alibi-slopes " + dir / "three.npy" + " --alibi-max-bias 8", "excludes"},
+        {"--alibi-max-bias -1", "--alibi-max-bias"},
+        {"--causal=bottom-right --causal-offset 2", "--causal-offset"},
+        {"--sinks " + dir / "missing.npy", "missing.npy"},
+    };
+    for (const auto& [flags, names] : cases) {
+        const Result r = vk_attn("run " + inputs + " " + flags + " --out " + dir / "o.npy");
+        INFO("vk-attn run " << flags << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK_THAT(r.err, Catch::Contains(names));
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        CHECK_FALSE(fs::exists(dir / "o.npy"));
+    }
+}
+
+TEST_CASE("cli bench: feature flags appear in the output and count only visible pairs", "[cli][features]") {
+    const Result full = vk_attn("bench --heads 1 --seq 256 --dim 8 --repeat 1 --warmup 0 --impl fused --causal --json");
+    const Result windowed = vk_attn("bench --heads 1 --seq 256 --dim 8 --repeat 1 --warmup 0 --impl fused --causal "
+                                    "--window=15,-1 --softcap 30 --validate --json");
+    INFO(full.err << windowed.err);
+    REQUIRE(full.status == 0);
+    REQUIRE(windowed.status == 0);
+    const auto f = nlohmann::json::parse(full.out), w = nlohmann::json::parse(windowed.out);
+    CHECK(w["features"] == "window=15,-1 softcap=30");
+    CHECK(w["valid"] == true);
+    // GFLOP/s · ms = the flops counted: 256·257/2 causal pairs against 16·256 - 120 windowed ones.
+    const double counted_full = f["gflops"].get<double>() * f["median_ms"].get<double>();
+    const double counted_window = w["gflops"].get<double>() * w["median_ms"].get<double>();
+    CHECK(counted_window / counted_full == Approx((16.0 * 256 - 120) / (256.0 * 257 / 2)).epsilon(1e-3));
 }
 
 TEST_CASE("cli bench --json: one object per point with the documented keys", "[cli]") {

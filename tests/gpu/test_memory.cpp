@@ -35,7 +35,7 @@ TEST_CASE("memory: fused causal attention at N = 32768 stays O(N*D)", "[gpu][mem
 
     // Sampled rows of several heads, against double precision.
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-    for (const auto [h, i] : {std::pair<std::int64_t, std::int64_t>{0, 0}, {3, 1}, {5, 4095}, {7, 32767}, {2, 20000}}) {
+    for (const auto& [h, i] : {std::pair<std::int64_t, std::int64_t>{0, 0}, {3, 1}, {5, 4095}, {7, 32767}, {2, 20000}}) {
         std::vector<double> s(static_cast<std::size_t>(i + 1));
         double m = -INFINITY;
         for (std::int64_t j = 0; j <= i; ++j) {

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <chrono>
+#include <cmath>
 #include <random>
 
 #include "attention/problem.hpp"
@@ -10,7 +12,9 @@
 #include "attention/unfused.hpp"
 #include "runtime.hpp"
 #include "vkattn/selfcheck/attention_case.hpp"
+#include "support/expect_case.hpp"
 #include "support/gpu_context.hpp"
+#include "vkattn/benchmark.hpp"
 #include "vkattn/errors.hpp"
 
 using namespace vkattn;
@@ -183,4 +187,35 @@ TEST_CASE("device selection: by index, by name, and a clear error otherwise", "[
         CHECK(e.argument() == "device");
         CHECK_THAT(e.what(), Catch::Contains(devices[0].name));
     }
+}
+
+TEST_CASE("a fence timeout reports DeviceLost and the context refuses further work without a crash", "[gpu][lost]") {
+    ContextOptions options = test_context_options();
+    options.fence_timeout = std::chrono::milliseconds(1);  // far shorter than the work below
+    std::mt19937 rng(fresh_seed());
+    const std::int64_t N = 2048, D = 64;
+    const HostTensor q = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, N, D});
+    const HostTensor k = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, N, D});
+    const HostTensor v = random_tensor(rng, DType::f32, Layout::bhnd, {1, 4, N, D});
+    HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {1, 4, N, D});
+    const AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+    const AttentionOutputs out{.o = o.mutable_view()};
+    const Impl impl = GENERATE(Impl::unfused, Impl::fused);
+    {
+        Context context(options);
+        // The first request times out while the device still runs it; its buffers must outlive it.
+        CHECK_THROWS_AS(attention(context, in, out, {.impl = impl}), DeviceLost);
+        try {
+            attention(context, in, out, {.impl = impl});
+            FAIL("a lost context accepted work");
+        } catch (const DeviceLost& e) {
+            CHECK_THAT(e.what(), Catch::Contains("refuses further work"));
+        }
+        CHECK_THROWS_AS(benchmark_gemm(context, 64, 64, 64, 0, 1, false), DeviceLost);
+        CHECK(take_validation_messages(context).empty());
+    }  // the destructor waits for the abandoned work before freeing anything
+    // A fresh context works.
+    Context fresh(test_context_options());
+    attention(fresh, in, out, {.impl = impl});
+    CHECK(std::isfinite(o.at(0, 3, N - 1, D - 1)));
 }

@@ -412,14 +412,94 @@ TEST_CASE("resolve records the requested outputs and the causal alignment", "[pr
     CHECK(s.resolve().alignment(0) == 0);
 }
 
-TEST_CASE("Problem::flops counts 2*(Dk+Dv) per query-key pair, halved for causal", "[problem]") {
+TEST_CASE("Problem::flops counts 2*(Dk+Dv) per visible query-key pair", "[problem]") {
+    Setup s;  // Nq = 3, Nkv = 5
+    const double heads = 2.0 * 4;  // B·Hq
+    CHECK(s.resolve().flops() == 2.0 * heads * 15 * (8 + 6));
+    s.opt.causal = Causal::top_left;  // rows see 1, 2, 3 keys
+    CHECK(s.resolve().flops() == 2.0 * heads * 6 * (8 + 6));
+    s.opt.causal = Causal::bottom_right;  // a = 2: rows see 3, 4, 5
+    CHECK(s.resolve().flops() == 2.0 * heads * 12 * (8 + 6));
+    s.opt.window = {1, -1};  // and at most 2 of them
+    CHECK(s.resolve().flops() == 2.0 * heads * 6 * (8 + 6));
+}
+
+TEST_CASE("Problem::key_range combines key lengths / causal offset and window", "[problem][features]") {
+    Setup s;  // Nq = 3, Nkv = 5
+    s.set_lengths({4, 2});
+    s.opt.causal_offset = 1;
+    s.opt.window = {1, 0};
+    const auto p = s.resolve();
+    CHECK(p.causal == Causal::top_left);
+    CHECK(p.alignment(0) == 1);
+    auto range = [&](std::int64_t b, std::int64_t i) { const auto r = p.key_range(b, i); return std::pair{r.first, r.limit}; };
+    CHECK(range(0, 0) == std::pair<std::int64_t, std::int64_t>{0, 2});  // keys 0..1
+    CHECK(range(0, 2) == std::pair<std::int64_t, std::int64_t>{2, 4});  // keys 2..3 (length 4)
+    CHECK(range(1, 2) == std::pair<std::int64_t, std::int64_t>{2, 2});  // length 2: empty
+    CHECK_FALSE(p.key_visible(1, 0, 2, 2));
+    CHECK(p.key_visible(0, 3, 2, 3));
+}
+
+TEST_CASE("resolve validates the model features, naming the option", "[problem][features]") {
     Setup s;
-    const double pairs = 2.0 * 4 * 3 * 5;  // B·Hq·Nq·Nkv
-    CHECK(s.resolve().flops() == 2.0 * pairs * (8 + 6));
-    s.opt.causal = Causal::top_left;
-    CHECK(s.resolve().flops() == pairs * (8 + 6));
-    s.opt.causal = Causal::bottom_right;
-    CHECK(s.resolve().flops() == pairs * (8 + 6));
+    CHECK(s.rejected() == "<accepted>");
+    SECTION("causal offset with bottom-right") {
+        s.opt.causal = Causal::bottom_right;
+        s.opt.causal_offset = 2;
+        CHECK(s.rejected() == "causal_offset");
+    }
+    SECTION("causal offset beyond 2^30") {
+        s.opt.causal_offset = (std::int64_t{1} << 30) + 1;
+        CHECK(s.rejected() == "causal_offset");
+    }
+    SECTION("window sides") {
+        s.opt.window = {-2, 3};
+        CHECK(s.rejected() == "window");
+        s.opt.window = {0, std::int64_t{1} << 31};
+        CHECK(s.rejected() == "window");
+        s.opt.window = {0, 0};
+        CHECK(s.rejected() == "<accepted>");
+    }
+    SECTION("softcap") {
+        for (double c : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+            s.opt.softcap = c;
+            CHECK(s.rejected() == "softcap");
+        }
+    }
+    SECTION("ALiBi") {
+        s.opt.alibi_max_bias = 0.0;
+        CHECK(s.rejected() == "alibi_max_bias");
+        s.opt.alibi_max_bias = 8.0;
+        CHECK(s.resolve().alibi.size() == 4);
+        const std::vector<float> three{1, 2, 3}, four{1, 2, 3, 4};
+        s.in.alibi_slopes = four;
+        CHECK(s.rejected() == "alibi_slopes");  // both given
+        s.opt.alibi_max_bias.reset();
+        CHECK(s.rejected() == "<accepted>");
+        s.in.alibi_slopes = three;
+        CHECK(s.rejected() == "alibi_slopes");
+        const std::vector<float> nan{1, std::nanf(""), 3, 4};
+        s.in.alibi_slopes = nan;
+        CHECK(s.rejected() == "alibi_slopes");
+    }
+    SECTION("sinks") {
+        const std::vector<float> ok{0, -std::numeric_limits<float>::infinity(), 2, 3};
+        s.in.sinks = ok;
+        CHECK(s.rejected() == "<accepted>");
+        const std::vector<float> plus_inf{0, std::numeric_limits<float>::infinity(), 2, 3}, few{1};
+        s.in.sinks = plus_inf;
+        CHECK(s.rejected() == "sinks");
+        s.in.sinks = few;
+        CHECK(s.rejected() == "sinks");
+    }
+    SECTION("dropout") {
+        for (double p : {-0.1, 1.0, std::nan("")}) {
+            s.opt.dropout = p;
+            CHECK(s.rejected() == "dropout");
+        }
+        s.opt.dropout = 0.25;
+        CHECK(s.resolve().drop_threshold == 0x40000000u);
+    }
 }
 
 TEST_CASE("to_string names the enums", "[problem]") {

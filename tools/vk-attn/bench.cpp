@@ -1,5 +1,6 @@
 // vk-attn bench: time attention with GPU timestamps (median of repeats after warm-up), report
-// GFLOP/s = 4·B·Hq·Nq·Nkv·D / t (halved for causal; (Dk+Dv)/2 for D when they differ) and the
+// GFLOP/s = 2·(Dk+Dv) per visible query-key pair / t (4·B·Hq·Nq·Nkv·D without masks, about half
+// causal, N·window with a sliding window: AttentionReport::flops) and the
 // effective bandwidth of the unavoidable traffic (Q, K, V read once, O written once); with --gemm,
 // the device's GEMM ceiling measured in the same run and every figure's ratio to it.
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "features.hpp"
 #include "output_table.hpp"
 #include "plot.hpp"
 #include "vkattn/vkattn.hpp"
@@ -27,6 +29,7 @@ struct BenchOptions {
     std::int64_t gemm_size = 2048;
     bool json = false, csv = false;
     std::string plot;
+    FeatureFlags features;
 };
 
 // "256,1024,4096" or "256:4096:x2" (geometric) or "64:256:+64" (arithmetic).
@@ -81,6 +84,8 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     const DType dtype = o.dtype == "f16" ? DType::f16 : DType::f32;
     const Layout layout = o.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
     const Impl impl = parse_impl(o.impl);
+    const Features features = load_features(o.features);
+    const std::string feature_text = features.describe();
 
     ContextOptions copts;
     copts.device = o.device;
@@ -153,17 +158,19 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         AttentionOutputs out{.o = make_view<void*>(dtype == DType::f32 ? static_cast<void*>(o32.data()) : o16.data(),
                                                    dtype, layout, o_shape)};
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
+        features.apply(options, in);
 
         AttentionReport report;
-        for (int w = 0; w < o.warmup; ++w) attention(context, in, out, options);
         std::vector<double> samples;
-        for (int r = 0; r < o.repeat; ++r) {
-            report = attention(context, in, out, options);
-            samples.push_back(report.gpu_ms);
-        }
+        with_flag_names([&] {
+            for (int w = 0; w < o.warmup; ++w) attention(context, in, out, options);
+            for (int r = 0; r < o.repeat; ++r) {
+                report = attention(context, in, out, options);
+                samples.push_back(report.gpu_ms);
+            }
+        });
         const Timing t = summarize(samples);
-        const double pairs = static_cast<double>(p.B * p.Hq) * static_cast<double>(p.Nq) * static_cast<double>(p.Nkv);
-        const double flops = 2.0 * pairs * static_cast<double>(p.Dk + p.Dv) * (o.causal ? 0.5 : 1.0);
+        const double flops = report.flops;
         const double bytes = static_cast<double>(size_of(dtype)) *
                              static_cast<double>(p.B * p.Hq * p.Nq * (p.Dk + p.Dv) + p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv));
         Row r;
@@ -177,6 +184,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("dim", p.Dk);
         r.add("dim_v", p.Dv);
         r.add("causal", o.causal);
+        if (!feature_text.empty()) r.add("features", feature_text);
         r.add("median_ms", t.median_ms);
         r.add("min_ms", t.min_ms);
         r.add("max_ms", t.max_ms);
@@ -227,6 +235,7 @@ Action add_bench(CLI::App& app) {
     app.add_option("--dim", (*sweeps)[3], "Head dimensions Dk (list or range)")->capture_default_str();
     app.add_option("--dim-v", o->dim_v, "Value head dimension Dv (default: --dim)");
     app.add_flag("--causal", o->causal, "Causal mask (top-left)");
+    add_feature_flags(app, o->features);
     app.add_option("--repeat", o->repeat, "Timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--warmup", o->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_flag("--validate", o->validate, "Compare with the CPU reference; exit 1 when over tolerance");

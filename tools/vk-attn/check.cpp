@@ -1,6 +1,6 @@
 // vk-attn check: a self-test for the user's own device. Every implementation (three-stage, fused,
-// split-KV) in every dtype the device supports, over a compact matrix of awkward shapes, masks and
-// kernel variants, against the CPU reference; a pass/fail table, and exit status 1 on any failure.
+// split-KV) in every dtype the device supports, over a compact matrix of awkward shapes, masks, model
+// features and kernel variants, against the CPU reference; a pass/fail table, and exit status 1 on any failure.
 // A path the device cannot run at all is listed as unavailable, with the reason, not as a failure.
 #include <iostream>
 
@@ -38,6 +38,9 @@ std::vector<Named> check_matrix() {
     });
     add("scores ~1e4", [](Case& c) { c.Hq = c.Hkv = 2; c.Nq = 33; c.Nkv = 47; c.Dk = c.Dv = 16; c.amplitude = 100; c.scale = 1.0; });
     add("head dim 256", [](Case& c) { c.Nq = c.Nkv = 64; c.Dk = c.Dv = 256; });
+    add("sliding window + causal offset", [](Case& c) { c.B = 2; c.Hq = 4; c.Hkv = 2; c.Nq = 37; c.Nkv = 150; c.Dk = c.Dv = 32; c.causal_offset = 100; c.window = {40, -1}; });
+    add("softcap + ALiBi + sinks", [](Case& c) { c.Hq = 4; c.Hkv = 1; c.Nq = 29; c.Nkv = 90; c.Dk = c.Dv = 40; c.causal = Causal::bottom_right; c.softcap = 10; c.alibi_max_bias = 8; c.sinks = true; });
+    add("dropout 0.1", [](Case& c) { c.B = 2; c.Hq = c.Hkv = 2; c.Nq = 21; c.Nkv = 77; c.Dk = c.Dv = 16; c.dropout = 0.1; c.dropout_seed = 1234; });
     return out;
 }
 

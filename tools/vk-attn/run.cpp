@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "features.hpp"
 #include "npy.hpp"
 #include "vkattn/vkattn.hpp"
 
@@ -18,6 +19,7 @@ struct RunOptions {
     bool causal_given = false;
     std::optional<double> scale;
     std::string impl = "auto", dtype, device;
+    FeatureFlags features;
 };
 
 // An input tensor promoted to rank 4, in the dtype the run uses.
@@ -58,15 +60,6 @@ Loaded load_tensor(const std::string& path, const std::string& flag, DType dtype
 TensorView view_of(const Loaded& t, DType dtype) {
     return make_view<const void*>(dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.f16.data(), dtype,
                                   Layout::bhnd, t.shape);
-}
-
-// The library names arguments by their API names; the tool names its flags.
-std::string flag_for(const std::string& argument) {
-    if (argument == "q" || argument == "k" || argument == "v") return "--" + argument;
-    if (argument == "bool_mask" || argument == "float_mask") return "--mask";
-    if (argument == "kv_lengths") return "--kv-lengths";
-    if (argument == "o") return "--q";  // the output's shape follows from the inputs
-    return "--" + argument;
 }
 
 // Writes every output to a temporary name first, then renames them all: all or nothing.
@@ -151,17 +144,18 @@ int run(const RunOptions& o) {
         .weights = o.weights.empty() ? nullptr : weights.data(),
         .lse = o.lse.empty() ? nullptr : lse.data()};
 
+    const Features features = load_features(o.features);
+    AttentionOptions options{.scale = o.scale, .causal = causal, .impl = impl};
+    features.apply(options, in);
+
     ContextOptions copts;
     copts.device = o.device;
-    AttentionReport report;
-    try {
+    with_flag_names([&] {
         Context context(copts);
-        report = attention(context, in, out, {.scale = o.scale, .causal = causal, .impl = impl});
+        const AttentionReport report = attention(context, in, out, options);
         std::cerr << "vk-attn: " << to_string(report.path) << " path on " << context.device().name << " ["
                   << report.variant << "], " << report.gpu_ms << " ms\n";
-    } catch (const InvalidArgument& e) {
-        throw InvalidArgument(flag_for(e.argument()), std::string(e.what()).substr(e.argument().size() + 2));
-    }
+    });
     if (dtype == DType::f16) {
         o32.resize(o_count);
         for (std::size_t i = 0; i < o_count; ++i) o32[i] = half_to_float(o16[i]);
@@ -197,6 +191,7 @@ Action add_run(CLI::App& app) {
     app.add_option("--impl", o->impl, "auto, unfused, fused or split")->capture_default_str();
     app.add_option("--dtype", o->dtype, "Storage type on the device: f32 or f16 (default: that of --q)");
     app.add_option("--device", o->device, "Device index or name substring");
+    add_feature_flags(app, o->features);
     app.add_option("--out", o->out, "Output O .npy (float32, the rank of --q)")->required();
     app.add_option("--weights", o->weights, "Also write the attention weights .npy (float32 [.., Nq, Nkv])");
     app.add_option("--lse", o->lse, "Also write the row log-sum-exp .npy (float32 [.., Nq])");

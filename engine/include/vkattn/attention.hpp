@@ -38,6 +38,11 @@ enum class Impl : std::uint8_t {
 std::string to_string(Causal causal);
 std::string to_string(Impl impl);
 
+// The standard ALiBi slopes (Press et al., as in BLOOM and llama.cpp) for Hq heads:
+// n2 = 2^floor(log2 Hq), m0 = 2^(-max_bias / n2), m1 = 2^(-max_bias / 2 / n2);
+// slope_h = m0^(h+1) for h < n2, else m1^(2(h - n2) + 1).
+std::vector<float> alibi_slopes(std::int64_t heads, double max_bias);
+
 struct AttentionInputs {
     TensorView q;  // [B, Hq, Nq, Dk]
     TensorView k;  // [B, Hkv, Nkv, Dk]
@@ -45,6 +50,8 @@ struct AttentionInputs {
     std::span<const std::int32_t> kv_lengths;  // [B], keys at j >= len[b] masked; empty = Nkv
     std::optional<MaskView> bool_mask;         // true = attend
     std::optional<MaskView> float_mask;        // added to the scaled scores
+    std::span<const float> alibi_slopes;  // [Hq] ALiBi slopes; empty = none (or options.alibi_max_bias)
+    std::span<const float> sinks;         // [Hq] attention-sink logits; -inf = no sink for that head
 };
 
 struct AttentionOutputs {
@@ -61,9 +68,24 @@ struct VariantOverrides {
     std::optional<bool> subgroup_ops;   // subgroup reductions vs. shared-memory reductions
 };
 
+// A sliding window around the (aligned) diagonal: query i sees key j when
+// i + a - left <= j <= i + a + right; -1 leaves that side unbounded.
+struct Window {
+    std::int64_t left = -1, right = -1;
+    bool bounded() const { return left >= 0 || right >= 0; }
+};
+
 struct AttentionOptions {
     std::optional<double> scale;  // default 1/sqrt(Dk)
     Causal causal = Causal::none;
+    // The diagonal's offset a for every batch: causal keeps j <= i + a. Turns causal on (top-left
+    // plus a); cannot be combined with Causal::bottom_right, which sets a = len[b] - Nq.
+    std::optional<std::int64_t> causal_offset;
+    Window window;                      // combinable with causal and every mask
+    std::optional<double> softcap;      // c > 0: s <- c·tanh(s / c) on the scaled scores
+    std::optional<double> alibi_max_bias;  // the standard geometric ALiBi slopes (alibi_slopes())
+    double dropout = 0.0;               // drop probability in [0, 1) on the attention weights
+    std::uint64_t seed = 0;             // dropout's Philox key: same seed, same dropped entries
     Impl impl = Impl::automatic;
     VariantOverrides variant;
     std::uint32_t splits = 0;  // split-KV: key slices (0 = chosen for the device); with Impl::split
@@ -76,6 +98,8 @@ struct AttentionReport {
     double gpu_ms = 0.0;   // from timestamp queries
     std::uint32_t slices = 1;  // >1 when a binding over maxStorageBufferRange forced slicing
     std::uint64_t device_bytes = 0;  // device memory allocated for the call
+    double flops = 0.0;  // useful flops: 2·(Dk + Dv) per visible (query, key) pair of the
+                         // structural mask (key lengths, causal, window; not the bool mask)
 };
 
 // Runs attention on host data: uploads, one dispatch chain, downloads. Throws InvalidArgument before

@@ -55,8 +55,10 @@ struct ContextOptions {
     // Fill every output with NaN on the device before each run (also $VKATTN_POISON=1), so an element
     // a kernel fails to write cannot pass a test.
     bool poison_outputs = false;
-    // How long a submission may run before it is reported as a hang.
-    std::chrono::milliseconds fence_timeout{std::chrono::minutes(2)};
+    // How long one submission may run before it is reported as a hang (DeviceLost; the context then
+    // refuses further work). Generous by default: a CPU device (lavapipe) takes minutes on long
+    // sequences, and a real hang on a GPU is usually ended sooner by the driver's own watchdog.
+    std::chrono::milliseconds fence_timeout{std::chrono::minutes(10)};
 };
 
 class Context {

@@ -15,9 +15,9 @@ void reference_attention(const AttentionInputs& inputs, const AttentionOutputs& 
 
 // The three stages, each on dense double arrays, for testing the GPU stages one at a time.
 struct ReferenceStages {
-    std::vector<double> scores;   // [B, Hq, Nq, Nkv]: scale·Q·Kᵀ, before any mask
-    std::vector<double> weights;  // [B, Hq, Nq, Nkv]: masked softmax of scores (0 where masked)
-    std::vector<double> lse;      // [B, Hq, Nq]: log Σ exp(masked scores); -inf for empty rows
+    std::vector<double> scores;   // [B, Hq, Nq, Nkv]: scale·Q·Kᵀ, before softcap and any mask
+    std::vector<double> weights;  // [B, Hq, Nq, Nkv]: masked softmax of scores (0 where masked), after dropout
+    std::vector<double> lse;      // [B, Hq, Nq]: log(e^sink + Σ exp(logits)); -inf for empty rows
     std::vector<double> output;   // [B, Hq, Nq, Dv]: weights · V
 };
 ReferenceStages reference_stages(const AttentionInputs& inputs, const AttentionOptions& options = {},

@@ -32,6 +32,15 @@ struct Case {
     VariantOverrides variant;
     Impl impl = Impl::automatic;
     std::uint32_t splits = 0;
+    // Model features (docs/SEMANTICS.md).
+    std::optional<std::int64_t> causal_offset;
+    Window window;
+    std::optional<double> softcap;
+    std::optional<double> alibi_max_bias;
+    bool alibi_slopes = false;  // random slopes in [0.01, 1]
+    bool sinks = false;         // random sink logits in [-1, 3]
+    double dropout = 0.0;
+    std::uint64_t dropout_seed = 0;
 
     std::string describe(unsigned seed) const {
         std::ostringstream s;
@@ -47,6 +56,13 @@ struct Case {
         shape("bool_mask", bool_mask_shape);
         shape("float_mask", float_mask_shape);
         s << " impl=" << to_string(impl) << " splits=" << splits << " amplitude=" << amplitude;
+        if (causal_offset) s << " causal_offset=" << *causal_offset;
+        if (window.bounded()) s << " window=" << window.left << ',' << window.right;
+        if (softcap) s << " softcap=" << *softcap;
+        if (alibi_max_bias) s << " alibi_max_bias=" << *alibi_max_bias;
+        if (alibi_slopes) s << " alibi_slopes=random";
+        if (sinks) s << " sinks=random";
+        if (dropout > 0.0) s << " dropout=" << dropout << " seed=" << dropout_seed;
         if (variant.texel_loads) s << " texel=" << *variant.texel_loads;
         if (variant.shared_tiles) s << " shared=" << *variant.shared_tiles;
         if (variant.subgroup_ops) s << " subgroup=" << *variant.subgroup_ops;
@@ -95,13 +111,27 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
         for (auto& x : float_data) x = blocked(rng) ? -std::numeric_limits<float>::infinity() : add(rng);
         in.float_mask = MaskView{float_data.data(), *c.float_mask_shape};
     }
+    std::vector<float> slopes, sinks;
+    if (c.alibi_slopes) {
+        std::uniform_real_distribution<float> slope(0.01f, 1.0f);
+        for (std::int64_t h = 0; h < c.Hq; ++h) slopes.push_back(slope(rng));
+        in.alibi_slopes = slopes;
+    }
+    if (c.sinks) {
+        std::uniform_real_distribution<float> sink(-1.0f, 3.0f);
+        for (std::int64_t h = 0; h < c.Hq; ++h) sinks.push_back(sink(rng));
+        in.sinks = sinks;
+    }
     const auto scores = static_cast<std::size_t>(c.B * c.Hq * c.Nq * c.Nkv);
     const auto rows = static_cast<std::size_t>(c.B * c.Hq * c.Nq);
     std::vector<float> weights(c.weights ? scores : 0, std::numeric_limits<float>::quiet_NaN());
     std::vector<float> lse(c.lse ? rows : 0, std::numeric_limits<float>::quiet_NaN());
     AttentionOutputs out{.o = o.mutable_view(), .weights = c.weights ? weights.data() : nullptr,
                          .lse = c.lse ? lse.data() : nullptr};
-    AttentionOptions options{.scale = c.scale, .causal = c.causal, .impl = c.impl, .variant = c.variant, .splits = c.splits};
+    AttentionOptions options{.scale = c.scale, .causal = c.causal, .causal_offset = c.causal_offset,
+                             .window = c.window, .softcap = c.softcap, .alibi_max_bias = c.alibi_max_bias,
+                             .dropout = c.dropout, .seed = c.dropout_seed, .impl = c.impl, .variant = c.variant,
+                             .splits = c.splits};
 
     CaseResult result;
     result.report = attention(context, in, out, options);
