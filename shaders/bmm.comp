@@ -1,9 +1,11 @@
 #version 450
 // Batched, register-blocked matrix product, the workhorse of the three-stage path and the GEMM
-// ceiling:   C[u] = alpha · A[u] · op(B[u]),   op(B) = Bᵀ when B_TRANSPOSED (B stored [N][K]).
+// ceiling and the multi-head module's projections:
+//   C[u] = alpha · A[u] · op(B[u]) (+ bias),   op(B) = Bᵀ when B_TRANSPOSED (B stored [N][K]).
 //   stage 1: S = scale · Q · Kᵀ   (A = Q, B = K, transposed)
 //   stage 3: O = P · V           (A = P, B = V)
 //   --gemm:  C = A · B            (one unit)
+//   linear:  Y = X · Wᵀ + b       (A = X, B = W [out][in] as nn.Linear stores it, HAS_BIAS)
 // Unit u = b·Hq + h of the chunk; A and C use head h, B uses head h / group (GQA by indexing).
 // Each invocation owns TM rows × 4·TN4 columns in registers, fed by vec4 loads along K so that one
 // load serves 4·TN4 (or TM) FMAs. Variants (see engine/attention/tuning.cpp):
@@ -24,6 +26,7 @@ layout(constant_id = 4) const uint TN4 = 1;    // column vec4s per invocation
 layout(constant_id = 5) const bool B_TRANSPOSED = true;
 layout(constant_id = 6) const uint SHARED_TILES = 0;  // 0 or 1
 layout(constant_id = 7) const uint KS4 = 4;           // vec4s of K per shared tile
+layout(constant_id = 8) const bool HAS_BIAS = false;   // add bias[column] (fp32) to C
 
 const uint TN = 4u * TN4;
 const uint BM = WG_M * TM;   // rows per workgroup
@@ -68,6 +71,8 @@ layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float16_t c_data
 #define C_TYPE float
 layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float c_data[]; };
 #endif
+
+layout(std430, set = 0, binding = 4) readonly buffer Bias { float bias[]; };
 
 // Shared K-slices; one element when the variant does not stage (spec-constant arithmetic).
 shared vec4 tile_a[1u + SHARED_TILES * (BM * KS4 - 1u)];
@@ -163,7 +168,7 @@ void main() {
         const uint c_row = tensor_index(P.tc, b, h, row);
         [[unroll]] for (uint j = 0u; j < TN; ++j) {
             const uint col = col0 + j;
-            if (col < N) c_data[c_row + col] = C_TYPE(alpha * acc[i][j / 4u][j % 4u]);
+            if (col < N) c_data[c_row + col] = C_TYPE(alpha * acc[i][j / 4u][j % 4u] + (HAS_BIAS ? bias[col] : 0.0));
         }
     }
 }

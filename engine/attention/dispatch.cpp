@@ -9,49 +9,53 @@
 
 namespace vkattn::detail {
 
-DispatchRecorder::DispatchRecorder(Runtime& runtime, std::uint32_t max_dispatches)
-    : runtime_(&runtime), device_(&runtime.device()), capacity_(max_dispatches) {
-    const vk::Device& device = runtime.device();
-    const std::uint64_t align = device.caps().min_uniform_offset_alignment;
+DispatchRecorder::DispatchRecorder(Runtime& runtime) : runtime_(&runtime), device_(&runtime.device()) {
+    const std::uint64_t align = device_->caps().min_uniform_offset_alignment;
     slot_bytes_ = (sizeof(Params) + align - 1) / align * align;
-    params_ = vk::Buffer(device, slot_bytes_ * max_dispatches, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT,
-                         vk::MemoryIntent::upload, true, "the parameter blocks");
+}
 
+void DispatchRecorder::add_block(std::uint32_t capacity) {
+    Block block;
+    block.capacity = capacity;
+    block.params = vk::Buffer(*device_, slot_bytes_ * capacity, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT,
+                              vk::MemoryIntent::upload, true, "the parameter blocks");
     // Every vkattn shader has at most 16 bindings; size the pool for the worst case.
-    const std::uint32_t n = max_dispatches * 16;
-    const VkDescriptorPoolSize sizes[] = {{VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, max_dispatches},
+    const std::uint32_t n = capacity * 16;
+    const VkDescriptorPoolSize sizes[] = {{VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, capacity},
                                           {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n},
                                           {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, n}};
     VkDescriptorPoolCreateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    info.maxSets = max_dispatches;
+    info.maxSets = capacity;
     info.poolSizeCount = 3;
     info.pPoolSizes = sizes;
     VkDescriptorPool pool = VK_NULL_HANDLE;
-    const VkDevice d = device.get();
+    const VkDevice d = device_->get();
     VKATTN_CHECK(vkCreateDescriptorPool(d, &info, nullptr, &pool), "creating a descriptor pool");
-    pool_ = vk::Handle<VkDescriptorPool>(pool, [d](VkDescriptorPool p) { vkDestroyDescriptorPool(d, p, nullptr); });
+    block.pool = vk::Handle<VkDescriptorPool>(pool, [d](VkDescriptorPool p) { vkDestroyDescriptorPool(d, p, nullptr); });
+    blocks_.push_back(std::move(block));
 }
 
 DispatchRecorder::~DispatchRecorder() {
     if (!runtime_->lost()) return;
     struct InFlight {
         std::vector<vk::Handle<VkBufferView>> views;
-        vk::Buffer params;
-        vk::Handle<VkDescriptorPool> pool;
+        std::vector<Block> blocks;
     };
-    runtime_->keep_until_idle(std::make_shared<InFlight>(InFlight{std::move(views_), std::move(params_), std::move(pool_)}));
+    runtime_->keep_until_idle(std::make_shared<InFlight>(InFlight{std::move(views_), std::move(blocks_)}));
 }
 
 void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch) {
-    if (used_ == capacity_) throw Error("internal: more dispatches recorded than planned.");
+    if (blocks_.empty() || blocks_.back().used == blocks_.back().capacity)
+        add_block(blocks_.empty() ? 8u : 2u * blocks_.back().capacity);
+    Block& block = blocks_.back();
     const VkDevice d = device_->get();
     const vk::Kernel& kernel = *dispatch.kernel;
-    const std::uint64_t slot = used_++ * slot_bytes_;
-    std::memcpy(static_cast<char*>(params_.mapped()) + slot, &dispatch.params, sizeof(Params));
+    const std::uint64_t slot = block.used++ * slot_bytes_;
+    std::memcpy(static_cast<char*>(block.params.mapped()) + slot, &dispatch.params, sizeof(Params));
 
     const VkDescriptorSetLayout layout = kernel.set_layout();
     VkDescriptorSetAllocateInfo alloc{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-    alloc.descriptorPool = pool_.get();
+    alloc.descriptorPool = block.pool.get();
     alloc.descriptorSetCount = 1;
     alloc.pSetLayouts = &layout;
     VkDescriptorSet set = VK_NULL_HANDLE;
@@ -70,7 +74,7 @@ void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch
         w.descriptorCount = 1;
         w.descriptorType = reflected.type;
         if (reflected.binding == 0) {
-            buffer_infos.push_back({params_.get(), slot, sizeof(Params)});
+            buffer_infos.push_back({block.params.get(), slot, sizeof(Params)});
             w.pBufferInfo = &buffer_infos.back();
             writes.push_back(w);
             continue;

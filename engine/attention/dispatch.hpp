@@ -39,10 +39,12 @@ struct Dispatch {
 
 class Runtime;
 
+// Parameter blocks and descriptor sets come from blocks of slots allocated as dispatches are
+// recorded (each block twice the last), so callers need not count their dispatches up front.
 class DispatchRecorder {
 public:
-    DispatchRecorder(Runtime& runtime, std::uint32_t max_dispatches);
-    // Hands the descriptor pool, parameter blocks and views to the runtime when its submission was
+    explicit DispatchRecorder(Runtime& runtime);
+    // Hands the descriptor pools, parameter blocks and views to the runtime when the submission was
     // lost: the device may still be reading them.
     ~DispatchRecorder();
     DispatchRecorder(const DispatchRecorder&) = delete;
@@ -50,13 +52,17 @@ public:
     void record(VkCommandBuffer commands, const Dispatch& dispatch);
 
 private:
+    struct Block {
+        vk::Handle<VkDescriptorPool> pool;
+        vk::Buffer params;
+        std::uint32_t capacity = 0, used = 0;
+    };
+    void add_block(std::uint32_t capacity);
+
     Runtime* runtime_;
     const vk::Device* device_;
-    std::uint32_t capacity_;
-    std::uint32_t used_ = 0;
     std::uint64_t slot_bytes_;
-    vk::Handle<VkDescriptorPool> pool_;
-    vk::Buffer params_;
+    std::vector<Block> blocks_;
     std::vector<vk::Handle<VkBufferView>> views_;
 };
 

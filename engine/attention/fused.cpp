@@ -5,6 +5,7 @@
 #include "attention/dispatch.hpp"
 #include "attention/io.hpp"
 #include "attention/kernels.hpp"
+#include "attention/path.hpp"
 #include "attention/slicing.hpp"
 #include "attention/transfers.hpp"
 #include "runtime.hpp"
@@ -129,103 +130,114 @@ private:
     std::uint64_t limit_, align_;
 };
 
+class FusedRun final : public PathRun {
+public:
+    FusedRun(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
+             const FusedConfig& config, std::uint32_t splits)
+        : runtime_(runtime), p_(p), config_(config), splits_(splits),
+          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out), std::max(1u, splits)),
+          chunks_(planner_.plan()) {  // before any allocation: refuse early
+        const std::int64_t key_block = config.key_block();
+        keys_per_split_ = splits > 0 ? ((p.Nkv + splits - 1) / splits + key_block - 1) / key_block * key_block : p.Nkv;
+        report.path = splits > 0 ? Impl::split : Impl::fused;
+        report.variant = config.describe() + (splits > 0 ? " splits=" + std::to_string(splits) + " keys/split=" +
+                                                               std::to_string(keys_per_split_)
+                                                         : "");
+        report.slices = static_cast<std::uint32_t>(chunks_.size());
+        report.flops = p.flops();
+    }
+
+    void allocate(Transfers& t) override {
+        std::uint64_t partial_o = 16, partial_lse = 16;
+        if (splits_ > 0)
+            for (const auto& c : chunks_) {
+                partial_o = std::max(partial_o, planner_.partial_o_bytes(c));
+                partial_lse = std::max(partial_lse, planner_.partial_lse_bytes(c));
+            }
+        o_partial_ = &t.scratch(partial_o, "the split partial outputs");
+        lse_partial_ = &t.scratch(partial_lse, "the split partial log-sum-exps");
+    }
+
+    void record(Recording& r, const DeviceTensors& d) override {
+        const bool split = splits_ > 0;
+        const Problem& p = p_;
+        const vk::Kernel& flash = flash_kernel(runtime_, config_, p.dtype, split);
+        const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
+        for (const Chunk& c : chunks_) {
+            const FusedSlices s = planner_.slices(c);
+            Params params;
+            params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
+            params.attn = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Dv)};
+            params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
+            params.scalars = {static_cast<float>(p.scale), 0, 0, 0};
+            set_features(params, p);
+            params.split = {u32(std::max(1u, splits_)), u32(keys_per_split_), u32(c.units * c.rows * p.Dv),
+                            u32(c.units * c.rows)};
+            params.ta = s.q.desc;
+            params.tb = s.k.desc;
+            params.tc = s.v.desc;
+            params.tbool = s.masks.bool_mask.desc;
+            params.tfloat = s.masks.float_mask.desc;
+
+            Dispatch main{.kernel = &flash, .params = params};
+            const Slice o_part = whole(planner_.partial_o_bytes(c)), lse_part = whole(planner_.partial_lse_bytes(c));
+            if (split) {
+                main.params.to = chunk_local(c, p, p.Dv);
+                main.params.tlse = chunk_local(c, p, 1);
+            } else {
+                main.params.to = s.o.desc;
+                main.params.tlse = s.lse.desc;
+            }
+            main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, *d.v, s.v, p.dtype),
+                             split ? bind(4, *o_partial_, o_part) : bind(4, *d.o, s.o),
+                             split ? bind(5, *lse_partial_, lse_part) : bind(5, *d.lse, s.lse),
+                             bind(6, *d.lengths, whole(p.kv_len.size() * 4)), bind(7, *d.bool_mask, s.masks.bool_mask),
+                             bind(8, *d.float_mask, s.masks.float_mask), bind(9, *d.head_terms, whole(d.head_terms_bytes))};
+            main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()), u32(c.units),
+                           std::max(1u, splits_)};
+            for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
+                main.params.columns = {pass * config_.columns_per_pass(), 0, 0, 0};
+                r.dispatch(main);
+            }
+            r.barrier();
+            if (!split) continue;
+
+            Dispatch merge{.kernel = combine, .params = params};
+            merge.params.ta = chunk_local(c, p, p.Dv);
+            merge.params.tb = chunk_local(c, p, 1);
+            merge.params.to = s.o.desc;
+            merge.params.tlse = s.lse.desc;
+            merge.bindings = {bind(1, *o_partial_, o_part), bind(2, *lse_partial_, lse_part), bind(3, *d.o, s.o),
+                              bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes))};
+            merge.groups = {u32(c.rows), u32(c.units), 1};
+            r.dispatch(merge);
+            r.barrier();
+        }
+    }
+
+private:
+    Runtime& runtime_;
+    const Problem& p_;
+    FusedConfig config_;
+    std::uint32_t splits_;
+    FusedPlanner planner_;
+    std::vector<Chunk> chunks_;
+    std::int64_t keys_per_split_ = 0;
+    const vk::Buffer* o_partial_ = nullptr;
+    const vk::Buffer* lse_partial_ = nullptr;
+};
+
 }  // namespace
+
+std::unique_ptr<PathRun> plan_fused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
+                                    const AttentionOutputs& out, const FusedConfig& config, std::uint32_t splits) {
+    return std::make_unique<FusedRun>(runtime, p, in, out, config, splits);
+}
 
 AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
                           const FusedConfig& config, std::uint32_t splits) {
-    const bool split = splits > 0;
-    const TensorBytes bytes = tensor_bytes(p, in, out);
-    FusedPlanner planner(runtime, p, in, out, config, bytes, std::max(1u, splits));
-    const std::vector<Chunk> chunks = planner.plan();  // before any allocation: refuse early
-
-    Transfers t(runtime);
-    const DeviceTensors d = upload_tensors(t, p, in, out);
-    std::uint64_t partial_o = 16, partial_lse = 16;
-    if (split)
-        for (const auto& c : chunks) {
-            partial_o = std::max(partial_o, planner.partial_o_bytes(c));
-            partial_lse = std::max(partial_lse, planner.partial_lse_bytes(c));
-        }
-    const vk::Buffer& o_partial = t.scratch(partial_o, "the split partial outputs");
-    const vk::Buffer& lse_partial = t.scratch(partial_lse, "the split partial log-sum-exps");
-
-    const vk::Kernel& flash = flash_kernel(runtime, config, p.dtype, split);
-    const vk::Kernel* combine = split ? &combine_kernel(runtime, p.dtype) : nullptr;
-
-    std::lock_guard lock(runtime.submit_mutex());
-    DispatchRecorder recorder(runtime, static_cast<std::uint32_t>(chunks.size() * (config.column_passes + 1)));
-    vk::CommandStream& stream = runtime.commands();
-    VkCommandBuffer cmd = stream.begin();
-    t.record_uploads(cmd);
-    stream.barrier();
-    stream.timestamp(0);
-    const std::int64_t key_block = config.key_block();
-    const std::int64_t keys_per_split =
-        split ? ((p.Nkv + splits - 1) / splits + key_block - 1) / key_block * key_block : p.Nkv;
-    for (const Chunk& c : chunks) {
-        const FusedSlices s = planner.slices(c);
-        Params params;
-        params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
-        params.attn = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Dv)};
-        params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
-        params.scalars = {static_cast<float>(p.scale), 0, 0, 0};
-        set_features(params, p);
-        params.split = {u32(std::max(1u, splits)), u32(keys_per_split), u32(c.units * c.rows * p.Dv), u32(c.units * c.rows)};
-        params.ta = s.q.desc;
-        params.tb = s.k.desc;
-        params.tc = s.v.desc;
-        params.tbool = s.masks.bool_mask.desc;
-        params.tfloat = s.masks.float_mask.desc;
-
-        Dispatch main{.kernel = &flash, .params = params};
-        const Slice o_part = whole(planner.partial_o_bytes(c)), lse_part = whole(planner.partial_lse_bytes(c));
-        if (split) {
-            main.params.to = chunk_local(c, p, p.Dv);
-            main.params.tlse = chunk_local(c, p, 1);
-        } else {
-            main.params.to = s.o.desc;
-            main.params.tlse = s.lse.desc;
-        }
-        main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, *d.v, s.v, p.dtype),
-                         split ? bind(4, o_partial, o_part) : bind(4, *d.o, s.o),
-                         split ? bind(5, lse_partial, lse_part) : bind(5, *d.lse, s.lse),
-                         bind(6, *d.lengths, whole(p.kv_len.size() * 4)), bind(7, *d.bool_mask, s.masks.bool_mask),
-                         bind(8, *d.float_mask, s.masks.float_mask), bind(9, *d.head_terms, whole(d.head_terms_bytes))};
-        main.groups = {u32((c.rows + config.rows_per_workgroup() - 1) / config.rows_per_workgroup()), u32(c.units),
-                       std::max(1u, splits)};
-        for (std::uint32_t pass = 0; pass < config.column_passes; ++pass) {
-            main.params.columns = {pass * config.columns_per_pass(), 0, 0, 0};
-            recorder.record(cmd, main);
-        }
-        stream.barrier();
-        if (!split) continue;
-
-        Dispatch merge{.kernel = combine, .params = params};
-        merge.params.ta = chunk_local(c, p, p.Dv);
-        merge.params.tb = chunk_local(c, p, 1);
-        merge.params.to = s.o.desc;
-        merge.params.tlse = s.lse.desc;
-        merge.bindings = {bind(1, o_partial, o_part), bind(2, lse_partial, lse_part), bind(3, *d.o, s.o),
-                          bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes))};
-        merge.groups = {u32(c.rows), u32(c.units), 1};
-        recorder.record(cmd, merge);
-        stream.barrier();
-    }
-    stream.timestamp(1);
-    t.record_downloads(cmd);
-    runtime.submit_and_wait();
-    copy_results(t, d, p, out);
-
-    AttentionReport report;
-    report.path = split ? Impl::split : Impl::fused;
-    report.variant = config.describe() + (split ? " splits=" + std::to_string(splits) + " keys/split=" +
-                                                      std::to_string(keys_per_split)
-                                                : "");
-    report.gpu_ms = stream.elapsed_ms();
-    report.slices = static_cast<std::uint32_t>(chunks.size());
-    report.device_bytes = t.device_bytes();
-    report.flops = p.flops();
-    return report;
+    FusedRun path(runtime, p, in, out, config, splits);
+    return run_on_host(runtime, p, in, out, path);
 }
 
 }  // namespace vkattn::detail

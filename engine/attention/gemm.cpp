@@ -48,6 +48,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     const vk::Buffer& da = t.input(a.data(), bytes(m, k), "gemm A");
     const vk::Buffer& db = t.input(b.data(), bytes(k, n), "gemm B");
     const vk::Buffer& dc = t.output(bytes(m, n), 0x7fc00000u, "gemm C");
+    const vk::Buffer& no_bias = t.scratch(16, "an unused bias binding");
 
     detail::Dispatch d{.kernel = &kernel};
     d.params.shape0 = {1, 1, 1, 1};
@@ -57,12 +58,12 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     d.params.ta.stride = {0, 0, static_cast<std::uint32_t>(k), 1};
     d.params.tb.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
     d.params.tc.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
-    d.bindings = {{1, &da, 0, da.size(), DType::f32}, {2, &db, 0, db.size(), DType::f32}, {3, &dc, 0, dc.size()}};
+    d.bindings = {{1, &da, 0, da.size(), DType::f32}, {2, &db, 0, db.size(), DType::f32}, {3, &dc, 0, dc.size()}, {4, &no_bias, 0, 16}};
     d.groups = {static_cast<std::uint32_t>((n + config.block_cols() - 1) / config.block_cols()),
                 static_cast<std::uint32_t>((m + config.block_rows() - 1) / config.block_rows()), 1};
 
     std::lock_guard lock(runtime.submit_mutex());
-    detail::DispatchRecorder recorder(runtime, static_cast<std::uint32_t>(warmup + repeat));
+    detail::DispatchRecorder recorder(runtime);
     vk::CommandStream& stream = runtime.commands();
     std::vector<double> samples;
     for (int r = 0; r < warmup + repeat; ++r) {

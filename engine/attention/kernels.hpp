@@ -9,9 +9,10 @@ namespace vkattn::detail {
 
 class Runtime;
 
-// bmm.comp: A and B dtypes (the SSBO variants' storage), C dtype.
+// bmm.comp: A and B dtypes (the SSBO variants' storage), C dtype; `bias` adds an fp32 bias per
+// column of C (binding 4, which every variant declares: bind a placeholder without one).
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, bool b_transposed, DType a, DType b,
-                             DType c);
+                             DType c, bool bias = false);
 const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
 // flash.comp; `split` writes fp32 partials for combine.comp.
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, DType dtype, bool split);

@@ -8,6 +8,7 @@
 #include "attention/dispatch.hpp"
 #include "attention/io.hpp"
 #include "attention/kernels.hpp"
+#include "attention/path.hpp"
 #include "attention/slicing.hpp"
 #include "attention/transfers.hpp"
 #include "runtime.hpp"
@@ -108,90 +109,107 @@ Params base_params(const Problem& p, const Chunk& c) {
     return params;
 }
 
+class UnfusedRun final : public PathRun {
+public:
+    UnfusedRun(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
+               const UnfusedConfig& config, UnfusedStages stages)
+        : runtime_(runtime), p_(p), config_(config), stages_(stages),
+          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out).q + 32, tensor_bytes(p, in, out).k + 32,
+                   tensor_bytes(p, in, out).v + 32, tensor_bytes(p, in, out).o + 32),
+          chunks_(planner_.plan()) {  // before any allocation: refuse early
+        if (stages == UnfusedStages::scores_only && !p.want_weights)
+            throw Error("internal: stopping after the scores needs the weights output to hold them.");
+        report.path = Impl::unfused;
+        report.variant = config.describe();
+        report.slices = static_cast<std::uint32_t>(chunks_.size());
+        report.flops = p.flops();
+    }
+
+    void allocate(Transfers& t) override {
+        std::uint64_t scratch_bytes = 16;
+        for (const auto& c : chunks_)
+            scratch_bytes = std::max<std::uint64_t>(scratch_bytes, static_cast<std::uint64_t>(c.units * c.rows * p_.Nkv) * 4);
+        scores_ = p_.want_weights ? &t.output(planner_.weights_bytes(), kNanF32, "weights")
+                                  : &t.scratch(scratch_bytes, "the score matrix");
+        no_bias_ = &t.scratch(16, "an unused bias binding");
+    }
+
+    void record(Recording& r, const DeviceTensors& d) override {
+        const Problem& p = p_;
+        const vk::Buffer& scores = *scores_;
+        const vk::Kernel& scores_kernel = bmm_kernel(runtime_, config_.scores, true, p.dtype, p.dtype, DType::f32);
+        const vk::Kernel& softmax = softmax_kernel(runtime_, config_.softmax);
+        const vk::Kernel& output_kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.dtype, p.dtype);
+        for (const Chunk& c : chunks_) {
+            const ChunkSlices s = planner_.slices(c, scores.size());
+
+            Dispatch stage1{.kernel = &scores_kernel, .params = base_params(p, c)};
+            stage1.params.gemm = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), 0};
+            stage1.params.scalars[0] = static_cast<float>(p.scale);
+            stage1.params.ta = s.q.desc;
+            stage1.params.tb = s.k.desc;
+            stage1.params.tc = s.scores.desc;
+            stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, scores, s.scores),
+                               bind(4, *no_bias_, whole(16))};
+            stage1.groups = {ceil_div(p.Nkv, config_.scores.block_cols()), ceil_div(c.rows, config_.scores.block_rows()),
+                             u32(c.units)};
+            r.dispatch(stage1);
+            r.barrier();
+            if (stages_ == UnfusedStages::scores_only) continue;
+
+            Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
+            set_features(stage2.params, p);
+            stage2.params.ta = s.scores.desc;
+            stage2.params.tlse = s.lse.desc;
+            stage2.params.tbool = s.bool_mask.desc;
+            stage2.params.tfloat = s.float_mask.desc;
+            stage2.bindings = {bind(1, scores, s.scores), bind(2, *d.lse, s.lse),
+                               bind(3, *d.lengths, whole(p.kv_len.size() * 4)), bind(4, *d.bool_mask, s.bool_mask),
+                               bind(5, *d.float_mask, s.float_mask), bind(6, *d.head_terms, whole(d.head_terms_bytes))};
+            stage2.groups = {u32(c.rows), u32(c.units), 1};
+            r.dispatch(stage2);
+            r.barrier();
+
+            Dispatch stage3{.kernel = &output_kernel, .params = base_params(p, c)};
+            stage3.params.gemm = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), 0};
+            stage3.params.ta = s.scores.desc;
+            stage3.params.tb = s.v.desc;
+            stage3.params.tc = s.o.desc;
+            stage3.bindings = {bind(1, scores, s.scores, DType::f32), bind(2, *d.v, s.v, p.dtype), bind(3, *d.o, s.o),
+                               bind(4, *no_bias_, whole(16))};
+            stage3.groups = {ceil_div(p.Dv, config_.output.block_cols()), ceil_div(c.rows, config_.output.block_rows()),
+                             u32(c.units)};
+            r.dispatch(stage3);
+            r.barrier();  // the next chunk reuses the score scratch
+        }
+    }
+
+    void copy_extra_results(const Transfers& t, const AttentionOutputs& out) const override {
+        if (p_.want_weights) std::memcpy(out.weights, t.result(*scores_), planner_.weights_bytes());
+    }
+
+private:
+    Runtime& runtime_;
+    const Problem& p_;
+    UnfusedConfig config_;
+    UnfusedStages stages_;
+    Planner planner_;
+    std::vector<Chunk> chunks_;
+    const vk::Buffer* scores_ = nullptr;
+    const vk::Buffer* no_bias_ = nullptr;
+};
+
 }  // namespace
 
-AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
-                            const AttentionOutputs& out, const UnfusedConfig& config, UnfusedStages stages) {
-    if (stages == UnfusedStages::scores_only && !p.want_weights)
-        throw Error("internal: stopping after the scores needs the weights output to hold them.");
-    const TensorBytes bytes = tensor_bytes(p, in, out);
-    Planner planner(runtime, p, in, out, config, bytes.q + 32, bytes.k + 32, bytes.v + 32, bytes.o + 32);
-    const std::vector<Chunk> chunks = planner.plan();  // before any allocation: refuse early
+std::unique_ptr<PathRun> plan_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
+                                      const AttentionOutputs& out, const UnfusedConfig& config, UnfusedStages stages) {
+    return std::make_unique<UnfusedRun>(runtime, p, in, out, config, stages);
+}
 
-    Transfers t(runtime);
-    const DeviceTensors d = upload_tensors(t, p, in, out);
-    std::uint64_t scratch_bytes = 16;
-    for (const auto& c : chunks)
-        scratch_bytes = std::max<std::uint64_t>(scratch_bytes, static_cast<std::uint64_t>(c.units * c.rows * p.Nkv) * 4);
-    const vk::Buffer& scores = p.want_weights ? t.output(planner.weights_bytes(), kNanF32, "weights")
-                                              : t.scratch(scratch_bytes, "the score matrix");
-
-    const vk::Kernel& scores_kernel = bmm_kernel(runtime, config.scores, true, p.dtype, p.dtype, DType::f32);
-    const vk::Kernel& softmax = softmax_kernel(runtime, config.softmax);
-    const vk::Kernel& output_kernel = bmm_kernel(runtime, config.output, false, DType::f32, p.dtype, p.dtype);
-
-    std::lock_guard lock(runtime.submit_mutex());
-    DispatchRecorder recorder(runtime, static_cast<std::uint32_t>(chunks.size() * 3));  // 3 stages
-    vk::CommandStream& stream = runtime.commands();
-    VkCommandBuffer cmd = stream.begin();
-    t.record_uploads(cmd);
-    stream.barrier();
-    stream.timestamp(0);
-    for (const Chunk& c : chunks) {
-        const ChunkSlices s = planner.slices(c, scores.size());
-
-        Dispatch stage1{.kernel = &scores_kernel, .params = base_params(p, c)};
-        stage1.params.gemm = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), 0};
-        stage1.params.scalars[0] = static_cast<float>(p.scale);
-        stage1.params.ta = s.q.desc;
-        stage1.params.tb = s.k.desc;
-        stage1.params.tc = s.scores.desc;
-        stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, scores, s.scores)};
-        stage1.groups = {ceil_div(p.Nkv, config.scores.block_cols()), ceil_div(c.rows, config.scores.block_rows()),
-                         u32(c.units)};
-        recorder.record(cmd, stage1);
-        stream.barrier();
-        if (stages == UnfusedStages::scores_only) continue;
-
-        Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
-        set_features(stage2.params, p);
-        stage2.params.ta = s.scores.desc;
-        stage2.params.tlse = s.lse.desc;
-        stage2.params.tbool = s.bool_mask.desc;
-        stage2.params.tfloat = s.float_mask.desc;
-        stage2.bindings = {bind(1, scores, s.scores), bind(2, *d.lse, s.lse), bind(3, *d.lengths, whole(p.kv_len.size() * 4)),
-                           bind(4, *d.bool_mask, s.bool_mask), bind(5, *d.float_mask, s.float_mask),
-                           bind(6, *d.head_terms, whole(d.head_terms_bytes))};
-        stage2.groups = {u32(c.rows), u32(c.units), 1};
-        recorder.record(cmd, stage2);
-        stream.barrier();
-
-        Dispatch stage3{.kernel = &output_kernel, .params = base_params(p, c)};
-        stage3.params.gemm = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), 0};
-        stage3.params.ta = s.scores.desc;
-        stage3.params.tb = s.v.desc;
-        stage3.params.tc = s.o.desc;
-        stage3.bindings = {bind(1, scores, s.scores, DType::f32), bind(2, *d.v, s.v, p.dtype), bind(3, *d.o, s.o)};
-        stage3.groups = {ceil_div(p.Dv, config.output.block_cols()), ceil_div(c.rows, config.output.block_rows()),
-                         u32(c.units)};
-        recorder.record(cmd, stage3);
-        stream.barrier();  // the next chunk reuses the score scratch
-    }
-    stream.timestamp(1);
-    t.record_downloads(cmd);
-    runtime.submit_and_wait();
-
-    copy_results(t, d, p, out);
-    if (p.want_weights) std::memcpy(out.weights, t.result(scores), planner.weights_bytes());
-
-    AttentionReport report;
-    report.path = Impl::unfused;
-    report.variant = config.describe();
-    report.gpu_ms = stream.elapsed_ms();
-    report.slices = static_cast<std::uint32_t>(chunks.size());
-    report.device_bytes = t.device_bytes();
-    report.flops = p.flops();
-    return report;
+AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
+                            const UnfusedConfig& config, UnfusedStages stages) {
+    UnfusedRun path(runtime, p, in, out, config, stages);
+    return run_on_host(runtime, p, in, out, path);
 }
 
 }  // namespace vkattn::detail

@@ -3,6 +3,9 @@
 // exceed the device's limits.
 #pragma once
 
+#include <memory>
+
+#include "attention/path.hpp"
 #include "attention/problem.hpp"
 #include "attention/tuning.hpp"
 
@@ -13,6 +16,9 @@ class Runtime;
 // How far to run: tests check stage 1 alone by stopping after it (S lands in outputs.weights).
 enum class UnfusedStages { all, scores_only };
 
+std::unique_ptr<PathRun> plan_unfused(Runtime& runtime, const Problem& problem, const AttentionInputs& inputs,
+                                      const AttentionOutputs& outputs, const UnfusedConfig& config,
+                                      UnfusedStages stages = UnfusedStages::all);
 AttentionReport run_unfused(Runtime& runtime, const Problem& problem, const AttentionInputs& inputs,
                             const AttentionOutputs& outputs, const UnfusedConfig& config,
                             UnfusedStages stages = UnfusedStages::all);
