@@ -22,6 +22,12 @@ DeviceTensors upload_tensors(Transfers& t, const Problem& p, const AttentionInpu
     d.k = &t.input(in.k.data, d.bytes.k, "k");
     d.v = &t.input(in.v.data, d.bytes.v, "v");
     d.o = &t.output(d.bytes.o, p.dtype == DType::f32 ? kNanF32 : kNanF16Pair, "o");
+    upload_mask_terms(t, p, d);
+    return d;
+}
+
+void upload_mask_terms(Transfers& t, const Problem& p, DeviceTensors& d) {
+    d.bytes.lse = static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4;
     d.lse = p.want_lse ? &t.output(d.bytes.lse, kNanF32, "lse") : &t.scratch(d.bytes.lse, "lse");
     d.lengths = &t.input(p.kv_len.data(), p.kv_len.size() * 4, "kv_lengths");
     d.bool_mask = p.bool_mask.present()
@@ -41,7 +47,6 @@ DeviceTensors upload_tensors(Transfers& t, const Problem& p, const AttentionInpu
         d.head_terms_bytes = 16;
         d.head_terms = &t.scratch(16, "an unused per-head binding");
     }
-    return d;
 }
 
 void copy_results(const Transfers& t, const DeviceTensors& d, const Problem& p, const AttentionOutputs& out) {

@@ -28,7 +28,11 @@ struct DeviceTensors {
 constexpr std::uint32_t kNanF32 = 0x7fc00000u;
 constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
 
-// `lse` is an output buffer when the caller asked for it, device scratch otherwise.
+// Key lengths, masks and per-head terms uploaded, and the lse buffer (an output when the caller
+// asked for it, device scratch otherwise): everything a path binds besides q, k, v and o.
+void upload_mask_terms(Transfers& transfers, const Problem& problem, DeviceTensors& tensors);
+
+// q, k, v uploaded, o allocated (poisoned when asked), then upload_mask_terms.
 DeviceTensors upload_tensors(Transfers& transfers, const Problem& problem, const AttentionInputs& inputs,
                              const AttentionOutputs& outputs);
 

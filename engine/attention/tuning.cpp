@@ -152,4 +152,14 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
     return base_bmm(caps, texel, overrides);
 }
 
+BmmConfig choose_linear(const vk::DeviceCaps& caps, DType dtype, std::int64_t in_features, std::uint64_t largest_operand_bytes,
+                        const VariantOverrides& overrides) {
+    // Y = X·Wᵀ reads rows of X and of W along the input features: texels need them 4-aligned, and
+    // every operand within the device's texel-buffer limit.
+    const std::uint64_t texel_bytes = caps.max_texel_buffer_elements * (dtype == DType::f32 ? 16 : 8);
+    const bool texel = overrides.texel_loads.value_or(true) && texel_supported(caps, dtype) && in_features % 4 == 0 &&
+                       largest_operand_bytes <= texel_bytes;
+    return base_bmm(caps, texel, overrides);
+}
+
 }  // namespace vkattn::detail

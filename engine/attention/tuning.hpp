@@ -73,6 +73,10 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& problem,
                              const std::array<std::int64_t, 4>& v_strides,
                              const VariantOverrides& overrides);
 
+// A linear layer's product Y = X·Wᵀ + b (the multi-head module's projections), operands of `dtype`.
+BmmConfig choose_linear(const vk::DeviceCaps& caps, DType dtype, std::int64_t in_features,
+                        std::uint64_t largest_operand_bytes, const VariantOverrides& overrides);
+
 // The GEMM ceiling's configuration: the same bmm shader, tuned for one large square product.
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides);

@@ -270,6 +270,64 @@ TEST_CASE("cli bench: feature flags appear in the output and count only visible 
     CHECK(counted_window / counted_full == Approx((16.0 * 256 - 120) / (256.0 * 257 / 2)).epsilon(1e-3));
 }
 
+TEST_CASE("cli mha: a PyTorch fixture from both weight formats matches PyTorch's output", "[cli][mha]") {
+    const fs::path dir = fs::path(VKATTN_FIXTURES) / "mha" / "data" / "cross_mask3d_bool_kpm_bool";
+    const auto meta = nlohmann::json::parse(std::ifstream(dir / "case.json"));
+    REQUIRE(meta["batch_first"] == true);
+    REQUIRE(meta["need_weights"] == true);
+    Workdir out;
+    const std::string weights = GENERATE("weights", "weights.safetensors");
+    const std::string impl = GENERATE("auto", "unfused");
+    const Result r = vk_attn("mha --query " + (dir / "query.npy").string() + " --key " + (dir / "key.npy").string() +
+                             " --value " + (dir / "value.npy").string() + " --weights " + (dir / weights).string() +
+                             " --num-heads " + std::to_string(meta["num_heads"].get<int>()) + " --batch-first" +
+                             " --key-padding-mask " + (dir / "key_padding_mask.npy").string() + " --attn-mask " +
+                             (dir / "attn_mask.npy").string() + " --need-weights --impl " + impl + " --out " + out / "o.npy" +
+                             " --attn-weights " + out / "w.npy");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains("unfused"));  // the weights need the three-stage path; it is reported
+    for (const auto& [got, want] : {std::pair{out / "o.npy", dir / "out.npy"}, std::pair{out / "w.npy", dir / "attn_weights.npy"}}) {
+        const npy::Array g = npy::read(got), w = npy::read(want);
+        CHECK(g.shape == w.shape);
+        const Comparison c = compare({g.as<float>(), g.as<float>() + g.count()}, {w.as<float>(), w.as<float>() + w.count()},
+                                     tolerance_for(DType::f32));
+        INFO(want << ": " << c.message);
+        CHECK(c.ok);
+    }
+}
+
+TEST_CASE("cli mha: bad input exits 1 with one line naming the flag or file, writing nothing", "[cli][mha]") {
+    const fs::path fixture = fs::path(VKATTN_FIXTURES) / "mha" / "data" / "self_packed";
+    Workdir dir;
+    std::mt19937 rng(21);
+    const std::string q = (fixture / "query.npy").string(), w = (fixture / "weights").string();
+    const auto meta = nlohmann::json::parse(std::ifstream(fixture / "case.json"));
+    const std::string heads = std::to_string(meta["num_heads"].get<int>());
+    write_tensor(rng, dir / "mask.npy", {3, 3}, false);
+    fs::create_directories(dir / "empty");
+    { std::ofstream(dir / "bad.safetensors") << "not a safetensors file"; }
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"--query " + q + " --weights " + dir / "missing" + " --num-heads " + heads, "--weights"},
+        {"--query " + q + " --weights " + dir / "empty" + " --num-heads " + heads, "--weights"},
+        {"--query " + q + " --weights " + dir / "bad.safetensors" + " --num-heads " + heads, "bad.safetensors"},
+        {"--query " + q + " --weights " + w + " --num-heads 5", "--num-heads"},
+        {"--query " + q + " --weights " + w + " --num-heads " + heads + " --attn-mask " + dir / "mask.npy", "--attn-mask"},
+        {"--query " + q + " --weights " + w + " --num-heads " + heads + " --need-weights", "--attn-weights"},
+        {"--query " + q + " --weights " + w + " --num-heads " + heads + " --key " + q, "--value"},
+        {"--query " + dir / "mask.npy" + " --weights " + w + " --num-heads " + heads, "--query"},
+        {"--query " + q + " --weights " + w + " --num-heads " + heads + " --dtype f64", "--dtype"},
+    };
+    for (const auto& [flags, names] : cases) {
+        const Result r = vk_attn("mha " + flags + " --out " + dir / "o.npy");
+        INFO("vk-attn mha " << flags << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK_THAT(r.err, Catch::Contains(names));
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        CHECK_FALSE(fs::exists(dir / "o.npy"));
+    }
+}
+
 TEST_CASE("cli bench --json: one object per point with the documented keys", "[cli]") {
     const Result r = vk_attn("bench --batch 1 --heads 2 --seq 16,40 --dim 8 --repeat 2 --warmup 1 --validate --json");
     INFO(r.err);
@@ -311,7 +369,7 @@ TEST_CASE("cli check: passes on this device", "[cli]") {
 }
 
 TEST_CASE("cli: --help on every subcommand, unknown flags exit 1", "[cli]") {
-    for (const char* sub : {"bench", "run", "check", "devices"}) {
+    for (const char* sub : {"bench", "run", "mha", "check", "devices"}) {
         const Result r = vk_attn(std::string(sub) + " --help");
         CHECK(r.status == 0);
         CHECK_THAT(r.out, Catch::Contains("Usage"));

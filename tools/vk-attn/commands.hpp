@@ -13,5 +13,6 @@ Action add_bench(CLI::App& app);
 Action add_devices(CLI::App& app);
 Action add_run(CLI::App& app);
 Action add_check(CLI::App& app);
+Action add_mha(CLI::App& app);
 
 }  // namespace vkattn::tool

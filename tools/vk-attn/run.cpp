@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "features.hpp"
 #include "npy.hpp"
+#include "pending_outputs.hpp"
 #include "vkattn/vkattn.hpp"
 
 namespace vkattn::tool {
@@ -60,27 +61,6 @@ Loaded load_tensor(const std::string& path, const std::string& flag, DType dtype
 TensorView view_of(const Loaded& t, DType dtype) {
     return make_view<const void*>(dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.f16.data(), dtype,
                                   Layout::bhnd, t.shape);
-}
-
-// Writes every output to a temporary name first, then renames them all: all or nothing.
-struct PendingOutput {
-    std::string path;
-    std::vector<std::int64_t> shape;
-    const float* data;
-};
-
-void write_all(const std::vector<PendingOutput>& outputs) {
-    std::vector<std::string> written;
-    try {
-        for (const auto& o : outputs) {
-            npy::write(o.path + ".tmp", npy::ElementType::f32, o.shape, o.data);
-            written.push_back(o.path + ".tmp");
-        }
-    } catch (...) {
-        for (const auto& w : written) std::filesystem::remove(w);
-        throw;
-    }
-    for (const auto& o : outputs) std::filesystem::rename(o.path + ".tmp", o.path);
 }
 
 int run(const RunOptions& o) {

@@ -6,5 +6,6 @@
 #include "vkattn/compare.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/mha.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/tensor.hpp"

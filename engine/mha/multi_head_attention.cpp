@@ -1,0 +1,232 @@
+// MultiHeadAttention: the weights checked and kept, and the forward pass as one submission:
+// three input projections, the attention core over head views, the output projection.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "attention/dispatch.hpp"
+#include "attention/io.hpp"
+#include "attention/kernels.hpp"
+#include "attention/path.hpp"
+#include "attention/problem.hpp"
+#include "attention/tuning.hpp"
+#include "mha/mha_problem.hpp"
+#include "runtime.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/mha.hpp"
+
+namespace vkattn {
+namespace {
+
+using detail::MhaProblem;
+
+std::vector<float> checked_copy(std::span<const float> values, std::int64_t rows, std::int64_t cols, const char* key) {
+    const auto want = static_cast<std::size_t>(rows * cols);
+    if (values.size() != want)
+        throw InvalidArgument(key, "has " + std::to_string(values.size()) + " values but must be [" + std::to_string(rows) +
+                                       (cols > 1 ? ", " + std::to_string(cols) : "") + "] = " + std::to_string(want) +
+                                       " for this layer.");
+    for (const float x : values)
+        if (!std::isfinite(x)) throw InvalidArgument(key, "holds a value that is not finite.");
+    return {values.begin(), values.end()};
+}
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+// Host fp32 data in the device dtype.
+std::vector<std::byte> in_dtype(const float* data, std::int64_t count, DType dtype) {
+    std::vector<std::byte> bytes(static_cast<std::size_t>(count) * size_of(dtype));
+    if (dtype == DType::f32) {
+        std::memcpy(bytes.data(), data, bytes.size());
+    } else {
+        auto* h = reinterpret_cast<std::uint16_t*>(bytes.data());
+        for (std::int64_t i = 0; i < count; ++i) h[i] = float_to_half(data[i]);
+    }
+    return bytes;
+}
+
+// One projection Y[rows, out] = X[rows, in]·Wᵀ + b on the device.
+struct Linear {
+    const vk::Buffer* x;
+    const vk::Buffer* w;
+    const vk::Buffer* b;  // a placeholder without bias
+    const vk::Buffer* y;
+    std::int64_t rows, in, out;
+    bool has_bias;
+};
+
+void record_linear(detail::Recording& r, const vk::DeviceCaps& caps, const Linear& l, DType dtype) {
+    const std::uint64_t eb = size_of(dtype);
+    const std::uint64_t largest = std::max({u64(l.rows * l.in), u64(l.out * l.in), u64(l.rows * l.out)}) * eb;
+    const detail::BmmConfig config = detail::choose_linear(caps, dtype, l.in, largest, {});
+    if (largest > r.runtime.max_binding_bytes())
+        throw ResourceLimit("a projection operand needs " + std::to_string(largest) + " bytes in one binding; the device "
+                            "allows " + std::to_string(r.runtime.max_binding_bytes()) + " (reduce the batch or sequence).");
+    const std::int64_t row_blocks = (l.rows + config.block_rows() - 1) / config.block_rows();
+    if (row_blocks > caps.max_workgroup_count[1])
+        throw ResourceLimit("a projection over " + std::to_string(l.rows) + " rows needs " + std::to_string(row_blocks) +
+                            " workgroups along y; the device allows " + std::to_string(caps.max_workgroup_count[1]) + ".");
+    const vk::Kernel& kernel = detail::bmm_kernel(r.runtime, config, true, dtype, dtype, dtype, l.has_bias);
+    detail::Dispatch d{.kernel = &kernel};
+    d.params.shape0 = {1, 1, 1, 1};
+    d.params.gemm = {u32(l.rows), u32(l.out), u32(l.in), 0};
+    d.params.chunk = {0, 0, u32(l.rows), 1};
+    d.params.scalars = {1.0f, 0, 0, 0};
+    d.params.ta.stride = {0, 0, u32(l.in), 1};
+    d.params.tb.stride = {0, 0, u32(l.in), 1};  // W is [out][in]: B transposed
+    d.params.tc.stride = {0, 0, u32(l.out), 1};
+    d.bindings = {{1, l.x, 0, l.x->size(), dtype}, {2, l.w, 0, l.w->size(), dtype}, {3, l.y, 0, l.y->size()},
+                  {4, l.b, 0, l.b->size()}};
+    d.groups = {u32((l.out + config.block_cols() - 1) / config.block_cols()), u32(row_blocks), 1};
+    r.dispatch(d);
+}
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights& weights) : config_(config) {
+    const std::int64_t E = config.embed_dim, H = config.num_heads;
+    if (E < 1) throw InvalidArgument("embed_dim", "must be at least 1, not " + std::to_string(E) + ".");
+    if (H < 1) throw InvalidArgument("num_heads", "must be at least 1, not " + std::to_string(H) + ".");
+    if (E % H != 0)
+        throw InvalidArgument("embed_dim", "embed_dim (" + std::to_string(E) + ") must be divisible by num_heads (" +
+                                               std::to_string(H) + "), as in PyTorch.");
+    if (config.kdim < 0 || config.vdim < 0) throw InvalidArgument("kdim", "kdim and vdim must not be negative.");
+    config_.kdim = config.kdim ? config.kdim : E;
+    config_.vdim = config.vdim ? config.vdim : E;
+    const std::int64_t kdim = config_.kdim, vdim = config_.vdim;
+
+    const bool packed = !weights.in_proj_weight.empty();
+    const bool separate = !weights.q_proj_weight.empty() || !weights.k_proj_weight.empty() || !weights.v_proj_weight.empty();
+    if (packed && separate)
+        throw InvalidArgument("in_proj_weight", "give either in_proj_weight or q/k/v_proj_weight, not both.");
+    if (packed) {
+        if (kdim != E || vdim != E)
+            throw InvalidArgument("in_proj_weight", "a packed projection needs kdim = vdim = embed_dim; this layer has kdim " +
+                                                        std::to_string(kdim) + " and vdim " + std::to_string(vdim) +
+                                                        " (use q_proj_weight, k_proj_weight, v_proj_weight).");
+        const std::vector<float> all = checked_copy(weights.in_proj_weight, 3 * E, E, "in_proj_weight");
+        for (int i = 0; i < 3; ++i) w_[i].assign(all.begin() + i * E * E, all.begin() + (i + 1) * E * E);
+    } else {
+        if (weights.q_proj_weight.empty())
+            throw InvalidArgument("q_proj_weight", "the input projection is missing: give in_proj_weight [3E, E] or "
+                                                   "q_proj_weight, k_proj_weight and v_proj_weight.");
+        w_[q] = checked_copy(weights.q_proj_weight, E, E, "q_proj_weight");
+        w_[k] = checked_copy(weights.k_proj_weight, E, kdim, "k_proj_weight");
+        w_[v] = checked_copy(weights.v_proj_weight, E, vdim, "v_proj_weight");
+    }
+    w_[o] = checked_copy(weights.out_proj_weight, E, E, "out_proj.weight");
+    if (config.bias) {
+        const std::vector<float> in_bias = checked_copy(weights.in_proj_bias, 3 * E, 1, "in_proj_bias");
+        for (int i = 0; i < 3; ++i) b_[i].assign(in_bias.begin() + i * E, in_bias.begin() + (i + 1) * E);
+        b_[o] = checked_copy(weights.out_proj_bias, E, 1, "out_proj.bias");
+    } else if (!weights.in_proj_bias.empty() || !weights.out_proj_bias.empty()) {
+        throw InvalidArgument(weights.in_proj_bias.empty() ? "out_proj.bias" : "in_proj_bias",
+                              "is given but the layer has bias=False.");
+    }
+}
+
+MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs, const MhaOutputs& outputs,
+                                      const MhaOptions& options) const {
+    const MhaProblem mp = detail::resolve_mha(config_, inputs, outputs, options);
+    detail::Runtime& runtime = context.runtime();
+    runtime.ensure_usable();
+    const auto& caps = runtime.device().caps();
+    const DType dtype = options.dtype;
+    if (dtype == DType::f16 && !caps.fp16_storage)
+        throw InvalidArgument("dtype", "the device " + caps.name + " does not support 16-bit storage buffers; use f32.");
+
+    // The attention core sees the projected tensors through head views. resolve() and the planner
+    // need only their shapes and strides; the data lives on the device, so the views point at a
+    // placeholder the host never reads.
+    static const std::byte device_resident{};
+    const AttentionInputs core_in = mp.core_inputs(&device_resident, &device_resident, &device_resident, dtype);
+    std::vector<float> per_head_weights(mp.want_weights ? static_cast<std::size_t>(mp.N * mp.H * mp.L * mp.S) : 0);
+    const AttentionOutputs core_out{.o = mp.mutable_heads(const_cast<std::byte*>(&device_resident), dtype, mp.L),
+                                    .weights = mp.want_weights ? per_head_weights.data() : nullptr};
+    const AttentionOptions core_options = mp.core_options(options);
+    const detail::Problem problem = detail::resolve(core_in, core_out, core_options);
+    const auto path = detail::plan_attention(runtime, problem, core_in, core_out, core_options);
+
+    const std::int64_t E = mp.E, eb = static_cast<std::int64_t>(size_of(dtype));
+    detail::Transfers t(runtime);
+    // Inputs (self-attention uploads the query once), weights in the device dtype, biases fp32.
+    const std::vector<std::byte> query = in_dtype(mp.query, mp.query_rows() * E, dtype);
+    const vk::Buffer& x_q = t.input(query.data(), query.size(), "query");
+    const vk::Buffer* x_k = &x_q;
+    if (mp.key != mp.query) {
+        const std::vector<std::byte> key = in_dtype(mp.key, mp.key_rows() * mp.kdim, dtype);
+        x_k = &t.input(key.data(), key.size(), "key");
+    }
+    const vk::Buffer* x_v = mp.value == mp.query ? &x_q : mp.value == mp.key ? x_k : nullptr;
+    if (x_v == nullptr) {
+        const std::vector<std::byte> value = in_dtype(mp.value, mp.key_rows() * mp.vdim, dtype);
+        x_v = &t.input(value.data(), value.size(), "value");
+    }
+    const vk::Buffer* w[4];
+    const vk::Buffer* b[4];
+    const vk::Buffer& no_bias = t.scratch(16, "an unused bias binding");
+    for (int i = 0; i < 4; ++i) {
+        const std::vector<std::byte> bytes = in_dtype(w_[i].data(), static_cast<std::int64_t>(w_[i].size()), dtype);
+        w[i] = &t.input(bytes.data(), bytes.size(), "a projection weight");
+        b[i] = b_[i].empty() ? &no_bias : &t.input(b_[i].data(), b_[i].size() * 4, "a projection bias");
+    }
+    // Projected tensors, the core's output, and the layer's output, all [rows, E] in the inputs' order.
+    detail::DeviceTensors d{};
+    d.bytes = detail::tensor_bytes(problem, core_in, core_out);
+    d.q = &t.scratch(u64(mp.query_rows() * E * eb), "the projected queries");
+    d.k = &t.scratch(u64(mp.key_rows() * E * eb), "the projected keys");
+    d.v = &t.scratch(u64(mp.key_rows() * E * eb), "the projected values");
+    d.o = &t.scratch(u64(mp.query_rows() * E * eb), "the attention output");
+    detail::upload_mask_terms(t, problem, d);
+    const vk::Buffer& out = t.output(u64(mp.query_rows() * E * eb), dtype == DType::f32 ? detail::kNanF32 : detail::kNanF16Pair,
+                                     "out");
+    path->allocate(t);
+
+    std::lock_guard lock(runtime.submit_mutex());
+    detail::DispatchRecorder recorder(runtime);
+    vk::CommandStream& stream = runtime.commands();
+    detail::Recording r{runtime, t, recorder, stream, stream.begin()};
+    t.record_uploads(r.commands);
+    r.barrier();
+    stream.timestamp(0);
+    const bool bias = config_.bias;
+    record_linear(r, caps, {&x_q, w[q], b[q], d.q, mp.query_rows(), E, E, bias}, dtype);
+    record_linear(r, caps, {x_k, w[k], b[k], d.k, mp.key_rows(), mp.kdim, E, bias}, dtype);
+    record_linear(r, caps, {x_v, w[v], b[v], d.v, mp.key_rows(), mp.vdim, E, bias}, dtype);
+    r.barrier();
+    path->record(r, d);
+    record_linear(r, caps, {d.o, w[o], b[o], &out, mp.query_rows(), E, E, bias}, dtype);
+    stream.timestamp(1);
+    r.barrier();
+    t.record_downloads(r.commands);
+    runtime.submit_and_wait();
+
+    const void* result = t.result(out);
+    const auto count = static_cast<std::size_t>(mp.query_rows() * E);
+    if (dtype == DType::f32) {
+        std::memcpy(outputs.out, result, count * 4);
+    } else {
+        const auto* h = static_cast<const std::uint16_t*>(result);
+        for (std::size_t i = 0; i < count; ++i) outputs.out[i] = half_to_float(h[i]);
+    }
+    if (mp.want_weights) {
+        path->copy_extra_results(t, core_out);
+        detail::store_mha_weights(mp, per_head_weights, outputs.attn_weights);
+    }
+
+    MhaReport report;
+    report.attention = path->report;
+    report.gpu_ms = stream.elapsed_ms();
+    report.device_bytes = t.device_bytes();
+    const double rows_q = static_cast<double>(mp.query_rows()), rows_kv = static_cast<double>(mp.key_rows());
+    report.flops = 2.0 * static_cast<double>(E) *
+                       (rows_q * static_cast<double>(E) + rows_kv * static_cast<double>(mp.kdim + mp.vdim) +
+                        rows_q * static_cast<double>(E)) +
+                   path->report.flops;
+    return report;
+}
+
+}  // namespace vkattn
