@@ -37,9 +37,15 @@ void main() {
 
     const float sink = (P.masking.x & MASK_SINKS) != 0u ? head_terms[P.shape0.y + h] : NEG_INF;
     float m = sink;
-    for (uint s = 0u; s < splits; ++s) m = max(m, partial_lse[lse_row + s * P.split.w]);
+    bool poisoned = false;  // a NaN partial (NaN or inf in q or k) makes the whole row NaN, as in one pass
+    for (uint s = 0u; s < splits; ++s) {
+        const float x = partial_lse[lse_row + s * P.split.w];
+        poisoned = poisoned || isnan(x);
+        m = max(m, x);
+    }
+    if (poisoned) m = 0.0 / 0.0;
     float total = 0.0;
-    if (m != NEG_INF) {
+    if (m != NEG_INF) {  // NaN passes: the sums below turn NaN
         total = exp(sink - m);  // 0 without a sink
         for (uint s = 0u; s < splits; ++s) total += exp(partial_lse[lse_row + s * P.split.w] - m);
     }

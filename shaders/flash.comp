@@ -251,7 +251,11 @@ void main() {
         const uint o_row = tensor_index(P.to, b, h, i) + split_index * P.split.z;
         // A device that ran us at another subgroup size than SG (it could not be required) would
         // have computed garbage: make that loud (NaN) rather than quietly wrong.
-        const float inv = gl_SubgroupSize != SG ? 0.0 / 0.0 : l_row > 0.0 ? o_scale / l_row : 0.0;
+        // NaN scores (NaN or inf in q or k) leave l NaN, while max() may have dropped the NaN from m:
+        // the row is NaN, O and lse alike, as in the reference (and combine.comp sees it).
+        const bool poisoned = isnan(l_row);
+        if (poisoned) m[r] = l_row;
+        const float inv = gl_SubgroupSize != SG || poisoned ? 0.0 / 0.0 : l_row > 0.0 ? o_scale / l_row : 0.0;
         [[unroll]] for (uint t = 0u; t < DV4; ++t) {
             const uint col = col_base + 4u * (lane + SG * t);
             [[unroll]] for (uint c = 0u; c < 4u; ++c)

@@ -65,7 +65,8 @@ double softmax_row(const Problem& p, Row r, const std::vector<double>& scores,
     for (std::int64_t j = 0; j < p.Nkv; ++j) {
         const auto jj = static_cast<std::size_t>(j);
         weights[jj] = p.logit(r.b, r.h, r.i, j, scores[jj]);
-        if (weights[jj] > m) m = weights[jj];
+        // A NaN logit makes the maximum NaN, and with it the whole row (as the GPU's sums do).
+        if (std::isnan(weights[jj]) || weights[jj] > m) m = std::isnan(m) ? m : weights[jj];
     }
     // Fully masked row guard: every logit is -inf (no visible key, or an additive -inf on each)
     // and there is no sink. Subtracting m would compute -inf - (-inf) = NaN; the defined result is

@@ -65,4 +65,27 @@ inline Comparison compare(const std::vector<double>& gpu, const std::vector<doub
     return c;
 }
 
+// The log-sum-exp is a logarithm: its absolute error is the relative error of the softmax's sum,
+// so it is judged absolutely, |gpu − ref| ≤ 1e-5 · max(1, |ref|) per element (a relative rule
+// would demand 1e-12 of an lse near 0). −∞ must match exactly, NaN only NaN.
+inline Comparison compare_lse(const std::vector<double>& gpu, const std::vector<double>& ref) {
+    constexpr double kTol = 1e-5;
+    Comparison c;
+    std::ostringstream msg;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        const double a = gpu[i], b = ref[i];
+        const bool bad = std::isnan(b) ? !std::isnan(a)
+                         : std::isinf(b) ? a != b
+                                         : !(std::fabs(a - b) <= kTol * std::max(1.0, std::fabs(b)));
+        if (std::isfinite(a) && std::isfinite(b)) c.relative_error = std::max(c.relative_error, std::fabs(a - b) / std::max(1.0, std::fabs(b)));
+        if (bad && c.ok) {
+            c.ok = false;
+            msg << "element " << i << ": gpu " << a << " vs reference " << b << " (tolerance " << kTol << " · max(1, |ref|)); ";
+        }
+    }
+    msg << "largest error " << c.relative_error;
+    c.message = msg.str();
+    return c;
+}
+
 }  // namespace vkattn
