@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The performance sweep recorded in docs/PERFORMANCE.md: fused vs three-stage over sequence length,
-# head dimension, causal and dtype, and split-KV decoding; every point validated against the CPU
+# head dimension, causal and dtype, sliding windows, and split-KV decoding; every point validated against the CPU
 # reference where that is affordable, and quoted against the GEMM ceiling measured in the same run.
 #   bench/sweep.sh [path/to/vk-attn] [output dir]      (or: cmake --build build --target benchmark)
 set -euo pipefail
@@ -24,6 +24,11 @@ for dtype in f32 f16; do
     done
   done
 done
+# Sliding windows: the fused path's cost follows the window, not N².
+for window in 127 511 2047; do
+  run --impl fused --causal --heads 4 --seq 4096 --dim 64 --window=$window,-1 --repeat 3 --warmup 1
+done
+run --impl fused --causal --heads 4 --seq 4096 --dim 64 --repeat 3 --warmup 1
 # Decoding: B = 1, Hq = 32, Hkv = 8, one query, long KV caches.
 for impl in split fused; do
   run --impl $impl --heads 32 --kv-heads 8 --seq 1 --kv-seq 4096 --dim 128 --repeat 5 --warmup 1 --validate
