@@ -34,6 +34,9 @@ layout(std430, set = 0, binding = 6) readonly buffer HeadTerms { float head_term
 
 shared float shared_m[WG];
 shared float shared_l[WG];
+// Set when a logit is NaN (NaN or inf in q or k): max() may drop a NaN, so it is tracked apart and
+// makes the whole row NaN, P and lse, as in the reference.
+shared bool row_poisoned;
 
 // Merges two (max, sum) pairs; an empty pair has m = −∞ and l = 0.
 void merge(inout float m, inout float l, float m2, float l2) {
@@ -57,10 +60,13 @@ void main() {
     const uint row = tensor_index(P.ta, b, h, i);
     const RowMask mask = row_mask(b, h, i);
 
+    if (tid == 0u) row_poisoned = false;
+    barrier();
     float m = NEG_INF, l = 0.0;
     for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
         for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
             const float x = logit(mask, j, row);
+            if (isnan(x)) row_poisoned = true;  // every writer stores the same value
             if (x == NEG_INF) continue;
             if (x > m) {
                 l = l * exp(m - x) + 1.0;  // exp(−∞) = 0 covers the first visible key
@@ -99,6 +105,7 @@ void main() {
 #endif
 
     merge(m, l, sink_logit(h), 1.0);
+    if (row_poisoned) m = 0.0 / 0.0;  // read after the reductions' barriers
 
     const float inv_l = m == NEG_INF ? 0.0 : 1.0 / l;
     const bool dropout = P.dropout.x != 0u;

@@ -66,7 +66,10 @@ TEST_CASE("numerics: NaN or inf in q poisons exactly its own row, as in the refe
 
 TEST_CASE("numerics: extreme scales stay finite and match the reference", "[gpu][numerics]") {
     const Impl impl = GENERATE(Impl::unfused, Impl::fused, Impl::split);
-    const double scale = GENERATE(1e-30, 1e-6, 1e3, 1e6);
+    // Tiny scales make the softmax uniform, huge ones one-hot (|scale| up to 1e8: logits near 1e9).
+    // Moderate ones in between (1e3 here) are ill-conditioned: a logit's fp32 rounding, ~1e-7·|logit|,
+    // moves near-tied weights by more than the fp32 tolerance, on any implementation.
+    const double scale = GENERATE(1e-30, 1e-6, 1e6, -1e8);
     Case c;
     c.B = 1;
     c.Hq = c.Hkv = 2;

@@ -56,6 +56,7 @@ struct Case {
         shape("bool_mask", bool_mask_shape);
         shape("float_mask", float_mask_shape);
         s << " impl=" << to_string(impl) << " splits=" << splits << " amplitude=" << amplitude;
+        if (scale) s << " scale=" << *scale;
         if (causal_offset) s << " causal_offset=" << *causal_offset;
         if (window.bounded()) s << " window=" << window.left << ',' << window.right;
         if (softcap) s << " softcap=" << *softcap;
