@@ -89,6 +89,12 @@ void Runtime::keep_until_idle(std::shared_ptr<void> resources) {
     graveyard_.push_back(std::move(resources));
 }
 
+std::uint64_t Runtime::device_memory_bytes() const {
+    std::uint64_t limit = device_->caps().device_memory_bytes;
+    if (options_.max_device_bytes != 0) limit = std::min(limit, options_.max_device_bytes);
+    return limit;
+}
+
 std::uint64_t Runtime::max_binding_bytes() const {
     std::uint64_t limit = device_->caps().max_storage_buffer_range;
     if (options_.max_binding_bytes != 0) limit = std::min(limit, options_.max_binding_bytes);

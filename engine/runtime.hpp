@@ -24,15 +24,25 @@ public:
     const DeviceInfo& info() const { return info_; }
     vk::Instance& instance() { return *instance_; }
     const vk::Device& device() const { return *device_; }
+    // Thread-safe: lookups and pipeline builds are serialised by the cache's own mutex.
     vk::KernelCache& kernels() { return *kernels_; }
-    vk::CommandStream& commands() { return *commands_; }
-    // Serialises submissions: the context may be shared between threads.
+    // The one command buffer; call with submit_mutex() held. Throws DeviceLost once the context is
+    // lost: a timed-out submission may still be pending, and a pending command buffer must not be
+    // reset (a thread that waited for the mutex behind the lost submission would otherwise do so).
+    vk::CommandStream& commands() {
+        ensure_usable();
+        return *commands_;
+    }
+    // Serialises recording, submission, the wait and the readback: the context may be shared between
+    // threads, and it has one command stream and one queue.
     std::mutex& submit_mutex() { return submit_mutex_; }
 
     // Map device-local memory directly (zero-copy) instead of staging.
     bool zero_copy() const { return device_->caps().host_visible_device_memory && !options_.force_staging; }
     // The largest range one binding may cover.
     std::uint64_t max_binding_bytes() const;
+    // One request's device-memory budget: the largest device-local heap (or the test hook's less).
+    std::uint64_t device_memory_bytes() const;
     // Fill outputs with NaN on the device before each run ($VKATTN_POISON=1, tests).
     bool poison_outputs() const { return poison_; }
 

@@ -147,13 +147,13 @@ public:
         report.flops = p.flops();
     }
 
+    std::uint64_t scratch_bytes() const override {
+        const auto [o, lse] = partial_bytes();
+        return o + lse;
+    }
+
     void allocate(Transfers& t) override {
-        std::uint64_t partial_o = 16, partial_lse = 16;
-        if (splits_ > 0)
-            for (const auto& c : chunks_) {
-                partial_o = std::max(partial_o, planner_.partial_o_bytes(c));
-                partial_lse = std::max(partial_lse, planner_.partial_lse_bytes(c));
-            }
+        const auto [partial_o, partial_lse] = partial_bytes();
         o_partial_ = &t.scratch(partial_o, "the split partial outputs");
         lse_partial_ = &t.scratch(partial_lse, "the split partial log-sum-exps");
     }
@@ -216,6 +216,17 @@ public:
     }
 
 private:
+    // The split partials (one chunk's at a time: chunks run in order and reuse them).
+    std::pair<std::uint64_t, std::uint64_t> partial_bytes() const {
+        std::uint64_t partial_o = 16, partial_lse = 16;
+        if (splits_ > 0)
+            for (const auto& c : chunks_) {
+                partial_o = std::max(partial_o, planner_.partial_o_bytes(c));
+                partial_lse = std::max(partial_lse, planner_.partial_lse_bytes(c));
+            }
+        return {partial_o, partial_lse};
+    }
+
     Runtime& runtime_;
     const Problem& p_;
     FusedConfig config_;

@@ -34,6 +34,8 @@ struct Recording {
 class PathRun {
 public:
     virtual ~PathRun() = default;
+    // Device memory allocate() will take, known at planning time.
+    virtual std::uint64_t scratch_bytes() const = 0;
     // Allocates the path's scratch and outputs (before the uploads are recorded, so that outputs
     // are poisoned with them when the runtime asks).
     virtual void allocate(Transfers& transfers) = 0;
@@ -45,6 +47,10 @@ public:
     // What ran: path, variant, slices and flops (the caller adds times and memory).
     AttentionReport report;
 };
+
+// Refuses a request whose device memory (`needed`, itemised in `what`) exceeds the device's
+// largest device-local heap, before anything is allocated: ResourceLimit naming both sizes.
+void check_device_memory(const Runtime& runtime, std::uint64_t needed, const std::string& what);
 
 // The path options.impl asks for (or `auto` chooses), planned. Throws InvalidArgument when it
 // cannot run on this device, ResourceLimit when the problem cannot fit.

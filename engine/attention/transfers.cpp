@@ -23,6 +23,13 @@ Transfers::~Transfers() {
 }
 
 const vk::Buffer& Transfers::device_buffer(std::uint64_t bytes, const std::string& what) {
+    // The planners refuse oversized requests before allocating; this catches whatever they did not
+    // foresee, while the buffers allocated so far are freed by unwinding.
+    const std::uint64_t heap = runtime_->device_memory_bytes();
+    if (device_bytes_ + padded(bytes) > heap)
+        throw ResourceLimit(what + " would bring this request's device memory to " +
+                            std::to_string(device_bytes_ + padded(bytes)) + " bytes, above the device's largest "
+                            "device-local heap of " + std::to_string(heap) + " bytes.");
     buffers_.emplace_back(runtime_->device(), padded(bytes), kTensorUsage, vk::MemoryIntent::device_local,
                           runtime_->zero_copy(), what);
     device_bytes_ += buffers_.back().size();

@@ -125,12 +125,19 @@ public:
         report.flops = p.flops();
     }
 
-    void allocate(Transfers& t) override {
-        std::uint64_t scratch_bytes = 16;
+    // The score matrix: all of it when the weights are returned, else one chunk's (chunks run in
+    // order and reuse it).
+    std::uint64_t scratch_bytes() const override {
+        if (p_.want_weights) return planner_.weights_bytes();
+        std::uint64_t bytes = 16;
         for (const auto& c : chunks_)
-            scratch_bytes = std::max<std::uint64_t>(scratch_bytes, static_cast<std::uint64_t>(c.units * c.rows * p_.Nkv) * 4);
+            bytes = std::max<std::uint64_t>(bytes, static_cast<std::uint64_t>(c.units * c.rows * p_.Nkv) * 4);
+        return bytes;
+    }
+
+    void allocate(Transfers& t) override {
         scores_ = p_.want_weights ? &t.output(planner_.weights_bytes(), kNanF32, "weights")
-                                  : &t.scratch(scratch_bytes, "the score matrix");
+                                  : &t.scratch(scratch_bytes(), "the score matrix");
         no_bias_ = &t.scratch(16, "an unused bias binding");
     }
 

@@ -151,6 +151,17 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
     const auto path = detail::plan_attention(runtime, problem, core_in, core_out, core_options);
 
     const std::int64_t E = mp.E, eb = static_cast<std::int64_t>(size_of(dtype));
+    {
+        const std::uint64_t input_bytes = u64((mp.query_rows() * E + mp.key_rows() * (mp.kdim + mp.vdim)) * eb);
+        const std::uint64_t weights = u64((E * (2 * E + mp.kdim + mp.vdim)) * eb + 4 * E * 4);
+        const std::uint64_t activations = u64((3 * mp.query_rows() + 2 * mp.key_rows()) * E * eb);  // q, k, v, o, out
+        const std::uint64_t masks = u64(mp.attend.size() + 4 * mp.additive.size());
+        detail::check_device_memory(runtime, input_bytes + weights + activations + masks + path->scratch_bytes(),
+                                    "inputs " + std::to_string(input_bytes) + ", weights " + std::to_string(weights) +
+                                        ", projections and output " + std::to_string(activations) + ", masks " +
+                                        std::to_string(masks) + ", the attention's scratch " +
+                                        std::to_string(path->scratch_bytes()));
+    }
     detail::Transfers t(runtime);
     // Inputs (self-attention uploads the query once), weights in the device dtype, biases fp32.
     const std::vector<std::byte> query = in_dtype(mp.query, mp.query_rows() * E, dtype);

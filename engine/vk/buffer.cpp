@@ -42,8 +42,13 @@ Buffer::Buffer(const Device& device, VkDeviceSize bytes, VkBufferUsageFlags usag
     alloc.allocationSize = req.size;
     alloc.memoryTypeIndex = type;
     VkDeviceMemory memory = VK_NULL_HANDLE;
-    VKATTN_CHECK(vkAllocateMemory(vk_device, &alloc, nullptr, &memory),
-                 "allocating " + std::to_string(req.size) + " bytes for " + what);
+    const VkResult allocated = vkAllocateMemory(vk_device, &alloc, nullptr, &memory);
+    if (allocated == VK_ERROR_OUT_OF_DEVICE_MEMORY || allocated == VK_ERROR_OUT_OF_HOST_MEMORY)
+        throw ResourceLimit("the device ran out of memory allocating " + std::to_string(req.size) + " bytes for " +
+                            what + " (" + result_name(allocated) + "; its largest device-local heap holds " +
+                            std::to_string(caps.device_memory_bytes) + " bytes, shared with other work). What this "
+                            "request allocated is freed; the context stays usable for smaller requests.");
+    VKATTN_CHECK(allocated, "allocating " + std::to_string(req.size) + " bytes for " + what);
     memory_ = Handle<VkDeviceMemory>(memory, [vk_device](VkDeviceMemory m) { vkFreeMemory(vk_device, m, nullptr); });
     VKATTN_CHECK(vkBindBufferMemory(vk_device, buffer, memory, 0), "binding memory to " + what);
 

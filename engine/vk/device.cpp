@@ -1,5 +1,6 @@
 #include "vk/device.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -161,6 +162,10 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
     caps_.fp16_storage = have11.storageBuffer16BitAccess == VK_TRUE;
     caps_.fp16_arithmetic = have12.shaderFloat16 == VK_TRUE;
     caps_.int8_arithmetic = have12.shaderInt8 == VK_TRUE;
+    caps_.device_memory_bytes = 0;
+    for (std::uint32_t h = 0; h < memory_.memoryHeapCount; ++h)
+        if (memory_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+            caps_.device_memory_bytes = std::max<std::uint64_t>(caps_.device_memory_bytes, memory_.memoryHeaps[h].size);
     for (std::uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
         const auto f = memory_.memoryTypes[t].propertyFlags;
         if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&

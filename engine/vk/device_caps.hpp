@@ -26,6 +26,7 @@ struct DeviceCaps {
     std::uint64_t max_storage_buffer_range = 1u << 27;
     std::uint64_t max_texel_buffer_elements = 65536;
     std::uint64_t max_allocation_bytes = 1u << 30;
+    std::uint64_t device_memory_bytes = 1u << 30;  // the largest device-local heap: one request's budget
     std::uint64_t min_storage_offset_alignment = 256;
     std::uint64_t min_texel_offset_alignment = 256;
     std::uint64_t min_uniform_offset_alignment = 256;

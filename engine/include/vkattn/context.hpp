@@ -52,6 +52,9 @@ struct ContextOptions {
     // Lower the largest binding the engine will make (0: the device's maxStorageBufferRange).
     // A test hook: it forces the slicing that huge tensors need on real devices.
     std::uint64_t max_binding_bytes = 0;
+    // Lower one request's device-memory budget (0: the largest device-local heap). A test hook: it
+    // makes the refusal of requests too large for the device testable on any device.
+    std::uint64_t max_device_bytes = 0;
     // Fill every output with NaN on the device before each run (also $VKATTN_POISON=1), so an element
     // a kernel fails to write cannot pass a test.
     bool poison_outputs = false;
