@@ -78,6 +78,10 @@ json parse_header(std::string_view text, const std::string& name) {
     } catch (const json::parse_error& e) {
         fail(name, "the header is not valid JSON (the parser stopped at byte " + std::to_string(e.byte) + " of its " +
                        std::to_string(text.size()) + ").");
+    } catch (const json::out_of_range&) {
+        // The parser's other refusal (error 406): a number beyond every JSON number type, such as
+        // 1e999. Found by fuzz_safetensors: it escaped as json::out_of_range and ended the program.
+        fail(name, "the header holds a number too large to represent (the JSON parser refused it).");
     }
 }
 

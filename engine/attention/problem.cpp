@@ -205,12 +205,18 @@ void resolve_features(Problem& p, const AttentionInputs& in, const AttentionOpti
     if (options.causal_offset || p.window.bounded() || !p.alibi.empty()) {
         const std::int64_t reach = std::max<std::int64_t>({p.window.left, p.window.right, 0});
         constexpr std::int64_t kHalf = std::int64_t{1} << 30;
-        if (std::abs(p.offset) > kHalf || reach > kHalf || p.Nq + p.Nkv + std::abs(p.offset) + reach + 1 > kMaxIndex)
-            throw InvalidArgument(std::abs(p.offset) > kHalf ? "causal_offset" : "window",
-                                  "with a causal offset, a window or ALiBi, Nq + Nkv + |causal offset| + the "
-                                  "wider window side = " + std::to_string(p.Nq) + " + " + std::to_string(p.Nkv) +
-                                      " + " + std::to_string(std::abs(p.offset)) + " + " + std::to_string(reach) +
-                                      " must stay below " + kMaxIndexText + ", and each of the last two within 2^30.");
+        // Bounded before std::abs, which is undefined for -2^63.
+        const bool offset_too_far = p.offset < -kHalf || p.offset > kHalf;
+        if (offset_too_far)
+            throw InvalidArgument("causal_offset", "the causal offset " + std::to_string(p.offset) +
+                                                       " is outside [-2^30, 2^30], the range the shaders' 32-bit "
+                                                       "positions allow.");
+        if (reach > kHalf || p.Nq + p.Nkv + std::abs(p.offset) + reach + 1 > kMaxIndex)
+            throw InvalidArgument("window", "with a causal offset, a window or ALiBi, Nq + Nkv + |causal offset| + "
+                                            "the wider window side = " + std::to_string(p.Nq) + " + " +
+                                                std::to_string(p.Nkv) + " + " + std::to_string(std::abs(p.offset)) +
+                                                " + " + std::to_string(reach) + " must stay below " + kMaxIndexText +
+                                                ", and the window side within 2^30.");
     }
 }
 

@@ -448,8 +448,12 @@ TEST_CASE("resolve validates the model features, naming the option", "[problem][
         s.opt.causal_offset = 2;
         CHECK(s.rejected() == "causal_offset");
     }
-    SECTION("causal offset beyond 2^30") {
+    SECTION("causal offset beyond 2^30 either way / down to -2^63") {
         s.opt.causal_offset = (std::int64_t{1} << 30) + 1;
+        CHECK(s.rejected() == "causal_offset");
+        s.opt.causal_offset = -(std::int64_t{1} << 30) - 1;
+        CHECK(s.rejected() == "causal_offset");
+        s.opt.causal_offset = std::numeric_limits<std::int64_t>::min();
         CHECK(s.rejected() == "causal_offset");
     }
     SECTION("window sides") {
