@@ -1,6 +1,7 @@
 // Property tests: hundreds of random requests — shapes, layouts, dtypes, masks, model features,
 // paths and kernel variants drawn together — each against the CPU reference. The run's seed is
-// printed; a failure prints its case in full. Replay with
+// printed; a failure prints its case in full. The default seed is fixed, so that the suite (and
+// CI) is reproducible; explore with VKATTN_PROPERTY_SEED=random, replay a run with
 //   VKATTN_PROPERTY_SEED=<seed> build/tests/vkattn_gpu_tests "[property]"
 // and change the count with VKATTN_PROPERTY_CASES (default 300).
 #include <catch2/catch.hpp>
@@ -19,6 +20,7 @@ namespace {
 
 unsigned env_or(const char* name, unsigned fallback) {
     const char* v = std::getenv(name);
+    if (v && std::string(v) == "random") return std::random_device{}();
     return v && *v ? static_cast<unsigned>(std::stoul(v)) : fallback;
 }
 
@@ -79,7 +81,7 @@ Case random_case(std::mt19937& rng) {
 }  // namespace
 
 TEST_CASE("property: random requests against the CPU reference", "[gpu][property]") {
-    const unsigned run_seed = env_or("VKATTN_PROPERTY_SEED", std::random_device{}());
+    const unsigned run_seed = env_or("VKATTN_PROPERTY_SEED", 20261122u);
     const unsigned cases = env_or("VKATTN_PROPERTY_CASES", 300);
     WARN("property run: VKATTN_PROPERTY_SEED=" << run_seed << " VKATTN_PROPERTY_CASES=" << cases);
     Context& ctx = test::gpu_context();
