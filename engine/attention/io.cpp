@@ -27,7 +27,6 @@ DeviceTensors upload_tensors(Transfers& t, const Problem& p, const AttentionInpu
 }
 
 void upload_mask_terms(Transfers& t, const Problem& p, DeviceTensors& d) {
-    d.bytes.lse = static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4;
     d.lse = p.want_lse ? &t.output(d.bytes.lse, kNanF32, "lse") : &t.scratch(d.bytes.lse, "lse");
     d.lengths = &t.input(p.kv_len.data(), p.kv_len.size() * 4, "kv_lengths");
     d.bool_mask = p.bool_mask.present()

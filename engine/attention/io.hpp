@@ -30,6 +30,7 @@ constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
 
 // Key lengths, masks and per-head terms uploaded, and the lse buffer (an output when the caller
 // asked for it, device scratch otherwise): everything a path binds besides q, k, v and o.
+// tensors.bytes must already hold tensor_bytes() of the problem.
 void upload_mask_terms(Transfers& transfers, const Problem& problem, DeviceTensors& tensors);
 
 // q, k, v uploaded, o allocated (poisoned when asked), then upload_mask_terms.

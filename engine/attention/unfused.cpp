@@ -28,10 +28,10 @@ struct ChunkSlices {
 class Planner {
 public:
     Planner(const Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-            const UnfusedConfig& config, std::uint64_t bytes_q, std::uint64_t bytes_k, std::uint64_t bytes_v,
-            std::uint64_t bytes_o)
+            const UnfusedConfig& config, const TensorBytes& bytes)
+        // Each binding may reach 32 bytes past its tensor's span, the allowance FusedPlanner uses too.
         : p_(p), in_(in), out_(out), config_(config), caps_(runtime.device().caps()),
-          bytes_q_(bytes_q), bytes_k_(bytes_k), bytes_v_(bytes_v), bytes_o_(bytes_o) {
+          bytes_q_(bytes.q + 32), bytes_k_(bytes.k + 32), bytes_v_(bytes.v + 32), bytes_o_(bytes.o + 32) {
         limit_ = runtime.max_binding_bytes();
         align_ = binding_alignment(caps_);
     }
@@ -114,8 +114,7 @@ public:
     UnfusedRun(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
                const UnfusedConfig& config, UnfusedStages stages)
         : runtime_(runtime), p_(p), config_(config), stages_(stages),
-          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out).q + 32, tensor_bytes(p, in, out).k + 32,
-                   tensor_bytes(p, in, out).v + 32, tensor_bytes(p, in, out).o + 32),
+          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out)),
           chunks_(planner_.plan()) {  // before any allocation: refuse early
         if (stages == UnfusedStages::scores_only && !p.want_weights)
             throw Error("internal: stopping after the scores needs the weights output to hold them.");

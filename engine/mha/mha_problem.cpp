@@ -164,35 +164,37 @@ MhaProblem resolve_mha(const MhaConfig& config, const MhaInputs& in, const MhaOu
     };
     const bool kpm_bool = kpm && kpm->m->is_bool, am_bool = am && am->m->is_bool;
     const bool kpm_float = kpm && !kpm->m->is_bool, am_float = am && !am->m->is_bool;
-    if (kpm_bool && am_bool) {
-        p.attend_shape = {p.N, Hm, p.L, p.S};
-        p.attend.resize(static_cast<std::size_t>(p.N * Hm * p.L * p.S));
+    // Both masks of one kind: their combination over [N, H or 1, L, S], element by element.
+    auto combine = [&](auto& combined, std::vector<std::int64_t>& shape, auto element) {
+        shape = {p.N, Hm, p.L, p.S};
+        combined.resize(static_cast<std::size_t>(p.N * Hm * p.L * p.S));
         std::size_t at = 0;
         for (std::int64_t n = 0; n < p.N; ++n)
             for (std::int64_t h = 0; h < Hm; ++h)
                 for (std::int64_t l = 0; l < p.L; ++l)
-                    for (std::int64_t s = 0; s < p.S; ++s)
-                        p.attend[at++] = !kpm->blocked(n * p.S + s) && !am->blocked(am_index(n, h, l, s));
+                    for (std::int64_t s = 0; s < p.S; ++s) combined[at++] = element(n * p.S + s, am_index(n, h, l, s));
+    };
+    // One mask alone keeps its own layout, as a broadcastable shape.
+    auto alone_shape = [&](bool is_kpm) {
+        if (is_kpm) return std::vector<std::int64_t>{p.N, 1, 1, p.S};
+        return am_per_head ? std::vector<std::int64_t>{p.N, p.H, p.L, p.S} : std::vector<std::int64_t>{p.L, p.S};
+    };
+    if (kpm_bool && am_bool) {
+        combine(p.attend, p.attend_shape, [&](std::int64_t k, std::int64_t a) {
+            return static_cast<std::uint8_t>(!kpm->blocked(k) && !am->blocked(a));
+        });
     } else if (kpm_bool || am_bool) {
         const Mask& m = kpm_bool ? *kpm : *am;
-        p.attend_shape = kpm_bool ? std::vector<std::int64_t>{p.N, 1, 1, p.S}
-                                  : am_per_head ? std::vector<std::int64_t>{p.N, p.H, p.L, p.S} : std::vector<std::int64_t>{p.L, p.S};
+        p.attend_shape = alone_shape(kpm_bool);
         p.attend.resize(static_cast<std::size_t>(elements(m.m->shape, "mask")));
         for (std::size_t i = 0; i < p.attend.size(); ++i) p.attend[i] = !m.blocked(static_cast<std::int64_t>(i));
     }
     if (kpm_float && am_float) {
-        p.additive_shape = {p.N, Hm, p.L, p.S};
-        p.additive.resize(static_cast<std::size_t>(p.N * Hm * p.L * p.S));
-        std::size_t at = 0;
-        for (std::int64_t n = 0; n < p.N; ++n)
-            for (std::int64_t h = 0; h < Hm; ++h)
-                for (std::int64_t l = 0; l < p.L; ++l)
-                    for (std::int64_t s = 0; s < p.S; ++s)
-                        p.additive[at++] = kpm->added(n * p.S + s) + am->added(am_index(n, h, l, s));
+        combine(p.additive, p.additive_shape,
+                [&](std::int64_t k, std::int64_t a) { return kpm->added(k) + am->added(a); });
     } else if (kpm_float || am_float) {
         const Mask& m = kpm_float ? *kpm : *am;
-        p.additive_shape = kpm_float ? std::vector<std::int64_t>{p.N, 1, 1, p.S}
-                                     : am_per_head ? std::vector<std::int64_t>{p.N, p.H, p.L, p.S} : std::vector<std::int64_t>{p.L, p.S};
+        p.additive_shape = alone_shape(kpm_float);
         const auto* src = static_cast<const float*>(m.m->data);
         p.additive.assign(src, src + elements(m.m->shape, "mask"));
     }

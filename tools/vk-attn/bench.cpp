@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "features.hpp"
 #include "output_table.hpp"
+#include "parse_integer.hpp"
 #include "plot.hpp"
 #include "vkattn/vkattn.hpp"
 
@@ -36,15 +37,9 @@ struct BenchOptions {
 std::vector<std::int64_t> parse_sweep(const std::string& text, const std::string& flag) {
     std::vector<std::int64_t> out;
     auto number = [&](const std::string& s) {
-        std::size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(s, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != s.size() || v < 1) throw InvalidArgument(flag, "\"" + s + "\" is not a positive integer.");
-        return static_cast<std::int64_t>(v);
+        const std::optional<std::int64_t> v = parse_integer(s);
+        if (!v || *v < 1) throw InvalidArgument(flag, "\"" + s + "\" is not a positive integer.");
+        return *v;
     };
     if (const auto colon = text.find(':'); colon != std::string::npos) {
         const auto second = text.find(':', colon + 1);

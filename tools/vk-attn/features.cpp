@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "npy.hpp"
+#include "parse_integer.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::tool {
@@ -12,17 +13,11 @@ namespace {
 Window parse_window(const std::string& text) {
     const auto comma = text.find(',');
     auto side = [&](const std::string& s) {
-        std::size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(s, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (s.empty() || used != s.size() || v < -1)
+        const std::optional<std::int64_t> v = parse_integer(s);
+        if (!v || *v < -1)
             throw InvalidArgument("--window", "is LEFT,RIGHT with each side a number of keys >= 0 or -1 for "
                                               "unbounded (e.g. --window=4096,0), not \"" + text + "\".");
-        return static_cast<std::int64_t>(v);
+        return *v;
     };
     if (comma == std::string::npos) side("");  // throws
     return {side(text.substr(0, comma)), side(text.substr(comma + 1))};
