@@ -1,7 +1,11 @@
 #include "npy.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <cstring>
+#include <optional>
 #include <ostream>
+#include <string_view>
 
 #include "vkattn/errors.hpp"
 #include "whole_file.hpp"
@@ -11,55 +15,266 @@ namespace {
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) { throw InvalidArgument(name, what); }
 
-// The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
-std::string value_after(const std::string& header, const std::string& key, const std::string& name) {
-    const auto at = header.find("'" + key + "'");
-    if (at == std::string::npos) fail(name, "the .npy header has no '" + key + "' field.");
-    const auto colon = header.find(':', at);
-    if (colon == std::string::npos) fail(name, "the .npy header is malformed near '" + key + "'.");
-    return header.substr(colon + 1);
-}
-
-ElementType parse_descr(const std::string& header, const std::string& name) {
-    std::string rest = value_after(header, "descr", name);
-    const auto open = rest.find_first_of("'\"");
-    if (open == std::string::npos) fail(name, "the .npy header's descr is not a string.");
-    const auto close = rest.find(rest[open], open + 1);
-    if (close == std::string::npos) fail(name, "the .npy header's descr is not terminated.");
-    const std::string descr = rest.substr(open + 1, close - open - 1);
-    if (descr == "<f4") return ElementType::f32;
-    if (descr == "<f2") return ElementType::f16;
-    if (descr == "|b1") return ElementType::boolean;
-    if (descr == "<i4") return ElementType::i32;
-    if (descr == "<i8") return ElementType::i64;
-    if (!descr.empty() && descr[0] == '>')
-        fail(name, "the array is big-endian (" + descr + "); only little-endian arrays are supported.");
-    fail(name, "the dtype " + descr + " is not supported (float32 <f4, float16 <f2, bool |b1, int32 <i4, int64 <i8).");
-}
-
-std::vector<std::int64_t> parse_shape(const std::string& header, const std::string& name) {
-    const std::string rest = value_after(header, "shape", name);
-    const auto open = rest.find('(');
-    const auto close = rest.find(')');
-    if (open == std::string::npos || close == std::string::npos || close < open)
-        fail(name, "the .npy header's shape is not a tuple.");
-    std::vector<std::int64_t> shape;
-    std::string number;
-    auto flush = [&] {
-        if (number.empty()) return;
-        if (number.size() > 18) fail(name, "a dimension of the .npy shape is too large.");
-        shape.push_back(std::stoll(number));
-        number.clear();
-    };
-    for (std::size_t i = open + 1; i < close; ++i) {
-        const char c = rest[i];
-        if (c >= '0' && c <= '9') number += c;
-        else if (c == ',' || c == ' ' || c == 'L') flush();
-        else fail(name, "the .npy header's shape contains '" + std::string(1, c) + "'.");
+// Header bytes quoted in a message: printable ASCII as it is, every other byte (a control byte,
+// a byte of a UTF-8 sequence) and the backslash escaped (\x07, \xc3, \\), so a message never
+// carries a raw byte of the file; at most `limit` bytes, then "...".
+std::string escaped(std::string_view bytes, std::size_t limit = 40) {
+    static const char hex[] = "0123456789abcdef";
+    std::string out;
+    for (std::size_t i = 0; i < bytes.size() && i < limit; ++i) {
+        const auto c = static_cast<unsigned char>(bytes[i]);
+        if (c == '\\') out += "\\\\";
+        else if (c >= 0x20 && c < 0x7f) out += static_cast<char>(c);
+        else out += std::string{'\\', 'x', hex[c >> 4], hex[c & 15]};
     }
-    flush();
-    if (shape.size() > 8) fail(name, "the array has " + std::to_string(shape.size()) + " dimensions; at most 8 are supported.");
-    return shape;
+    if (bytes.size() > limit) out += "...";
+    return out;
+}
+
+const char* const supported_types =
+    "float32 <f4, float16 <f2, bool |b1, int32 <i4, int64 <i8; little- or big-endian (>f4 ...)";
+
+// What the header says: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+struct Header {
+    ElementType type = ElementType::f32;
+    bool big_endian = false;
+    bool fortran_order = false;
+    std::vector<std::int64_t> shape;
+};
+
+struct Dtype {
+    ElementType type = ElementType::f32;
+    bool big_endian = false;
+};
+
+// A NumPy dtype string of one of the supported types: an optional byte order ('<' little, '>' big,
+// '=' native, '|' not applicable: one-byte types only) then the kind and size.
+std::optional<Dtype> parse_descr(std::string_view descr) {
+    Dtype d;
+    char order = '=';
+    if (!descr.empty() && std::string_view("<>=|").find(descr.front()) != std::string_view::npos) {
+        order = descr.front();
+        descr.remove_prefix(1);
+    }
+    if (descr == "f4") d.type = ElementType::f32;
+    else if (descr == "f2") d.type = ElementType::f16;
+    else if (descr == "b1") d.type = ElementType::boolean;
+    else if (descr == "i4") d.type = ElementType::i32;
+    else if (descr == "i8") d.type = ElementType::i64;
+    else return std::nullopt;
+    if (order == '|' && element_size(d.type) != 1) return std::nullopt;
+    d.big_endian = order == '>' || (order == '=' && std::endian::native == std::endian::big);
+    return d;
+}
+
+// The header is a Python dict literal (format 1.0 and 2.0: latin-1, 3.0: UTF-8). Only the three keys
+// NumPy writes are read; any other key is skipped. Bytes beyond ASCII are only ever inside strings,
+// and a string that is not one of the supported dtypes is refused, so UTF-8 needs no decoding.
+class HeaderParser {
+public:
+    HeaderParser(std::string_view text, const std::string& name) : text_(text), name_(name) {}
+
+    Header parse() {
+        Header h;
+        bool descr = false, fortran = false, shape = false;
+        skip_space();
+        expect('{');
+        for (;;) {
+            skip_space();
+            if (peek() == '}') break;
+            const std::string key = string_literal("a key");
+            skip_space();
+            expect(':');
+            skip_space();
+            if (key == "descr") {
+                read_descr(h);
+                descr = true;
+            } else if (key == "fortran_order") {
+                h.fortran_order = read_bool();
+                fortran = true;
+            } else if (key == "shape") {
+                h.shape = read_shape();
+                shape = true;
+            } else {
+                skip_value();
+            }
+            skip_space();
+            if (peek() == ',') ++at_;
+            else if (peek() != '}') malformed("',' or '}'");
+        }
+        // Whatever follows the closing brace is padding (spaces and a newline) and is not read.
+        if (!descr) fail(name_, "the .npy header has no 'descr' field.");
+        if (!fortran) fail(name_, "the .npy header has no 'fortran_order' field.");
+        if (!shape) fail(name_, "the .npy header has no 'shape' field.");
+        return h;
+    }
+
+private:
+    std::string_view text_;
+    const std::string& name_;
+    std::size_t at_ = 0;
+
+    int peek() const { return at_ < text_.size() ? static_cast<unsigned char>(text_[at_]) : -1; }
+    void skip_space() {
+        while (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r') ++at_;
+    }
+    [[noreturn]] void malformed(const std::string& expected) const {
+        if (at_ >= text_.size())
+            fail(name_, "the .npy header is malformed: it ends where " + expected + " was expected.");
+        fail(name_, "the .npy header is malformed at byte " + std::to_string(at_) + ": expected " + expected +
+                        ", found '" + escaped(text_.substr(at_), 20) + "'.");
+    }
+    void expect(char c) {
+        if (peek() != static_cast<unsigned char>(c)) malformed(std::string("'") + c + "'");
+        ++at_;
+    }
+
+    // A quoted Python string; a backslash takes the next byte as it is.
+    std::string string_literal(const std::string& what) {
+        const int quote = peek();
+        if (quote != '\'' && quote != '"') malformed(what + " in quotes");
+        ++at_;
+        std::string s;
+        for (;;) {
+            if (peek() < 0) malformed("the end of a string");
+            const char c = text_[at_++];
+            if (c == quote) return s;
+            if (c == '\\' && peek() >= 0) s += text_[at_++];
+            else s += c;
+        }
+    }
+
+    // Any value up to the next ',' or '}' outside brackets and strings.
+    std::string_view skip_value() {
+        const std::size_t start = at_;
+        int depth = 0;
+        for (;;) {
+            const int c = peek();
+            if (c < 0) malformed("',' or '}'");
+            if (c == '\'' || c == '"') {
+                string_literal("a string");
+                continue;
+            }
+            if (depth == 0 && (c == ',' || c == '}')) break;
+            if (c == '(' || c == '[' || c == '{') ++depth;
+            else if (c == ')' || c == ']' || c == '}') --depth;
+            if (depth < 0) malformed("',' or '}'");
+            ++at_;
+        }
+        return text_.substr(start, at_ - start);
+    }
+
+    void read_descr(Header& h) {
+        if (peek() != '\'' && peek() != '"') {
+            const std::string_view value = skip_value();
+            fail(name_, "the dtype " + escaped(value) + " is a structured or sub-array dtype; supported: " +
+                            supported_types + ".");
+        }
+        const std::string descr = string_literal("the descr");
+        const auto type = parse_descr(descr);
+        if (!type) fail(name_, "the dtype '" + escaped(descr) + "' is not supported (" + supported_types + ").");
+        h.type = type->type;
+        h.big_endian = type->big_endian;
+    }
+
+    bool read_bool() {
+        for (const std::string_view word : {"True", "False"}) {
+            if (text_.substr(at_, word.size()) == word) {
+                at_ += word.size();
+                return word == "True";
+            }
+        }
+        malformed("True or False for 'fortran_order'");
+    }
+
+    // A tuple of non-negative integers: (), (3,), (2, 3), Python 2's (2L, 3L).
+    std::vector<std::int64_t> read_shape() {
+        expect('(');
+        std::vector<std::int64_t> shape;
+        for (;;) {
+            skip_space();
+            if (peek() == ')') break;
+            std::size_t digits = 0;
+            std::int64_t d = 0;
+            while (peek() >= '0' && peek() <= '9') {
+                if (++digits > 18) fail(name_, "a dimension of the .npy shape is too large.");
+                d = d * 10 + (peek() - '0');
+                ++at_;
+            }
+            if (digits == 0) malformed("a non-negative integer in the shape");
+            if (peek() == 'L' || peek() == 'l') ++at_;
+            shape.push_back(d);
+            if (shape.size() > 8) fail(name_, "the array has more than 8 dimensions; at most 8 are supported.");
+            skip_space();
+            if (peek() == ',') ++at_;
+            else if (peek() != ')') malformed("',' or ')' in the shape");
+        }
+        ++at_;
+        return shape;
+    }
+};
+
+// Copies `src`, the elements of `shape` in Fortran order (axis 0 fastest), to `dst` in C order (the
+// last axis fastest). Axis 0 is contiguous in the source and the last axis in the output, so every
+// plane of those two axes (one per index of the axes between them) is a strided 2-D transpose, done
+// in square tiles so that both sides stay within a few cache lines. Rank >= 2, no zero dimension.
+template <std::size_t S>
+void fortran_to_c(const std::byte* src, std::byte* dst, const std::vector<std::int64_t>& shape) {
+    const std::size_t rank = shape.size();
+    std::vector<std::size_t> extent(rank), src_stride(rank), dst_stride(rank);  // strides in elements
+    for (std::size_t k = 0; k < rank; ++k) extent[k] = static_cast<std::size_t>(shape[k]);
+    src_stride[0] = 1;
+    for (std::size_t k = 1; k < rank; ++k) src_stride[k] = src_stride[k - 1] * extent[k - 1];
+    dst_stride[rank - 1] = 1;
+    for (std::size_t k = rank - 1; k-- > 0;) dst_stride[k] = dst_stride[k + 1] * extent[k + 1];
+
+    const std::size_t rows = extent[0], cols = extent[rank - 1];
+    const std::size_t src_col = src_stride[rank - 1], dst_row = dst_stride[0];
+    constexpr std::size_t tile = 32;
+    std::vector<std::size_t> index(rank, 0);  // of the middle axes 1 .. rank-2
+    std::size_t src_base = 0, dst_base = 0;
+    for (;;) {
+        for (std::size_t i0 = 0; i0 < rows; i0 += tile) {
+            const std::size_t i1 = std::min(rows, i0 + tile);
+            for (std::size_t j0 = 0; j0 < cols; j0 += tile) {
+                const std::size_t j1 = std::min(cols, j0 + tile);
+                for (std::size_t i = i0; i < i1; ++i) {
+                    std::byte* out = dst + (dst_base + i * dst_row) * S;
+                    const std::byte* in = src + (src_base + i) * S;
+                    for (std::size_t j = j0; j < j1; ++j) std::memcpy(out + j * S, in + j * src_col * S, S);
+                }
+            }
+        }
+        // The next index of the middle axes, axis 1 fastest; done when it wraps around.
+        std::size_t k = 1;
+        for (; k + 1 < rank; ++k) {
+            src_base += src_stride[k];
+            dst_base += dst_stride[k];
+            if (++index[k] < extent[k]) break;
+            src_base -= src_stride[k] * extent[k];
+            dst_base -= dst_stride[k] * extent[k];
+            index[k] = 0;
+        }
+        if (k + 1 >= rank) return;
+    }
+}
+
+template <class U>
+void swap_each(std::vector<std::byte>& data) {
+    for (std::size_t at = 0; at + sizeof(U) <= data.size(); at += sizeof(U)) {
+        U v;
+        std::memcpy(&v, data.data() + at, sizeof(U));
+        if constexpr (sizeof(U) == 2) v = __builtin_bswap16(v);
+        else if constexpr (sizeof(U) == 4) v = __builtin_bswap32(v);
+        else v = __builtin_bswap64(v);
+        std::memcpy(data.data() + at, &v, sizeof(U));
+    }
+}
+
+void swap_bytes(std::vector<std::byte>& data, std::size_t size) {
+    if (size == 2) swap_each<std::uint16_t>(data);
+    else if (size == 4) swap_each<std::uint32_t>(data);
+    else if (size == 8) swap_each<std::uint64_t>(data);
 }
 
 }  // namespace
@@ -113,41 +328,46 @@ Array parse(std::span<const std::byte> bytes, const std::string& name) {
     static const unsigned char magic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     if (bytes.size() < 10 || std::memcmp(bytes.data(), magic, 6) != 0)
         fail(name, "not a NumPy .npy file (the magic string \\x93NUMPY is missing).");
-    const auto major = static_cast<unsigned>(bytes[6]);
-    std::size_t header_len = 0, header_start = 0;
-    if (major == 1) {
-        header_len = static_cast<std::size_t>(bytes[8]) | static_cast<std::size_t>(bytes[9]) << 8;
-        header_start = 10;
-    } else if (major == 2 || major == 3) {
-        if (bytes.size() < 12) fail(name, "the .npy file is truncated inside its header.");
-        header_len = 0;
-        for (int i = 0; i < 4; ++i) header_len |= static_cast<std::size_t>(bytes[8 + i]) << (8 * i);
-        header_start = 12;
-    } else {
-        fail(name, "the .npy format version " + std::to_string(major) + " is not supported (1, 2 or 3).");
-    }
+    const auto major = static_cast<unsigned>(bytes[6]), minor = static_cast<unsigned>(bytes[7]);
+    if ((major != 1 && major != 2 && major != 3) || minor != 0)
+        fail(name, "the .npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+                       " is not supported (1.0, 2.0 or 3.0).");
+    // 1.0: a 2-byte header length; 2.0 and 3.0 (3.0: a UTF-8 header): 4 bytes. Both little-endian.
+    const std::size_t length_bytes = major == 1 ? 2 : 4, header_start = 8 + length_bytes;
+    if (bytes.size() < header_start) fail(name, "the .npy file is truncated inside its header.");
+    std::size_t header_len = 0;
+    for (std::size_t i = 0; i < length_bytes; ++i) header_len |= static_cast<std::size_t>(bytes[8 + i]) << (8 * i);
     if (header_len > bytes.size() - header_start) fail(name, "the .npy file is truncated inside its header.");
-    const std::string header(reinterpret_cast<const char*>(bytes.data() + header_start), header_len);
+    const Header header =
+        HeaderParser({reinterpret_cast<const char*>(bytes.data() + header_start), header_len}, name).parse();
 
     Array a;
-    a.type = parse_descr(header, name);
-    const std::string fortran = value_after(header, "fortran_order", name);
-    if (fortran.find("True") < fortran.find("False"))
-        fail(name, "the array is in Fortran order; save it C-contiguous (numpy.ascontiguousarray).");
-    a.shape = parse_shape(header, name);
-
+    a.type = header.type;
+    a.shape = header.shape;
     std::int64_t count = 1;
     for (auto d : a.shape)
         if (__builtin_mul_overflow(count, d, &count)) fail(name, "the .npy shape's element count overflows.");
+    const std::size_t size = element_size(a.type);
     std::int64_t data_bytes = 0;
-    if (__builtin_mul_overflow(count, static_cast<std::int64_t>(element_size(a.type)), &data_bytes))
+    if (__builtin_mul_overflow(count, static_cast<std::int64_t>(size), &data_bytes))
         fail(name, "the .npy data size overflows.");
     const std::size_t available = bytes.size() - header_start - header_len;
     if (static_cast<std::uint64_t>(data_bytes) > available)
         fail(name, "the file is truncated: the shape needs " + std::to_string(data_bytes) + " bytes of data, the file holds " +
                        std::to_string(available) + ".");
     const auto* begin = bytes.data() + header_start + header_len;
-    a.data.assign(begin, begin + data_bytes);
+    if (!header.fortran_order || a.shape.size() < 2 || count == 0) {
+        a.data.assign(begin, begin + data_bytes);  // C order; or rank 0 or 1 or empty, where both orders agree
+    } else {
+        a.data.resize(static_cast<std::size_t>(data_bytes));
+        switch (size) {
+            case 1: fortran_to_c<1>(begin, a.data.data(), a.shape); break;
+            case 2: fortran_to_c<2>(begin, a.data.data(), a.shape); break;
+            case 4: fortran_to_c<4>(begin, a.data.data(), a.shape); break;
+            default: fortran_to_c<8>(begin, a.data.data(), a.shape); break;
+        }
+    }
+    if (header.big_endian != (std::endian::native == std::endian::big)) swap_bytes(a.data, size);
     return a;
 }
 
@@ -155,7 +375,6 @@ Array read(const std::filesystem::path& path) {
     const std::vector<std::byte> bytes = io::read_whole_file(path);
     return parse(bytes, path.string());
 }
-
 void write(const std::filesystem::path& path, ElementType type, const std::vector<std::int64_t>& shape, const void* data) {
     std::string header = "{'descr': '" + descr_of(type) + "', 'fortran_order': False, 'shape': (";
     std::int64_t count = 1;

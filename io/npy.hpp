@@ -1,6 +1,11 @@
-// NumPy .npy files (format 1.0, 2.0 and 3.0; little-endian; C order): reading with every field
-// checked against the file's real size, and writing atomically (a temporary file renamed into place,
-// so a failure never leaves a half-written output behind).
+// NumPy .npy files. Reading: format 1.0, 2.0 (4-byte header length) and 3.0 (UTF-8 header); the
+// dtypes float32, float16, bool, int32 and int64 in either byte order ('<', '>', '=' or none; '|' for
+// bool), big-endian data swapped to native while loading; rank 0 to 8, C order or Fortran order
+// (`fortran_order: True`, what np.save writes for a transposed array), Fortran order transposed
+// while loading, so an Array is always C order in native byte order. Every field is checked against the
+// file's real size; an error message quotes header bytes escaped (\x07, \xc3), never raw.
+// Writing: format 1.0, little-endian, C order, atomically (a temporary file renamed into place, so a
+// failure never leaves a half-written output behind).
 #pragma once
 
 #include <cstddef>
