@@ -1,10 +1,13 @@
 // The vk-attn tool end to end: run round-trips through .npy files of every accepted rank and dtype
-// and agrees with the library's reference; every bad input exits 1 with one line naming the file or
-// flag and leaves no output behind; bench --json parses; check passes.
+// and agrees with the library's reference, and reads Fortran-order and big-endian files as NumPy
+// writes them; every bad input exits 1 with one line naming the file or flag and leaves no output
+// behind; bench --json parses; check passes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -88,6 +91,44 @@ std::vector<float> write_tensor(std::mt19937& rng, const std::string& path, cons
     return values;
 }
 
+// Writes `values` (C order, `shape`) as a .npy file of float32 that np.save would write for a
+// transposed array (`fortran`: the data in Fortran order, axis 0 fastest) or for `astype('>f4')`
+// (`big_endian`), byte by byte, since npy::write only writes C order, little-endian.
+void write_f32_as_numpy(const std::string& path, const std::vector<float>& values, const std::vector<std::int64_t>& shape,
+                        bool fortran, bool big_endian) {
+    std::vector<float> stored(values.size());
+    std::vector<std::int64_t> index(shape.size());
+    for (std::size_t c = 0; c < values.size(); ++c) {
+        std::int64_t rest = static_cast<std::int64_t>(c), offset = 0, stride = 1;
+        for (std::size_t k = shape.size(); k-- > 0;) {
+            index[k] = rest % shape[k];
+            rest /= shape[k];
+        }
+        for (std::size_t k = 0; k < shape.size(); ++k) {
+            offset += index[k] * stride;
+            stride *= shape[k];
+        }
+        stored[fortran ? static_cast<std::size_t>(offset) : c] = values[c];
+    }
+    std::string header = std::string("{'descr': '") + (big_endian ? ">f4" : "<f4") +
+                         "', 'fortran_order': " + (fortran ? "True" : "False") + ", 'shape': (";
+    for (auto d : shape) header += std::to_string(d) + ", ";
+    header += "), }";
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+    header += '\n';
+    std::ofstream out(path, std::ios::binary);
+    const char preamble[] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(header.size() & 0xff),
+                             static_cast<char>(header.size() >> 8)};
+    out.write(preamble, sizeof(preamble));
+    out << header;
+    for (const float x : stored) {
+        char bytes[4];
+        std::memcpy(bytes, &x, 4);
+        if (big_endian) std::reverse(bytes, bytes + 4);
+        out.write(bytes, 4);
+    }
+}
+
 std::array<std::int64_t, 4> as4(const std::vector<std::int64_t>& s) {
     std::array<std::int64_t, 4> r{1, 1, 1, 1};
     for (std::size_t i = 0; i < s.size(); ++i) r[4 - s.size() + i] = s[i];
@@ -137,6 +178,40 @@ TEST_CASE("cli run: every rank and dtype round-trips and matches the reference",
                                  tolerance_for(f16 ? DType::f16 : DType::f32));
     INFO(c.message);
     CHECK(c.ok);
+}
+
+TEST_CASE("cli run: Fortran-order and big-endian .npy inputs give the same output as C-order ones", "[cli][npy]") {
+    Workdir dir;
+    std::mt19937 rng(31);
+    const std::vector<std::int64_t> qs{2, 3, 5, 8}, ks{2, 3, 7, 8}, vs{2, 3, 7, 12};
+    const auto q = write_tensor(rng, dir / "q.npy", qs, false), k = write_tensor(rng, dir / "k.npy", ks, false),
+               v = write_tensor(rng, dir / "v.npy", vs, false);
+    // What np.save writes for a transposed export such as (W @ X.T).T (Fortran order), for
+    // x.astype('>f4') (big-endian), and for both.
+    write_f32_as_numpy(dir / "q_fortran.npy", q, qs, true, false);
+    write_f32_as_numpy(dir / "k_big.npy", k, ks, false, true);
+    write_f32_as_numpy(dir / "v_fortran_big.npy", v, vs, true, true);
+    const Result c_order = vk_attn("run --q " + dir / "q.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy" +
+                                   " --causal --out " + dir / "o.npy" + " --lse " + dir / "l.npy");
+    INFO(c_order.err);
+    REQUIRE(c_order.status == 0);
+    const std::vector<std::pair<std::string, std::string>> variants{
+        {"q", "--q " + dir / "q_fortran.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy"},
+        {"all", "--q " + dir / "q_fortran.npy" + " --k " + dir / "k_big.npy" + " --v " + dir / "v_fortran_big.npy"},
+    };
+    for (const auto& [name, inputs] : variants) {
+        const Result r = vk_attn("run " + inputs + " --causal --out " + dir / ("o_" + name + ".npy") + " --lse " +
+                                 dir / ("l_" + name + ".npy"));
+        INFO("vk-attn run " << inputs << "\nstderr: " << r.err);
+        REQUIRE(r.status == 0);
+        for (const char* out : {"o", "l"}) {
+            const npy::Array want = npy::read(dir / (std::string(out) + ".npy"));
+            const npy::Array got = npy::read(dir / (std::string(out) + "_" + name + ".npy"));
+            INFO(out);
+            CHECK(got.shape == want.shape);
+            CHECK(got.data == want.data);  // the same inputs reach the same dispatches
+        }
+    }
 }
 
 TEST_CASE("cli run: bad input exits 1 with one line naming the file or flag, writing nothing", "[cli]") {
