@@ -36,8 +36,9 @@ TEST_CASE("stage 1 alone: S = scale * Q * K^T", "[gpu][stages]") {
 
     Context& ctx = gpu_context();
     const detail::Problem p = detail::resolve(in, out, options);
-    const auto config = detail::choose_unfused(ctx.runtime().device().caps(), p, in.q.strides, in.k.strides,
-                                               in.v.strides, options.variant);
+    const auto& caps = ctx.runtime().device().caps();
+    const auto config = detail::choose_unfused(caps, p, in.q.strides, in.k.strides, in.v.strides, options.variant);
+    CHECK(config.scores.texel == (texel && d % 4 == 0 && caps.texel_rgba32f));  // D = 1 falls back to scalar loads
     detail::run_unfused(ctx.runtime(), p, in, out, config, detail::UnfusedStages::scores_only);
     const ReferenceStages ref = reference_stages(in, options, false);
     const Comparison c = compare({s.begin(), s.end()}, ref.scores, tolerance_for(DType::f32));
