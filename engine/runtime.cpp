@@ -69,8 +69,9 @@ Runtime::~Runtime() {
 
 void Runtime::submit_and_wait() {
     ensure_usable();
+    ++submissions_;
     try {
-        commands_->submit_and_wait(options_.fence_timeout);
+        commands_->submit_and_wait(options_.fence_timeout, submissions_ == options_.simulate_timeout_on_submission);
     } catch (const DeviceLost& e) {
         lost_reason_ = e.what();
         lost_ = true;

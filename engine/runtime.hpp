@@ -49,7 +49,7 @@ public:
     // Submits the recorded chain and waits up to options().fence_timeout. A timeout or a lost device
     // marks the context lost (DeviceLost is rethrown): the submission may still be running, so from
     // then on the resources of in-flight work are kept (keep_until_idle) instead of freed, and every
-    // later request is refused.
+    // later request is refused. Call with submit_mutex() held.
     void submit_and_wait();
     bool lost() const { return lost_.load(); }
     // Throws DeviceLost when the context was lost earlier.
@@ -66,6 +66,7 @@ private:
     std::unique_ptr<vk::KernelCache> kernels_;
     std::unique_ptr<vk::CommandStream> commands_;
     std::mutex submit_mutex_;
+    std::uint64_t submissions_ = 0;  // counted for options().simulate_timeout_on_submission
     std::atomic<bool> lost_{false};
     std::string lost_reason_;  // written once, under submit_mutex_, before lost_ is set
     std::mutex graveyard_mutex_;

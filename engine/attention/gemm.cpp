@@ -103,7 +103,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
                 diff2 += (got - ref) * (got - ref);
                 ref2 += ref * ref;
             }
-        result.max_rel_err = std::sqrt(diff2 / std::max(ref2, 1e-300));
+        result.rel_l2_err = std::sqrt(diff2 / std::max(ref2, 1e-300));
     }
     return result;
 }

@@ -142,7 +142,11 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const 
     const std::int64_t key_blocks = (p.Nkv + c.key_block() - 1) / c.key_block();
     // At least 4 key blocks per split, so the combine step stays small next to the work.
     const std::int64_t most = std::max<std::int64_t>(1, key_blocks / 4);
-    return static_cast<std::uint32_t>(std::clamp<std::int64_t>((target + blocks - 1) / blocks, 1, std::min<std::int64_t>(most, 1024)));
+    const std::int64_t splits = std::clamp<std::int64_t>((target + blocks - 1) / blocks, 1, std::min<std::int64_t>(most, 1024));
+    // Each split gets ceil(key_blocks / splits) whole key blocks (fused.cpp), so the last ones can be
+    // left with none (101 blocks in 25 splits of 5: 21 used): return only the splits that get keys.
+    const std::int64_t per_split = (key_blocks + splits - 1) / splits;
+    return static_cast<std::uint32_t>((key_blocks + per_split - 1) / per_split);
 }
 
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,

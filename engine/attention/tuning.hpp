@@ -58,8 +58,8 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
                                         const std::array<std::int64_t, 4>& v_strides,
                                         const VariantOverrides& overrides, std::string* why);
 
-// How many key slices split-KV decoding should use so that the device is filled; 1 means the row
-// blocks alone fill it, and `auto` then runs the fused path.
+// How many key slices split-KV decoding should use so that the device is filled, each with keys to
+// work on; 1 means the row blocks alone fill it, and `auto` then runs the fused path.
 std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, const FusedConfig& config,
                             unsigned host_threads);
 

@@ -59,7 +59,7 @@ void CommandStream::barrier() {
                          &barrier, 0, nullptr, 0, nullptr);
 }
 
-void CommandStream::submit_and_wait(std::chrono::milliseconds timeout) {
+void CommandStream::submit_and_wait(std::chrono::milliseconds timeout, bool simulate_timeout) {
     if (!recording_) throw Error("internal: submit without a recorded command buffer.");
     recording_ = false;
     // Host writes through mapped memory must be visible to the device, and device writes to the host.
@@ -71,6 +71,10 @@ void CommandStream::submit_and_wait(std::chrono::milliseconds timeout) {
     submit.commandBufferCount = 1;
     submit.pCommandBuffers = &buffer_;
     VKATTN_CHECK(vkQueueSubmit(device_->queue(), 1, &submit, fence), "submitting the dispatch chain");
+    // The test hook leaves the submission in flight, as a real timeout does.
+    if (simulate_timeout)
+        throw DeviceLost("a fence timeout was simulated (ContextOptions::simulate_timeout_on_submission); the "
+                         "device is treated as hung.");
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
     const VkResult waited = vkWaitForFences(d, 1, &fence, VK_TRUE, static_cast<std::uint64_t>(ns));
     if (waited == VK_TIMEOUT)

@@ -21,7 +21,8 @@ public:
     void timestamp(std::uint32_t slot);  // slot 0 = start, 1 = end
     // Makes every earlier write (shader or transfer) visible to every later read or write.
     void barrier();
-    void submit_and_wait(std::chrono::milliseconds timeout);
+    // simulate_timeout: report VK_TIMEOUT without waiting (ContextOptions::simulate_timeout_on_submission).
+    void submit_and_wait(std::chrono::milliseconds timeout, bool simulate_timeout);
     double elapsed_ms() const;  // between the two timestamps of the last submission
 
 private:

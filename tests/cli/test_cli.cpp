@@ -412,17 +412,30 @@ TEST_CASE("cli bench --json: one object per point with the documented keys", "[c
     for (std::string line; std::getline(lines, line);) {
         const auto j = nlohmann::json::parse(line);
         for (const char* key : {"impl", "dtype", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "dim", "dim_v",
-                                "causal", "median_ms", "min_ms", "max_ms", "gflops", "gbps", "max_rel_err"})
+                                "causal", "median_ms", "min_ms", "max_ms", "gflops", "gbps", "rel_l2_err", "valid"})
             CHECK(j.contains(key));
         CHECK(j["gflops"].get<double>() > 0);
+        CHECK(j["valid"] == true);
+        CHECK(j["rel_l2_err"].get<double>() >= 0);
+        CHECK(j["rel_l2_err"].get<double>() <= tolerance_for(DType::f32).rel);
         ++points;
     }
     CHECK(points == 2);
-    const Result g = vk_attn("bench --seq 16 --dim 8 --repeat 1 --gemm --gemm-size 64 --json");
+    const Result g = vk_attn("bench --seq 16 --dim 8 --repeat 1 --gemm --gemm-size 64 --validate --json");
     REQUIRE(g.status == 0);
     const auto first = nlohmann::json::parse(g.out.substr(0, g.out.find('\n')));
     CHECK(first["impl"] == "gemm");
-    for (const char* key : {"m", "n", "k", "median_ms", "gflops"}) CHECK(first.contains(key));
+    for (const char* key : {"m", "n", "k", "median_ms", "gflops", "rel_l2_err"}) CHECK(first.contains(key));
+}
+
+TEST_CASE("cli bench --validate: the table and CSV name the error column as JSON does", "[cli]") {
+    const Result table = vk_attn("bench --heads 1 --seq 16 --dim 8 --repeat 1 --warmup 0 --validate");
+    INFO(table.err);
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("rel_l2_err") && Catch::Contains("valid"));
+    const Result csv = vk_attn("bench --heads 1 --seq 16 --dim 8 --repeat 1 --warmup 0 --validate --csv");
+    REQUIRE(csv.status == 0);
+    CHECK_THAT(csv.out.substr(0, csv.out.find('\n')), Catch::Contains(",rel_l2_err,valid,"));
 }
 
 TEST_CASE("cli bench --plot: draws a PNG", "[cli]") {

@@ -2,6 +2,9 @@
 // cross-attention, GQA/MQA, both layouts, every kernel variant, fp32 and fp16 storage.
 #include <catch2/catch.hpp>
 
+#include <string>
+
+#include "runtime.hpp"
 #include "support/expect_case.hpp"
 
 using namespace vkattn;
@@ -78,20 +81,32 @@ TEST_CASE("unfused: every kernel variant in both dtypes", "[gpu][unfused][varian
     const bool shared = GENERATE(false, true);
     const bool subgroup = GENERATE(false, true);
     const DType dtype = GENERATE(DType::f32, DType::f16);
-    const auto [n, d] = GENERATE(std::pair<std::int64_t, std::int64_t>{65, 64}, std::pair{63, 28},
-                                 std::pair{130, 80});
+    // Stage 3 reads rows of P, Nkv scores long: texel loads there need Nkv % 4 == 0 (68, 132; no
+    // multiple of a tile), and Nkv = 69 shows the fallback to scalar loads. Every D is 4-aligned.
+    const auto [nq, nkv, d] = GENERATE(std::tuple<std::int64_t, std::int64_t, std::int64_t>{65, 69, 64},
+                                       std::tuple{63, 68, 28}, std::tuple{130, 132, 80});
     Case c;
     c.B = 2;
     c.Hq = 4;
     c.Hkv = 2;
-    c.Nq = n;
-    c.Nkv = n + 4;  // texel loads of P need Nkv % 4 == 0 for some of these
+    c.Nq = nq;
+    c.Nkv = nkv;
     c.Dk = d;
     c.Dv = d;
     c.dtype = dtype;
     c.causal = Causal::bottom_right;
     c.variant = {.texel_loads = texel, .shared_tiles = shared, .subgroup_ops = subgroup};
-    expect_pass(c);
+    const AttentionReport report = expect_pass(c);
+    // What was asked for ran (UnfusedConfig::describe()), where the device has it.
+    const auto& caps = gpu_context().runtime().device().caps();
+    const bool texel_format = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
+    const std::string tiles = shared ? "/shared" : "/regs";
+    const bool scores_texel = texel && texel_format;
+    const bool output_texel = scores_texel && caps.texel_rgba32f && nkv % 4 == 0;  // P is fp32
+    CHECK_THAT(report.variant, Catch::Contains("scores[" + std::string(scores_texel ? "texel" : "ssbo") + tiles));
+    CHECK_THAT(report.variant, Catch::Contains("output[" + std::string(output_texel ? "texel" : "ssbo") + tiles));
+    CHECK_THAT(report.variant, Catch::Contains(subgroup && caps.subgroup_arithmetic ? "softmax[subgroup]"
+                                                                                    : "softmax[shared-tree]"));
 }
 
 TEST_CASE("unfused: scores of magnitude 1e4 stay finite and exact", "[gpu][unfused][numerics]") {

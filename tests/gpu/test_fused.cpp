@@ -2,9 +2,11 @@
 // fp32 and fp16 storage, with split counts from 1 to many and key lengths that do not divide.
 #include <catch2/catch.hpp>
 
-#include "support/expect_case.hpp"
-
 #include <random>
+#include <string>
+
+#include "runtime.hpp"
+#include "support/expect_case.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
@@ -12,11 +14,11 @@ using namespace vkattn::selfcheck;
 
 namespace {
 
-void expect_path(Case c, Impl impl, std::uint32_t splits = 0) {
+AttentionReport expect_path(Case c, Impl impl, std::uint32_t splits = 0) {
     c.impl = impl;
     c.weights = false;  // only the three-stage path has them
     c.splits = splits;
-    vkattn::test::expect_pass(c, impl);
+    return vkattn::test::expect_pass(c, impl);
 }
 
 }  // namespace
@@ -119,8 +121,12 @@ TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
     c.dtype = dtype;
     c.causal = Causal::top_left;
     c.variant = {.texel_loads = texel};
-    expect_path(c, Impl::fused);
-    expect_path(c, Impl::split, 3);
+    // What was asked for ran (FusedConfig::describe()), where the device has the texel format.
+    const auto& caps = gpu_context().runtime().device().caps();
+    const bool texel_format = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
+    const std::string ran = std::string("fused[") + (texel && texel_format ? "texel" : "ssbo");
+    CHECK_THAT(expect_path(c, Impl::fused).variant, Catch::StartsWith(ran));
+    CHECK_THAT(expect_path(c, Impl::split, 3).variant, Catch::StartsWith(ran));
 }
 
 TEST_CASE("fused: scores of magnitude 1e4 and fully masked rows", "[gpu][fused][numerics]") {

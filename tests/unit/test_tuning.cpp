@@ -1,6 +1,11 @@
 // The tuning function is pure: drive it with made-up devices.
 #include <catch2/catch.hpp>
 
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
 #include "attention/tuning.hpp"
 
 using namespace vkattn;
@@ -8,33 +13,94 @@ using namespace vkattn::detail;
 
 namespace {
 
+// Made-up devices shaped like lavapipe and the main GPU families: between them, subgroups of 8 to 128
+// lanes with and without subgroup size control, 32 to 99 KiB of shared memory, CPU, discrete and
+// integrated. Every property test runs on all of them.
 vk::DeviceCaps lavapipe_like() {
     vk::DeviceCaps c;
+    c.name = "lavapipe-like";
     c.kind = vk::DeviceKind::cpu;
     c.subgroup_size = 8;
-    c.subgroup_arithmetic = true;
+    c.subgroup_arithmetic = c.subgroup_shuffle = true;
     c.max_shared_bytes = 32768;
     c.max_workgroup_invocations = 1024;
     c.texel_rgba32f = c.texel_rgba16f = true;
+    c.fp16_storage = true;
+    c.host_visible_device_memory = true;
     return c;
 }
 
-vk::DeviceCaps gpu_like() {
-    vk::DeviceCaps c = lavapipe_like();
-    c.kind = vk::DeviceKind::discrete;
-    c.subgroup_size = 32;
-    c.max_shared_bytes = 49152;
+vk::DeviceCaps gpu(const std::string& name, vk::DeviceKind kind, std::uint32_t subgroup, std::uint32_t shared_bytes) {
+    vk::DeviceCaps c;
+    c.name = name;
+    c.kind = kind;
+    c.subgroup_size = c.min_subgroup_size = c.max_subgroup_size = subgroup;
+    c.subgroup_arithmetic = c.subgroup_shuffle = true;
+    c.max_shared_bytes = shared_bytes;
+    c.max_workgroup_invocations = 1024;
+    c.texel_rgba32f = c.texel_rgba16f = true;
+    c.fp16_storage = c.fp16_arithmetic = true;
+    c.host_visible_device_memory = kind == vk::DeviceKind::integrated;
     return c;
 }
 
-Problem shape(std::int64_t nkv, std::int64_t d) {
+vk::DeviceCaps with_size_control(vk::DeviceCaps c, std::uint32_t min, std::uint32_t max) {
+    c.subgroup_size_control = true;
+    c.min_subgroup_size = min;
+    c.max_subgroup_size = max;
+    return c;
+}
+
+vk::DeviceCaps nvidia_like(std::uint32_t shared_bytes = 49152) {
+    return with_size_control(gpu("nvidia-like", vk::DeviceKind::discrete, 32, shared_bytes), 32, 32);
+}
+vk::DeviceCaps amd_like() {  // wave64 reported, wave32 on request
+    return with_size_control(gpu("amd-like", vk::DeviceKind::discrete, 64, 65536), 32, 64);
+}
+vk::DeviceCaps intel_like() {  // SIMD8/16/32 on request
+    return with_size_control(gpu("intel-like", vk::DeviceKind::integrated, 32, 65536), 8, 32);
+}
+vk::DeviceCaps mali_like() {  // fixed 16 lanes, no size control, fewer invocations
+    vk::DeviceCaps c = gpu("mali-like", vk::DeviceKind::integrated, 16, 32768);
+    c.max_workgroup_invocations = 512;
+    c.fp16_arithmetic = false;
+    c.texel_rgba16f = false;  // so that one device makes fp16 fall back to scalar loads
+    return c;
+}
+vk::DeviceCaps adreno_like(bool size_control) {  // wave64 or wave128
+    return size_control ? with_size_control(gpu("adreno-like", vk::DeviceKind::integrated, 64, 32768), 64, 128)
+                        : gpu("adreno-like fixed 128", vk::DeviceKind::integrated, 128, 32768);
+}
+
+std::vector<vk::DeviceCaps> all_devices() {
+    return {lavapipe_like(), nvidia_like(), nvidia_like(101376), amd_like(), intel_like(),
+            mali_like(),     adreno_like(true), adreno_like(false)};
+}
+
+Problem problem(std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Nq, std::int64_t Nkv, std::int64_t Dk,
+                std::int64_t Dv, DType dtype = DType::f32) {
     Problem p;
-    p.B = 1;
-    p.Hq = p.Hkv = 8;
-    p.Nq = 128;
-    p.Nkv = nkv;
-    p.Dk = p.Dv = d;
+    p.B = B;
+    p.Hq = Hq;
+    p.Hkv = Hkv;
+    p.group = Hq / Hkv;
+    p.Nq = Nq;
+    p.Nkv = Nkv;
+    p.Dk = Dk;
+    p.Dv = Dv;
+    p.dtype = dtype;
     return p;
+}
+
+Problem shape(std::int64_t nkv, std::int64_t d) { return problem(1, 8, 8, 128, nkv, d, d); }
+
+// Dense [B, H, N, D] strides.
+std::array<std::int64_t, 4> bhnd(std::int64_t H, std::int64_t N, std::int64_t D) { return {H * N * D, N * D, D, 1}; }
+
+std::optional<FusedConfig> fused_for(const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides = {},
+                                     std::string* why = nullptr) {
+    return choose_fused(caps, p, bhnd(p.Hq, p.Nq, p.Dk), bhnd(p.Hkv, p.Nkv, p.Dk), bhnd(p.Hkv, p.Nkv, p.Dv), overrides,
+                        why);
 }
 
 const std::array<std::int64_t, 4> dense{8 * 128 * 64, 128 * 64, 64, 1};
@@ -46,7 +112,7 @@ TEST_CASE("tuning: CPU devices get register blocking, GPUs shared tiles", "[unit
     CHECK_FALSE(cpu.scores.shared_tiles);
     CHECK(cpu.scores.texel);
     CHECK(cpu.scores.tm * cpu.scores.tn4 * 4 == 64);
-    const auto gpu = choose_unfused(gpu_like(), shape(128, 64), dense, dense, dense, {});
+    const auto gpu = choose_unfused(nvidia_like(), shape(128, 64), dense, dense, dense, {});
     CHECK(gpu.scores.shared_tiles);
     CHECK((gpu.scores.block_rows() + gpu.scores.block_cols()) * gpu.scores.ks4 * 16 <= 49152);
 }
@@ -71,8 +137,127 @@ TEST_CASE("tuning: overrides force each variant where the device allows it", "[u
     no_subgroups.subgroup_arithmetic = false;
     CHECK_FALSE(choose_unfused(no_subgroups, shape(128, 64), dense, dense, dense, {.subgroup_ops = true})
                     .softmax.subgroup_ops);
-    vk::DeviceCaps tiny = gpu_like();
+    vk::DeviceCaps tiny = nvidia_like();
     tiny.max_shared_bytes = 2048;
     const auto small = choose_unfused(tiny, shape(128, 64), dense, dense, dense, {});
     CHECK((small.scores.block_rows() + small.scores.block_cols()) * small.scores.ks4 * 16 <= 2048);
+}
+
+TEST_CASE("tuning: choose_fused gives every device a layout it can run, for every head size", "[unit][tuning]") {
+    const std::int64_t dims[] = {1, 3, 4, 28, 64, 80, 128, 130, 192, 256, 320, 509, 512};
+    for (const vk::DeviceCaps& caps : all_devices())
+        for (const DType dtype : {DType::f32, DType::f16})
+            for (const auto& [hq, hkv] : {std::pair<std::int64_t, std::int64_t>{8, 8}, {32, 8}, {8, 1}})
+                for (const std::int64_t nq : {1, 4096})
+                    for (const std::int64_t dk : dims)
+                        for (const std::int64_t dv : dims) {
+                            INFO(caps.name << " " << to_string(dtype) << " Hq=" << hq << " Hkv=" << hkv << " Nq=" << nq
+                                           << " Dk=" << dk << " Dv=" << dv);
+                            const Problem p = problem(1, hq, hkv, nq, 100, dk, dv, dtype);
+                            std::string why;
+                            const auto c = fused_for(caps, p, {}, &why);
+                            INFO(why);
+                            REQUIRE(c);
+                            INFO(c->describe());
+                            // A subgroup size the device runs: its only one, or one it can be told to use.
+                            if (caps.subgroup_size_control) {
+                                CHECK(c->require_subgroup);
+                                CHECK(c->subgroup >= caps.min_subgroup_size);
+                                CHECK(c->subgroup <= caps.max_subgroup_size);
+                            } else {
+                                CHECK_FALSE(c->require_subgroup);
+                                CHECK(c->subgroup == caps.subgroup_size);
+                            }
+                            CHECK(c->subgroups * c->subgroup <= caps.max_workgroup_invocations);
+                            CHECK(c->rows >= 1);
+                            CHECK(c->keys_per_lane >= 1);
+                            // The passes cover Dv, with no pass more than needed, at most 4 vec4 slots each.
+                            CHECK(c->dv4 >= 1);
+                            CHECK(c->dv4 <= 4);
+                            CHECK(c->column_passes * c->columns_per_pass() >= dv);
+                            CHECK((c->column_passes - 1) * c->columns_per_pass() < dv);
+                            // Texel loads only where every row is 4-aligned and the device has the format.
+                            const bool texel_ok = dk % 4 == 0 && dv % 4 == 0 &&
+                                                  (dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f);
+                            CHECK(c->texel == texel_ok);
+                            CHECK(fused_for(caps, p, {.texel_loads = true})->texel == texel_ok);
+                            CHECK_FALSE(fused_for(caps, p, {.texel_loads = false})->texel);
+                        }
+}
+
+TEST_CASE("tuning: choose_fused refuses with a reason where it cannot run", "[unit][tuning]") {
+    for (const vk::DeviceCaps& device : all_devices()) {
+        INFO(device.name);
+        const Problem ok = problem(1, 8, 8, 128, 128, 64, 64);
+        auto refused = [](const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides = {}) {
+            std::string why;
+            const bool none = !fused_for(caps, p, overrides, &why);
+            INFO(why);
+            CHECK(none);
+            CHECK_FALSE(why.empty());
+            CHECK_FALSE(fused_for(caps, p, overrides));  // no reason asked for
+        };
+        vk::DeviceCaps no_arithmetic = device, no_shuffle = device;
+        no_arithmetic.subgroup_arithmetic = false;
+        no_shuffle.subgroup_shuffle = false;
+        refused(no_arithmetic, ok);
+        refused(no_shuffle, ok);
+        refused(device, ok, {.subgroup_ops = false});
+        refused(device, problem(1, 8, 8, 128, 128, 513, 64));
+        refused(device, problem(1, 8, 8, 128, 128, 64, 513));
+        refused(device, problem(1, 8, 8, 128, 128, 1024, 1024));
+        vk::DeviceCaps odd = device;  // no power of two: the layout cannot be built
+        odd.subgroup_size_control = false;
+        odd.subgroup_size = 24;
+        refused(odd, ok);
+    }
+}
+
+TEST_CASE("tuning: choose_splits splits the keys only when the rows cannot fill the device", "[unit][tuning]") {
+    struct Shape {
+        std::int64_t B, Hq, Hkv, Nq, Nkv;
+    };
+    const Shape decode[] = {{1, 32, 8, 1, 4096}, {1, 8, 1, 1, 6464}, {1, 32, 8, 1, 32768}, {2, 16, 4, 1, 100000}};
+    const Shape prefill[] = {{4, 32, 32, 4096, 4096}, {8, 32, 8, 2048, 6464}};
+    const Shape short_keys[] = {{1, 8, 8, 1, 1}, {1, 32, 8, 1, 63}, {1, 8, 1, 1, 200}};
+    const unsigned threads[] = {1, 2, 16, 64};
+    for (const vk::DeviceCaps& caps : all_devices())
+        for (const std::int64_t d : {64, 128, 512})
+            for (const auto& group : {std::span<const Shape>(decode), std::span<const Shape>(prefill),
+                                      std::span<const Shape>(short_keys)})
+                for (const Shape& s : group)
+                    for (const unsigned t : threads) {
+                        const Problem p = problem(s.B, s.Hq, s.Hkv, s.Nq, s.Nkv, d, d);
+                        const auto c = fused_for(caps, p);
+                        REQUIRE(c);
+                        const std::uint32_t splits = choose_splits(caps, p, *c, t);
+                        const std::int64_t key_blocks = (s.Nkv + c->key_block() - 1) / c->key_block();
+                        INFO(caps.name << " B=" << s.B << " Hq=" << s.Hq << " Hkv=" << s.Hkv << " Nq=" << s.Nq
+                                       << " Nkv=" << s.Nkv << " D=" << d << " threads=" << t << ": " << c->describe()
+                                       << " splits=" << splits << " of " << key_blocks << " key blocks");
+                        CHECK(splits >= 1);
+                        CHECK(splits <= key_blocks);
+                        // Keys are dealt in whole blocks, ceil(key_blocks / splits) to a split: none is left empty.
+                        const std::int64_t per_split = (key_blocks + splits - 1) / splits;
+                        CHECK((splits - 1) * per_split < key_blocks);
+                        if (group.data() == prefill) CHECK(splits == 1);
+                        if (group.data() == short_keys) CHECK(splits == 1);
+                        // Decoding fills a GPU, or a CPU with 2 threads or more, only by splitting the keys.
+                        if (group.data() == decode && (caps.kind != vk::DeviceKind::cpu || t >= 2)) CHECK(splits > 1);
+                    }
+}
+
+TEST_CASE("tuning: more host threads never mean fewer splits on a CPU device", "[unit][tuning]") {
+    const vk::DeviceCaps cpu = lavapipe_like();
+    for (const std::int64_t nkv : {1, 300, 4096, 6464, 131072}) {
+        const Problem p = problem(1, 32, 8, 1, nkv, 128, 128);
+        const FusedConfig c = *fused_for(cpu, p);
+        std::uint32_t previous = 1;
+        for (unsigned t = 1; t <= 256; ++t) {
+            const std::uint32_t splits = choose_splits(cpu, p, c, t);
+            INFO("Nkv=" << nkv << " threads=" << t);
+            CHECK(splits >= previous);
+            previous = splits;
+        }
+    }
 }

@@ -23,7 +23,7 @@ struct GemmResult {
     Timing time;
     double gflops = 0;        // 2·m·n·k / median
     std::string variant;
-    double max_rel_err = -1;  // of sampled rows against a double-precision product; -1 if not validated
+    double rel_l2_err = -1;  // ‖C − ref‖₂ / ‖ref‖₂ over sampled rows of a double-precision product; -1 if not validated
 };
 
 // C[m×n] = A[m×k] · B[k×n] in fp32 on random data.

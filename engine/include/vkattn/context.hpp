@@ -62,6 +62,11 @@ struct ContextOptions {
     // refuses further work). Generous by default: a CPU device (lavapipe) takes minutes on long
     // sequences, and a real hang on a GPU is usually ended sooner by the driver's own watchdog.
     std::chrono::milliseconds fence_timeout{std::chrono::minutes(10)};
+    // Make this context's n-th submission (1: the first; 0: none) report a fence timeout at once,
+    // without waiting, while it is still in flight. A test hook: a short fence_timeout races the work
+    // and does not fire on a fast device; this fires on any device, and what follows (DeviceLost, the
+    // lost context keeping the submission's resources until the device is idle) is the same.
+    std::uint64_t simulate_timeout_on_submission = 0;
 };
 
 class Context {
