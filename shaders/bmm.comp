@@ -1,9 +1,9 @@
 #version 450
 // Batched, register-blocked matrix product, the workhorse of the three-stage path and the GEMM
 // ceiling and the multi-head module's projections:
-//   C[u] = alpha · A[u] · op(B[u]) (+ bias),   op(B) = Bᵀ when B_TRANSPOSED (B stored [N][K]).
-//   stage 1: S = scale · Q · Kᵀ   (A = Q, B = K, transposed)
-//   stage 3: O = P · V           (A = P, B = V)
+//   C[u] = alpha · A[u] · op(B[u]) (+ bias or + R),   op(B) = Bᵀ when B_TRANSPOSED (B stored [N][K]).
+//   stage 1: S = scale · Q · Kᵀ   (A = Q, B = K, transposed), per key slice when K exceeds a binding
+//   stage 3: O = P · V           (A = P, B = V), over key slices: O = P_s · V_s + O_(s−1) (ADD = 2)
 //   --gemm:  C = A · B            (one unit)
 //   linear:  Y = X · Wᵀ + b       (A = X, B = W [out][in] as nn.Linear stores it, HAS_BIAS)
 // Unit u = b·Hq + h of the chunk; A and C use head h, B uses head h / group (GQA by indexing).
@@ -26,7 +26,7 @@ layout(constant_id = 4) const uint TN4 = 1;    // column vec4s per invocation
 layout(constant_id = 5) const bool B_TRANSPOSED = true;
 layout(constant_id = 6) const uint SHARED_TILES = 0;  // 0 or 1
 layout(constant_id = 7) const uint KS4 = 4;           // vec4s of K per shared tile
-layout(constant_id = 8) const bool HAS_BIAS = false;   // add bias[column] (fp32) to C
+layout(constant_id = 8) const uint ADD = 0u;  // 0: nothing; 1: bias[column]; 2: a residual R (addressed by P.to)
 
 const uint TN = 4u * TN4;
 const uint BM = WG_M * TM;   // rows per workgroup
@@ -72,7 +72,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float16_t c_data
 layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float c_data[]; };
 #endif
 
-layout(std430, set = 0, binding = 4) readonly buffer Bias { float bias[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Addend { float addend[]; };  // fp32 bias or residual
 
 // Shared K-slices; one element when the variant does not stage (spec-constant arithmetic).
 shared vec4 tile_a[1u + SHARED_TILES * (BM * KS4 - 1u)];
@@ -104,7 +104,9 @@ void main() {
     [[unroll]] for (uint i = 0u; i < TM; ++i)
         [[unroll]] for (uint j = 0u; j < TN4; ++j) acc[i][j] = vec4(0.0);
 
-    const uint step = SHARED_TILES != 0u ? KS4 : K4;  // K vec4s per outer iteration
+    // K vec4s per outer iteration; at most CHUNK, so no loop below runs 65,535 times (P·V over a
+    // long key slice has K4 = Nkv / 4).
+    const uint step = SHARED_TILES != 0u ? KS4 : min(K4, CHUNK);
     for (uint kt0 = 0u; kt0 < K4; kt0 += CHUNK * step) {
         const uint kt1 = min(K4, kt0 + CHUNK * step);
         for (uint kt = kt0; kt < kt1; kt += step) {
@@ -166,9 +168,11 @@ void main() {
         const uint row = tile_row + ty + i * WG_M;
         if (row >= row_end || row >= M) continue;
         const uint c_row = tensor_index(P.tc, b, h, row);
+        const uint r_row = ADD == 2u ? tensor_index(P.to, b, h, row) : 0u;
         [[unroll]] for (uint j = 0u; j < TN; ++j) {
             const uint col = col0 + j;
-            if (col < N) c_data[c_row + col] = C_TYPE(alpha * acc[i][j / 4u][j % 4u] + (HAS_BIAS ? bias[col] : 0.0));
+            const float add = ADD == 1u ? addend[col] : ADD == 2u ? addend[r_row + col] : 0.0;
+            if (col < N) c_data[c_row + col] = C_TYPE(alpha * acc[i][j / 4u][j % 4u] + add);
         }
     }
 }

@@ -2,7 +2,8 @@
 // Split-KV, second kernel: merges the S partial results of one query row exactly.
 // Each split s produced O_s (normalised by its own sum) and lse_s = m_s + log l_s, so
 //   lse = log Σ_s e^(lse_s),   O = Σ_s e^(lse_s − lse) · O_s.
-// Splits that saw no visible key have lse_s = −∞ and weigh nothing; if all do, O = 0, lse = −∞.
+// Splits that saw no visible key have lse_s = MASKED (a finite sentinel: common/float_bits.glsl) and
+// weigh nothing; if all do, O = 0, lse = −∞.
 // The head's attention sink, left out of every split, joins the sum here exactly once:
 //   lse = log(e^sink + Σ_s e^(lse_s)).
 #extension GL_EXT_shader_16bit_storage : enable
@@ -11,7 +12,7 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
-const float NEG_INF = -1.0 / 0.0;
+#include "common/float_bits.glsl"
 
 layout(std430, set = 0, binding = 1) readonly buffer PartialO { float partial_o[]; };
 layout(std430, set = 0, binding = 2) readonly buffer PartialLse { float partial_lse[]; };
@@ -35,31 +36,37 @@ void main() {
     const uint splits = P.split.x, Dv = P.attn.w;
     const uint lse_row = tensor_index(P.tb, b, h, i), o_part = tensor_index(P.ta, b, h, i);
 
-    const float sink = (P.masking.x & MASK_SINKS) != 0u ? head_terms[P.shape0.y + h] : NEG_INF;
-    float m = sink;
+    // The sink, unless there is none or it is −∞ (by its bits).
+    const float sink_value = (P.masking.x & MASK_SINKS) != 0u ? head_terms[P.shape0.y + h] : 0.0;
+    const bool has_sink = (P.masking.x & MASK_SINKS) != 0u && !is_negative_infinity(sink_value);
+    float m = has_sink ? sink_value : MASKED;
     bool poisoned = false;  // a NaN partial (NaN or inf in q or k) makes the whole row NaN, as in one pass
     for (uint s = 0u; s < splits; ++s) {
         const float x = partial_lse[lse_row + s * P.split.w];
-        poisoned = poisoned || isnan(x);
+        poisoned = poisoned || is_nan(x);
         m = max(m, x);
     }
-    if (poisoned) m = 0.0 / 0.0;
+    const bool empty = !poisoned && m == MASKED;
     float total = 0.0;
-    if (m != NEG_INF) {  // NaN passes: the sums below turn NaN
-        total = exp(sink - m);  // 0 without a sink
-        for (uint s = 0u; s < splits; ++s) total += exp(partial_lse[lse_row + s * P.split.w] - m);
+    if (!empty && !poisoned) {
+        total = has_sink ? exp(sink_value - m) : 0.0;
+        for (uint s = 0u; s < splits; ++s) {
+            const float x = partial_lse[lse_row + s * P.split.w];
+            if (x != MASKED) total += exp(x - m);
+        }
     }
-    const float inv = m == NEG_INF ? 0.0 : 1.0 / total;
+    const float inv = empty || poisoned ? 0.0 : 1.0 / total;
 
     const uint o_row = tensor_index(P.to, b, h, i);
     for (uint col = gl_LocalInvocationID.x; col < Dv; col += WG) {
         float acc = 0.0;
-        if (m != NEG_INF)
+        if (!empty && !poisoned)
             for (uint s = 0u; s < splits; ++s) {
                 const float x = partial_lse[lse_row + s * P.split.w];
-                if (x != NEG_INF) acc += exp(x - m) * partial_o[o_part + s * P.split.z + col];
+                if (x != MASKED) acc += exp(x - m) * partial_o[o_part + s * P.split.z + col];
             }
-        o_data[o_row + col] = OUT_TYPE(acc * inv);
+        o_data[o_row + col] = OUT_TYPE(poisoned ? quiet_nan() : acc * inv);
     }
-    if (gl_LocalInvocationID.x == 0u) lse[tensor_index(P.tlse, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(total);
+    if (gl_LocalInvocationID.x == 0u)
+        lse[tensor_index(P.tlse, b, h, i)] = poisoned ? quiet_nan() : empty ? negative_infinity() : m + log(total);
 }

@@ -3,7 +3,7 @@
 // registers, O(N·D) memory. Also the first kernel of split-KV decoding (SPLIT: each workgroup takes
 // one slice of the keys and writes a partial O and log-sum-exp that combine.comp merges exactly).
 //
-// Work layout (the design measured in ../shared/LAVAPIPE.md, generalised to any subgroup size):
+// Work layout (the design measured in docs/LAVAPIPE.md, generalised to any subgroup size):
 //   workgroup = NSG subgroups of SG lanes; no shared memory, no barriers: subgroups run apart.
 //   unit = (batch b, key/value head hk); its rows are ρ = g·Nq + i for the `group` query heads
 //   h = hk·group + g that share the head, so K/V are read once per group (GQA, and decode with
@@ -22,8 +22,9 @@
 // ALiBi) are bound. Softcap, sinks and dropout follow mask.glsl's definitions: the sink joins the
 // denominator when O is normalised (in split mode combine.comp adds it instead); dropped weights
 // still count in l but not in O.
-// A row with no visible key keeps m = −∞: α and p are guarded, O = 0 and lse = −∞ (or the sink),
-// never NaN.
+// A row with no visible key keeps m = MASKED (a finite sentinel, common/float_bits.glsl): α and p
+// are guarded, O = 0 and lse = −∞ (or the sink), never NaN. In split mode an empty split writes
+// MASKED as its partial lse, which combine.comp knows.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -40,7 +41,6 @@ layout(constant_id = 4) const uint DV4 = 2;     // output vec4 slots per lane: c
 layout(constant_id = 5) const bool SPLIT = false;
 layout(constant_id = 6) const uint NSG = 8;     // subgroups per workgroup
 const uint KB = SG * KL;
-const float NEG_INF = -1.0 / 0.0;
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 
@@ -101,12 +101,16 @@ void main() {
     const uint rho0 = P.chunk.y + (row_block * NSG + sg) * R;
     if (rho0 >= rows_end) return;  // uniform per subgroup; nothing here waits on other subgroups
 
-    // This workgroup's keys: all of them, or one split's slice.
+    // This workgroup's keys: all of them, or one split's slice. Splits may be bound a few at a time
+    // (keys beyond one binding): P.part.y is this dispatch's first split. Key reads are clamped to
+    // the last key of this split, which its binding always holds.
+    const uint split_index = SPLIT ? P.part.y + gl_WorkGroupID.z : 0u;
     uint k_begin = 0u, k_end = Nkv;
     if (SPLIT) {
-        k_begin = gl_WorkGroupID.z * P.split.y;
+        k_begin = split_index * P.split.y;
         k_end = min(Nkv, k_begin + P.split.y);
     }
+    const uint k_last = max(k_end, 1u) - 1u;
 
     // Rows: ρ -> (h, i); rows past the chunk repeat its last row and are never stored.
     uint q_row[R];
@@ -138,7 +142,7 @@ void main() {
     // Output columns of this lane: vec4 group (lane + SG·t) after this pass's first column (wide
     // heads take several passes, so the accumulators stay in registers); past Dv they load column
     // 0 and store nothing.
-    const uint col_base = P.columns.x;
+    const uint col_base = P.part.x;
     uint v_col[DV4];
     [[unroll]] for (uint t = 0u; t < DV4; ++t) {
         const uint col = col_base + 4u * (lane + SG * t);
@@ -148,7 +152,7 @@ void main() {
     float m[R], l[R];
     vec4 o[R][DV4];
     [[unroll]] for (uint r = 0u; r < R; ++r) {
-        m[r] = NEG_INF;
+        m[r] = MASKED;
         l[r] = 0.0;
         [[unroll]] for (uint t = 0u; t < DV4; ++t) o[r][t] = vec4(0.0);
     }
@@ -157,7 +161,7 @@ void main() {
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * KB)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * KB); kb += KB) {
         uint k_row[KL];
-        [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = k_head + min(kb + lane * KL + c, Nkv - 1u) * k_stride;
+        [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = k_head + min(kb + lane * KL + c, k_last) * k_stride;
 
         float s[R][KL];
         [[unroll]] for (uint r = 0u; r < R; ++r)
@@ -186,8 +190,12 @@ void main() {
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
                 float x = capped ? softcap(s[r][c] * scale) * LOG2E : s[r][c] * scale2;
                 const uint key = kb + lane * KL + c;
-                if (elementwise) x = key_visible(mask, key) ? x + additive(mask, key) * LOG2E : NEG_INF;
-                else if (!whole && (key < first[r] || key >= limit[r])) x = NEG_INF;
+                if (elementwise) {
+                    float terms;
+                    x = key_terms(mask, key, terms) ? x + terms * LOG2E : MASKED;
+                } else if (!whole && (key < first[r] || key >= limit[r])) {
+                    x = MASKED;
+                }
                 s[r][c] = x;
             }
         }
@@ -197,13 +205,13 @@ void main() {
             float block_max = s[r][0];
             [[unroll]] for (uint c = 1u; c < KL; ++c) block_max = max(block_max, s[r][c]);
             const float m_new = max(m[r], subgroupMax(block_max));
-            // Guards: nothing seen yet (m = −∞) rescales nothing; a still-empty row stays at −∞.
-            const float alpha = m[r] == NEG_INF ? 0.0 : exp2(m[r] - m_new);
+            // Guards: nothing seen yet (m = MASKED) rescales nothing; a still-empty row stays MASKED.
+            const float alpha = m[r] == MASKED ? 0.0 : exp2(m[r] - m_new);
             m[r] = m_new;
             l[r] *= alpha;
             [[unroll]] for (uint t = 0u; t < DV4; ++t) o[r][t] *= alpha;
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
-                const float p = s[r][c] == NEG_INF ? 0.0 : exp2(s[r][c] - m_new);
+                const float p = s[r][c] == MASKED ? 0.0 : exp2(s[r][c] - m_new);
                 s[r][c] = p;
                 l[r] += p;
             }
@@ -222,7 +230,7 @@ void main() {
         [[dont_unroll]] for (uint owner = 0u; owner < SG; ++owner)
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
                 const uint key = kb + owner * KL + c;
-                const uint v_row = v_head + min(key, Nkv - 1u) * v_stride;
+                const uint v_row = v_head + min(key, k_last) * v_stride;
                 float p[R];
                 [[unroll]] for (uint r = 0u; r < R; ++r) p[r] = subgroupShuffle(s[r][c], owner);
                 [[unroll]] for (uint t = 0u; t < DV4; ++t) {
@@ -239,30 +247,29 @@ void main() {
         if (rho0 + r >= rows_end) continue;
         const uint rho = rho0 + r;
         const uint h = hk * group + rho / Nq, i = rho % Nq;
-        float o_scale = 1.0;
-        const float sink = SPLIT ? NEG_INF : sink_logit(h) * LOG2E;
-        if (sink != NEG_INF) {
+        float o_scale = 1.0, sink;
+        if (!SPLIT && sink_logit(h, sink)) {
+            sink *= LOG2E;
             const float m_all = max(m[r], sink);
-            o_scale = m[r] == NEG_INF ? 0.0 : exp2(m[r] - m_all);
+            o_scale = m[r] == MASKED ? 0.0 : exp2(m[r] - m_all);
             l_row = l_row * o_scale + exp2(sink - m_all);
             m[r] = m_all;
         }
-        const uint split_index = SPLIT ? gl_WorkGroupID.z : 0u;
         const uint o_row = tensor_index(P.to, b, h, i) + split_index * P.split.z;
         // A device that ran us at another subgroup size than SG (it could not be required) would
         // have computed garbage: make that loud (NaN) rather than quietly wrong.
         // NaN scores (NaN or inf in q or k) leave l NaN, while max() may have dropped the NaN from m:
         // the row is NaN, O and lse alike, as in the reference (and combine.comp sees it).
-        const bool poisoned = isnan(l_row);
-        if (poisoned) m[r] = l_row;
-        const float inv = gl_SubgroupSize != SG || poisoned ? 0.0 / 0.0 : l_row > 0.0 ? o_scale / l_row : 0.0;
+        const bool poisoned = is_nan(l_row);
+        const bool loud = gl_SubgroupSize != SG || poisoned;  // NaN written, not computed
+        const float inv = l_row > 0.0 ? o_scale / l_row : 0.0;
         [[unroll]] for (uint t = 0u; t < DV4; ++t) {
             const uint col = col_base + 4u * (lane + SG * t);
             [[unroll]] for (uint c = 0u; c < 4u; ++c)
-                if (col + c < Dv) o_data[o_row + col + c] = OUT_TYPE(o[r][t][c] * inv);
+                if (col + c < Dv) o_data[o_row + col + c] = OUT_TYPE(loud ? quiet_nan() : o[r][t][c] * inv);
         }
         if (lane == 0u && col_base == 0u)
             lse[tensor_index(P.tlse, b, h, i) + split_index * P.split.w] =
-                m[r] == NEG_INF ? NEG_INF : (m[r] + log2(l_row)) * LN2;
+                poisoned ? quiet_nan() : m[r] == MASKED ? (SPLIT ? MASKED : negative_infinity()) : (m[r] + log2(l_row)) * LN2;
     }
 }

@@ -6,8 +6,11 @@
 // then merges the pairs across the workgroup; pass 2 writes P = e^(x − m) / l.
 // Logits follow mask.glsl (softcap, additive terms, masks); the head's sink logit joins (m, l) after
 // the reduction, and dropout applies to the P written in pass 2 (lse stays the softmax's).
-// Masked logits are −∞ and are skipped rather than exponentiated, so a row with no visible key has
-// m = −∞ and yields P = 0 and lse = −∞ (or the sink) instead of 0/0 = NaN.
+// Masked logits are MASKED (a finite sentinel, common/float_bits.glsl) and are skipped rather than
+// exponentiated, so a row with no visible key keeps m = MASKED and yields P = 0 and lse = −∞ (or the
+// sink) instead of 0/0 = NaN.
+// When one row of S exceeds a binding, the row is handled a key slice at a time in two passes
+// (Params::part.x: MODE_STATS writes each slice's (m, l), MODE_APPLY merges them and writes P).
 // Variants: SUBGROUP_OPS (define) merges with subgroupMax/subgroupAdd, then one slot per subgroup;
 // otherwise a shared-memory tree (WG must be a power of two).
 #ifdef SUBGROUP_OPS
@@ -20,7 +23,6 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 const uint CHUNK = 8192u;  // lavapipe ends loops after 65,535 iterations: nest long loops
-const float NEG_INF = -1.0 / 0.0;
 
 layout(std430, set = 0, binding = 1) buffer Scores { float scores[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Lse { float lse[]; };
@@ -28,6 +30,8 @@ layout(std430, set = 0, binding = 3) readonly buffer KvLengths { int kv_lengths[
 layout(std430, set = 0, binding = 4) readonly buffer BoolMask { uint bool_words[]; };
 layout(std430, set = 0, binding = 5) readonly buffer FloatMask { float float_mask[]; };
 layout(std430, set = 0, binding = 6) readonly buffer HeadTerms { float head_terms[]; };
+layout(std430, set = 0, binding = 7) buffer Stats { float stats[]; };  // (m, l) per row and key slice
+const uint MODE_WHOLE = 0u, MODE_STATS = 1u, MODE_APPLY = 2u;
 
 #include "common/mask.glsl"
 #include "common/philox.glsl"
@@ -38,38 +42,33 @@ shared float shared_l[WG];
 // makes the whole row NaN, P and lse, as in the reference.
 shared bool row_poisoned;
 
-// Merges two (max, sum) pairs; an empty pair has m = −∞ and l = 0.
+// Merges two (max, sum) pairs; an empty pair has m = MASKED and l = 0.
 void merge(inout float m, inout float l, float m2, float l2) {
     const float mm = max(m, m2);
-    if (mm == NEG_INF) return;  // both empty
-    l = (m == NEG_INF ? 0.0 : l * exp(m - mm)) + (m2 == NEG_INF ? 0.0 : l2 * exp(m2 - mm));
+    if (mm == MASKED) return;  // both empty
+    l = (m == MASKED ? 0.0 : l * exp(m - mm)) + (m2 == MASKED ? 0.0 : l2 * exp(m2 - mm));
     m = mm;
 }
 
 float logit(RowMask mask, uint j, uint row) {
-    if (!key_visible(mask, j)) return NEG_INF;
-    return softcap(scores[row + j]) + additive(mask, j);
+    float terms;
+    if (!key_terms(mask, j, terms)) return MASKED;
+    return softcap(scores[row + j]) + terms;
 }
 
-void main() {
+// This workgroup's (m, l) over keys [k0, k1), merged across the workgroup; NaN m when a logit was NaN.
+void row_stats(RowMask mask, uint row, uint k0, uint k1, out float m_out, out float l_out) {
     const uint tid = gl_LocalInvocationID.x;
-    const uint unit = P.chunk.x + gl_WorkGroupID.y;
-    const uint b = unit / P.shape0.y, h = unit % P.shape0.y;
-    const uint i = P.chunk.y + gl_WorkGroupID.x;
-    const uint Nkv = P.attn.y;
-    const uint row = tensor_index(P.ta, b, h, i);
-    const RowMask mask = row_mask(b, h, i);
-
     if (tid == 0u) row_poisoned = false;
     barrier();
-    float m = NEG_INF, l = 0.0;
-    for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
-        for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
+    float m = MASKED, l = 0.0;
+    for (uint j0 = k0; j0 < k1; j0 += CHUNK * WG)
+        for (uint j = j0 + tid; j < min(k1, j0 + CHUNK * WG); j += WG) {
             const float x = logit(mask, j, row);
-            if (isnan(x)) row_poisoned = true;  // every writer stores the same value
-            if (x == NEG_INF) continue;
+            if (is_nan(x)) row_poisoned = true;  // every writer stores the same value
+            if (x == MASKED) continue;
             if (x > m) {
-                l = l * exp(m - x) + 1.0;  // exp(−∞) = 0 covers the first visible key
+                l = (m == MASKED ? 0.0 : l * exp(m - x)) + 1.0;
                 m = x;
             } else {
                 l += exp(x - m);  // NaN scores propagate, as in the reference
@@ -78,13 +77,13 @@ void main() {
 
 #ifdef SUBGROUP_OPS
     const float sm = subgroupMax(m);
-    const float sl = subgroupAdd(m == NEG_INF ? 0.0 : l * exp(m - sm));
+    const float sl = subgroupAdd(m == MASKED ? 0.0 : l * exp(m - sm));
     if (subgroupElect()) {
         shared_m[gl_SubgroupID] = sm;
         shared_l[gl_SubgroupID] = sl;
     }
     barrier();
-    m = NEG_INF;
+    m = MASKED;
     l = 0.0;
     for (uint s = 0u; s < gl_NumSubgroups; ++s) merge(m, l, shared_m[s], shared_l[s]);
 #else
@@ -103,19 +102,62 @@ void main() {
     m = shared_m[0];
     l = shared_l[0];
 #endif
+    if (row_poisoned) m = quiet_nan();  // read after the reductions' barriers
+    m_out = m;
+    l_out = l;
+}
 
-    merge(m, l, sink_logit(h), 1.0);
-    if (row_poisoned) m = 0.0 / 0.0;  // read after the reductions' barriers
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint unit = P.chunk.x + gl_WorkGroupID.y;
+    const uint b = unit / P.shape0.y, h = unit % P.shape0.y;
+    const uint i = P.chunk.y + gl_WorkGroupID.x;
+    const uint row = tensor_index(P.ta, b, h, i);
+    const RowMask mask = row_mask(b, h, i);
+    // P.part: x = mode, y, z = this dispatch's keys [k0, k1). Mode 0: whole rows (k0 = 0, k1 = Nkv).
+    // When one row of S exceeds a binding, S is bound a key slice at a time: mode 1 writes the
+    // slice's (m, l) to `stats` (slice P.split.y of P.split.x), mode 2 merges every slice's in order
+    // and writes the slice's P (and, for slice 0, the lse).
+    const uint mode = P.part.x, k0 = P.part.y, k1 = P.part.z;
+    const uint slices = P.split.x, slice = P.split.y;
+    const uint stats_row = ((unit - P.chunk.x) * P.chunk.z + (i - P.chunk.y)) * slices;
 
-    const float inv_l = m == NEG_INF ? 0.0 : 1.0 / l;
+    float m, l;
+    if (mode == MODE_APPLY) {
+        m = MASKED;
+        l = 0.0;
+        bool poisoned = false;
+        for (uint s = 0u; s < slices; ++s) {
+            const float ms = stats[2u * (stats_row + s)];
+            poisoned = poisoned || is_nan(ms);
+            if (!is_nan(ms)) merge(m, l, ms, stats[2u * (stats_row + s) + 1u]);
+        }
+        if (poisoned) m = quiet_nan();
+    } else {
+        row_stats(mask, row, k0, k1, m, l);
+        if (mode == MODE_STATS) {
+            if (tid == 0u) {
+                stats[2u * (stats_row + slice)] = m;
+                stats[2u * (stats_row + slice) + 1u] = l;
+            }
+            return;
+        }
+    }
+
+    const bool poisoned = is_nan(m);
+    float sink;
+    if (!poisoned && sink_logit(h, sink)) merge(m, l, sink, 1.0);
+
+    const float inv_l = m == MASKED || poisoned ? 0.0 : 1.0 / l;
     const bool dropout = P.dropout.x != 0u;
     const float keep_scale = P.terms.z;
-    for (uint j0 = 0u; j0 < Nkv; j0 += CHUNK * WG)
-        for (uint j = j0 + tid; j < min(Nkv, j0 + CHUNK * WG); j += WG) {
+    for (uint j0 = k0; j0 < k1; j0 += CHUNK * WG)
+        for (uint j = j0 + tid; j < min(k1, j0 + CHUNK * WG); j += WG) {
             const float x = logit(mask, j, row);
-            float p = x == NEG_INF ? 0.0 : exp(x - m) * inv_l;
+            float p = x == MASKED ? 0.0 : exp(x - m) * inv_l;
             if (dropout) p = dropout_keeps(b, h, i, j) ? p * keep_scale : 0.0;
-            scores[row + j] = p;
+            scores[row + j] = poisoned ? quiet_nan() : p;
         }
-    if (tid == 0u) lse[tensor_index(P.tlse, b, h, i)] = m == NEG_INF ? NEG_INF : m + log(l);
+    if (tid == 0u && (mode == MODE_WHOLE || slice == 0u))
+        lse[tensor_index(P.tlse, b, h, i)] = poisoned ? quiet_nan() : m == MASKED ? negative_infinity() : m + log(l);
 }

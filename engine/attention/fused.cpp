@@ -39,15 +39,15 @@ Box fused_query_box(const Chunk& c, const Problem& p) {
     return box;
 }
 
-Box fused_kv_box(const Chunk& c, const Problem& p) {
+Box fused_kv_box(const Chunk& c, const Problem& p, Features keys) {
     Box box;
     const std::int64_t last = c.u0 + c.units - 1;
     box.b0 = c.u0 / p.Hkv;
     box.b1 = last / p.Hkv;
     box.h0 = box.b0 == box.b1 ? c.u0 % p.Hkv : 0;
     box.h1 = box.b0 == box.b1 ? last % p.Hkv : p.Hkv - 1;
-    box.n0 = 0;
-    box.n1 = p.Nkv - 1;
+    box.n0 = keys.begin;
+    box.n1 = keys.begin + std::max<std::int64_t>(keys.length, 1) - 1;
     return box;
 }
 
@@ -60,9 +60,43 @@ TensorDesc chunk_local(const Chunk& c, const Problem& p, std::int64_t width) {
     return d;
 }
 
-struct FusedSlices {
-    Slice q, k, v, o, lse;
+// How the keys are cut. The fused kernel (splits = 0) sees every key in one binding. Split-KV runs
+// `splits` slices of `keys_per_split` keys each and merges them (combine.comp); when K or V of every
+// key would exceed one binding, the slices are bound `per_binding` at a time, one dispatch each, so
+// a head of any length runs (a fused request whose keys do not fit becomes such a split run).
+struct KeyPlan {
+    std::uint32_t splits = 0;
+    std::int64_t keys_per_split = 0;
+    std::uint32_t per_binding = 1;
+
+    static KeyPlan fused(std::int64_t Nkv) { return {0, Nkv, 1}; }
+    // `wanted` slices of whole key blocks; none of them empty.
+    static KeyPlan split(std::int64_t Nkv, std::int64_t wanted, std::int64_t key_block, std::int64_t per_binding) {
+        const std::int64_t keys = std::max<std::int64_t>(1, (Nkv + wanted - 1) / wanted);
+        const std::int64_t per_split = (keys + key_block - 1) / key_block * key_block;
+        const auto splits = static_cast<std::uint32_t>(std::max<std::int64_t>(1, (Nkv + per_split - 1) / per_split));
+        return {splits, per_split, static_cast<std::uint32_t>(std::clamp<std::int64_t>(per_binding, 1, splits))};
+    }
+    bool split_mode() const { return splits > 0; }
+    std::uint32_t bindings() const { return split_mode() ? (splits + per_binding - 1) / per_binding : 1; }
+    std::uint32_t first_split(std::uint32_t binding) const { return binding * per_binding; }
+    std::uint32_t splits_in(std::uint32_t binding) const {
+        return split_mode() ? std::min(per_binding, splits - first_split(binding)) : 1;
+    }
+    // The keys one binding holds.
+    Features keys(std::uint32_t binding, std::int64_t Nkv) const {
+        if (!split_mode()) return {0, Nkv};
+        const std::int64_t begin = first_split(binding) * keys_per_split;
+        return {begin, std::min(Nkv, begin + splits_in(binding) * keys_per_split) - begin};
+    }
+};
+
+struct KeySlices {
+    Slice k, v;
     MaskSlices masks;
+};
+struct FusedSlices {
+    Slice q, o, lse;
 };
 
 class FusedPlanner {
@@ -74,49 +108,91 @@ public:
 
     FusedSlices slices(const Chunk& c) const {
         const std::uint64_t eb = size_of(p_.dtype);
-        const Box qb = fused_query_box(c, p_), kb = fused_kv_box(c, p_);
+        const Box qb = fused_query_box(c, p_);
         FusedSlices s;
         s.q = slice_of(in_.q.strides, p_.Dk, qb, eb, align_, bytes_.q + 32);
-        s.k = slice_of(in_.k.strides, p_.Dk, kb, eb, align_, bytes_.k + 32);
-        s.v = slice_of(in_.v.strides, p_.Dv, kb, eb, align_, bytes_.v + 32);
         s.o = slice_of(out_.o.strides, p_.Dv, qb, eb, align_, bytes_.o + 32);
         const std::array<std::int64_t, 4> lse_strides{p_.Hq * p_.Nq, p_.Nq, 1, 0};
         s.lse = slice_of(lse_strides, 1, qb, 4, align_, bytes_.lse + 32);
-        s.masks = mask_slices(p_, qb, align_);
         return s;
     }
 
-    std::uint64_t partial_o_bytes(const Chunk& c) const { return u64(splits_) * u64(c.units * c.rows * p_.Dv) * 4; }
-    std::uint64_t partial_lse_bytes(const Chunk& c) const { return u64(splits_) * u64(c.units * c.rows) * 4; }
+    // K, V and the masks' columns for one binding's keys; the kernel indexes all of them by absolute
+    // key index.
+    KeySlices key_slices(const Chunk& c, Features keys) const {
+        const std::uint64_t eb = size_of(p_.dtype);
+        const Box kb = fused_kv_box(c, p_, keys);
+        KeySlices s;
+        s.k = slice_of(in_.k.strides, p_.Dk, kb, eb, align_, bytes_.k + 32);
+        s.v = slice_of(in_.v.strides, p_.Dv, kb, eb, align_, bytes_.v + 32);
+        s.masks = mask_slices(p_, fused_query_box(c, p_), align_, keys);
+        return s;
+    }
+
+    std::uint64_t partial_o_bytes(const Chunk& c, const KeyPlan& keys) const {
+        return u64(std::max(1u, keys.splits)) * u64(c.units * c.rows * p_.Dv) * 4;
+    }
+    std::uint64_t partial_lse_bytes(const Chunk& c, const KeyPlan& keys) const {
+        return u64(std::max(1u, keys.splits)) * u64(c.units * c.rows) * 4;
+    }
 
     // The first binding or grid dimension the chunk exceeds, or nullptr when it fits.
-    const char* overflow(const Chunk& c) const {
+    const char* overflow(const Chunk& c, const KeyPlan& keys) const {
         if (c.units > caps_.max_workgroup_count[1] || c.rows > caps_.max_workgroup_count[0]) return "the workgroup grid";
-        if (splits_ > caps_.max_workgroup_count[2]) return "the split count";
-        if (partial_o_bytes(c) > limit_) return "the split partial outputs";
-        const FusedSlices s = slices(c);
+        if (keys.per_binding > caps_.max_workgroup_count[2]) return "the split count";
+        if (keys.split_mode() && partial_o_bytes(c, keys) > limit_) return "the split partial outputs";
         const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
         auto over = [&](const Slice& slice, bool texel) { return slice.range > limit_ || (texel && slice.range > texel_limit); };
+        const FusedSlices s = slices(c);
         if (over(s.q, config_.texel)) return "q";
-        if (over(s.k, config_.texel)) return "k";
-        if (over(s.v, config_.texel)) return "v";
         if (over(s.o, false)) return "o";
         if (over(s.lse, false)) return "lse";
-        if (over(s.masks.bool_mask, false)) return "bool_mask";
-        if (over(s.masks.float_mask, false)) return "float_mask";
+        for (std::uint32_t binding = 0; binding < keys.bindings(); ++binding) {
+            const KeySlices k = key_slices(c, keys.keys(binding, p_.Nkv));
+            if (over(k.k, config_.texel)) return "k";
+            if (over(k.v, config_.texel)) return "v";
+            if (over(k.masks.bool_mask, false)) return "bool_mask";
+            if (over(k.masks.float_mask, false)) return "float_mask";
+        }
         return nullptr;
     }
-    bool fits(const Chunk& c) const { return overflow(c) == nullptr; }
 
-    // As many whole (b, kv head) units per chunk as fit; one unit cut into row blocks if needed.
-    std::vector<Chunk> plan() const {
-        auto chunks = plan_chunks(p_.B * p_.Hkv, p_.group * p_.Nq, config_.rows_per_workgroup(),
-                                  [this](const Chunk& c) { return fits(c); });
-        if (!chunks.empty()) return chunks;
-        const char* culprit = overflow({0, 1, 0, 1});
+    struct Plan {
+        KeyPlan keys;
+        std::vector<Chunk> chunks;
+    };
+
+    // As many whole (b, kv head) units per chunk as fit, one unit cut into row blocks if needed; and
+    // when even one row's K/V (or mask row) exceeds a binding, the keys bound in slices, as many
+    // splits per binding as fit (bit-identical to the unsliced split run with the same splits).
+    Plan plan() const {
+        const std::int64_t key_block = config_.key_block();
+        auto chunks_for = [&](const KeyPlan& keys) {
+            return plan_chunks(p_.B * p_.Hkv, p_.group * p_.Nq, config_.rows_per_workgroup(),
+                               [&](const Chunk& c) { return overflow(c, keys) == nullptr; });
+        };
+        // Devices with a loop budget cap the keys one workgroup visits.
+        const std::int64_t most_keys = fused_keys_per_dispatch(caps_, config_, p_.Dk);
+        std::int64_t wanted = std::max(1u, splits_);
+        if (most_keys > 0) wanted = std::max(wanted, (p_.Nkv + most_keys - 1) / most_keys);
+        for (;;) {
+            const KeyPlan all = splits_ == 0 && wanted == 1 ? KeyPlan::fused(p_.Nkv)
+                                                            : KeyPlan::split(p_.Nkv, wanted, key_block, wanted);
+            for (std::int64_t per_binding = all.split_mode() ? all.splits : 1;; per_binding = (per_binding + 1) / 2) {
+                const KeyPlan keys = all.split_mode() ? KeyPlan::split(p_.Nkv, wanted, key_block, per_binding) : all;
+                auto chunks = chunks_for(keys);
+                if (!chunks.empty()) return {keys, std::move(chunks)};
+                if (per_binding == 1) break;
+            }
+            if (all.keys_per_split <= key_block) break;  // the keys cannot be cut finer
+            wanted = std::max<std::int64_t>(wanted * 2, 2);
+        }
+        const KeyPlan finest = KeyPlan::split(p_.Nkv, (p_.Nkv + key_block - 1) / key_block, key_block, 1);
+        const char* culprit = overflow({0, 1, 0, 1}, finest);
         throw ResourceLimit(std::string(culprit ? culprit : "a binding") +
-                            ": even one query row needs a binding larger than the device's limit of " +
-                            std::to_string(limit_) + " bytes (Nkv = " + std::to_string(p_.Nkv) + ").");
+                            ": even one query row with one block of " + std::to_string(key_block) +
+                            " keys needs a binding larger than the device's limit of " + std::to_string(limit_) +
+                            " bytes (Dk = " + std::to_string(p_.Dk) + ", Dv = " + std::to_string(p_.Dv) + ").");
     }
 
 private:
@@ -134,16 +210,16 @@ class FusedRun final : public PathRun {
 public:
     FusedRun(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
              const FusedConfig& config, std::uint32_t splits)
-        : runtime_(runtime), p_(p), config_(config), splits_(splits),
-          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out), std::max(1u, splits)),
-          chunks_(planner_.plan()) {  // before any allocation: refuse early
-        const std::int64_t key_block = config.key_block();
-        keys_per_split_ = splits > 0 ? ((p.Nkv + splits - 1) / splits + key_block - 1) / key_block * key_block : p.Nkv;
+        : runtime_(runtime), p_(p), config_(config),
+          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out), splits),
+          plan_(planner_.plan()) {  // before any allocation: refuse early
+        const KeyPlan& keys = plan_.keys;
         report.path = splits > 0 ? Impl::split : Impl::fused;
-        report.variant = config.describe() + (splits > 0 ? " splits=" + std::to_string(splits) + " keys/split=" +
-                                                               std::to_string(keys_per_split_)
-                                                         : "");
-        report.slices = static_cast<std::uint32_t>(chunks_.size());
+        report.variant = config.describe();
+        if (keys.split_mode())
+            report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
+        if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
+        report.slices = static_cast<std::uint32_t>(plan_.chunks.size() * keys.bindings());
         report.flops = p.flops();
     }
 
@@ -159,11 +235,12 @@ public:
     }
 
     void record(Recording& r, const DeviceTensors& d) override {
-        const bool split = splits_ > 0;
+        const KeyPlan& keys = plan_.keys;
+        const bool split = keys.split_mode();
         const Problem& p = p_;
         const vk::Kernel& flash = flash_kernel(runtime_, config_, p.dtype, split);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
-        for (const Chunk& c : chunks_) {
+        for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);
             Params params;
             params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
@@ -171,33 +248,33 @@ public:
             params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
             params.scalars = {static_cast<float>(p.scale), 0, 0, 0};
             set_features(params, p);
-            params.split = {u32(std::max(1u, splits_)), u32(keys_per_split_), u32(c.units * c.rows * p.Dv),
+            params.split = {std::max(1u, keys.splits), u32(keys.keys_per_split), u32(c.units * c.rows * p.Dv),
                             u32(c.units * c.rows)};
             params.ta = s.q.desc;
-            params.tb = s.k.desc;
-            params.tc = s.v.desc;
-            params.tbool = s.masks.bool_mask.desc;
-            params.tfloat = s.masks.float_mask.desc;
 
-            Dispatch main{.kernel = &flash, .params = params};
-            const Slice o_part = whole(planner_.partial_o_bytes(c)), lse_part = whole(planner_.partial_lse_bytes(c));
-            if (split) {
-                main.params.to = chunk_local(c, p, p.Dv);
-                main.params.tlse = chunk_local(c, p, 1);
-            } else {
-                main.params.to = s.o.desc;
-                main.params.tlse = s.lse.desc;
-            }
-            main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, *d.v, s.v, p.dtype),
-                             split ? bind(4, *o_partial_, o_part) : bind(4, *d.o, s.o),
-                             split ? bind(5, *lse_partial_, lse_part) : bind(5, *d.lse, s.lse),
-                             bind(6, *d.lengths, whole(p.kv_len.size() * 4)), bind(7, *d.bool_mask, s.masks.bool_mask),
-                             bind(8, *d.float_mask, s.masks.float_mask), bind(9, *d.head_terms, whole(d.head_terms_bytes))};
-            main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()), u32(c.units),
-                           std::max(1u, splits_)};
-            for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
-                main.params.columns = {pass * config_.columns_per_pass(), 0, 0, 0};
-                r.dispatch(main);
+            const Slice o_part = whole(planner_.partial_o_bytes(c, keys));
+            const Slice lse_part = whole(planner_.partial_lse_bytes(c, keys));
+            for (std::uint32_t binding = 0; binding < keys.bindings(); ++binding) {
+                const KeySlices k = planner_.key_slices(c, keys.keys(binding, p.Nkv));
+                Dispatch main{.kernel = &flash, .params = params};
+                main.params.tb = k.k.desc;
+                main.params.tc = k.v.desc;
+                main.params.tbool = k.masks.bool_mask.desc;
+                main.params.tfloat = k.masks.float_mask.desc;
+                main.params.to = split ? chunk_local(c, p, p.Dv) : s.o.desc;
+                main.params.tlse = split ? chunk_local(c, p, 1) : s.lse.desc;
+                main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, k.k, p.dtype), bind(3, *d.v, k.v, p.dtype),
+                                 split ? bind(4, *o_partial_, o_part) : bind(4, *d.o, s.o),
+                                 split ? bind(5, *lse_partial_, lse_part) : bind(5, *d.lse, s.lse),
+                                 bind(6, *d.lengths, whole(p.kv_len.size() * 4)), bind(7, *d.bool_mask, k.masks.bool_mask),
+                                 bind(8, *d.float_mask, k.masks.float_mask),
+                                 bind(9, *d.head_terms, whole(d.head_terms_bytes))};
+                main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()),
+                               u32(c.units), keys.splits_in(binding)};
+                for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
+                    main.params.part = {pass * config_.columns_per_pass(), keys.first_split(binding), 0, 0};
+                    r.dispatch(main);
+                }
             }
             r.barrier();
             if (!split) continue;
@@ -219,10 +296,10 @@ private:
     // The split partials (one chunk's at a time: chunks run in order and reuse them).
     std::pair<std::uint64_t, std::uint64_t> partial_bytes() const {
         std::uint64_t partial_o = 16, partial_lse = 16;
-        if (splits_ > 0)
-            for (const auto& c : chunks_) {
-                partial_o = std::max(partial_o, planner_.partial_o_bytes(c));
-                partial_lse = std::max(partial_lse, planner_.partial_lse_bytes(c));
+        if (plan_.keys.split_mode())
+            for (const auto& c : plan_.chunks) {
+                partial_o = std::max(partial_o, planner_.partial_o_bytes(c, plan_.keys));
+                partial_lse = std::max(partial_lse, planner_.partial_lse_bytes(c, plan_.keys));
             }
         return {partial_o, partial_lse};
     }
@@ -230,10 +307,8 @@ private:
     Runtime& runtime_;
     const Problem& p_;
     FusedConfig config_;
-    std::uint32_t splits_;
     FusedPlanner planner_;
-    std::vector<Chunk> chunks_;
-    std::int64_t keys_per_split_ = 0;
+    FusedPlanner::Plan plan_;
     const vk::Buffer* o_partial_ = nullptr;
     const vk::Buffer* lse_partial_ = nullptr;
 };

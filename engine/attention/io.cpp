@@ -61,14 +61,15 @@ void copy_results(const Transfers& t, const DeviceTensors& d, const Problem& p, 
     if (p.want_lse) std::memcpy(out.lse, t.result(*d.lse), d.bytes.lse);
 }
 
-MaskSlices mask_slices(const Problem& p, const Box& qb, std::uint64_t alignment) {
+MaskSlices mask_slices(const Problem& p, const Box& qb, std::uint64_t alignment, Features keys) {
+    if (keys.length == 0) keys = {0, p.Nkv};
     MaskSlices m;
     // Buffers are allocated with 16 bytes of slack beyond the data (Transfers), so ranges may round up.
     m.bool_mask = p.bool_mask.present()
-        ? slice_of(p.bool_mask.strides, p.Nkv, qb, 1, alignment, static_cast<std::uint64_t>(p.bool_mask.elements) + 32)
+        ? slice_of(p.bool_mask.strides, keys, qb, 1, alignment, static_cast<std::uint64_t>(p.bool_mask.elements) + 32)
         : whole(16);
     m.float_mask = p.float_mask.present()
-        ? slice_of(p.float_mask.strides, p.Nkv, qb, 4, alignment, static_cast<std::uint64_t>(p.float_mask.elements) * 4 + 32)
+        ? slice_of(p.float_mask.strides, keys, qb, 4, alignment, static_cast<std::uint64_t>(p.float_mask.elements) * 4 + 32)
         : whole(16);
     return m;
 }

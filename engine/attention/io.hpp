@@ -41,11 +41,13 @@ DeviceTensors upload_tensors(Transfers& transfers, const Problem& problem, const
 void copy_results(const Transfers& transfers, const DeviceTensors& tensors, const Problem& problem,
                   const AttentionOutputs& outputs);
 
-// The slices of the masks a box of (b, h, query rows) covers.
+// The slices of the masks a box of (b, h, query rows) covers, for the given keys (all of them
+// when `keys` is empty), indexed by absolute key.
 struct MaskSlices {
     Slice bool_mask, float_mask;
 };
-MaskSlices mask_slices(const Problem& problem, const Box& query_box, std::uint64_t alignment);
+MaskSlices mask_slices(const Problem& problem, const Box& query_box, std::uint64_t alignment,
+                       Features keys = {});
 
 // The offset alignment every binding honours: storage, texel and vec4.
 std::uint64_t binding_alignment(const vk::DeviceCaps& caps);

@@ -7,14 +7,14 @@ namespace vkattn::detail {
 namespace {
 
 // bmm.comp's constant_ids.
-enum BmmConstant : std::uint32_t { kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kHasBias };
+enum BmmConstant : std::uint32_t { kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd };
 
 std::string bmm_variant(bool texel, DType a, DType b, DType c) {
     auto bits = [](DType t) { return t == DType::f32 ? "32" : "16"; };
     if (texel) return std::string("bmm_texel_c") + bits(c);
     const std::string name = std::string("bmm_ssbo_a") + bits(a) + "b" + bits(b) + "c" + bits(c);
     if (name != "bmm_ssbo_a32b32c32" && name != "bmm_ssbo_a16b16c32" && name != "bmm_ssbo_a32b16c16" &&
-        name != "bmm_ssbo_a16b16c16")
+        name != "bmm_ssbo_a32b16c32" && name != "bmm_ssbo_a16b16c16")
         throw Error("internal: no bmm variant " + name + ".");
     return name;
 }
@@ -22,7 +22,7 @@ std::string bmm_variant(bool texel, DType a, DType b, DType c) {
 }  // namespace
 
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, bool b_transposed, DType a, DType b, DType out,
-                             bool bias) {
+                             BmmAdd add) {
     const vk::KernelKey key{
         .shader = bmm_variant(c.texel, a, b, out),
         .constants = {
@@ -34,7 +34,7 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, bool b_transp
             {.id = kBTransposed, .value = b_transposed ? 1u : 0u},
             {.id = kSharedTiles, .value = c.shared_tiles ? 1u : 0u},
             {.id = kKs4, .value = c.ks4},
-            {.id = kHasBias, .value = bias ? 1u : 0u},
+            {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
         }};
     return runtime.kernels().get(key);
 }

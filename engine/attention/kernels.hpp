@@ -9,10 +9,13 @@ namespace vkattn::detail {
 
 class Runtime;
 
-// bmm.comp: A and B dtypes (the SSBO variants' storage), C dtype; `bias` adds an fp32 bias per
-// column of C (binding 4, which every variant declares: bind a placeholder without one).
+// What bmm.comp adds to alpha·A·op(B), read from binding 4 (fp32; every variant declares it: bind a
+// placeholder without an addend): a bias per column of C, or a residual tensor addressed by Params::to.
+enum class BmmAdd : std::uint32_t { none = 0, bias = 1, residual = 2 };
+
+// bmm.comp: A and B dtypes (the SSBO variants' storage), C dtype.
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, bool b_transposed, DType a, DType b,
-                             DType c, bool bias = false);
+                             DType c, BmmAdd add = BmmAdd::none);
 const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
 // flash.comp; `split` writes fp32 partials for combine.comp.
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, DType dtype, bool split);

@@ -21,7 +21,7 @@ struct Params {
     std::array<float, 4> scalars{};         // alpha
     std::array<std::uint32_t, 4> masking{}; // MASK_* flags, alignment offset, window left, right (int)
     std::array<std::uint32_t, 4> split{};   // splits, keys per split, O elements per split, lse per split
-    std::array<std::uint32_t, 4> columns{}; // flash: first output column of this pass
+    std::array<std::uint32_t, 4> part{};    // flash: first output column, first split; bmm: residual
     std::array<float, 4> terms{};           // softcap, 1 / softcap, dropout keep scale
     std::array<std::uint32_t, 4> dropout{}; // threshold, seed low, seed high
     TensorDesc ta, tb, tc, to, tlse, tbool, tfloat;
@@ -34,7 +34,7 @@ static_assert(offsetof(Params, chunk) == 48);
 static_assert(offsetof(Params, scalars) == 64);
 static_assert(offsetof(Params, masking) == 80);
 static_assert(offsetof(Params, split) == 96);
-static_assert(offsetof(Params, columns) == 112);
+static_assert(offsetof(Params, part) == 112);
 static_assert(offsetof(Params, terms) == 128);
 static_assert(offsetof(Params, dropout) == 144);
 static_assert(offsetof(Params, ta) == 160);

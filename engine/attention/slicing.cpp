@@ -4,11 +4,13 @@
 
 namespace vkattn::detail {
 
-Slice slice_of(const std::array<std::int64_t, 4>& strides, std::int64_t row_length, const Box& box,
-               std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes) {
-    const std::int64_t first = box.b0 * strides[0] + box.h0 * strides[1] + box.n0 * strides[2];
-    const std::int64_t last = box.b1 * strides[0] + box.h1 * strides[1] + box.n1 * strides[2] +
-                              (row_length - 1) * strides[3];
+Slice slice_of(const std::array<std::int64_t, 4>& strides, Features features, const Box& box,
+               std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes, Indexing indexing,
+               std::int64_t base) {
+    const std::int64_t first = base + box.b0 * strides[0] + box.h0 * strides[1] + box.n0 * strides[2] +
+                               features.begin * strides[3];
+    const std::int64_t last = base + box.b1 * strides[0] + box.h1 * strides[1] + box.n1 * strides[2] +
+                              (features.begin + features.length - 1) * strides[3];
     const std::uint64_t first_byte = static_cast<std::uint64_t>(first) * element_bytes;
     const std::uint64_t aligned = first_byte - first_byte % alignment;
     const std::uint64_t end = (static_cast<std::uint64_t>(last) + 1) * element_bytes;
@@ -17,10 +19,22 @@ Slice slice_of(const std::array<std::int64_t, 4>& strides, std::int64_t row_leng
     // Ranges are rounded to 16 bytes (a vec4 texel); buffers are allocated with that slack.
     s.range = std::min<std::uint64_t>((end - aligned + 15) / 16 * 16, buffer_bytes - aligned);
     for (int i = 0; i < 4; ++i) s.desc.stride[i] = static_cast<std::uint32_t>(strides[i]);
+    // origin.w is where feature 0 of row (b0, h0, n0) would be: absolute feature indices land on the
+    // range's elements (the unsigned sum wraps exactly, as params.glsl says).
+    const auto begin_in_binding = static_cast<std::uint32_t>((first_byte - aligned) / element_bytes);
+    const auto row0 = static_cast<std::uint32_t>(box.n0);
+    const auto feature0 = static_cast<std::uint32_t>(features.begin * strides[3]);
     s.desc.origin = {static_cast<std::uint32_t>(box.b0), static_cast<std::uint32_t>(box.h0),
-                     static_cast<std::uint32_t>(box.n0),
-                     static_cast<std::uint32_t>((first_byte - aligned) / element_bytes)};
+                     indexing == Indexing::relative_rows ? 0u : row0,
+                     indexing == Indexing::relative_features ? begin_in_binding : begin_in_binding - feature0};
     return s;
+}
+
+std::vector<Features> key_slices(std::int64_t total, std::int64_t length) {
+    std::vector<Features> slices;
+    for (std::int64_t k = 0; k < total; k += length) slices.push_back({k, std::min(length, total - k)});
+    if (slices.empty()) slices.push_back({0, 0});
+    return slices;
 }
 
 std::vector<Chunk> plan_chunks(std::int64_t total, std::int64_t rows, std::int64_t row_block,

@@ -24,10 +24,38 @@ struct Slice {
     TensorDesc desc;
 };
 
-// strides: element strides of (b, h, n, feature); row_length: elements along the feature axis.
+// A range of the feature axis: [begin, begin + length). The key axis of masks and score rows is
+// their feature axis, so key slices of those are feature ranges.
+struct Features {
+    std::int64_t begin = 0, length = 0;
+};
+
+// How the shader names what a slice holds.
+enum class Indexing : std::uint8_t {
+    // By the full tensor's (b, h, n) and feature index: the slice is invisible to the shader.
+    absolute,
+    // Rows from the box's first row n0 as row 0 (K or V of one key slice as a bmm operand, which
+    // numbers its rows from 0).
+    relative_rows,
+    // Features from the range's begin as feature 0 (one key slice of the score rows as a bmm
+    // operand or result).
+    relative_features,
+};
+
+// strides: element strides of (b, h, n, feature); `features`: the part of each row bound.
 // `alignment`: the device's binding offset alignment; `buffer_bytes`: the buffer's size.
-Slice slice_of(const std::array<std::int64_t, 4>& strides, std::int64_t row_length, const Box& box,
-               std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes);
+// `base`: the element index of (0, 0, 0, 0) in the buffer, for a buffer that holds only part of a
+// tensor (a chunk's score scratch): may be negative, as long as the box lies in the buffer.
+Slice slice_of(const std::array<std::int64_t, 4>& strides, Features features, const Box& box,
+               std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes,
+               Indexing indexing = Indexing::absolute, std::int64_t base = 0);
+inline Slice slice_of(const std::array<std::int64_t, 4>& strides, std::int64_t row_length, const Box& box,
+                      std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes) {
+    return slice_of(strides, Features{0, row_length}, box, element_bytes, alignment, buffer_bytes);
+}
+
+// Key slices: [0, total) cut into pieces of `length` (the last may be shorter).
+std::vector<Features> key_slices(std::int64_t total, std::int64_t length);
 
 // A chunk of work: units [u0, u0 + units) (unit = b·Hq + h) and query rows [r0, r0 + rows).
 // When units > 1 the chunk holds whole heads (r0 = 0, rows = Nq).

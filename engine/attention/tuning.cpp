@@ -149,6 +149,24 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const 
     return static_cast<std::uint32_t>((key_blocks + per_split - 1) / per_split);
 }
 
+namespace {
+// A tenth of the budget is left for the loops outside the key loop and for rounding.
+std::int64_t loop_budget(const vk::DeviceCaps& caps) { return caps.max_loop_iterations / 10 * 9; }
+}  // namespace
+
+std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& c, std::int64_t Dk) {
+    if (caps.max_loop_iterations == 0) return 0;
+    const std::int64_t per_block = 1 + (Dk + 3) / 4 + c.subgroup;
+    return std::max<std::int64_t>(1, loop_budget(caps) / per_block - 1) * c.key_block();
+}
+
+std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& c) {
+    if (caps.max_loop_iterations == 0) return 0;
+    const std::int64_t by_pv = 4 * loop_budget(caps);
+    const std::int64_t by_softmax = loop_budget(caps) / 2 * c.softmax.workgroup;
+    return std::min(by_pv, by_softmax) / 64 * 64;
+}
+
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides) {
     (void)m;

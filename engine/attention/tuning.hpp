@@ -63,6 +63,13 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
 std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, const FusedConfig& config,
                             unsigned host_threads);
 
+// Loop budgets (DeviceCaps::max_loop_iterations): the most keys one workgroup may visit in one
+// dispatch before its loops would run out of iterations; 0 = unlimited. flash.comp iterates
+// 1 + ceil(Dk/4) + SG times per key block; bmm.comp's P·V once per 4 keys; softmax.comp twice per
+// WG keys of a row. The planners cut the keys below these (a fused request becomes split-KV).
+std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& config, std::int64_t Dk);
+std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& config);
+
 // Whether rows of `view` can be read as vec4 texels: feature stride 1 and every other stride a
 // multiple of 4 elements (so every row starts on a texel).
 bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_length);

@@ -1,6 +1,7 @@
 #include "attention/unfused.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -20,9 +21,27 @@ namespace {
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 std::uint32_t ceil_div(std::int64_t a, std::int64_t b) { return u32((a + b - 1) / b); }
 
-// The slices one chunk binds, and the binding limits they must respect.
+std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+// How the keys are cut. Stages 1 and 3 run once per key slice (K and V bound a slice at a time,
+// P·V accumulated over the slices); stage 2 works on whole score rows when a chunk's S fits one
+// binding, else in two passes over the key slices (row statistics, then probabilities).
+struct KeyCut {
+    std::int64_t length = 0;  // keys per slice: all of them, or a multiple of 4 (texel rows of P)
+    bool whole_rows = true;
+    std::vector<Features> slices;
+};
+
+// The query side of a chunk: what every key slice shares.
 struct ChunkSlices {
-    Slice q, k, v, o, scores, lse, bool_mask, float_mask;
+    Slice q, o, lse;
+};
+// One key slice of a chunk: K and V (rows from the slice's first key, as bmm numbers them), the
+// scores as bmm's result and operand (keys from the slice's first) and as the softmax reads them
+// (absolute keys), and the masks (absolute keys).
+struct KeySliceBindings {
+    Slice k, v, scores_bmm, scores_softmax;
+    MaskSlices masks;
 };
 
 class Planner {
@@ -36,61 +55,118 @@ public:
         align_ = binding_alignment(caps_);
     }
 
-    ChunkSlices slices(const Chunk& c, std::uint64_t scratch_bytes) const {
+    ChunkSlices slices(const Chunk& c) const {
         const std::uint64_t eb = size_of(p_.dtype);
-        const Box qb = query_box(c, p_.Hq), kb = kv_box(c, p_.Hq, p_.group, p_.Nkv);
+        const Box qb = query_box(c, p_.Hq);
         ChunkSlices s;
         s.q = slice_of(in_.q.strides, p_.Dk, qb, eb, align_, bytes_q_);
-        s.k = slice_of(in_.k.strides, p_.Dk, kb, eb, align_, bytes_k_);
-        s.v = slice_of(in_.v.strides, p_.Dv, kb, eb, align_, bytes_v_);
         s.o = slice_of(out_.o.strides, p_.Dv, qb, eb, align_, bytes_o_);
         const std::array<std::int64_t, 4> lse_strides{p_.Hq * p_.Nq, p_.Nq, 1, 0};
         s.lse = slice_of(lse_strides, 1, qb, 4, align_, u64(p_.B * p_.Hq * p_.Nq * 4 + 32));
-        if (p_.want_weights) {
-            const std::array<std::int64_t, 4> w{p_.Hq * p_.Nq * p_.Nkv, p_.Nq * p_.Nkv, p_.Nkv, 1};
-            s.scores = slice_of(w, p_.Nkv, qb, 4, align_, weights_bytes() + 32);
-        } else {
-            // The scratch holds only this chunk: [units][rows][Nkv], addressed from unit u0, row r0.
-            s.scores.offset = 0;
-            s.scores.range = u64(c.units * c.rows * p_.Nkv * 4 + 15) / 16 * 16;
-            s.scores.range = std::min(s.scores.range, scratch_bytes);
-            s.scores.desc.stride = {u32(p_.Hq * c.rows * p_.Nkv), u32(c.rows * p_.Nkv), u32(p_.Nkv), 1};
-            s.scores.desc.origin = {u32(c.u0 / p_.Hq), u32(c.u0 % p_.Hq), u32(c.r0), 0};
-        }
-        const MaskSlices masks = mask_slices(p_, qb, align_);
-        s.bool_mask = masks.bool_mask;
-        s.float_mask = masks.float_mask;
         return s;
     }
 
-    bool fits(const Chunk& c) const {
+    // The score matrix: the weights output [B, Hq, Nq, Nkv] when returned, else a chunk-local
+    // scratch [units][rows][Nkv] that starts at the chunk's first (unit, row).
+    Slice scores(const Chunk& c, Features keys, Indexing indexing, std::uint64_t scratch_bytes) const {
+        const Box qb = query_box(c, p_.Hq);
+        if (p_.want_weights) {
+            const std::array<std::int64_t, 4> w{p_.Hq * p_.Nq * p_.Nkv, p_.Nq * p_.Nkv, p_.Nkv, 1};
+            return slice_of(w, keys, qb, 4, align_, weights_bytes() + 32, indexing);
+        }
+        const std::array<std::int64_t, 4> local{p_.Hq * c.rows * p_.Nkv, c.rows * p_.Nkv, p_.Nkv, 1};
+        return slice_of(local, keys, qb, 4, align_, scratch_bytes, indexing, -(c.u0 * local[1] + c.r0 * local[2]));
+    }
+
+    KeySliceBindings key_slice(const Chunk& c, Features keys, std::uint64_t scratch_bytes, bool whole_rows) const {
+        const std::uint64_t eb = size_of(p_.dtype);
+        Box kb = kv_box(c, p_.Hq, p_.group, p_.Nkv);
+        kb.n0 = keys.begin;
+        kb.n1 = keys.begin + std::max<std::int64_t>(keys.length, 1) - 1;
+        KeySliceBindings s;
+        s.k = slice_of(in_.k.strides, Features{0, p_.Dk}, kb, eb, align_, bytes_k_, Indexing::relative_rows);
+        s.v = slice_of(in_.v.strides, Features{0, p_.Dv}, kb, eb, align_, bytes_v_, Indexing::relative_rows);
+        s.scores_bmm = scores(c, keys, Indexing::relative_features, scratch_bytes);
+        const Features row_keys = whole_rows ? Features{0, p_.Nkv} : keys;
+        s.scores_softmax = scores(c, row_keys, Indexing::absolute, scratch_bytes);
+        s.masks = mask_slices(p_, query_box(c, p_.Hq), align_, row_keys);
+        return s;
+    }
+
+    bool fits(const Chunk& c, const KeyCut& cut) const {
         if (c.units > caps_.max_workgroup_count[2] || c.units > caps_.max_workgroup_count[1]) return false;
         if (c.rows > caps_.max_workgroup_count[0]) return false;  // softmax: one workgroup per row
-        if (u64(c.units * c.rows) * u64(p_.Nkv) * 4 > limit_) return false;
-        const ChunkSlices s = slices(c, std::numeric_limits<std::uint64_t>::max());
         const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
         auto ok = [&](const Slice& slice, bool texel) {
             return slice.range <= limit_ && (!texel || slice.range <= texel_limit);
         };
-        return ok(s.q, config_.scores.texel) && ok(s.k, config_.scores.texel) && ok(s.v, config_.output.texel) &&
-               ok(s.o, false) && ok(s.scores, config_.output.texel) && ok(s.lse, false) &&
-               ok(s.bool_mask, false) && ok(s.float_mask, false);
+        const std::uint64_t any = std::numeric_limits<std::uint64_t>::max();
+        const ChunkSlices s = slices(c);
+        if (!ok(s.q, config_.scores.texel) || !ok(s.o, false) || !ok(s.lse, false)) return false;
+        if (cut.slices.size() > 1 && accumulator_bytes(c) > limit_) return false;
+        if (!cut.whole_rows && stats_bytes(c, cut) > limit_) return false;
+        for (const Features& keys : cut.slices) {
+            const KeySliceBindings k = key_slice(c, keys, any, cut.whole_rows);
+            if (!ok(k.k, config_.scores.texel) || !ok(k.v, config_.output.texel) ||
+                !ok(k.scores_bmm, config_.output.texel) || !ok(k.scores_softmax, false) ||
+                !ok(k.masks.bool_mask, false) || !ok(k.masks.float_mask, false))
+                return false;
+            if (cut.whole_rows) break;  // the other slices' row-wide bindings are the same
+        }
+        if (cut.whole_rows)
+            for (const Features& keys : cut.slices) {
+                const KeySliceBindings k = key_slice(c, keys, any, false);
+                if (!ok(k.k, config_.scores.texel) || !ok(k.v, config_.output.texel) ||
+                    !ok(k.scores_bmm, config_.output.texel))
+                    return false;
+            }
+        return true;
     }
 
-    // Whole heads, as many per chunk as fit; single heads cut into row blocks only when necessary.
-    std::vector<Chunk> plan() const {
-        auto chunks = plan_chunks(p_.B * p_.Hq, p_.Nq, 1, [this](const Chunk& c) { return fits(c); });
-        if (!chunks.empty()) return chunks;
-        throw ResourceLimit("k: one head's keys and values (Nkv = " + std::to_string(p_.Nkv) +
-                            ") need a binding larger than the device's limit of " + std::to_string(limit_) +
-                            " bytes, even for a single query row; the three-stage path cannot slice the "
-                            "key axis.");
+    struct Plan {
+        KeyCut cut;
+        std::vector<Chunk> chunks;
+    };
+
+    // Whole heads, as many per chunk as fit; single heads cut into row blocks only when necessary;
+    // the keys cut into slices only when K, V or one chunk's scores exceed a binding.
+    Plan plan() const {
+        // Devices with a loop budget cap the keys of one dispatch (stage 3's P·V, stage 2's rows).
+        const std::int64_t most_keys = unfused_keys_per_dispatch(caps_, config_);
+        const std::int64_t all_keys = std::max<std::int64_t>(p_.Nkv, 1);
+        for (const bool whole_rows : {true, false}) {
+            if (whole_rows && most_keys > 0 && p_.Nkv > most_keys) continue;
+            for (std::int64_t length = most_keys > 0 ? std::min(all_keys, most_keys) : all_keys;;
+                 length = smaller_key_slice(length)) {
+                KeyCut cut{length, whole_rows, key_slices(p_.Nkv, length)};
+                auto chunks = plan_chunks(p_.B * p_.Hq, p_.Nq, 1, [&](const Chunk& c) { return fits(c, cut); });
+                if (!chunks.empty()) return {std::move(cut), std::move(chunks)};
+                if (length <= 4) break;
+            }
+        }
+        throw ResourceLimit("q: one query row and four keys of one head (Dk = " + std::to_string(p_.Dk) +
+                            ", Dv = " + std::to_string(p_.Dv) + ") need a binding larger than the device's limit of " +
+                            std::to_string(limit_) + " bytes.");
     }
 
     std::uint64_t weights_bytes() const { return u64(p_.B * p_.Hq * p_.Nq * p_.Nkv * 4); }
+    std::uint64_t scores_bytes(const Chunk& c) const { return u64(c.units * c.rows * p_.Nkv) * 4; }
+    // O accumulated over key slices, fp32, chunk-local [units][rows][Dv].
+    std::uint64_t accumulator_bytes(const Chunk& c) const { return u64(c.units * c.rows * p_.Dv) * 4; }
+    // (m, l) per row and key slice, chunk-local.
+    std::uint64_t stats_bytes(const Chunk& c, const KeyCut& cut) const {
+        return u64(c.units * c.rows) * cut.slices.size() * 8;
+    }
 
 private:
-    static std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+    // Halves a key slice, keeping it a multiple of 64 keys (whole bmm tiles) while that large, and
+    // of 4 keys (texel rows of P for stage 3) below.
+    static std::int64_t smaller_key_slice(std::int64_t length) {
+        const std::int64_t half = (length + 1) / 2;
+        const std::int64_t unit = half >= 64 ? 64 : 4;
+        return std::max<std::int64_t>(4, (half + unit - 1) / unit * unit);
+    }
+
     const Problem& p_;
     const AttentionInputs& in_;
     const AttentionOutputs& out_;
@@ -109,84 +185,124 @@ Params base_params(const Problem& p, const Chunk& c) {
     return params;
 }
 
+// softmax.comp's modes (Params::part.x).
+enum SoftmaxMode : std::uint32_t { kWholeRows = 0, kRowStats = 1, kApply = 2 };
+
 class UnfusedRun final : public PathRun {
 public:
     UnfusedRun(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
                const UnfusedConfig& config, UnfusedStages stages)
         : runtime_(runtime), p_(p), config_(config), stages_(stages),
           planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out)),
-          chunks_(planner_.plan()) {  // before any allocation: refuse early
+          plan_(planner_.plan()) {  // before any allocation: refuse early
         if (stages == UnfusedStages::scores_only && !p.want_weights)
             throw Error("internal: stopping after the scores needs the weights output to hold them.");
         report.path = Impl::unfused;
         report.variant = config.describe();
-        report.slices = static_cast<std::uint32_t>(chunks_.size());
+        const std::size_t key_slices = plan_.cut.slices.size();
+        if (key_slices > 1)
+            report.variant += " key-slices=" + std::to_string(key_slices) + (plan_.cut.whole_rows ? "" : " two-pass");
+        report.slices = static_cast<std::uint32_t>(plan_.chunks.size() * key_slices);
         report.flops = p.flops();
     }
 
-    // The score matrix: all of it when the weights are returned, else one chunk's (chunks run in
-    // order and reuse it).
+    // The score matrix (all of it when the weights are returned, else one chunk's: chunks run in
+    // order and reuse it), two P·V accumulators and the row statistics when the keys are sliced.
     std::uint64_t scratch_bytes() const override {
-        if (p_.want_weights) return planner_.weights_bytes();
-        std::uint64_t bytes = 16;
-        for (const auto& c : chunks_)
-            bytes = std::max<std::uint64_t>(bytes, static_cast<std::uint64_t>(c.units * c.rows * p_.Nkv) * 4);
-        return bytes;
+        const Sizes z = sizes();
+        return (p_.want_weights ? planner_.weights_bytes() : z.scores) + 2 * z.accumulator + z.stats;
     }
 
     void allocate(Transfers& t) override {
+        const Sizes z = sizes();
         scores_ = p_.want_weights ? &t.output(planner_.weights_bytes(), kNanF32, "weights")
-                                  : &t.scratch(scratch_bytes(), "the score matrix");
-        no_bias_ = &t.scratch(16, "an unused bias binding");
+                                  : &t.scratch(z.scores, "the score matrix");
+        no_addend_ = &t.scratch(16, "an unused bias binding");
+        for (auto& a : accumulators_) a = &t.scratch(z.accumulator, "the P·V accumulator over key slices");
+        stats_ = &t.scratch(z.stats, "the softmax row statistics over key slices");
     }
 
     void record(Recording& r, const DeviceTensors& d) override {
         const Problem& p = p_;
+        const KeyCut& cut = plan_.cut;
         const vk::Buffer& scores = *scores_;
         const vk::Kernel& scores_kernel = bmm_kernel(runtime_, config_.scores, true, p.dtype, p.dtype, DType::f32);
         const vk::Kernel& softmax = softmax_kernel(runtime_, config_.softmax);
-        const vk::Kernel& output_kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.dtype, p.dtype);
-        for (const Chunk& c : chunks_) {
-            const ChunkSlices s = planner_.slices(c, scores.size());
+        const std::size_t n_slices = cut.slices.size();
+        for (const Chunk& c : plan_.chunks) {
+            const ChunkSlices s = planner_.slices(c);
+            std::vector<KeySliceBindings> keys;
+            for (const Features& k : cut.slices) keys.push_back(planner_.key_slice(c, k, scores.size(), cut.whole_rows));
 
-            Dispatch stage1{.kernel = &scores_kernel, .params = base_params(p, c)};
-            stage1.params.gemm = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), 0};
-            stage1.params.scalars[0] = static_cast<float>(p.scale);
-            stage1.params.ta = s.q.desc;
-            stage1.params.tb = s.k.desc;
-            stage1.params.tc = s.scores.desc;
-            stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, s.k, p.dtype), bind(3, scores, s.scores),
-                               bind(4, *no_bias_, whole(16))};
-            stage1.groups = {ceil_div(p.Nkv, config_.scores.block_cols()), ceil_div(c.rows, config_.scores.block_rows()),
-                             u32(c.units)};
-            r.dispatch(stage1);
+            for (std::size_t i = 0; i < n_slices; ++i) {
+                Dispatch stage1{.kernel = &scores_kernel, .params = base_params(p, c)};
+                stage1.params.gemm = {u32(p.Nq), u32(cut.slices[i].length), u32(p.Dk), 0};
+                stage1.params.scalars[0] = static_cast<float>(p.scale);
+                stage1.params.ta = s.q.desc;
+                stage1.params.tb = keys[i].k.desc;
+                stage1.params.tc = keys[i].scores_bmm.desc;
+                stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, keys[i].k, p.dtype),
+                                   bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend_, whole(16))};
+                stage1.groups = {ceil_div(cut.slices[i].length, config_.scores.block_cols()),
+                                 ceil_div(c.rows, config_.scores.block_rows()), u32(c.units)};
+                r.dispatch(stage1);
+            }
             r.barrier();
             if (stages_ == UnfusedStages::scores_only) continue;
 
-            Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
-            set_features(stage2.params, p);
-            stage2.params.ta = s.scores.desc;
-            stage2.params.tlse = s.lse.desc;
-            stage2.params.tbool = s.bool_mask.desc;
-            stage2.params.tfloat = s.float_mask.desc;
-            stage2.bindings = {bind(1, scores, s.scores), bind(2, *d.lse, s.lse),
-                               bind(3, *d.lengths, whole(p.kv_len.size() * 4)), bind(4, *d.bool_mask, s.bool_mask),
-                               bind(5, *d.float_mask, s.float_mask), bind(6, *d.head_terms, whole(d.head_terms_bytes))};
-            stage2.groups = {u32(c.rows), u32(c.units), 1};
-            r.dispatch(stage2);
+            auto softmax_dispatch = [&](std::uint32_t mode, std::size_t i) {
+                const KeySliceBindings& k = keys[i];
+                const Features range = mode == kWholeRows ? Features{0, p.Nkv} : cut.slices[i];
+                Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
+                set_features(stage2.params, p);
+                stage2.params.part = {mode, u32(range.begin), u32(range.begin + range.length), 0};
+                stage2.params.split = {u32(n_slices), u32(i), 0, 0};
+                stage2.params.ta = k.scores_softmax.desc;
+                stage2.params.tlse = s.lse.desc;
+                stage2.params.tbool = k.masks.bool_mask.desc;
+                stage2.params.tfloat = k.masks.float_mask.desc;
+                stage2.bindings = {bind(1, scores, k.scores_softmax), bind(2, *d.lse, s.lse),
+                                   bind(3, *d.lengths, whole(p.kv_len.size() * 4)), bind(4, *d.bool_mask, k.masks.bool_mask),
+                                   bind(5, *d.float_mask, k.masks.float_mask),
+                                   bind(6, *d.head_terms, whole(d.head_terms_bytes)),
+                                   bind(7, *stats_, whole(cut.whole_rows ? 16 : planner_.stats_bytes(c, cut)))};
+                stage2.groups = {u32(c.rows), u32(c.units), 1};
+                r.dispatch(stage2);
+            };
+            if (cut.whole_rows) {
+                softmax_dispatch(kWholeRows, 0);
+            } else {
+                for (std::size_t i = 0; i < n_slices; ++i) softmax_dispatch(kRowStats, i);
+                r.barrier();
+                for (std::size_t i = 0; i < n_slices; ++i) softmax_dispatch(kApply, i);
+            }
             r.barrier();
 
-            Dispatch stage3{.kernel = &output_kernel, .params = base_params(p, c)};
-            stage3.params.gemm = {u32(p.Nq), u32(p.Dv), u32(p.Nkv), 0};
-            stage3.params.ta = s.scores.desc;
-            stage3.params.tb = s.v.desc;
-            stage3.params.tc = s.o.desc;
-            stage3.bindings = {bind(1, scores, s.scores, DType::f32), bind(2, *d.v, s.v, p.dtype), bind(3, *d.o, s.o),
-                               bind(4, *no_bias_, whole(16))};
-            stage3.groups = {ceil_div(p.Dv, config_.output.block_cols()), ceil_div(c.rows, config_.output.block_rows()),
-                             u32(c.units)};
-            r.dispatch(stage3);
-            r.barrier();  // the next chunk reuses the score scratch
+            // O = Σ_s P_s·V_s: each slice adds the previous slice's sum (two fp32 accumulators in
+            // turn, so no dispatch reads the binding it writes); the last one writes O.
+            for (std::size_t i = 0; i < n_slices; ++i) {
+                const bool first = i == 0, last = i + 1 == n_slices;
+                const vk::Buffer& into = *accumulators_[i % 2];
+                const vk::Buffer& from = *accumulators_[(i + 1) % 2];
+                const DType out = last ? p.dtype : DType::f32;
+                const vk::Kernel& kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.dtype, out,
+                                                      first ? BmmAdd::none : BmmAdd::residual);
+                Dispatch stage3{.kernel = &kernel, .params = base_params(p, c)};
+                stage3.params.gemm = {u32(p.Nq), u32(p.Dv), u32(cut.slices[i].length), 0};
+                stage3.params.ta = keys[i].scores_bmm.desc;
+                stage3.params.tb = keys[i].v.desc;
+                const Slice acc = whole(planner_.accumulator_bytes(c));
+                const TensorDesc acc_desc = accumulator_desc(c);
+                stage3.params.tc = last ? s.o.desc : acc_desc;
+                stage3.params.to = acc_desc;
+                stage3.bindings = {bind(1, scores, keys[i].scores_bmm, DType::f32), bind(2, *d.v, keys[i].v, p.dtype),
+                                   last ? bind(3, *d.o, s.o) : bind(3, into, acc),
+                                   first ? bind(4, *no_addend_, whole(16)) : bind(4, from, acc)};
+                stage3.groups = {ceil_div(p.Dv, config_.output.block_cols()),
+                                 ceil_div(c.rows, config_.output.block_rows()), u32(c.units)};
+                r.dispatch(stage3);
+                r.barrier();  // the next slice reads this one's sum; the next chunk reuses the scratch
+            }
         }
     }
 
@@ -195,14 +311,37 @@ public:
     }
 
 private:
+    struct Sizes {
+        std::uint64_t scores = 16, accumulator = 16, stats = 16;
+    };
+    Sizes sizes() const {
+        Sizes z;
+        for (const auto& c : plan_.chunks) {
+            z.scores = std::max(z.scores, planner_.scores_bytes(c));
+            if (plan_.cut.slices.size() > 1) z.accumulator = std::max(z.accumulator, planner_.accumulator_bytes(c));
+            if (!plan_.cut.whole_rows) z.stats = std::max(z.stats, planner_.stats_bytes(c, plan_.cut));
+        }
+        return z;
+    }
+
+    // The chunk-local [units][rows][Dv] accumulator, addressed like O from the chunk's first (b, h, i).
+    TensorDesc accumulator_desc(const Chunk& c) const {
+        TensorDesc t;
+        t.stride = {u32(p_.Hq * c.rows * p_.Dv), u32(c.rows * p_.Dv), u32(p_.Dv), 1};
+        t.origin = {u32(c.u0 / p_.Hq), u32(c.u0 % p_.Hq), u32(c.r0), 0};
+        return t;
+    }
+
     Runtime& runtime_;
     const Problem& p_;
     UnfusedConfig config_;
     UnfusedStages stages_;
     Planner planner_;
-    std::vector<Chunk> chunks_;
+    Planner::Plan plan_;
     const vk::Buffer* scores_ = nullptr;
-    const vk::Buffer* no_bias_ = nullptr;
+    const vk::Buffer* no_addend_ = nullptr;
+    std::array<const vk::Buffer*, 2> accumulators_{};
+    const vk::Buffer* stats_ = nullptr;
 };
 
 }  // namespace

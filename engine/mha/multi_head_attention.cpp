@@ -69,7 +69,8 @@ void record_linear(detail::Recording& r, const vk::DeviceCaps& caps, const Linea
     if (row_blocks > caps.max_workgroup_count[1])
         throw ResourceLimit("a projection over " + std::to_string(l.rows) + " rows needs " + std::to_string(row_blocks) +
                             " workgroups along y; the device allows " + std::to_string(caps.max_workgroup_count[1]) + ".");
-    const vk::Kernel& kernel = detail::bmm_kernel(r.runtime, config, true, dtype, dtype, dtype, l.has_bias);
+    const vk::Kernel& kernel = detail::bmm_kernel(r.runtime, config, true, dtype, dtype, dtype,
+                                                  l.has_bias ? detail::BmmAdd::bias : detail::BmmAdd::none);
     detail::Dispatch d{.kernel = &kernel};
     d.params.shape0 = {1, 1, 1, 1};
     d.params.gemm = {u32(l.rows), u32(l.out), u32(l.in), 0};

@@ -22,6 +22,8 @@ bool texel_format_supported(VkPhysicalDevice physical, VkFormat format) {
 Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(physical) {
     (void)instance;
     VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceFloatControlsProperties float_controls{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+    subgroup.pNext = &float_controls;
     VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     props.pNext = &subgroup;
     vkGetPhysicalDeviceProperties2(physical, &props);
@@ -135,6 +137,8 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
         default: caps_.kind = DeviceKind::other; break;
     }
     caps_.vendor_id = props.properties.vendorID;
+    caps_.preserve_inf_nan_f32 = float_controls.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
+    if (std::string(props.properties.deviceName).find("llvmpipe") != std::string::npos) caps_.max_loop_iterations = 65535;
     caps_.subgroup_size = subgroup.subgroupSize;
     const bool compute_subgroups = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     caps_.subgroup_arithmetic =

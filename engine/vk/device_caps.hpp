@@ -37,6 +37,14 @@ struct DeviceCaps {
     bool int8_arithmetic = false;
     bool host_visible_device_memory = false;  // device-local memory that can be mapped
     double timestamp_period_ns = 1.0;
+    // shaderSignedZeroInfNanPreserveFloat32: shaders may be told to keep IEEE ±∞ and NaN
+    // (vk/spirv_float_controls.hpp); without it NaN/∞ inputs have no guaranteed effect.
+    bool preserve_inf_nan_f32 = false;
+    // The most loop iterations one invocation may run before the driver ends its loops silently (0:
+    // no such limit). Mesa's llvmpipe (lavapipe) stops after 65,535 back-edges, counted across the
+    // loops nested in one invocation (docs/LAVAPIPE.md); kernels whose trip
+    // counts grow with the sequence are cut into dispatches below it.
+    std::uint32_t max_loop_iterations = 0;
 };
 
 }  // namespace vkattn::vk

@@ -137,6 +137,8 @@ std::vector<DeviceInfo> describe_devices(const Instance& instance) {
     const auto devices = instance.physical_devices();
     for (std::uint32_t i = 0; i < devices.size(); ++i) {
         VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+        VkPhysicalDeviceFloatControlsProperties float_controls{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+        driver.pNext = &float_controls;
         VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
         subgroup.pNext = &driver;
         VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -167,6 +169,7 @@ std::vector<DeviceInfo> describe_devices(const Instance& instance) {
         info.fp16_storage = f11.storageBuffer16BitAccess == VK_TRUE;
         info.fp16_arithmetic = f12.shaderFloat16 == VK_TRUE;
         info.int8_arithmetic = f12.shaderInt8 == VK_TRUE;
+        info.inf_nan_preserve = float_controls.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
         VkPhysicalDeviceMemoryProperties memory;
         vkGetPhysicalDeviceMemoryProperties(devices[i], &memory);
         for (std::uint32_t h = 0; h < memory.memoryHeapCount; ++h)

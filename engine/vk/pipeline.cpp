@@ -6,6 +6,7 @@
 
 #include "vk/check.hpp"
 #include "vk/device.hpp"
+#include "vk/spirv_float_controls.hpp"
 #include "vkattn/errors.hpp"
 #include "shaders/embedded_shaders.hpp"
 
@@ -19,8 +20,13 @@ std::span<const std::uint32_t> embedded_shader(const std::string& name) {
 
 Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key) : name_(key.shader) {
     const VkDevice d = device.get();
-    const auto spirv = embedded_shader(key.shader);
-    bindings_ = reflect_bindings(spirv);
+    const auto embedded = embedded_shader(key.shader);
+    bindings_ = reflect_bindings(embedded);
+    // Where the device can keep IEEE infinities and NaN, say so: NaN inputs then propagate as
+    // documented (docs/SEMANTICS.md) instead of as the compiler pleases.
+    std::vector<std::uint32_t> patched;
+    if (device.caps().preserve_inf_nan_f32) patched = preserve_inf_nan_f32(embedded);
+    const std::span<const std::uint32_t> spirv = patched.empty() ? embedded : std::span<const std::uint32_t>(patched);
 
     VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     module_info.codeSize = spirv.size_bytes();

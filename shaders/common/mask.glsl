@@ -7,6 +7,8 @@
 #ifndef VKATTN_MASK_GLSL
 #define VKATTN_MASK_GLSL
 
+#include "float_bits.glsl"
+
 // P.masking.x, as engine/attention/params.hpp names them.
 const uint MASK_CAUSAL = 1u, MASK_LENGTHS = 2u, MASK_BOOL = 4u, MASK_FLOAT = 8u, MASK_BOTTOM_RIGHT = 16u,
            MASK_ALIBI = 32u, MASK_SINKS = 64u;
@@ -52,29 +54,36 @@ RowMask row_mask(uint b, uint h, uint i) {
     return m;
 }
 
-bool key_visible(RowMask m, uint j) {
+// Whether key j is visible to the row (key range, bool mask, and a float mask of −∞, recognised by
+// its bits) and, when it is, the additive terms: the float mask plus the ALiBi bias
+// -slope·|i + a - j|.
+bool key_terms(RowMask m, uint j, out float terms) {
+    terms = 0.0;
     if (j < m.first || j >= m.limit) return false;
     if (m.has_bool) {
         const uint byte_index = m.bool_base + j * m.bool_stride;
         if (((bool_words[byte_index >> 2] >> ((byte_index & 3u) * 8u)) & 0xffu) == 0u) return false;
     }
+    if (m.has_float) {
+        terms = float_mask[m.float_base + j * m.float_stride];
+        if (is_negative_infinity(terms)) return false;
+    }
+    terms -= m.alibi_slope * abs(float(m.position - int(j)));
     return true;
 }
 
-// The additive terms: the float mask plus the ALiBi bias -slope·|i + a - j|.
-float additive(RowMask m, uint j) {
-    const float bias = m.has_float ? float_mask[m.float_base + j * m.float_stride] : 0.0;
-    return bias - m.alibi_slope * abs(float(m.position - int(j)));
-}
-
 // The logit cap c·tanh(s / c) (P.terms.x = c, .y = 1 / c); identity without one. tanh is written
-// as 1 - 2 / (e^2x + 1) so that it saturates to ±1 instead of computing inf / inf.
+// as 1 - 2 / (e^2x + 1), its exponent capped at 80 (e^80 is finite; tanh is 1 to fp32 long before),
+// so that it saturates to ±1 without an infinity.
 float softcap(float s) {
     if (P.terms.x <= 0.0) return s;
-    return P.terms.x * (1.0 - 2.0 / (exp(2.0 * s * P.terms.y) + 1.0));
+    return P.terms.x * (1.0 - 2.0 / (exp(min(2.0 * s * P.terms.y, 80.0)) + 1.0));
 }
 
-// The sink logit of query head h; -inf without one.
-float sink_logit(uint h) { return has_flag(MASK_SINKS) ? head_terms[P.shape0.y + h] : -1.0 / 0.0; }
+// Whether query head h has a sink, and its logit (a sink of −∞ is none).
+bool sink_logit(uint h, out float sink) {
+    sink = has_flag(MASK_SINKS) ? head_terms[P.shape0.y + h] : 0.0;
+    return has_flag(MASK_SINKS) && !is_negative_infinity(sink);
+}
 
 #endif

@@ -22,7 +22,9 @@ layout(std140, set = 0, binding = 0) uniform Params {
     uvec4 masking;   // x = MASK_* flags (mask.glsl), y = the alignment's offset (int),
                      // z = window left, w = window right (int; -1 = unbounded)
     uvec4 split;     // x = splits, y = keys per split, z = elements of O per split, w = of lse
-    uvec4 columns;   // flash: x = the first output column of this dispatch (column passes)
+    uvec4 part;      // flash: x = the first output column of this dispatch (column passes),
+                     // y = the first split of this dispatch (key slices bound one at a time)
+                     // bmm: x = 1 when C = A·B + R adds a residual R (binding 5, addressed by `to`)
     vec4 terms;      // x = softcap c (0 = none), y = 1 / c, z = dropout's keep scale 1 / (1 - p)
     uvec4 dropout;   // x = drop threshold (0 = no dropout), y, z = seed (low, high word)
     TensorDesc ta;   // bmm: A    softmax: S (read, then P written in place)    flash: Q

@@ -77,14 +77,17 @@ TEST_CASE("slicing: bindings over the limit are processed in chunks", "[gpu][sli
     CHECK(take_validation_messages(ctx).empty());
 }
 
-TEST_CASE("slicing: a head too large for any slice is refused with the limit", "[gpu][slicing]") {
+TEST_CASE("slicing: a row too large for any slice is refused with the limit", "[gpu][slicing]") {
+    // Keys and rows are sliced; a single query row of Dk = 512 floats (2048 bytes) cannot be.
     ContextOptions options = test_context_options();
     options.max_binding_bytes = 1024;
     Context ctx(options);
     Case c;
     c.Nq = 4;
-    c.Nkv = 100;  // K of one head: 100 x 16 floats = 6400 bytes > 1024
-    c.Dk = c.Dv = 16;
+    c.Nkv = 100;
+    c.Dk = c.Dv = 512;
+    c.impl = GENERATE(Impl::unfused, Impl::fused, Impl::split);
+    c.weights = c.impl == Impl::unfused;
     try {
         run_case(ctx, c, 1);
         FAIL("expected ResourceLimit");

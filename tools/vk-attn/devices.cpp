@@ -21,7 +21,8 @@ Action add_devices(CLI::App& app) {
                       << " B, max storage buffer range " << d.max_storage_buffer_range << " B\n"
                       << "    fp16 storage " << (d.fp16_storage ? "yes" : "no") << ", fp16 arithmetic "
                       << (d.fp16_arithmetic ? "yes" : "no") << ", int8 arithmetic "
-                      << (d.int8_arithmetic ? "yes" : "no") << "\n    memory heaps:";
+                      << (d.int8_arithmetic ? "yes" : "no") << ", IEEE NaN/inf kept "
+                      << (d.inf_nan_preserve ? "yes" : "no") << "\n    memory heaps:";
             for (const auto& h : d.heaps)
                 std::cout << ' ' << (h.bytes >> 20) << " MiB" << (h.device_local ? " (device-local)" : "");
             std::cout << '\n';

@@ -32,6 +32,9 @@ struct DeviceInfo {
     bool fp16_storage = false;
     bool fp16_arithmetic = false;
     bool int8_arithmetic = false;
+    // Shaders keep IEEE NaN and ±∞ (shaderSignedZeroInfNanPreserveFloat32): NaN and ±∞ inputs then
+    // have the effects docs/SEMANTICS.md lists; without it only the masking rules are guaranteed.
+    bool inf_nan_preserve = false;
     std::vector<MemoryHeap> heaps;
     bool default_choice = false;  // the one Context{} would pick
     std::string rejected;         // why it cannot be used (empty when usable)

@@ -1,0 +1,164 @@
+// Keys beyond one binding: K and V of one head larger than maxStorageBufferRange (as a long KV cache
+// is on any device) are bound in key slices and merged exactly, never refused. The binding limit is
+// lowered through ContextOptions::max_binding_bytes so that every slicing decision is reached with
+// small tensors: fused and split-KV bind a few splits at a time and merge them in combine.comp; the
+// three-stage path runs stages 1 and 3 per key slice (P·V accumulated over the slices) and stage 2
+// on whole rows, or in two passes over the slices when one row of scores exceeds a binding.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "support/gpu_context.hpp"
+#include "vkattn/selfcheck/attention_case.hpp"
+
+using namespace vkattn;
+using namespace vkattn::selfcheck;
+using namespace vkattn::test;
+
+namespace {
+
+Context limited_context(std::uint64_t max_binding_bytes) {
+    ContextOptions options = test_context_options();
+    options.max_binding_bytes = max_binding_bytes;
+    return Context(options);
+}
+
+// Every mask and model feature, each on its own; run_case compares o, lse (and the weights) with
+// the reference.
+struct Feature {
+    const char* name;
+    std::function<void(Case&)> apply;
+};
+
+const std::vector<Feature>& features() {
+    static const std::vector<Feature> all{
+        {"plain", [](Case&) {}},
+        {"bottom-right causal, key lengths", [](Case& c) {
+             c.causal = Causal::bottom_right;
+             c.kv_lengths = true;
+         }},
+        {"bool and float masks", [](Case& c) {
+             c.bool_mask_shape = std::vector<std::int64_t>{c.B, 1, c.Nq, c.Nkv};
+             c.float_mask_shape = std::vector<std::int64_t>{c.Nq, c.Nkv};
+         }},
+        {"window, top-left causal offset, softcap", [](Case& c) {
+             c.causal_offset = 300;
+             c.window = {.left = 250, .right = -1};
+             c.softcap = 5.0;
+         }},
+        {"ALiBi and sinks", [](Case& c) {
+             c.alibi_max_bias = 8.0;
+             c.sinks = true;
+         }},
+        {"dropout", [](Case& c) {
+             c.dropout = 0.2;
+             c.dropout_seed = 7;
+         }},
+    };
+    return all;
+}
+
+Case long_keys(Impl impl, DType dtype, std::int64_t nkv) {
+    Case c;
+    c.B = 2;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 37;
+    c.Nkv = nkv;
+    c.Dk = c.Dv = 16;
+    c.dtype = dtype;
+    c.layout = Layout::bnhd;
+    c.impl = impl;
+    c.weights = impl == Impl::unfused;
+    c.splits = impl == Impl::split ? 4 : 0;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("key slicing: every path and feature with K and V beyond one binding", "[gpu][slicing][keys]") {
+    // 8 KiB: one head's K (701 keys x 16 x 4 bytes = 44 KiB) takes at least six bindings; one fused
+    // key block (64 keys, 4 KiB) still fits. 2 KiB: one row of scores (2.8 KiB) no longer fits, so
+    // the three-stage softmax runs in two passes.
+    struct Setup {
+        Impl impl;
+        std::uint64_t limit;
+        const char* expect;
+    };
+    const Setup setup = GENERATE(Setup{Impl::fused, 8192, "key-slices="}, Setup{Impl::split, 8192, "key-slices="},
+                                 Setup{Impl::unfused, 8192, "key-slices="}, Setup{Impl::unfused, 2048, "two-pass"});
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    // 700 keys: P rows are 4-aligned, so stage 3 reads key slices of P as texels.
+    const std::int64_t nkv = setup.impl == Impl::unfused ? GENERATE(701, 700) : 701;
+    Context ctx = limited_context(setup.limit);
+    for (const Feature& f : features()) {
+        Case c = long_keys(setup.impl, dtype, nkv);
+        if (setup.limit < 4096) {  // one score row per chunk: keep the chunks few
+            c.B = 1;
+            c.Hq = 2;
+            c.Hkv = 1;
+            c.Nq = 5;
+        }
+        f.apply(c);
+        const CaseResult r = run_case(ctx, c, 1234);
+        INFO(f.name << ": " << r.message);
+        CHECK(r.ok);
+        CHECK(r.report.path == setup.impl);
+        CHECK_THAT(r.report.variant, Catch::Contains(setup.expect));
+        CHECK(take_validation_messages(ctx).empty());
+    }
+}
+
+TEST_CASE("key slicing: split-KV bound a few splits at a time is bit-identical to one binding",
+          "[gpu][slicing][keys]") {
+    // The same splits (and so the same arithmetic) whether they share one binding or not.
+    Case c = long_keys(Impl::split, GENERATE(DType::f32, DType::f16), 701);
+    c.splits = 8;
+    c.causal = Causal::bottom_right;
+    c.sinks = true;
+    std::mt19937 rng(99);
+    HostTensor q = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dk}, 1.0f);
+    HostTensor k = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, 1.0f);
+    HostTensor v = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dv}, 1.0f);
+    const std::vector<float> sinks{0.5f, -1.0f, 2.0f, 0.0f};
+    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .sinks = sinks};
+    AttentionOptions options{.causal = c.causal, .impl = Impl::split, .splits = c.splits};
+
+    auto run = [&](Context& ctx, std::vector<float>& lse) {
+        HostTensor o = nan_tensor(c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dv});
+        lse.assign(static_cast<std::size_t>(c.B * c.Hq * c.Nq), 0.0f);
+        const AttentionReport report = attention(ctx, in, {.o = o.mutable_view(), .lse = lse.data()}, options);
+        CHECK(take_validation_messages(ctx).empty());
+        return std::pair{std::move(o), report};
+    };
+    std::vector<float> lse_whole, lse_sliced;
+    auto [o_whole, whole] = run(gpu_context(), lse_whole);
+    Context limited = limited_context(16384);  // 128-key splits fit one at a time, not two
+    auto [o_sliced, sliced] = run(limited, lse_sliced);
+    INFO(whole.variant << " vs " << sliced.variant);
+    CHECK_THAT(sliced.variant, Catch::Contains("key-slices="));
+    CHECK_THAT(whole.variant, !Catch::Contains("key-slices="));
+    CHECK(o_whole.f32 == o_sliced.f32);
+    CHECK(o_whole.f16 == o_sliced.f16);
+    CHECK(std::memcmp(lse_whole.data(), lse_sliced.data(), lse_whole.size() * 4) == 0);
+}
+
+TEST_CASE("key slicing: one head of 600,000 keys at the device's own binding limit", "[gpu][slicing][keys]") {
+    // K and V of one head are 153.6 MB each, over lavapipe's 128 MiB maxStorageBufferRange (and as
+    // large as a 128k-token cache of several heads): decoding runs on every path.
+    Context& ctx = gpu_context();
+    Case c;
+    c.Nq = 3;
+    c.Nkv = 600000;
+    c.Dk = c.Dv = 64;
+    c.causal = Causal::bottom_right;
+    c.impl = GENERATE(Impl::automatic, Impl::fused, Impl::unfused);
+    c.weights = c.impl == Impl::unfused;
+    const CaseResult r = run_case(ctx, c, 600000);
+    INFO(r.message);
+    CHECK(r.ok);
+    CHECK_THAT(r.report.variant, Catch::Contains("key-slices="));
+    CHECK(take_validation_messages(ctx).empty());
+}
