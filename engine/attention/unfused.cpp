@@ -105,21 +105,16 @@ public:
         if (!ok(s.q, config_.scores.texel) || !ok(s.o, false) || !ok(s.lse, false)) return false;
         if (cut.slices.size() > 1 && accumulator_bytes(c) > limit_) return false;
         if (!cut.whole_rows && stats_bytes(c, cut) > limit_) return false;
-        for (const Features& keys : cut.slices) {
-            const KeySliceBindings k = key_slice(c, keys, any, cut.whole_rows);
+        for (std::size_t i = 0; i < cut.slices.size(); ++i) {
+            const KeySliceBindings k = key_slice(c, cut.slices[i], any, cut.whole_rows);
             if (!ok(k.k, config_.scores.texel) || !ok(k.v, config_.output.texel) ||
-                !ok(k.scores_bmm, config_.output.texel) || !ok(k.scores_softmax, false) ||
-                !ok(k.masks.bool_mask, false) || !ok(k.masks.float_mask, false))
+                !ok(k.scores_bmm, config_.output.texel))
                 return false;
-            if (cut.whole_rows) break;  // the other slices' row-wide bindings are the same
+            // With whole rows the softmax's scores and masks are the same for every slice: check once.
+            if ((i == 0 || !cut.whole_rows) && (!ok(k.scores_softmax, false) || !ok(k.masks.bool_mask, false) ||
+                                                !ok(k.masks.float_mask, false)))
+                return false;
         }
-        if (cut.whole_rows)
-            for (const Features& keys : cut.slices) {
-                const KeySliceBindings k = key_slice(c, keys, any, false);
-                if (!ok(k.k, config_.scores.texel) || !ok(k.v, config_.output.texel) ||
-                    !ok(k.scores_bmm, config_.output.texel))
-                    return false;
-            }
         return true;
     }
 
