@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "vk/check.hpp"
+#include "vk/sanitizer_pin.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::vk {
@@ -93,6 +94,7 @@ Instance::Instance(bool validation) {
                     "lavapipe: apt-get install mesa-vulkan-drivers.");
     VKATTN_CHECK(created, "creating the Vulkan instance");
     instance_ = Handle<VkInstance>(instance, [](VkInstance i) { vkDestroyInstance(i, nullptr); });
+    pin_loaded_libraries();  // the drivers and layers the loader just opened (sanitizer builds)
 
     if (validation_) {
         auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
