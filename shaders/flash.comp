@@ -4,12 +4,17 @@
 // one slice of the keys and writes a partial O and log-sum-exp that combine.comp merges exactly).
 //
 // Work layout (the design measured in docs/LAVAPIPE.md, generalised to any subgroup size):
-//   workgroup = NSG subgroups of SG lanes; no shared memory, no barriers: subgroups run apart.
+//   workgroup = NSG subgroups of SG lanes. By default no shared memory and no barriers: subgroups
+//   run apart, each streaming its own K/V (what wins on CPU devices). With STAGE (the GPU variant)
+//   the workgroup stages each key block once in shared memory for all its subgroups: K in chunks of
+//   KD4 vec4s per key, V for this pass's columns, between barriers; the subgroups then share one key
+//   range (the union of their rows' ranges) so that every barrier is reached by every invocation.
 //   unit = (batch b, key/value head hk); its rows are ρ = g·Nq + i for the `group` query heads
 //   h = hk·group + g that share the head, so K/V are read once per group (GQA, and decode with
 //   Nq = 1 still fills a subgroup's rows).
-//   each subgroup owns R rows; keys come in blocks of KB = SG·KL, lane λ owning keys λ·KL + c,
-//   so a lane holds an R×KL score block in registers.
+//   each subgroup owns R rows; keys come in blocks of KB = SG·KL, lane λ owning KL of them
+//   (block_key(λ, c): λ·KL + c streaming, c·SG + λ staged, so that lanes read consecutive shared
+//   words), so a lane holds an R×KL score block in registers.
 //   S block: per 4 dims, R texel fetches of Q (same address in every lane) and KL of K feed
 //   R·KL·4 FMAs. Online softmax per row:  m = max(m_old, rowmax);  α = 2^(m_old − m);
 //   l = l·α + Σ 2^(s − m);  o = o·α + Σ p·v  — with log2(e) folded into the scale, l kept as a
@@ -40,6 +45,9 @@ layout(constant_id = 3) const uint KL = 8;      // keys per lane per block
 layout(constant_id = 4) const uint DV4 = 2;     // output vec4 slots per lane: ceil(Dv / 4 / SG)
 layout(constant_id = 5) const bool SPLIT = false;
 layout(constant_id = 6) const uint NSG = 8;     // subgroups per workgroup
+layout(constant_id = 7) const bool STAGE = false;  // K/V blocks staged in shared memory
+layout(constant_id = 8) const uint KD4 = 8;     // STAGE: vec4s of each key's K per staged chunk
+layout(constant_id = 9) const uint VW4 = 16;    // STAGE: vec4 columns of V staged per key, ≤ SG·DV4
 const uint KB = SG * KL;
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
@@ -88,6 +96,17 @@ layout(std430, set = 0, binding = 9) readonly buffer HeadTerms { float head_term
 #include "common/mask.glsl"
 #include "common/philox.glsl"
 
+// STAGE's tiles (one element where STAGE is off, so the streaming variant reserves nothing):
+// K as [KD4][KB + 1] (the padding spreads a chunk's stores over the banks), V as [KB][VW4]: the
+// pass's columns, no more than Dv holds.
+const uint K_TILE_ROW = KB + 1u;
+shared vec4 k_tile[STAGE ? KD4 * K_TILE_ROW : 1u];
+shared vec4 v_tile[STAGE ? KB * VW4 : 1u];
+shared uint wg_first, wg_end;  // STAGE: the workgroup's key range
+
+// The block-relative key that lane `owner` holds in its slot c.
+uint block_key(uint owner, uint c) { return STAGE ? c * SG + owner : owner * KL + c; }
+
 void main() {
     const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     const uint Hkv = P.shape0.z, group = P.shape0.w;
@@ -99,7 +118,10 @@ void main() {
     // heaviest workgroups first evens out the tail when workgroups outnumber the cores.
     const uint row_block = gl_NumWorkGroups.x - 1u - gl_WorkGroupID.x;
     const uint rho0 = P.chunk.y + (row_block * NSG + sg) * R;
-    if (rho0 >= rows_end) return;  // uniform per subgroup; nothing here waits on other subgroups
+    // A subgroup past the chunk's rows has nothing to store. Streaming, it leaves (uniform per
+    // subgroup; nothing waits on it); staged, it still helps load the tiles and meets every barrier.
+    const bool has_rows = rho0 < rows_end;
+    if (!STAGE && !has_rows) return;
 
     // This workgroup's keys: all of them, or one split's slice. Splits may be bound a few at a time
     // (keys beyond one binding): P.part.y is this dispatch's first split. Key reads are clamped to
@@ -121,16 +143,31 @@ void main() {
         const uint h = hk * group + rho / Nq, i = rho % Nq;
         q_row[r] = tensor_index(P.ta, b, h, i);
         const RowMask mask = row_mask(b, h, i);
-        first[r] = mask.first;
+        first[r] = max(mask.first, k_begin);
         limit[r] = min(mask.limit, k_end);
         lo_first = min(lo_first, first[r]);
         hi_first = max(hi_first, first[r]);
         lo_limit = min(lo_limit, limit[r]);
         hi_limit = max(hi_limit, limit[r]);
     }
-    // Blocks outside every row's range are never visited.
+    // Blocks outside every row's range are never visited. Staged, the workgroup visits the union of
+    // its active subgroups' ranges (scores outside a row's own range are masked below).
     k_begin = max(k_begin, lo_first);
     k_end = min(k_end, hi_limit);
+    if (STAGE) {
+        if (gl_LocalInvocationIndex == 0u) {
+            wg_first = 0xffffffffu;
+            wg_end = 0u;
+        }
+        barrier();
+        if (has_rows && lane == 0u && k_begin < k_end) {
+            atomicMin(wg_first, k_begin);
+            atomicMax(wg_end, k_end);
+        }
+        barrier();
+        k_begin = wg_first;
+        k_end = wg_end;
+    }
     const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
     const bool capped = P.terms.x > 0.0;
     const bool dropout = P.dropout.x != 0u;
@@ -138,6 +175,9 @@ void main() {
     const uint k_head = tensor_index(P.tb, b, hk, 0u), k_stride = P.tb.stride.z;
     const uint v_head = tensor_index(P.tc, b, hk, 0u), v_stride = P.tc.stride.z;
     const uint Dk4 = (Dk + 3u) / 4u;
+    // Staged reads index the tiles by lane: keep them inside the tiles even on a device that ran us
+    // at another subgroup size (whose result is written as NaN below).
+    const uint tile_lane = min(lane, SG - 1u);
 
     // Output columns of this lane: vec4 group (lane + SG·t) after this pass's first column (wide
     // heads take several passes, so the accumulators stay in registers); past Dv they load column
@@ -160,19 +200,46 @@ void main() {
     // Blocks of KB keys; the outer loop keeps every trip count far below lavapipe's 65,535.
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * KB)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * KB); kb += KB) {
-        uint k_row[KL];
-        [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = k_head + min(kb + lane * KL + c, k_last) * k_stride;
-
         float s[R][KL];
         [[unroll]] for (uint r = 0u; r < R; ++r)
             [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] = 0.0;
-        for (uint d4 = 0u; d4 < Dk4; ++d4) {
-            const uint valid = Dk - 4u * d4;
-            vec4 kv[KL];
-            [[unroll]] for (uint c = 0u; c < KL; ++c) kv[c] = load_k4(k_row[c] + 4u * d4, valid);
-            [[unroll]] for (uint r = 0u; r < R; ++r) {
-                const vec4 qv = load_q4(q_row[r] + 4u * d4, valid);
-                [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] += dot(qv, kv[c]);
+        if (STAGE) {
+            // K in chunks of KD4 vec4s per key; the first chunk's stage also loads V for the P·V
+            // below. Loads are coalesced along each key's row; reads are consecutive across lanes.
+            for (uint d0 = 0u; d0 < Dk4; d0 += KD4) {
+                barrier();  // every subgroup is done with the tiles of the previous chunk or block
+                for (uint e = gl_LocalInvocationIndex; e < KB * KD4; e += NSG * SG) {
+                    const uint key = e / KD4, d4 = d0 + e % KD4;
+                    k_tile[(e % KD4) * K_TILE_ROW + key] =
+                        d4 < Dk4 ? load_k4(k_head + min(kb + key, k_last) * k_stride + 4u * d4, Dk - 4u * d4) : vec4(0.0);
+                }
+                if (d0 == 0u)
+                    for (uint e = gl_LocalInvocationIndex; e < KB * VW4; e += NSG * SG) {
+                        const uint key = e / VW4, col = col_base + 4u * (e % VW4);
+                        v_tile[e] = col < Dv ? load_v4(v_head + min(kb + key, k_last) * v_stride + col, Dv - col) : vec4(0.0);
+                    }
+                barrier();
+                for (uint j = 0u; j < min(KD4, Dk4 - d0); ++j) {
+                    const uint d4 = d0 + j;
+                    vec4 kv[KL];
+                    [[unroll]] for (uint c = 0u; c < KL; ++c) kv[c] = k_tile[j * K_TILE_ROW + block_key(tile_lane, c)];
+                    [[unroll]] for (uint r = 0u; r < R; ++r) {
+                        const vec4 qv = load_q4(q_row[r] + 4u * d4, Dk - 4u * d4);
+                        [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] += dot(qv, kv[c]);
+                    }
+                }
+            }
+        } else {
+            uint k_row[KL];
+            [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = k_head + min(kb + block_key(lane, c), k_last) * k_stride;
+            for (uint d4 = 0u; d4 < Dk4; ++d4) {
+                const uint valid = Dk - 4u * d4;
+                vec4 kv[KL];
+                [[unroll]] for (uint c = 0u; c < KL; ++c) kv[c] = load_k4(k_row[c] + 4u * d4, valid);
+                [[unroll]] for (uint r = 0u; r < R; ++r) {
+                    const vec4 qv = load_q4(q_row[r] + 4u * d4, valid);
+                    [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] += dot(qv, kv[c]);
+                }
             }
         }
 
@@ -189,7 +256,7 @@ void main() {
             }
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
                 float x = capped ? softcap(s[r][c] * scale) * LOG2E : s[r][c] * scale2;
-                const uint key = kb + lane * KL + c;
+                const uint key = kb + block_key(lane, c);
                 if (elementwise) {
                     float terms;
                     x = key_terms(mask, key, terms) ? x + terms * LOG2E : MASKED;
@@ -220,21 +287,23 @@ void main() {
                 const uint rho = min(rho0 + r, rows_end - 1u);
                 const uint h = hk * group + rho / Nq, i = rho % Nq;
                 [[unroll]] for (uint c = 0u; c < KL; ++c)
-                    s[r][c] = dropout_keeps(b, h, i, kb + lane * KL + c) ? s[r][c] * keep_scale : 0.0;
+                    s[r][c] = dropout_keeps(b, h, i, kb + block_key(lane, c)) ? s[r][c] * keep_scale : 0.0;
             }
         }
 
-        // P·V: every key of the block, its probabilities shuffled from the lane that owns it.
-        // The owner loop stays rolled: unrolling it too multiplies the code by SG, and compiling
-        // the scalar-load variants then took minutes.
+        // P·V: every key of the block, its probabilities shuffled from the lane that owns it, V
+        // from the tile (staged) or from memory. The owner loop stays rolled: unrolling it too
+        // multiplies the code by SG, and compiling the scalar-load variants then took minutes.
         [[dont_unroll]] for (uint owner = 0u; owner < SG; ++owner)
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
-                const uint key = kb + owner * KL + c;
-                const uint v_row = v_head + min(key, k_last) * v_stride;
+                const uint key = block_key(owner, c);
+                const uint v_row = v_head + min(kb + key, k_last) * v_stride;
                 float p[R];
                 [[unroll]] for (uint r = 0u; r < R; ++r) p[r] = subgroupShuffle(s[r][c], owner);
                 [[unroll]] for (uint t = 0u; t < DV4; ++t) {
-                    const vec4 v = load_v4(v_row + v_col[t], Dv - v_col[t]);
+                    const uint slot = tile_lane + SG * t;  // past VW4: a column past Dv, never stored
+                    const vec4 v = STAGE ? (slot < VW4 ? v_tile[key * VW4 + slot] : vec4(0.0))
+                                         : load_v4(v_row + v_col[t], Dv - v_col[t]);
                     [[unroll]] for (uint r = 0u; r < R; ++r) o[r][t] += p[r] * v;
                 }
             }

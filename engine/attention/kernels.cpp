@@ -49,7 +49,9 @@ const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& c) {
 
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dtype, bool split) {
     // flash.comp's constant_ids.
-    enum FlashConstant : std::uint32_t { kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups };
+    enum FlashConstant : std::uint32_t {
+        kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups, kStage, kKd4, kVw4
+    };
     const bool out16 = dtype == DType::f16 && !split;  // split partials are fp32
     std::string shader;
     if (c.texel) shader = out16 ? "flash_texel_o16" : "flash_texel_o32";
@@ -65,6 +67,9 @@ const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dty
             {.id = kDv4, .value = c.dv4},
             {.id = kSplit, .value = split ? 1u : 0u},
             {.id = kSubgroups, .value = c.subgroups},
+            {.id = kStage, .value = c.staged ? 1u : 0u},
+            {.id = kKd4, .value = c.kd4},
+            {.id = kVw4, .value = c.v_width4},
         },
         .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
     return runtime.kernels().get(key);

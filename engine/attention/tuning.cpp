@@ -87,7 +87,8 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
 std::string FusedConfig::describe() const {
     return std::string("fused[") + (texel ? "texel" : "ssbo") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
            "x" + std::to_string(subgroups) + " rows" + std::to_string(rows) + " keys" + std::to_string(key_block()) +
-           " dv4=" + std::to_string(dv4) + (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") + "]";
+           " dv4=" + std::to_string(dv4) + (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") +
+           (staged ? " staged kd4=" + std::to_string(kd4) : " streamed") + "]";
 }
 
 std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Problem& p,
@@ -124,6 +125,32 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     // heads take several column passes, each recomputing the scores (Dv ≤ 128 at 8 lanes: one).
     const auto slots = static_cast<std::uint32_t>((p.Dv + 4 * c.subgroup - 1) / (4 * c.subgroup));
     c.dv4 = std::min<std::uint32_t>(slots, 4);
+    // K/V staging. CPU devices stream: their shared memory is ordinary memory reached through scalar
+    // loops and every barrier is a coroutine switch (docs/LAVAPIPE.md), so each subgroup reading its
+    // own K/V from the cache wins. GPUs stage each key block once for the workgroup, as every GPU
+    // flash-attention kernel does, with 128 invocations so that one load serves several subgroups.
+    // That choice and its sizes are unmeasured on a real GPU (docs/PERFORMANCE.md).
+    const FusedConfig streamed = c;
+    c.staged = overrides.shared_tiles.value_or(!is_cpu(caps));
+    if (c.staged) {
+        if (!is_cpu(caps) && !overrides.shared_tiles)
+            while (c.subgroups * c.subgroup < 128 && 2 * c.subgroups * c.subgroup <= caps.max_workgroup_invocations)
+                c.subgroups *= 2;
+        c.kd4 = std::clamp<std::uint32_t>(static_cast<std::uint32_t>((p.Dk + 3) / 4), 1, 8);
+        const auto dv4_needed = static_cast<std::uint32_t>((p.Dv + 3) / 4);
+        c.v_width4 = std::min(c.subgroup * c.dv4, dv4_needed);
+        // Fit the tiles: fewer dims per K chunk first (more barriers), then smaller key blocks, then
+        // fewer output columns per pass (more passes, each recomputing the scores).
+        while (c.shared_bytes() > caps.max_shared_bytes) {
+            if (c.kd4 > 4) c.kd4 /= 2;
+            else if (c.keys_per_lane > 1) c.keys_per_lane /= 2;
+            else if (c.dv4 > 1) c.dv4 /= 2;
+            else if (c.kd4 > 1) c.kd4 /= 2;
+            else break;
+            c.v_width4 = std::min(c.subgroup * c.dv4, dv4_needed);
+        }
+        if (c.shared_bytes() > caps.max_shared_bytes) c = streamed;  // a device with almost none
+    }
     c.column_passes = (slots + c.dv4 - 1) / c.dv4;
     c.rows = std::clamp<std::uint32_t>(32 / c.dv4, 1, 8);
     const bool texel_ok = (p.dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f) &&
@@ -140,8 +167,10 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const 
     const std::int64_t rows = p.group * p.Nq;
     const std::int64_t blocks = p.B * p.Hkv * ((rows + c.rows_per_workgroup() - 1) / c.rows_per_workgroup());
     const std::int64_t key_blocks = (p.Nkv + c.key_block() - 1) / c.key_block();
-    // At least 4 key blocks per split, so the combine step stays small next to the work.
-    const std::int64_t most = std::max<std::int64_t>(1, key_blocks / 4);
+    // At least 256 keys (4 blocks of 64) per split, so the combine step stays small next to the
+    // work, whatever the block size.
+    const std::int64_t blocks_per_split = (256 + c.key_block() - 1) / c.key_block();
+    const std::int64_t most = std::max<std::int64_t>(1, key_blocks / blocks_per_split);
     const std::int64_t splits = std::clamp<std::int64_t>((target + blocks - 1) / blocks, 1, std::min<std::int64_t>(most, 1024));
     // Each split gets ceil(key_blocks / splits) whole key blocks (fused.cpp), so the last ones can be
     // left with none (101 blocks in 25 splits of 5: 21 used): return only the splits that get keys.
@@ -156,7 +185,13 @@ std::int64_t loop_budget(const vk::DeviceCaps& caps) { return caps.max_loop_iter
 
 std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& c, std::int64_t Dk) {
     if (caps.max_loop_iterations == 0) return 0;
-    const std::int64_t per_block = 1 + (Dk + 3) / 4 + c.subgroup;
+    const std::int64_t Dk4 = (Dk + 3) / 4;
+    std::int64_t per_block = 1 + Dk4 + c.subgroup;
+    if (c.staged) {  // plus the loops that load the tiles, one trip per workgroup-wide pass
+        const std::int64_t lanes = c.subgroups * c.subgroup, chunks = (Dk4 + c.kd4 - 1) / c.kd4;
+        per_block += chunks * (1 + (c.key_block() * c.kd4 + lanes - 1) / lanes) +
+                     (c.key_block() * c.v_width4 + lanes - 1) / lanes;
+    }
     return std::max<std::int64_t>(1, loop_budget(caps) / per_block - 1) * c.key_block();
 }
 

@@ -44,9 +44,16 @@ struct FusedConfig {
     std::uint32_t keys_per_lane = 8; // KL: a key block is SG·KL keys
     std::uint32_t dv4 = 2;           // output vec4 slots per lane per pass (at most 4)
     std::uint32_t column_passes = 1; // passes over the output columns: ceil(Dv / (4·SG·dv4))
+    // K/V blocks staged once per workgroup in shared memory (GPUs) instead of streamed by each
+    // subgroup (CPU devices); K in chunks of kd4 vec4s per key.
+    bool staged = false;
+    std::uint32_t kd4 = 8;
+    std::uint32_t v_width4 = 16;     // vec4 columns of V staged per key: min(SG·dv4, ceil(Dv / 4))
     std::uint32_t columns_per_pass() const { return 4 * subgroup * dv4; }
     std::uint32_t key_block() const { return subgroup * keys_per_lane; }
     std::uint32_t rows_per_workgroup() const { return subgroups * rows; }
+    // flash.comp's tiles when staged: K [kd4][key block + 1] and V [key block][v_width4], in vec4s.
+    std::uint32_t shared_bytes() const { return staged ? 16 * (kd4 * (key_block() + 1) + key_block() * v_width4) : 0; }
     std::string describe() const;
 };
 

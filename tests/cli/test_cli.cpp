@@ -438,6 +438,21 @@ TEST_CASE("cli bench --validate: the table and CSV name the error column as JSON
     CHECK_THAT(csv.out.substr(0, csv.out.find('\n')), Catch::Contains(",rel_l2_err,valid,"));
 }
 
+TEST_CASE("cli bench --shared-tiles: forces the fused kernel's staged or streamed K/V, validated", "[cli]") {
+    for (const auto& [flag, ran] : {std::pair<std::string, std::string>{"on", " staged"}, {"off", " streamed"}}) {
+        const Result r = vk_attn("bench --heads 2 --seq 70 --dim 24 --repeat 1 --warmup 0 --impl fused --causal "
+                                 "--validate --json --shared-tiles " + flag);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+        CHECK(j["valid"] == true);
+        CHECK_THAT(j["variant"].get<std::string>(), Catch::Contains(ran));
+    }
+    const Result bad = vk_attn("bench --seq 16 --dim 8 --shared-tiles maybe");
+    CHECK(bad.status != 0);
+    CHECK_THAT(bad.err, Catch::Contains("--shared-tiles"));
+}
+
 TEST_CASE("cli bench --plot: draws a PNG", "[cli]") {
     Workdir dir;
     const Result r = vk_attn("bench --seq 16,32 --dim 8 --repeat 1 --warmup 0 --plot " + dir / "g.png");

@@ -110,6 +110,7 @@ TEST_CASE("split: split counts from 1 to many / key lengths that do not divide",
 
 TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
     const bool texel = GENERATE(false, true);
+    const bool staged = GENERATE(false, true);
     const DType dtype = GENERATE(DType::f32, DType::f16);
     Case c;
     c.B = 2;
@@ -120,13 +121,58 @@ TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
     c.Dk = c.Dv = 64;
     c.dtype = dtype;
     c.causal = Causal::top_left;
-    c.variant = {.texel_loads = texel};
+    c.variant = {.texel_loads = texel, .shared_tiles = staged};
     // What was asked for ran (FusedConfig::describe()), where the device has the texel format.
     const auto& caps = gpu_context().runtime().device().caps();
     const bool texel_format = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
     const std::string ran = std::string("fused[") + (texel && texel_format ? "texel" : "ssbo");
-    CHECK_THAT(expect_path(c, Impl::fused).variant, Catch::StartsWith(ran));
-    CHECK_THAT(expect_path(c, Impl::split, 3).variant, Catch::StartsWith(ran));
+    const std::string kv = staged ? " staged" : " streamed";
+    for (const std::string& variant : {expect_path(c, Impl::fused).variant, expect_path(c, Impl::split, 3).variant}) {
+        CHECK_THAT(variant, Catch::StartsWith(ran));
+        CHECK_THAT(variant, Catch::Contains(kv));
+    }
+}
+
+// The GPU variant (K/V staged in shared memory once per workgroup), forced on lavapipe over what
+// its barriers and shared key range could get wrong: subgroups past the last row, rows whose key
+// ranges differ (causal, windows, lengths, masks), K in several chunks (Dk > 32), several column
+// passes, splits, GQA, dropout, both dtypes.
+TEST_CASE("fused: the staged K/V variant over every feature", "[gpu][fused][variants][staged]") {
+    // One chunk of K, partial; five chunks, the last partial; two column passes.
+    const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{1, 3}, std::pair{130, 66}, std::pair{256, 200});
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    const int features = GENERATE(0, 1, 2, 3);
+    Case c;
+    c.B = 2;
+    c.Hq = 6;
+    c.Hkv = 2;
+    c.Nq = 37;
+    c.Nkv = 150;
+    c.Dk = dk;
+    c.Dv = dv;
+    c.dtype = dtype;
+    c.variant = {.shared_tiles = true};
+    switch (features) {
+    case 0: c.causal = Causal::bottom_right; break;
+    case 1:
+        c.kv_lengths = true;
+        c.window = {20, 3};
+        c.sinks = true;
+        break;
+    case 2:
+        c.bool_mask_shape = std::vector<std::int64_t>{2, 6, 37, 150};
+        c.float_mask_shape = std::vector<std::int64_t>{2, 1, 1, 150};
+        c.softcap = 30.0;
+        break;
+    case 3:
+        c.causal = Causal::top_left;
+        c.alibi_max_bias = 8.0;
+        c.dropout = 0.2;
+        c.dropout_seed = 7;
+        break;
+    }
+    CHECK_THAT(expect_path(c, impl, impl == Impl::split ? 4 : 0).variant, Catch::Contains(" staged"));
 }
 
 TEST_CASE("fused: scores of magnitude 1e4 and fully masked rows", "[gpu][fused][numerics]") {

@@ -182,7 +182,37 @@ TEST_CASE("tuning: choose_fused gives every device a layout it can run, for ever
                             CHECK(c->texel == texel_ok);
                             CHECK(fused_for(caps, p, {.texel_loads = true})->texel == texel_ok);
                             CHECK_FALSE(fused_for(caps, p, {.texel_loads = false})->texel);
+                            // K/V staged in shared memory on GPUs, streamed on CPU devices; either
+                            // forced. Staged wherever the smallest tiles fit (one vec4 of K per key,
+                            // SG keys, one column slot per lane), and the tiles always fit.
+                            const std::uint32_t sg = c->subgroup;
+                            const auto v_slots = std::min<std::uint32_t>(sg, static_cast<std::uint32_t>((dv + 3) / 4));
+                            const bool room = 16 * ((sg + 1) + sg * v_slots) <= caps.max_shared_bytes;
+                            CHECK(c->staged == (caps.kind != vk::DeviceKind::cpu && room));
+                            if (caps.max_shared_bytes >= 49152 && sg <= 32) CHECK(c->staged);
+                            for (const bool staged : {false, true}) {
+                                const auto forced = fused_for(caps, p, {.shared_tiles = staged});
+                                CHECK(forced->staged == (staged && room));
+                                CHECK(forced->shared_bytes() <= caps.max_shared_bytes);
+                                CHECK(forced->kd4 >= 1);
+                                if (forced->staged) CHECK(forced->v_width4 * 4 >= std::min<std::int64_t>(dv, forced->columns_per_pass()));
+                            }
+                            CHECK(c->shared_bytes() <= caps.max_shared_bytes);
                         }
+}
+
+TEST_CASE("tuning: the staged fused kernel shrinks its tiles to the device's shared memory", "[unit][tuning]") {
+    for (const std::uint32_t bytes : {49152u, 32768u, 16384u, 8192u, 4096u, 256u}) {
+        vk::DeviceCaps caps = nvidia_like();
+        caps.max_shared_bytes = bytes;
+        for (const std::int64_t d : {8, 64, 128, 256, 512}) {
+            const auto c = fused_for(caps, problem(1, 8, 8, 128, 1000, d, d));
+            INFO(bytes << " bytes, D=" << d << ": " << c->describe());
+            CHECK(c->shared_bytes() <= bytes);
+            if (bytes >= 32768) CHECK(c->staged);  // room for a tile at every head size
+            if (bytes == 256) CHECK_FALSE(c->staged);  // no room for any: streamed instead
+        }
+    }
 }
 
 TEST_CASE("tuning: choose_fused refuses with a reason where it cannot run", "[unit][tuning]") {

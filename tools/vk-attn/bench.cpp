@@ -29,6 +29,7 @@ struct BenchOptions {
     int repeat = 10, warmup = 2;
     bool validate = false;
     std::string dtype = "f32", layout = "bhnd", impl = "auto", device;
+    std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     bool gemm = false;
     std::int64_t gemm_size = 2048;
     bool json = false, csv = false;
@@ -156,6 +157,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         AttentionOutputs out{.o = make_view<void*>(dtype == DType::f32 ? static_cast<void*>(o32.data()) : o16.data(),
                                                    dtype, layout, o_shape)};
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
+        if (o.shared_tiles != "auto") options.variant.shared_tiles = o.shared_tiles == "on";
         features.apply(options, in);
 
         // --validate: the first run is compared with the reference before anything is timed.
@@ -250,6 +252,11 @@ Action add_bench(CLI::App& app) {
     app.add_option("--layout", o->layout, "Memory layout: bhnd, or bnhd (interleaved heads)")
         ->check(CLI::IsMember({"bhnd", "bnhd"}))->capture_default_str();
     app.add_option("--impl", o->impl, "auto, unfused, fused or split")->capture_default_str();
+    app.add_option("--shared-tiles", o->shared_tiles,
+                   "Force the shared-memory variants (on: bmm K-slices and flash K/V blocks staged in shared "
+                   "memory; off: streamed to registers), or let the tuning choose (auto)")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
+        ->capture_default_str();
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
     app.add_flag("--gemm", o->gemm, "Also measure the GEMM ceiling (the engine's tiled matrix shader)");
     app.add_option("--gemm-size", o->gemm_size, "Size of the square GEMM")->capture_default_str()->check(CLI::PositiveNumber);
