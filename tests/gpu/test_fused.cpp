@@ -10,7 +10,7 @@
 
 using namespace vkattn;
 using namespace vkattn::test;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 namespace {
 
@@ -122,7 +122,7 @@ TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
     c.causal = Causal::top_left;
     c.variant = {.texel_loads = texel};
     // What was asked for ran (FusedConfig::describe()), where the device has the texel format.
-    const auto& caps = gpu_context().runtime().device().caps();
+    const auto& caps = detail::ContextAccess::runtime(gpu_context()).device().caps();
     const bool texel_format = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
     const std::string ran = std::string("fused[") + (texel && texel_format ? "texel" : "ssbo");
     CHECK_THAT(expect_path(c, Impl::fused).variant, Catch::StartsWith(ran));
