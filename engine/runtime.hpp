@@ -73,4 +73,10 @@ private:
     std::vector<std::shared_ptr<void>> graveyard_;
 };
 
+// A Context's Runtime, for the engine (and the tests and vkattn::testing, which build with its private
+// headers). The public header only names this struct, as a friend of Context.
+struct ContextAccess {
+    static Runtime& runtime(Context& context) { return *context.runtime_; }
+};
+
 }  // namespace vkattn::detail

@@ -61,7 +61,7 @@ std::unique_ptr<PathRun> plan_attention(Runtime& runtime, const Problem& problem
 AttentionReport attention(Context& context, const AttentionInputs& inputs, const AttentionOutputs& outputs,
                           const AttentionOptions& options) {
     const detail::Problem problem = detail::resolve(inputs, outputs, options);
-    detail::Runtime& runtime = context.runtime();
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
     const auto path = detail::plan_attention(runtime, problem, inputs, outputs, options);
     return detail::run_on_host(runtime, problem, inputs, outputs, *path);

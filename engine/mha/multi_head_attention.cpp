@@ -132,7 +132,7 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
 MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs, const MhaOutputs& outputs,
                                       const MhaOptions& options) const {
     const MhaProblem mp = detail::resolve_mha(config_, inputs, outputs, options);
-    detail::Runtime& runtime = context.runtime();
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
     const DType dtype = options.dtype;

@@ -17,10 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include "npy.hpp"
+#include "vkattn/testing/compare.hpp"
 #include "vkattn/vkattn.hpp"
 
 namespace fs = std::filesystem;
 using namespace vkattn;
+using namespace vkattn::testing;
 
 namespace {
 

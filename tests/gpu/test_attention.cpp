@@ -9,7 +9,7 @@
 
 using namespace vkattn;
 using namespace vkattn::test;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 TEST_CASE("unfused: sequence lengths x head dims", "[gpu][unfused]") {
     const std::int64_t n = GENERATE(1, 7, 63, 64, 65, 257, 1000);
@@ -98,7 +98,7 @@ TEST_CASE("unfused: every kernel variant in both dtypes", "[gpu][unfused][varian
     c.variant = {.texel_loads = texel, .shared_tiles = shared, .subgroup_ops = subgroup};
     const AttentionReport report = expect_pass(c);
     // What was asked for ran (UnfusedConfig::describe()), where the device has it.
-    const auto& caps = gpu_context().runtime().device().caps();
+    const auto& caps = detail::ContextAccess::runtime(gpu_context()).device().caps();
     const bool texel_format = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
     const std::string tiles = shared ? "/shared" : "/regs";
     const bool scores_texel = texel && texel_format;

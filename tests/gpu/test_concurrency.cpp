@@ -18,10 +18,10 @@
 
 #include "support/gpu_context.hpp"
 #include "vkattn/errors.hpp"
-#include "vkattn/selfcheck/attention_case.hpp"
+#include "vkattn/testing/attention_case.hpp"
 
 using namespace vkattn;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 namespace {
 

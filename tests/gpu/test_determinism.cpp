@@ -10,7 +10,7 @@
 #include "vkattn/vkattn.hpp"
 
 using namespace vkattn;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include <random>
 
 #include "support/expect_case.hpp"
-#include "vkattn/selfcheck/random.hpp"
+#include "vkattn/testing/random.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 namespace {
 

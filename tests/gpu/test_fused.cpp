@@ -10,7 +10,7 @@
 
 using namespace vkattn;
 using namespace vkattn::test;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 namespace {
 
@@ -123,7 +123,7 @@ TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
     c.causal = Causal::top_left;
     c.variant = {.texel_loads = texel, .shared_tiles = staged};
     // What was asked for ran (FusedConfig::describe()), where the device has the texel format.
-    const auto& caps = gpu_context().runtime().device().caps();
+    const auto& caps = detail::ContextAccess::runtime(gpu_context()).device().caps();
     const bool texel_format = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
     const std::string ran = std::string("fused[") + (texel && texel_format ? "texel" : "ssbo");
     const std::string kv = staged ? " staged" : " streamed";

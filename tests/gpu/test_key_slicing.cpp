@@ -11,10 +11,10 @@
 #include <random>
 
 #include "support/gpu_context.hpp"
-#include "vkattn/selfcheck/attention_case.hpp"
+#include "vkattn/testing/attention_case.hpp"
 
 using namespace vkattn;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 using namespace vkattn::test;
 
 namespace {

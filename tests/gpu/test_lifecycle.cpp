@@ -12,7 +12,7 @@
 #include <string>
 
 #include "support/gpu_context.hpp"
-#include "vkattn/selfcheck/attention_case.hpp"
+#include "vkattn/testing/attention_case.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define VKATTN_TEST_LSAN 1
@@ -47,7 +47,7 @@ void live_once(int iteration, const fs::path& cache_dir) {
     options.pipeline_cache_dir = cache_dir.string();
     Context context(options);
     if (iteration % 10 != 0) return;
-    selfcheck::Case c;
+    testing::Case c;
     c.Hq = 2;
     c.Hkv = 1;
     c.Nq = 5;
@@ -55,7 +55,7 @@ void live_once(int iteration, const fs::path& cache_dir) {
     c.Dk = c.Dv = 8;
     c.impl = iteration % 20 == 0 ? Impl::fused : Impl::unfused;
     c.weights = c.impl == Impl::unfused;
-    const selfcheck::CaseResult r = selfcheck::run_case(context, c, static_cast<unsigned>(1000 + iteration));
+    const testing::CaseResult r = testing::run_case(context, c, static_cast<unsigned>(1000 + iteration));
     INFO("iteration " << iteration << ": " << r.message);
     REQUIRE(r.ok);
     REQUIRE(test::take_validation_messages(context).empty());

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "support/gpu_context.hpp"
+#include "vkattn/testing/compare.hpp"
 #include "vkattn/vkattn.hpp"
 
 using namespace vkattn;
@@ -55,7 +56,7 @@ TEST_CASE("memory: fused causal attention at N = 32768 stays O(N*D)", "[gpu][mem
             ref2 += ref * ref;
         }
         INFO("head " << h << " row " << i);
-        CHECK(std::sqrt(err2 / ref2) < tolerance_for(DType::f32).rel);
+        CHECK(std::sqrt(err2 / ref2) < testing::tolerance_for(DType::f32).rel);
     }
     CHECK(vkattn::test::take_validation_messages(ctx).empty());
 }

@@ -14,10 +14,12 @@
 #include "npy.hpp"
 #include "state_dict.hpp"
 #include "support/expect_case.hpp"
+#include "vkattn/testing/compare.hpp"
 #include "vkattn/vkattn.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
+using namespace vkattn::testing;
 namespace fs = std::filesystem;
 
 namespace {

@@ -14,7 +14,7 @@
 #include "vkattn/errors.hpp"
 
 using namespace vkattn;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 namespace {
 

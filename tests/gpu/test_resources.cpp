@@ -12,7 +12,7 @@
 #include "vkattn/vkattn.hpp"
 
 using namespace vkattn;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 namespace {
 
@@ -62,7 +62,7 @@ TEST_CASE("resources: a request over the device memory is refused before allocat
 TEST_CASE("resources: an allocation past the budget is refused with the sizes and frees what it took",
           "[gpu][resources]") {
     Context context(small_budget());
-    detail::Runtime& runtime = context.runtime();
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     {
         detail::Transfers t(runtime);
         t.scratch(6u << 20, "six MiB");

@@ -10,15 +10,15 @@
 #include "attention/tuning.hpp"
 #include "attention/unfused.hpp"
 #include "runtime.hpp"
-#include "vkattn/selfcheck/attention_case.hpp"
 #include "support/expect_case.hpp"
 #include "support/gpu_context.hpp"
-#include "vkattn/benchmark.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/testing/attention_case.hpp"
+#include "vkattn/testing/benchmark.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
-using namespace vkattn::selfcheck;
+using namespace vkattn::testing;
 
 TEST_CASE("stage 1 alone: S = scale * Q * K^T", "[gpu][stages]") {
     const auto [nq, nkv, d] = GENERATE(std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 65, 24},
@@ -36,10 +36,10 @@ TEST_CASE("stage 1 alone: S = scale * Q * K^T", "[gpu][stages]") {
 
     Context& ctx = gpu_context();
     const detail::Problem p = detail::resolve(in, out, options);
-    const auto& caps = ctx.runtime().device().caps();
+    const auto& caps = detail::ContextAccess::runtime(ctx).device().caps();
     const auto config = detail::choose_unfused(caps, p, in.q.strides, in.k.strides, in.v.strides, options.variant);
     CHECK(config.scores.texel == (texel && d % 4 == 0 && caps.texel_rgba32f));  // D = 1 falls back to scalar loads
-    detail::run_unfused(ctx.runtime(), p, in, out, config, detail::UnfusedStages::scores_only);
+    detail::run_unfused(detail::ContextAccess::runtime(ctx), p, in, out, config, detail::UnfusedStages::scores_only);
     const ReferenceStages ref = reference_stages(in, options, false);
     const Comparison c = compare({s.begin(), s.end()}, ref.scores, tolerance_for(DType::f32));
     INFO(config.describe() << ": " << c.message);

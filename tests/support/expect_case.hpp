@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "support/gpu_context.hpp"
-#include "vkattn/selfcheck/attention_case.hpp"
+#include "vkattn/testing/attention_case.hpp"
 
 namespace vkattn::test {
 
@@ -17,9 +17,9 @@ inline unsigned fresh_seed() {
     return next++;
 }
 
-inline AttentionReport expect_pass(const selfcheck::Case& c, std::optional<Impl> expected_path = std::nullopt) {
+inline AttentionReport expect_pass(const testing::Case& c, std::optional<Impl> expected_path = std::nullopt) {
     Context& ctx = gpu_context();
-    const selfcheck::CaseResult r = selfcheck::run_case(ctx, c, fresh_seed());
+    const testing::CaseResult r = testing::run_case(ctx, c, fresh_seed());
     INFO(r.message);
     CHECK(r.ok);
     if (expected_path) CHECK(r.report.path == *expected_path);

@@ -3,7 +3,7 @@
 // causal, N·window with a sliding window: AttentionReport::flops) and the
 // effective bandwidth of the unavoidable traffic (Q, K, V read once, O written once); with --gemm,
 // the device's GEMM ceiling measured in the same run and every figure's ratio to it. --validate checks
-// each point's first run against the CPU reference before it is timed (vkattn/compare.hpp's rule;
+// each point's first run against the CPU reference before it is timed (vkattn/testing/compare.hpp's rule;
 // rel_l2_err = ‖o − ref‖₂ / ‖ref‖₂).
 #include <cmath>
 #include <iostream>
@@ -17,6 +17,8 @@
 #include "output_table.hpp"
 #include "parse_integer.hpp"
 #include "plot.hpp"
+#include "vkattn/testing/benchmark.hpp"
+#include "vkattn/testing/compare.hpp"
 #include "vkattn/vkattn.hpp"
 
 namespace vkattn::tool {
@@ -95,7 +97,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
 
     double ceiling = 0;
     if (o.gemm) {
-        const GemmResult g = benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate);
+        const testing::GemmResult g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate);
         ceiling = g.gflops;
         Row r;
         r.add("impl", std::string("gemm"));
@@ -110,7 +112,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("variant", g.variant);
         printer.print(r);
         printer.finish();  // the ceiling gets its own table
-        if (o.validate && !(g.rel_l2_err <= tolerance_for(DType::f32).rel)) {
+        if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(DType::f32).rel)) {
             std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance\n";
             return 1;
         }
@@ -171,9 +173,9 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                             const auto off = static_cast<std::size_t>(out.o.offset(b, h, n, d));
                             got.push_back(dtype == DType::f32 ? o32[off] : half_to_float(o16[off]));
                         }
-            return compare(got, reference_stages(in, options, false).output, tolerance_for(dtype));
+            return testing::compare(got, reference_stages(in, options, false).output, testing::tolerance_for(dtype));
         };
-        std::optional<Comparison> validation;
+        std::optional<testing::Comparison> validation;
         AttentionReport report;
         std::vector<double> samples;
         with_flag_names([&] {
@@ -194,7 +196,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                 samples.push_back(report.gpu_ms);
             }
         });
-        const Timing t = summarize(samples);
+        const testing::Timing t = testing::summarize(samples);
         const double flops = report.flops;
         const double bytes = static_cast<double>(size_of(dtype)) *
                              static_cast<double>(p.B * p.Hq * p.Nq * (p.Dk + p.Dv) + p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv));

@@ -6,13 +6,13 @@
 
 #include "commands.hpp"
 #include "output_table.hpp"
+#include "vkattn/testing/attention_case.hpp"
 #include "vkattn/vkattn.hpp"
-#include "vkattn/selfcheck/attention_case.hpp"
 
 namespace vkattn::tool {
 namespace {
 
-using selfcheck::Case;
+using testing::Case;
 
 struct Named {
     std::string name;
@@ -84,7 +84,7 @@ int check(const std::string& device) {
                     r.add("case", name);
                     std::string result = "pass";
                     try {
-                        const auto outcome = selfcheck::run_case(context, c, seed++);
+                        const auto outcome = testing::run_case(context, c, seed++);
                         if (!outcome.ok) {
                             result = "FAIL";
                             std::cerr << outcome.message;

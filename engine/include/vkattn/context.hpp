@@ -12,6 +12,7 @@ namespace vkattn {
 
 namespace detail {
 class Runtime;
+struct ContextAccess;  // the engine's own way to a Context's Runtime (not API)
 }
 
 struct MemoryHeap {
@@ -84,9 +85,8 @@ public:
     std::vector<std::string> validation_messages() const;
     void clear_validation_messages();
 
-    detail::Runtime& runtime() { return *runtime_; }
-
 private:
+    friend struct detail::ContextAccess;
     std::unique_ptr<detail::Runtime> runtime_;
 };
 

@@ -2,8 +2,6 @@
 #pragma once
 
 #include "vkattn/attention.hpp"
-#include "vkattn/benchmark.hpp"
-#include "vkattn/compare.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/mha.hpp"

@@ -8,8 +8,10 @@
 #include <vector>
 
 namespace vkattn {
-
 class Context;
+}
+
+namespace vkattn::testing {
 
 struct Timing {
     double median_ms = 0, min_ms = 0, max_ms = 0;
@@ -30,4 +32,4 @@ struct GemmResult {
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup,
                           int repeat, bool validate);
 
-}  // namespace vkattn
+}  // namespace vkattn::testing

@@ -9,7 +9,7 @@
 
 #include "vkattn/tensor.hpp"
 
-namespace vkattn::selfcheck {
+namespace vkattn::testing {
 
 // A host tensor that owns its storage (fp32 values, or fp16 bits) and views it in a layout.
 struct HostTensor {
@@ -66,4 +66,4 @@ inline HostTensor nan_tensor(DType dtype, Layout layout, std::array<std::int64_t
     return t;
 }
 
-}  // namespace vkattn::selfcheck
+}  // namespace vkattn::testing

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "vkattn/selfcheck/random.hpp"
 #include "vkattn/attention.hpp"
-#include "vkattn/compare.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/reference.hpp"
+#include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/random.hpp"
 
-namespace vkattn::selfcheck {
+namespace vkattn::testing {
 
 struct Case {
     std::int64_t B = 1, Hq = 1, Hkv = 1, Nq = 1, Nkv = 1, Dk = 8, Dv = 8;
@@ -171,4 +171,4 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     return result;
 }
 
-}  // namespace vkattn::selfcheck
+}  // namespace vkattn::testing

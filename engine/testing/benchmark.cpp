@@ -1,4 +1,5 @@
-// The GEMM ceiling: the bmm shader on one large product, timed like attention.
+// The GEMM ceiling: the bmm shader on one large product, timed like attention. It records a dispatch
+// itself, so it reaches into the engine (its private headers, the context's Runtime).
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -8,11 +9,11 @@
 #include "attention/transfers.hpp"
 #include "attention/tuning.hpp"
 #include "runtime.hpp"
-#include "vkattn/benchmark.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/testing/benchmark.hpp"
 
-namespace vkattn {
+namespace vkattn::testing {
 
 Timing summarize(std::vector<double> samples) {
     if (samples.empty()) return {};
@@ -26,7 +27,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
                           bool validate) {
     if (m < 1 || n < 1 || k < 1) throw InvalidArgument("gemm", "m, n and k must be at least 1.");
     if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
-    detail::Runtime& runtime = context.runtime();
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
     const auto bytes = [](std::int64_t a, std::int64_t b) { return static_cast<std::uint64_t>(a * b) * 4; };
@@ -108,4 +109,4 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     return result;
 }
 
-}  // namespace vkattn
+}  // namespace vkattn::testing

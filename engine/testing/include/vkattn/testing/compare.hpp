@@ -12,7 +12,7 @@
 
 #include "vkattn/tensor.hpp"
 
-namespace vkattn {
+namespace vkattn::testing {
 
 struct Tolerance {
     double rel;
@@ -93,4 +93,4 @@ inline Comparison compare_lse(const std::vector<double>& gpu, const std::vector<
     return c;
 }
 
-}  // namespace vkattn
+}  // namespace vkattn::testing
