@@ -16,7 +16,7 @@
 #extension GL_EXT_shader_16bit_storage : enable
 #extension GL_EXT_control_flow_attributes : enable
 
-#include "common/params.glsl"
+#include "common/bmm_params.glsl"
 
 layout(local_size_x_id = 0) in;                // = WG_M · WG_N
 layout(constant_id = 1) const uint WG_M = 8;   // invocations along rows
@@ -26,7 +26,7 @@ layout(constant_id = 4) const uint TN4 = 1;    // column vec4s per invocation
 layout(constant_id = 5) const bool B_TRANSPOSED = true;
 layout(constant_id = 6) const uint SHARED_TILES = 0;  // 0 or 1
 layout(constant_id = 7) const uint KS4 = 4;           // vec4s of K per shared tile
-layout(constant_id = 8) const uint ADD = 0u;  // 0: nothing; 1: bias[column]; 2: a residual R (addressed by P.to)
+layout(constant_id = 8) const uint ADD = 0u;  // 0: nothing; 1: bias[column]; 2: a residual R (addressed by P.residual)
 
 const uint TN = 4u * TN4;
 const uint BM = WG_M * TM;   // rows per workgroup
@@ -79,13 +79,13 @@ shared vec4 tile_a[1u + SHARED_TILES * (BM * KS4 - 1u)];
 shared vec4 tile_b[1u + SHARED_TILES * (BN * KS4 - 1u)];
 
 void main() {
-    const uint M = P.gemm.x, N = P.gemm.y, K = P.gemm.z;
+    const uint M = P.M, N = P.N, K = P.K;
     const uint K4 = (K + 3u) / 4u;
     const uint tid = gl_LocalInvocationID.x;
     const uint tx = tid % WG_N, ty = tid / WG_N;
-    const uint unit = P.chunk.x + gl_WorkGroupID.z;
-    const uint b = unit / P.shape0.y, h = unit % P.shape0.y, hb = h / P.shape0.w;
-    const uint row_begin = P.chunk.y, row_end = P.chunk.y + P.chunk.z;
+    const uint unit = P.chunk.first_unit + gl_WorkGroupID.z;
+    const uint b = unit / P.heads, h = unit % P.heads, hb = h / P.group;
+    const uint row_begin = P.chunk.first_row, row_end = P.chunk.first_row + P.chunk.rows;
     const uint tile_row = row_begin + gl_WorkGroupID.y * BM;
     const uint tile_col = gl_WorkGroupID.x * BN;
     const uint col0 = tile_col + tx * TN;
@@ -93,12 +93,12 @@ void main() {
     // Clamped addresses: out-of-range rows and columns load valid memory and are never stored.
     uint a_row[TM];
     [[unroll]] for (uint i = 0u; i < TM; ++i)
-        a_row[i] = tensor_index(P.ta, b, h, min(tile_row + ty + i * WG_M, row_end - 1u));
+        a_row[i] = tensor_index(P.a, b, h, min(tile_row + ty + i * WG_M, row_end - 1u));
     uint b_col[TN];  // B_TRANSPOSED: the start of B row (= C column) col0 + j
     [[unroll]] for (uint j = 0u; j < TN; ++j)
-        b_col[j] = tensor_index(P.tb, b, hb, min(col0 + j, N - 1u));
-    const uint b_head = tensor_index(P.tb, b, hb, 0u);
-    const uint b_stride = P.tb.stride.z;  // hoisted: every uniform-block read is a scalar load on lavapipe
+        b_col[j] = tensor_index(P.b, b, hb, min(col0 + j, N - 1u));
+    const uint b_head = tensor_index(P.b, b, hb, 0u);
+    const uint b_stride = P.b.stride.z;  // hoisted: every uniform-block read is a scalar load on lavapipe
 
     vec4 acc[TM][TN4];
     [[unroll]] for (uint i = 0u; i < TM; ++i)
@@ -116,14 +116,14 @@ void main() {
                 for (uint e = tid; e < BM * KS4; e += WG_M * WG_N) {
                     const uint lr = e / KS4, k4 = kt + e % KS4;
                     const uint row = min(tile_row + lr, row_end - 1u);
-                    tile_a[e] = k4 < K4 ? load_a4(tensor_index(P.ta, b, h, row) + 4u * k4, K - 4u * k4)
+                    tile_a[e] = k4 < K4 ? load_a4(tensor_index(P.a, b, h, row) + 4u * k4, K - 4u * k4)
                                         : vec4(0.0);
                 }
                 for (uint e = tid; e < BN * KS4; e += WG_M * WG_N) {
                     if (B_TRANSPOSED) {
                         const uint lc = e / KS4, k4 = kt + e % KS4;
                         const uint col = min(tile_col + lc, N - 1u);
-                        tile_b[e] = k4 < K4 ? load_b4(tensor_index(P.tb, b, hb, col) + 4u * k4, K - 4u * k4)
+                        tile_b[e] = k4 < K4 ? load_b4(tensor_index(P.b, b, hb, col) + 4u * k4, K - 4u * k4)
                                             : vec4(0.0);
                     } else {  // [k][n/4] layout: KS4·4 rows of BN/4 vec4s
                         const uint k = 4u * kt + e / (BN / 4u), col = tile_col + 4u * (e % (BN / 4u));
@@ -163,12 +163,12 @@ void main() {
         }
     }
 
-    const float alpha = P.scalars.x;
+    const float alpha = P.alpha;
     [[unroll]] for (uint i = 0u; i < TM; ++i) {
         const uint row = tile_row + ty + i * WG_M;
         if (row >= row_end || row >= M) continue;
-        const uint c_row = tensor_index(P.tc, b, h, row);
-        const uint r_row = ADD == 2u ? tensor_index(P.to, b, h, row) : 0u;
+        const uint c_row = tensor_index(P.c, b, h, row);
+        const uint r_row = ADD == 2u ? tensor_index(P.residual, b, h, row) : 0u;
         [[unroll]] for (uint j = 0u; j < TN; ++j) {
             const uint col = col0 + j;
             const float add = ADD == 1u ? addend[col] : ADD == 2u ? addend[r_row + col] : 0.0;

@@ -8,7 +8,7 @@
 //   lse = log(e^sink + Σ_s e^(lse_s)).
 #extension GL_EXT_shader_16bit_storage : enable
 
-#include "common/params.glsl"
+#include "common/combine_params.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
@@ -25,24 +25,23 @@ layout(std430, set = 0, binding = 3) writeonly buffer OBuffer { float o_data[]; 
 #endif
 layout(std430, set = 0, binding = 4) writeonly buffer Lse { float lse[]; };
 layout(std430, set = 0, binding = 5) readonly buffer HeadTerms { float head_terms[]; };  // [Hq] slopes, [Hq] sinks
-const uint MASK_SINKS = 64u;  // mask.glsl's flag
 
 void main() {
     // The grid is flash.comp's: unit = (b, key/value head), row ρ = g·Nq + i of its query heads.
-    const uint unit = P.chunk.x + gl_WorkGroupID.y;
-    const uint b = unit / P.shape0.z, hk = unit % P.shape0.z;
-    const uint rho = P.chunk.y + gl_WorkGroupID.x;
-    const uint h = hk * P.shape0.w + rho / P.attn.x, i = rho % P.attn.x;
-    const uint splits = P.split.x, Dv = P.attn.w;
-    const uint lse_row = tensor_index(P.tb, b, h, i), o_part = tensor_index(P.ta, b, h, i);
+    const uint unit = P.chunk.first_unit + gl_WorkGroupID.y;
+    const uint b = unit / P.shape.Hkv, hk = unit % P.shape.Hkv;
+    const uint rho = P.chunk.first_row + gl_WorkGroupID.x;
+    const uint h = hk * P.shape.group + rho / P.shape.Nq, i = rho % P.shape.Nq;
+    const uint splits = P.splits, Dv = P.shape.Dv;
+    const uint lse_row = tensor_index(P.partial_lse, b, h, i), o_part = tensor_index(P.partial_o, b, h, i);
 
     // The sink, unless there is none or it is −∞ (by its bits).
-    const float sink_value = (P.masking.x & MASK_SINKS) != 0u ? head_terms[P.shape0.y + h] : 0.0;
-    const bool has_sink = (P.masking.x & MASK_SINKS) != 0u && !is_negative_infinity(sink_value);
+    const float sink_value = P.has_sinks != 0u ? head_terms[P.shape.Hq + h] : 0.0;
+    const bool has_sink = P.has_sinks != 0u && !is_negative_infinity(sink_value);
     float m = has_sink ? sink_value : MASKED;
     bool poisoned = false;  // a NaN partial (NaN or inf in q or k) makes the whole row NaN, as in one pass
     for (uint s = 0u; s < splits; ++s) {
-        const float x = partial_lse[lse_row + s * P.split.w];
+        const float x = partial_lse[lse_row + s * P.lse_split_stride];
         poisoned = poisoned || is_nan(x);
         m = max(m, x);
     }
@@ -51,22 +50,22 @@ void main() {
     if (!empty && !poisoned) {
         total = has_sink ? exp(sink_value - m) : 0.0;
         for (uint s = 0u; s < splits; ++s) {
-            const float x = partial_lse[lse_row + s * P.split.w];
+            const float x = partial_lse[lse_row + s * P.lse_split_stride];
             if (x != MASKED) total += exp(x - m);
         }
     }
     const float inv = empty || poisoned ? 0.0 : 1.0 / total;
 
-    const uint o_row = tensor_index(P.to, b, h, i);
+    const uint o_row = tensor_index(P.o, b, h, i);
     for (uint col = gl_LocalInvocationID.x; col < Dv; col += WG) {
         float acc = 0.0;
         if (!empty && !poisoned)
             for (uint s = 0u; s < splits; ++s) {
-                const float x = partial_lse[lse_row + s * P.split.w];
-                if (x != MASKED) acc += exp(x - m) * partial_o[o_part + s * P.split.z + col];
+                const float x = partial_lse[lse_row + s * P.lse_split_stride];
+                if (x != MASKED) acc += exp(x - m) * partial_o[o_part + s * P.o_split_stride + col];
             }
         o_data[o_row + col] = OUT_TYPE(poisoned ? quiet_nan() : acc * inv);
     }
     if (gl_LocalInvocationID.x == 0u)
-        lse[tensor_index(P.tlse, b, h, i)] = poisoned ? quiet_nan() : empty ? negative_infinity() : m + log(total);
+        lse[tensor_index(P.lse, b, h, i)] = poisoned ? quiet_nan() : empty ? negative_infinity() : m + log(total);
 }

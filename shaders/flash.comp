@@ -36,7 +36,7 @@
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_EXT_shader_16bit_storage : enable
 
-#include "common/params.glsl"
+#include "common/flash_params.glsl"
 
 layout(local_size_x_id = 0) in;                 // NSG · SG
 layout(constant_id = 1) const uint SG = 8;      // lanes per subgroup (the pipeline requires it)
@@ -109,28 +109,28 @@ uint block_key(uint owner, uint c) { return STAGE ? c * SG + owner : owner * KL 
 
 void main() {
     const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    const uint Hkv = P.shape0.z, group = P.shape0.w;
-    const uint Nq = P.attn.x, Nkv = P.attn.y, Dk = P.attn.z, Dv = P.attn.w;
-    const uint unit = P.chunk.x + gl_WorkGroupID.y;
+    const uint Hkv = P.shape.Hkv, group = P.shape.group;
+    const uint Nq = P.shape.Nq, Nkv = P.shape.Nkv, Dk = P.shape.Dk, Dv = P.shape.Dv;
+    const uint unit = P.chunk.first_unit + gl_WorkGroupID.y;
     const uint b = unit / Hkv, hk = unit % Hkv;
-    const uint rows_end = P.chunk.y + P.chunk.z;
+    const uint rows_end = P.chunk.first_row + P.chunk.rows;
     // Row blocks in reverse: under a causal mask the last rows see the most keys, and starting the
     // heaviest workgroups first evens out the tail when workgroups outnumber the cores.
     const uint row_block = gl_NumWorkGroups.x - 1u - gl_WorkGroupID.x;
-    const uint rho0 = P.chunk.y + (row_block * NSG + sg) * R;
+    const uint rho0 = P.chunk.first_row + (row_block * NSG + sg) * R;
     // A subgroup past the chunk's rows has nothing to store. Streaming, it leaves (uniform per
     // subgroup; nothing waits on it); staged, it still helps load the tiles and meets every barrier.
     const bool has_rows = rho0 < rows_end;
     if (!STAGE && !has_rows) return;
 
     // This workgroup's keys: all of them, or one split's slice. Splits may be bound a few at a time
-    // (keys beyond one binding): P.part.y is this dispatch's first split. Key reads are clamped to
+    // (keys beyond one binding): P.first_split is this dispatch's first split. Key reads are clamped to
     // the last key of this split, which its binding always holds.
-    const uint split_index = SPLIT ? P.part.y + gl_WorkGroupID.z : 0u;
+    const uint split_index = SPLIT ? P.first_split + gl_WorkGroupID.z : 0u;
     uint k_begin = 0u, k_end = Nkv;
     if (SPLIT) {
-        k_begin = split_index * P.split.y;
-        k_end = min(Nkv, k_begin + P.split.y);
+        k_begin = split_index * P.keys_per_split;
+        k_end = min(Nkv, k_begin + P.keys_per_split);
     }
     const uint k_last = max(k_end, 1u) - 1u;
 
@@ -141,7 +141,7 @@ void main() {
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint rho = min(rho0 + r, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = rho % Nq;
-        q_row[r] = tensor_index(P.ta, b, h, i);
+        q_row[r] = tensor_index(P.q, b, h, i);
         const RowMask mask = row_mask(b, h, i);
         first[r] = max(mask.first, k_begin);
         limit[r] = min(mask.limit, k_end);
@@ -169,11 +169,11 @@ void main() {
         k_end = wg_end;
     }
     const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
-    const bool capped = P.terms.x > 0.0;
-    const bool dropout = P.dropout.x != 0u;
-    const float scale = P.scalars.x, scale2 = P.scalars.x * LOG2E, keep_scale = P.terms.z;
-    const uint k_head = tensor_index(P.tb, b, hk, 0u), k_stride = P.tb.stride.z;
-    const uint v_head = tensor_index(P.tc, b, hk, 0u), v_stride = P.tc.stride.z;
+    const bool capped = P.mask.softcap > 0.0;
+    const bool dropout = P.mask.drop_threshold != 0u;
+    const float scale = P.scale, scale2 = P.scale * LOG2E, keep_scale = P.mask.keep_scale;
+    const uint k_head = tensor_index(P.k, b, hk, 0u), k_stride = P.k.stride.z;
+    const uint v_head = tensor_index(P.v, b, hk, 0u), v_stride = P.v.stride.z;
     const uint Dk4 = (Dk + 3u) / 4u;
     // Staged reads index the tiles by lane: keep them inside the tiles even on a device that ran us
     // at another subgroup size (whose result is written as NaN below).
@@ -182,7 +182,7 @@ void main() {
     // Output columns of this lane: vec4 group (lane + SG·t) after this pass's first column (wide
     // heads take several passes, so the accumulators stay in registers); past Dv they load column
     // 0 and store nothing.
-    const uint col_base = P.part.x;
+    const uint col_base = P.first_column;
     uint v_col[DV4];
     [[unroll]] for (uint t = 0u; t < DV4; ++t) {
         const uint col = col_base + 4u * (lane + SG * t);
@@ -324,7 +324,7 @@ void main() {
             l_row = l_row * o_scale + exp2(sink - m_all);
             m[r] = m_all;
         }
-        const uint o_row = tensor_index(P.to, b, h, i) + split_index * P.split.z;
+        const uint o_row = tensor_index(P.o, b, h, i) + split_index * P.o_split_stride;
         // A device that ran us at another subgroup size than SG (it could not be required) would
         // have computed garbage: make that loud (NaN) rather than quietly wrong.
         // NaN scores (NaN or inf in q or k) leave l NaN, while max() may have dropped the NaN from m:
@@ -338,7 +338,7 @@ void main() {
                 if (col + c < Dv) o_data[o_row + col + c] = OUT_TYPE(loud ? quiet_nan() : o[r][t][c] * inv);
         }
         if (lane == 0u && col_base == 0u)
-            lse[tensor_index(P.tlse, b, h, i) + split_index * P.split.w] =
+            lse[tensor_index(P.lse, b, h, i) + split_index * P.lse_split_stride] =
                 poisoned ? quiet_nan() : m[r] == MASKED ? (SPLIT ? MASKED : negative_infinity()) : (m[r] + log2(l_row)) * LN2;
     }
 }

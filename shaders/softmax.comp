@@ -10,7 +10,7 @@
 // exponentiated, so a row with no visible key keeps m = MASKED and yields P = 0 and lse = −∞ (or the
 // sink) instead of 0/0 = NaN.
 // When one row of S exceeds a binding, the row is handled a key slice at a time in two passes
-// (Params::part.x: MODE_STATS writes each slice's (m, l), MODE_APPLY merges them and writes P).
+// (SoftmaxParams::mode: MODE_STATS writes each slice's (m, l), MODE_APPLY merges them and writes P).
 // Variants: SUBGROUP_OPS (define) merges with subgroupMax/subgroupAdd, then one slot per subgroup;
 // otherwise a shared-memory tree (WG must be a power of two).
 #ifdef SUBGROUP_OPS
@@ -18,7 +18,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 
-#include "common/params.glsl"
+#include "common/softmax_params.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
@@ -31,7 +31,6 @@ layout(std430, set = 0, binding = 4) readonly buffer BoolMask { uint bool_words[
 layout(std430, set = 0, binding = 5) readonly buffer FloatMask { float float_mask[]; };
 layout(std430, set = 0, binding = 6) readonly buffer HeadTerms { float head_terms[]; };
 layout(std430, set = 0, binding = 7) buffer Stats { float stats[]; };  // (m, l) per row and key slice
-const uint MODE_WHOLE = 0u, MODE_STATS = 1u, MODE_APPLY = 2u;
 
 #include "common/mask.glsl"
 #include "common/philox.glsl"
@@ -109,18 +108,18 @@ void row_stats(RowMask mask, uint row, uint k0, uint k1, out float m_out, out fl
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
-    const uint unit = P.chunk.x + gl_WorkGroupID.y;
-    const uint b = unit / P.shape0.y, h = unit % P.shape0.y;
-    const uint i = P.chunk.y + gl_WorkGroupID.x;
-    const uint row = tensor_index(P.ta, b, h, i);
+    const uint unit = P.chunk.first_unit + gl_WorkGroupID.y;
+    const uint b = unit / P.shape.Hq, h = unit % P.shape.Hq;
+    const uint i = P.chunk.first_row + gl_WorkGroupID.x;
+    const uint row = tensor_index(P.scores, b, h, i);
     const RowMask mask = row_mask(b, h, i);
-    // P.part: x = mode, y, z = this dispatch's keys [k0, k1). Mode 0: whole rows (k0 = 0, k1 = Nkv).
-    // When one row of S exceeds a binding, S is bound a key slice at a time: mode 1 writes the
-    // slice's (m, l) to `stats` (slice P.split.y of P.split.x), mode 2 merges every slice's in order
+    // This dispatch's keys [k0, k1). MODE_WHOLE: whole rows (k0 = 0, k1 = Nkv).
+    // When one row of S exceeds a binding, S is bound a key slice at a time: MODE_STATS writes the
+    // slice's (m, l) to `stats` (slice P.slice of P.slices), MODE_APPLY merges every slice's in order
     // and writes the slice's P (and, for slice 0, the lse).
-    const uint mode = P.part.x, k0 = P.part.y, k1 = P.part.z;
-    const uint slices = P.split.x, slice = P.split.y;
-    const uint stats_row = ((unit - P.chunk.x) * P.chunk.z + (i - P.chunk.y)) * slices;
+    const uint mode = P.mode, k0 = P.key_begin, k1 = P.key_end;
+    const uint slices = P.slices, slice = P.slice;
+    const uint stats_row = ((unit - P.chunk.first_unit) * P.chunk.rows + (i - P.chunk.first_row)) * slices;
 
     float m, l;
     if (mode == MODE_APPLY) {
@@ -149,8 +148,8 @@ void main() {
     if (!poisoned && sink_logit(h, sink)) merge(m, l, sink, 1.0);
 
     const float inv_l = m == MASKED || poisoned ? 0.0 : 1.0 / l;
-    const bool dropout = P.dropout.x != 0u;
-    const float keep_scale = P.terms.z;
+    const bool dropout = P.mask.drop_threshold != 0u;
+    const float keep_scale = P.mask.keep_scale;
     for (uint j0 = k0; j0 < k1; j0 += CHUNK * WG)
         for (uint j = j0 + tid; j < min(k1, j0 + CHUNK * WG); j += WG) {
             const float x = logit(mask, j, row);
@@ -159,5 +158,5 @@ void main() {
             scores[row + j] = poisoned ? quiet_nan() : p;
         }
     if (tid == 0u && (mode == MODE_WHOLE || slice == 0u))
-        lse[tensor_index(P.tlse, b, h, i)] = poisoned ? quiet_nan() : m == MASKED ? negative_infinity() : m + log(l);
+        lse[tensor_index(P.lse, b, h, i)] = poisoned ? quiet_nan() : m == MASKED ? negative_infinity() : m + log(l);
 }

@@ -1,6 +1,9 @@
 #include "attention/dispatch.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <tuple>
 
 #include "vk/check.hpp"
 #include "runtime.hpp"
@@ -11,7 +14,9 @@ namespace vkattn::detail {
 
 DispatchRecorder::DispatchRecorder(Runtime& runtime) : runtime_(&runtime), device_(&runtime.device()) {
     const std::uint64_t align = device_->caps().min_uniform_offset_alignment;
-    slot_bytes_ = (sizeof(Params) + align - 1) / align * align;
+    const std::uint64_t largest = std::max({sizeof(BmmParams), sizeof(SoftmaxParams), sizeof(FlashParams),
+                                            sizeof(CombineParams)});
+    slot_bytes_ = (largest + align - 1) / align * align;
 }
 
 void DispatchRecorder::add_block(std::uint32_t capacity) {
@@ -50,8 +55,13 @@ void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch
     Block& block = blocks_.back();
     const VkDevice d = device_->get();
     const vk::Kernel& kernel = *dispatch.kernel;
+    // The parameter block must be the one of the kernel's shader ("flash" for "flash_texel_o32").
+    const auto [params, params_bytes, shader] = std::visit(
+        [](const auto& p) { return std::tuple{static_cast<const void*>(&p), sizeof(p), p.shader}; }, dispatch.params);
+    if (!kernel.name().starts_with(std::string(shader) + "_"))
+        throw Error("internal: " + kernel.name() + " was given the parameter block of " + std::string(shader) + ".");
     const std::uint64_t slot = block.used++ * slot_bytes_;
-    std::memcpy(static_cast<char*>(block.params.mapped()) + slot, &dispatch.params, sizeof(Params));
+    std::memcpy(static_cast<char*>(block.params.mapped()) + slot, params, params_bytes);
 
     const VkDescriptorSetLayout layout = kernel.set_layout();
     VkDescriptorSetAllocateInfo alloc{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
@@ -74,7 +84,7 @@ void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch
         w.descriptorCount = 1;
         w.descriptorType = reflected.type;
         if (reflected.binding == 0) {
-            buffer_infos.push_back({block.params.get(), slot, sizeof(Params)});
+            buffer_infos.push_back({block.params.get(), slot, params_bytes});
             w.pBufferInfo = &buffer_infos.back();
             writes.push_back(w);
             continue;

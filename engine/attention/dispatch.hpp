@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <variant>
 #include <vector>
 
 #include <vulkan/vulkan.h>
@@ -30,9 +31,12 @@ inline Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice
     return {binding, &buffer, slice.offset, slice.range, texel};
 }
 
+// A kernel's parameter block: the struct of its shader (the recorder checks the kernel's name).
+using KernelParams = std::variant<BmmParams, SoftmaxParams, FlashParams, CombineParams>;
+
 struct Dispatch {
     const vk::Kernel* kernel = nullptr;
-    Params params;
+    KernelParams params;
     std::vector<Binding> bindings;  // binding 0 (the parameter block) is added by the recorder
     std::array<std::uint32_t, 3> groups{1, 1, 1};
 };

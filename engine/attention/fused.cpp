@@ -242,27 +242,29 @@ public:
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);
-            Params params;
-            params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
-            params.attn = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Dv)};
-            params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
-            params.scalars = {static_cast<float>(p.scale), 0, 0, 0};
-            set_features(params, p);
-            params.split = {std::max(1u, keys.splits), u32(keys.keys_per_split), u32(c.units * c.rows * p.Dv),
-                            u32(c.units * c.rows)};
-            params.ta = s.q.desc;
+            const ChunkRange chunk{.first_unit = u32(c.u0), .first_row = u32(c.r0), .rows = u32(c.rows)};
+            const std::uint32_t o_split_stride = u32(c.units * c.rows * p.Dv), lse_split_stride = u32(c.units * c.rows);
 
             const Slice o_part = whole(planner_.partial_o_bytes(c, keys));
             const Slice lse_part = whole(planner_.partial_lse_bytes(c, keys));
             for (std::uint32_t binding = 0; binding < keys.bindings(); ++binding) {
                 const KeySlices k = planner_.key_slices(c, keys.keys(binding, p.Nkv));
-                Dispatch main{.kernel = &flash, .params = params};
-                main.params.tb = k.k.desc;
-                main.params.tc = k.v.desc;
-                main.params.tbool = k.masks.bool_mask.desc;
-                main.params.tfloat = k.masks.float_mask.desc;
-                main.params.to = split ? chunk_local(c, p, p.Dv) : s.o.desc;
-                main.params.tlse = split ? chunk_local(c, p, 1) : s.lse.desc;
+                FlashParams params{.shape = attention_shape(p),
+                                   .chunk = chunk,
+                                   .mask = mask_params(p),
+                                   .scale = static_cast<float>(p.scale),
+                                   .keys_per_split = u32(keys.keys_per_split),
+                                   .first_split = keys.first_split(binding),
+                                   .o_split_stride = o_split_stride,
+                                   .lse_split_stride = lse_split_stride,
+                                   .q = s.q.desc,
+                                   .k = k.k.desc,
+                                   .v = k.v.desc,
+                                   .o = split ? chunk_local(c, p, p.Dv) : s.o.desc,
+                                   .lse = split ? chunk_local(c, p, 1) : s.lse.desc};
+                params.mask.bool_mask = k.masks.bool_mask.desc;
+                params.mask.float_mask = k.masks.float_mask.desc;
+                Dispatch main{.kernel = &flash};
                 main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, k.k, p.dtype), bind(3, *d.v, k.v, p.dtype),
                                  split ? bind(4, *o_partial_, o_part) : bind(4, *d.o, s.o),
                                  split ? bind(5, *lse_partial_, lse_part) : bind(5, *d.lse, s.lse),
@@ -272,18 +274,25 @@ public:
                 main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()),
                                u32(c.units), keys.splits_in(binding)};
                 for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
-                    main.params.part = {pass * config_.columns_per_pass(), keys.first_split(binding), 0, 0};
+                    params.first_column = pass * config_.columns_per_pass();
+                    main.params = params;
                     r.dispatch(main);
                 }
             }
             r.barrier();
             if (!split) continue;
 
-            Dispatch merge{.kernel = combine, .params = params};
-            merge.params.ta = chunk_local(c, p, p.Dv);
-            merge.params.tb = chunk_local(c, p, 1);
-            merge.params.to = s.o.desc;
-            merge.params.tlse = s.lse.desc;
+            Dispatch merge{.kernel = combine,
+                           .params = CombineParams{.shape = attention_shape(p),
+                                                   .chunk = chunk,
+                                                   .splits = std::max(1u, keys.splits),
+                                                   .o_split_stride = o_split_stride,
+                                                   .lse_split_stride = lse_split_stride,
+                                                   .has_sinks = p.sinks.empty() ? 0u : 1u,
+                                                   .partial_o = chunk_local(c, p, p.Dv),
+                                                   .partial_lse = chunk_local(c, p, 1),
+                                                   .o = s.o.desc,
+                                                   .lse = s.lse.desc}};
             merge.bindings = {bind(1, *o_partial_, o_part), bind(2, *lse_partial_, lse_part), bind(3, *d.o, s.o),
                               bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes))};
             merge.groups = {u32(c.rows), u32(c.units), 1};

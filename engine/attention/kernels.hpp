@@ -10,7 +10,8 @@ namespace vkattn::detail {
 class Runtime;
 
 // What bmm.comp adds to alpha·A·op(B), read from binding 4 (fp32; every variant declares it: bind a
-// placeholder without an addend): a bias per column of C, or a residual tensor addressed by Params::to.
+// placeholder without an addend): a bias per column of C, or a residual tensor addressed by
+// BmmParams::residual.
 enum class BmmAdd : std::uint32_t { none = 0, bias = 1, residual = 2 };
 
 // bmm.comp: A and B dtypes (the SSBO variants' storage), C dtype.

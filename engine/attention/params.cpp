@@ -6,7 +6,13 @@
 
 namespace vkattn::detail {
 
-void set_features(Params& params, const Problem& p) {
+AttentionShape attention_shape(const Problem& p) {
+    auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
+    return {.B = u32(p.B), .Hq = u32(p.Hq), .Hkv = u32(p.Hkv), .group = u32(p.group),
+            .Nq = u32(p.Nq), .Nkv = u32(p.Nkv), .Dk = u32(p.Dk), .Dv = u32(p.Dv)};
+}
+
+MaskParams mask_params(const Problem& p) {
     std::uint32_t flags = 0;
     if (p.causal != Causal::none) flags |= kMaskCausal;
     if (p.causal == Causal::bottom_right) flags |= kMaskBottomRight;
@@ -15,12 +21,16 @@ void set_features(Params& params, const Problem& p) {
     if (p.float_mask.present()) flags |= kMaskFloat;
     if (!p.alibi.empty()) flags |= kMaskAlibi;
     if (!p.sinks.empty()) flags |= kMaskSinks;
-    // Signed values travel as their two's-complement bits; resolve() bounded them to 2^30.
-    params.masking = {flags, static_cast<std::uint32_t>(p.offset), static_cast<std::uint32_t>(p.window.left),
-                      static_cast<std::uint32_t>(p.window.right)};
-    params.terms = {static_cast<float>(p.softcap), p.softcap > 0.0 ? static_cast<float>(1.0 / p.softcap) : 0.0f,
-                    static_cast<float>(p.keep_scale()), 0.0f};
-    params.dropout = {p.drop_threshold, static_cast<std::uint32_t>(p.seed), static_cast<std::uint32_t>(p.seed >> 32), 0};
+    // resolve() bounded the offset and the window to 2^30.
+    return {.flags = flags,
+            .offset = static_cast<std::int32_t>(p.offset),
+            .window_left = static_cast<std::int32_t>(p.window.left),
+            .window_right = static_cast<std::int32_t>(p.window.right),
+            .softcap = static_cast<float>(p.softcap),
+            .inv_softcap = p.softcap > 0.0 ? static_cast<float>(1.0 / p.softcap) : 0.0f,
+            .keep_scale = static_cast<float>(p.keep_scale()),
+            .drop_threshold = p.drop_threshold,
+            .seed = {static_cast<std::uint32_t>(p.seed), static_cast<std::uint32_t>(p.seed >> 32)}};
 }
 
 }  // namespace vkattn::detail

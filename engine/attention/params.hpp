@@ -1,48 +1,187 @@
-// The C++ twin of shaders/common/params.glsl. The static_asserts pin the std140 layout: change one
-// side and the build fails here rather than the GPU reading garbage.
+// The C++ twins of the kernels' parameter blocks (binding 0, std140): the shared pieces of
+// shaders/common/params.glsl and one struct per kernel, each the twin of its
+// shaders/common/<kernel>_params.glsl. The static_asserts pin every field's std140 offset and every
+// size: change one side and the build fails here rather than the GPU reading garbage. Field
+// meanings are commented in the GLSL; here only what the host must know to fill them.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace vkattn::detail {
 
-struct TensorDesc {
+// std140 places a struct member on a 16-byte boundary and rounds its size up to 16: alignas(16).
+struct alignas(16) TensorDesc {
     std::array<std::uint32_t, 4> stride{};  // b, h, n, d (element strides; bytes for the bool mask)
     std::array<std::uint32_t, 4> origin{};  // first b, h, n of the slice; element offset in binding
 };
 
-struct Params {
-    std::array<std::uint32_t, 4> shape0{};  // B, Hq, Hkv, group
-    std::array<std::uint32_t, 4> attn{};    // Nq, Nkv, Dk, Dv
-    std::array<std::uint32_t, 4> gemm{};    // M, N, K (bmm)
-    std::array<std::uint32_t, 4> chunk{};   // first unit, first row, rows, units
-    std::array<float, 4> scalars{};         // alpha
-    std::array<std::uint32_t, 4> masking{}; // MASK_* flags, alignment offset, window left, right (int)
-    std::array<std::uint32_t, 4> split{};   // splits, keys per split, O elements per split, lse per split
-    std::array<std::uint32_t, 4> part{};    // flash: first output column, first split; bmm: residual
-    std::array<float, 4> terms{};           // softcap, 1 / softcap, dropout keep scale
-    std::array<std::uint32_t, 4> dropout{}; // threshold, seed low, seed high
-    TensorDesc ta, tb, tc, to, tlse, tbool, tfloat;
+// Q [B, Hq, Nq, Dk], K [B, Hkv, Nkv, Dk], V [B, Hkv, Nkv, Dv]; group = Hq / Hkv.
+struct alignas(16) AttentionShape {
+    std::uint32_t B = 0, Hq = 0, Hkv = 0, group = 0, Nq = 0, Nkv = 0, Dk = 0, Dv = 0;
 };
 
-static_assert(sizeof(TensorDesc) == 32);
-static_assert(offsetof(Params, attn) == 16);
-static_assert(offsetof(Params, gemm) == 32);
-static_assert(offsetof(Params, chunk) == 48);
-static_assert(offsetof(Params, scalars) == 64);
-static_assert(offsetof(Params, masking) == 80);
-static_assert(offsetof(Params, split) == 96);
-static_assert(offsetof(Params, part) == 112);
-static_assert(offsetof(Params, terms) == 128);
-static_assert(offsetof(Params, dropout) == 144);
-static_assert(offsetof(Params, ta) == 160);
-static_assert(offsetof(Params, tlse) == 288);
-static_assert(offsetof(Params, tfloat) == 352);
-static_assert(sizeof(Params) == 384);
+// A dispatch's units (numbered as its kernel says) from first_unit, and rows [first_row, +rows).
+struct alignas(16) ChunkRange {
+    std::uint32_t first_unit = 0, first_row = 0, rows = 0;
+};
 
-// The masking.x flags, as shaders/common/mask.glsl names them.
+// The mask model and the features on logits and weights (mask.glsl, philox.glsl).
+struct alignas(16) MaskParams {
+    std::uint32_t flags = 0;        // MaskFlag bits
+    std::int32_t offset = 0;        // the causal diagonal's offset
+    std::int32_t window_left = 0;   // -1 = unbounded
+    std::int32_t window_right = 0;  // -1 = unbounded
+    float softcap = 0.0f;           // 0 = none
+    float inv_softcap = 0.0f;       // 1 / softcap, 0 without one
+    float keep_scale = 0.0f;        // 1 / (1 - p)
+    std::uint32_t drop_threshold = 0;   // 0 = no dropout
+    std::array<std::uint32_t, 2> seed{};  // the 64-bit seed's low, high word
+    TensorDesc bool_mask, float_mask;
+};
+
+// flash.comp: units are (b, kv head), rows ρ = g·Nq + i over the group's query heads.
+struct alignas(16) FlashParams {
+    static constexpr std::string_view shader = "flash";
+    AttentionShape shape;
+    ChunkRange chunk;
+    MaskParams mask;
+    float scale = 0.0f;                // the softmax scale
+    std::uint32_t keys_per_split = 0;  // split mode: split s holds keys [s·keys_per_split, +keys_per_split)
+    std::uint32_t first_split = 0;     // split mode: the split of this dispatch's first z workgroup
+    std::uint32_t first_column = 0;    // this column pass's first output column
+    std::uint32_t o_split_stride = 0;  // split mode: elements between splits' partial O
+    std::uint32_t lse_split_stride = 0;
+    TensorDesc q, k, v, o, lse;        // o, lse: split 0's partials in split mode
+};
+
+// softmax.comp's modes (SoftmaxParams::mode; MODE_* in softmax_params.glsl).
+enum SoftmaxMode : std::uint32_t { kWholeRows = 0, kRowStats = 1, kApply = 2 };
+
+// softmax.comp: units are (b, query head), rows are queries.
+struct alignas(16) SoftmaxParams {
+    static constexpr std::string_view shader = "softmax";
+    AttentionShape shape;
+    ChunkRange chunk;
+    MaskParams mask;
+    std::uint32_t mode = kWholeRows;
+    std::uint32_t key_begin = 0, key_end = 0;  // this dispatch's keys [key_begin, key_end)
+    std::uint32_t slices = 0;                  // key slices per row
+    std::uint32_t slice = 0;                   // this dispatch's key slice
+    TensorDesc scores, lse;
+};
+
+// bmm.comp: C = alpha·A·op(B) (+ bias or residual) per unit (b, head).
+struct alignas(16) BmmParams {
+    static constexpr std::string_view shader = "bmm";
+    ChunkRange chunk;
+    std::uint32_t M = 0, N = 0, K = 0;  // C is M×N per unit, K the inner dimension
+    float alpha = 0.0f;
+    std::uint32_t heads = 0;  // heads of A and C per batch
+    std::uint32_t group = 0;  // heads of A per head of B
+    TensorDesc a, b, c, residual;  // residual: read with BmmAdd::residual only
+};
+
+// combine.comp: flash.comp's units and rows.
+struct alignas(16) CombineParams {
+    static constexpr std::string_view shader = "combine";
+    AttentionShape shape;
+    ChunkRange chunk;
+    std::uint32_t splits = 0;
+    std::uint32_t o_split_stride = 0;    // elements between splits' partial O
+    std::uint32_t lse_split_stride = 0;  // elements between splits' partial lse
+    std::uint32_t has_sinks = 0;         // 1 when the head terms hold sink logits
+    TensorDesc partial_o, partial_lse, o, lse;
+};
+
+static_assert(offsetof(TensorDesc, stride) == 0);
+static_assert(offsetof(TensorDesc, origin) == 16);
+static_assert(sizeof(TensorDesc) == 32);
+
+static_assert(offsetof(AttentionShape, B) == 0);
+static_assert(offsetof(AttentionShape, Hq) == 4);
+static_assert(offsetof(AttentionShape, Hkv) == 8);
+static_assert(offsetof(AttentionShape, group) == 12);
+static_assert(offsetof(AttentionShape, Nq) == 16);
+static_assert(offsetof(AttentionShape, Nkv) == 20);
+static_assert(offsetof(AttentionShape, Dk) == 24);
+static_assert(offsetof(AttentionShape, Dv) == 28);
+static_assert(sizeof(AttentionShape) == 32);
+
+static_assert(offsetof(ChunkRange, first_unit) == 0);
+static_assert(offsetof(ChunkRange, first_row) == 4);
+static_assert(offsetof(ChunkRange, rows) == 8);
+static_assert(sizeof(ChunkRange) == 16);
+
+static_assert(offsetof(MaskParams, flags) == 0);
+static_assert(offsetof(MaskParams, offset) == 4);
+static_assert(offsetof(MaskParams, window_left) == 8);
+static_assert(offsetof(MaskParams, window_right) == 12);
+static_assert(offsetof(MaskParams, softcap) == 16);
+static_assert(offsetof(MaskParams, inv_softcap) == 20);
+static_assert(offsetof(MaskParams, keep_scale) == 24);
+static_assert(offsetof(MaskParams, drop_threshold) == 28);
+static_assert(offsetof(MaskParams, seed) == 32);  // uvec2: 8-byte aligned
+static_assert(offsetof(MaskParams, bool_mask) == 48);
+static_assert(offsetof(MaskParams, float_mask) == 80);
+static_assert(sizeof(MaskParams) == 112);
+
+static_assert(offsetof(FlashParams, shape) == 0);
+static_assert(offsetof(FlashParams, chunk) == 32);
+static_assert(offsetof(FlashParams, mask) == 48);
+static_assert(offsetof(FlashParams, scale) == 160);
+static_assert(offsetof(FlashParams, keys_per_split) == 164);
+static_assert(offsetof(FlashParams, first_split) == 168);
+static_assert(offsetof(FlashParams, first_column) == 172);
+static_assert(offsetof(FlashParams, o_split_stride) == 176);
+static_assert(offsetof(FlashParams, lse_split_stride) == 180);
+static_assert(offsetof(FlashParams, q) == 192);
+static_assert(offsetof(FlashParams, k) == 224);
+static_assert(offsetof(FlashParams, v) == 256);
+static_assert(offsetof(FlashParams, o) == 288);
+static_assert(offsetof(FlashParams, lse) == 320);
+static_assert(sizeof(FlashParams) == 352);
+
+static_assert(offsetof(SoftmaxParams, shape) == 0);
+static_assert(offsetof(SoftmaxParams, chunk) == 32);
+static_assert(offsetof(SoftmaxParams, mask) == 48);
+static_assert(offsetof(SoftmaxParams, mode) == 160);
+static_assert(offsetof(SoftmaxParams, key_begin) == 164);
+static_assert(offsetof(SoftmaxParams, key_end) == 168);
+static_assert(offsetof(SoftmaxParams, slices) == 172);
+static_assert(offsetof(SoftmaxParams, slice) == 176);
+static_assert(offsetof(SoftmaxParams, scores) == 192);
+static_assert(offsetof(SoftmaxParams, lse) == 224);
+static_assert(sizeof(SoftmaxParams) == 256);
+
+static_assert(offsetof(BmmParams, chunk) == 0);
+static_assert(offsetof(BmmParams, M) == 16);
+static_assert(offsetof(BmmParams, N) == 20);
+static_assert(offsetof(BmmParams, K) == 24);
+static_assert(offsetof(BmmParams, alpha) == 28);
+static_assert(offsetof(BmmParams, heads) == 32);
+static_assert(offsetof(BmmParams, group) == 36);
+static_assert(offsetof(BmmParams, a) == 48);
+static_assert(offsetof(BmmParams, b) == 80);
+static_assert(offsetof(BmmParams, c) == 112);
+static_assert(offsetof(BmmParams, residual) == 144);
+static_assert(sizeof(BmmParams) == 176);
+
+static_assert(offsetof(CombineParams, shape) == 0);
+static_assert(offsetof(CombineParams, chunk) == 32);
+static_assert(offsetof(CombineParams, splits) == 48);
+static_assert(offsetof(CombineParams, o_split_stride) == 52);
+static_assert(offsetof(CombineParams, lse_split_stride) == 56);
+static_assert(offsetof(CombineParams, has_sinks) == 60);
+static_assert(offsetof(CombineParams, partial_o) == 64);
+static_assert(offsetof(CombineParams, partial_lse) == 96);
+static_assert(offsetof(CombineParams, o) == 128);
+static_assert(offsetof(CombineParams, lse) == 160);
+static_assert(sizeof(CombineParams) == 192);
+
+// MaskParams::flags, as shaders/common/mask.glsl names them.
 enum MaskFlag : std::uint32_t {
     kMaskCausal = 1,
     kMaskLengths = 2,
@@ -54,7 +193,10 @@ enum MaskFlag : std::uint32_t {
 };
 
 struct Problem;
-// masking, terms and dropout for a problem: every mask and model feature, the same for every kernel.
-void set_features(Params& params, const Problem& problem);
+// The problem's shape, the same for every kernel.
+AttentionShape attention_shape(const Problem& problem);
+// Every mask and model feature of a problem, the same for every kernel; the mask tensors
+// (bool_mask, float_mask) are left for the caller, which knows the slice it binds.
+MaskParams mask_params(const Problem& problem);
 
 }  // namespace vkattn::detail

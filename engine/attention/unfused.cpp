@@ -171,17 +171,15 @@ private:
     std::uint64_t limit_ = 0, align_ = 16;
 };
 
-Params base_params(const Problem& p, const Chunk& c) {
-    Params params;
-    params.shape0 = {u32(p.B), u32(p.Hq), u32(p.Hkv), u32(p.group)};
-    params.attn = {u32(p.Nq), u32(p.Nkv), u32(p.Dk), u32(p.Dv)};
-    params.chunk = {u32(c.u0), u32(c.r0), u32(c.rows), u32(c.units)};
-    params.scalars = {1.0f, 0.0f, 0.0f, 0.0f};
-    return params;
+ChunkRange chunk_range(const Chunk& c) {
+    return {.first_unit = u32(c.u0), .first_row = u32(c.r0), .rows = u32(c.rows)};
 }
 
-// softmax.comp's modes (Params::part.x).
-enum SoftmaxMode : std::uint32_t { kWholeRows = 0, kRowStats = 1, kApply = 2 };
+// A bmm product per unit (b, query head) of the chunk; K/V's head by the GQA group.
+BmmParams bmm_params(const Problem& p, const Chunk& c, std::int64_t M, std::int64_t N, std::int64_t K) {
+    return {.chunk = chunk_range(c), .M = u32(M), .N = u32(N), .K = u32(K), .alpha = 1.0f, .heads = u32(p.Hq),
+            .group = u32(p.group)};
+}
 
 class UnfusedRun final : public PathRun {
 public:
@@ -230,12 +228,12 @@ public:
             for (const Features& k : cut.slices) keys.push_back(planner_.key_slice(c, k, scores.size(), cut.whole_rows));
 
             for (std::size_t i = 0; i < n_slices; ++i) {
-                Dispatch stage1{.kernel = &scores_kernel, .params = base_params(p, c)};
-                stage1.params.gemm = {u32(p.Nq), u32(cut.slices[i].length), u32(p.Dk), 0};
-                stage1.params.scalars[0] = static_cast<float>(p.scale);
-                stage1.params.ta = s.q.desc;
-                stage1.params.tb = keys[i].k.desc;
-                stage1.params.tc = keys[i].scores_bmm.desc;
+                BmmParams params = bmm_params(p, c, p.Nq, cut.slices[i].length, p.Dk);
+                params.alpha = static_cast<float>(p.scale);
+                params.a = s.q.desc;
+                params.b = keys[i].k.desc;
+                params.c = keys[i].scores_bmm.desc;
+                Dispatch stage1{.kernel = &scores_kernel, .params = params};
                 stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, keys[i].k, p.dtype),
                                    bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend_, whole(16))};
                 stage1.groups = {ceil_div(cut.slices[i].length, config_.scores.block_cols()),
@@ -248,14 +246,19 @@ public:
             auto softmax_dispatch = [&](std::uint32_t mode, std::size_t i) {
                 const KeySliceBindings& k = keys[i];
                 const Features range = mode == kWholeRows ? Features{0, p.Nkv} : cut.slices[i];
-                Dispatch stage2{.kernel = &softmax, .params = base_params(p, c)};
-                set_features(stage2.params, p);
-                stage2.params.part = {mode, u32(range.begin), u32(range.begin + range.length), 0};
-                stage2.params.split = {u32(n_slices), u32(i), 0, 0};
-                stage2.params.ta = k.scores_softmax.desc;
-                stage2.params.tlse = s.lse.desc;
-                stage2.params.tbool = k.masks.bool_mask.desc;
-                stage2.params.tfloat = k.masks.float_mask.desc;
+                SoftmaxParams params{.shape = attention_shape(p),
+                                     .chunk = chunk_range(c),
+                                     .mask = mask_params(p),
+                                     .mode = mode,
+                                     .key_begin = u32(range.begin),
+                                     .key_end = u32(range.begin + range.length),
+                                     .slices = u32(n_slices),
+                                     .slice = u32(i),
+                                     .scores = k.scores_softmax.desc,
+                                     .lse = s.lse.desc};
+                params.mask.bool_mask = k.masks.bool_mask.desc;
+                params.mask.float_mask = k.masks.float_mask.desc;
+                Dispatch stage2{.kernel = &softmax, .params = params};
                 stage2.bindings = {bind(1, scores, k.scores_softmax), bind(2, *d.lse, s.lse),
                                    bind(3, *d.lengths, whole(p.kv_len.size() * 4)), bind(4, *d.bool_mask, k.masks.bool_mask),
                                    bind(5, *d.float_mask, k.masks.float_mask),
@@ -282,14 +285,14 @@ public:
                 const DType out = last ? p.dtype : DType::f32;
                 const vk::Kernel& kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.dtype, out,
                                                       first ? BmmAdd::none : BmmAdd::residual);
-                Dispatch stage3{.kernel = &kernel, .params = base_params(p, c)};
-                stage3.params.gemm = {u32(p.Nq), u32(p.Dv), u32(cut.slices[i].length), 0};
-                stage3.params.ta = keys[i].scores_bmm.desc;
-                stage3.params.tb = keys[i].v.desc;
                 const Slice acc = whole(planner_.accumulator_bytes(c));
                 const TensorDesc acc_desc = accumulator_desc(c);
-                stage3.params.tc = last ? s.o.desc : acc_desc;
-                stage3.params.to = acc_desc;
+                BmmParams params = bmm_params(p, c, p.Nq, p.Dv, cut.slices[i].length);
+                params.a = keys[i].scores_bmm.desc;
+                params.b = keys[i].v.desc;
+                params.c = last ? s.o.desc : acc_desc;
+                params.residual = acc_desc;
+                Dispatch stage3{.kernel = &kernel, .params = params};
                 stage3.bindings = {bind(1, scores, keys[i].scores_bmm, DType::f32), bind(2, *d.v, keys[i].v, p.dtype),
                                    last ? bind(3, *d.o, s.o) : bind(3, into, acc),
                                    first ? bind(4, *no_addend_, whole(16)) : bind(4, from, acc)};

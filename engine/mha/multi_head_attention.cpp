@@ -71,14 +71,17 @@ void record_linear(detail::Recording& r, const vk::DeviceCaps& caps, const Linea
                             " workgroups along y; the device allows " + std::to_string(caps.max_workgroup_count[1]) + ".");
     const vk::Kernel& kernel = detail::bmm_kernel(r.runtime, config, true, dtype, dtype, dtype,
                                                   l.has_bias ? detail::BmmAdd::bias : detail::BmmAdd::none);
-    detail::Dispatch d{.kernel = &kernel};
-    d.params.shape0 = {1, 1, 1, 1};
-    d.params.gemm = {u32(l.rows), u32(l.out), u32(l.in), 0};
-    d.params.chunk = {0, 0, u32(l.rows), 1};
-    d.params.scalars = {1.0f, 0, 0, 0};
-    d.params.ta.stride = {0, 0, u32(l.in), 1};
-    d.params.tb.stride = {0, 0, u32(l.in), 1};  // W is [out][in]: B transposed
-    d.params.tc.stride = {0, 0, u32(l.out), 1};
+    detail::BmmParams params{.chunk = {.first_unit = 0, .first_row = 0, .rows = u32(l.rows)},
+                             .M = u32(l.rows),
+                             .N = u32(l.out),
+                             .K = u32(l.in),
+                             .alpha = 1.0f,
+                             .heads = 1,
+                             .group = 1};
+    params.a.stride = {0, 0, u32(l.in), 1};
+    params.b.stride = {0, 0, u32(l.in), 1};  // W is [out][in]: B transposed
+    params.c.stride = {0, 0, u32(l.out), 1};
+    detail::Dispatch d{.kernel = &kernel, .params = params};
     d.bindings = {{1, l.x, 0, l.x->size(), dtype}, {2, l.w, 0, l.w->size(), dtype}, {3, l.y, 0, l.y->size()},
                   {4, l.b, 0, l.b->size()}};
     d.groups = {u32((l.out + config.block_cols() - 1) / config.block_cols()), u32(row_blocks), 1};

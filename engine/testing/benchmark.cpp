@@ -51,14 +51,18 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     const vk::Buffer& dc = t.output(bytes(m, n), 0x7fc00000u, "gemm C");
     const vk::Buffer& no_bias = t.scratch(16, "an unused bias binding");
 
-    detail::Dispatch d{.kernel = &kernel};
-    d.params.shape0 = {1, 1, 1, 1};
-    d.params.gemm = {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k), 0};
-    d.params.chunk = {0, 0, static_cast<std::uint32_t>(m), 1};
-    d.params.scalars = {1.0f, 0, 0, 0};
-    d.params.ta.stride = {0, 0, static_cast<std::uint32_t>(k), 1};
-    d.params.tb.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
-    d.params.tc.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
+    // One unit: a single (batch, head) of M×K times K×N, dense rows.
+    detail::BmmParams params{.chunk = {.first_unit = 0, .first_row = 0, .rows = static_cast<std::uint32_t>(m)},
+                             .M = static_cast<std::uint32_t>(m),
+                             .N = static_cast<std::uint32_t>(n),
+                             .K = static_cast<std::uint32_t>(k),
+                             .alpha = 1.0f,
+                             .heads = 1,
+                             .group = 1};
+    params.a.stride = {0, 0, static_cast<std::uint32_t>(k), 1};
+    params.b.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
+    params.c.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
+    detail::Dispatch d{.kernel = &kernel, .params = params};
     d.bindings = {{1, &da, 0, da.size(), DType::f32}, {2, &db, 0, db.size(), DType::f32}, {3, &dc, 0, dc.size()}, {4, &no_bias, 0, 16}};
     d.groups = {static_cast<std::uint32_t>((n + config.block_cols() - 1) / config.block_cols()),
                 static_cast<std::uint32_t>((m + config.block_rows() - 1) / config.block_rows()), 1};

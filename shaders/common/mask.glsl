@@ -1,5 +1,6 @@
 // The mask model, the GLSL twin of Problem::key_range / key_visible / additive / logit / sink
-// (engine/attention/problem.hpp). Needs params.glsl and these bindings declared before inclusion:
+// (engine/attention/problem.hpp). Needs a parameter block P with `AttentionShape shape` and
+// `MaskParams mask` (common/params.glsl) and these bindings declared before inclusion:
 //   kv_lengths[] (int), bool_words[] (uint, 4 mask bytes per word), float_mask[] (float),
 //   head_terms[] (float: [Hq] ALiBi slopes, then [Hq] sink logits).
 // Every uniform is read once per row into a RowMask: on lavapipe each uniform-block read is a
@@ -9,11 +10,11 @@
 
 #include "float_bits.glsl"
 
-// P.masking.x, as engine/attention/params.hpp names them.
+// P.mask.flags, as engine/attention/params.hpp names them (MaskFlag).
 const uint MASK_CAUSAL = 1u, MASK_LENGTHS = 2u, MASK_BOOL = 4u, MASK_FLOAT = 8u, MASK_BOTTOM_RIGHT = 16u,
            MASK_ALIBI = 32u, MASK_SINKS = 64u;
 
-bool has_flag(uint flag) { return (P.masking.x & flag) != 0u; }
+bool has_flag(uint flag) { return (P.mask.flags & flag) != 0u; }
 
 struct RowMask {
     uint first, limit;  // keys outside [first, limit) are masked: key length, causal, window
@@ -27,28 +28,28 @@ struct RowMask {
     int position;       // i + a: the diagonal key; ALiBi measures |position - j|
 };
 
-int kv_length(uint b) { return has_flag(MASK_LENGTHS) ? kv_lengths[b] : int(P.attn.y); }
+int kv_length(uint b) { return has_flag(MASK_LENGTHS) ? kv_lengths[b] : int(P.shape.Nkv); }
 
 // The diagonal's offset: causal keeps key j for query i when j <= i + alignment(b).
 int alignment(uint b) {
-    return int(P.masking.y) + (has_flag(MASK_BOTTOM_RIGHT) ? kv_length(b) - int(P.attn.x) : 0);
+    return P.mask.offset + (has_flag(MASK_BOTTOM_RIGHT) ? kv_length(b) - int(P.shape.Nq) : 0);
 }
 
 RowMask row_mask(uint b, uint h, uint i) {
     RowMask m;
     const int at = int(i) + alignment(b);
-    const int left = int(P.masking.z), right = int(P.masking.w);
+    const int left = P.mask.window_left, right = P.mask.window_right;
     int limit = kv_length(b);
     if (has_flag(MASK_CAUSAL)) limit = min(limit, at + 1);  // j <= i + a
     if (right >= 0) limit = min(limit, at + right + 1);     // j <= i + a + right
     m.first = left >= 0 ? uint(max(at - left, 0)) : 0u;     // j >= i + a - left
     m.limit = uint(max(limit, 0));
     m.has_bool = has_flag(MASK_BOOL);
-    m.bool_base = tensor_index(P.tbool, b, h, i);
-    m.bool_stride = P.tbool.stride.w;
+    m.bool_base = tensor_index(P.mask.bool_mask, b, h, i);
+    m.bool_stride = P.mask.bool_mask.stride.w;
     m.has_float = has_flag(MASK_FLOAT);
-    m.float_base = tensor_index(P.tfloat, b, h, i);
-    m.float_stride = P.tfloat.stride.w;
+    m.float_base = tensor_index(P.mask.float_mask, b, h, i);
+    m.float_stride = P.mask.float_mask.stride.w;
     m.alibi_slope = has_flag(MASK_ALIBI) ? head_terms[h] : 0.0;
     m.position = at;
     return m;
@@ -72,17 +73,17 @@ bool key_terms(RowMask m, uint j, out float terms) {
     return true;
 }
 
-// The logit cap c·tanh(s / c) (P.terms.x = c, .y = 1 / c); identity without one. tanh is written
-// as 1 - 2 / (e^2x + 1), its exponent capped at 80 (e^80 is finite; tanh is 1 to fp32 long before),
-// so that it saturates to ±1 without an infinity.
+// The logit cap c·tanh(s / c) (P.mask.softcap = c, P.mask.inv_softcap = 1 / c); identity without
+// one. tanh is written as 1 - 2 / (e^2x + 1), its exponent capped at 80 (e^80 is finite; tanh is 1
+// to fp32 long before), so that it saturates to ±1 without an infinity.
 float softcap(float s) {
-    if (P.terms.x <= 0.0) return s;
-    return P.terms.x * (1.0 - 2.0 / (exp(min(2.0 * s * P.terms.y, 80.0)) + 1.0));
+    if (P.mask.softcap <= 0.0) return s;
+    return P.mask.softcap * (1.0 - 2.0 / (exp(min(2.0 * s * P.mask.inv_softcap, 80.0)) + 1.0));
 }
 
 // Whether query head h has a sink, and its logit (a sink of −∞ is none).
 bool sink_logit(uint h, out float sink) {
-    sink = has_flag(MASK_SINKS) ? head_terms[P.shape0.y + h] : 0.0;
+    sink = has_flag(MASK_SINKS) ? head_terms[P.shape.Hq + h] : 0.0;
     return has_flag(MASK_SINKS) && !is_negative_infinity(sink);
 }
 

@@ -1,5 +1,8 @@
-// The parameter block every attention shader reads (binding 0). Mirrored, field for field, by
-// engine/attention/params.hpp, whose static_asserts check the std140 offsets.
+// The pieces every kernel's parameter block (binding 0, std140, named P) is built from. Each kernel
+// declares its own block in common/<kernel>_params.glsl; engine/attention/params.hpp mirrors every
+// struct field for field, and its static_asserts check the std140 offsets and sizes.
+// std140: a struct member starts on a 16-byte boundary and its size rounds up to 16; scalars are
+// 4-byte aligned. So the blocks hold scalars and uvec4s that are truly vectors, never scalar arrays.
 #ifndef VKATTN_PARAMS_GLSL
 #define VKATTN_PARAMS_GLSL
 
@@ -9,32 +12,46 @@
 // offset of that corner from the (aligned) start of the binding. Unsigned wrap-around is intended:
 // the terms may underflow individually, the sum is exact.
 struct TensorDesc {
-    uvec4 stride;
-    uvec4 origin;
+    uvec4 stride;  // elements between consecutive b, h, n, d (bytes for the bool mask; 0 = broadcast)
+    uvec4 origin;  // first b, h, n of the slice; element offset of that corner in the binding
 };
 
-layout(std140, set = 0, binding = 0) uniform Params {
-    uvec4 shape0;    // x = B, y = Hq, z = Hkv, w = group (Hq / Hkv)
-    uvec4 attn;      // x = Nq, y = Nkv, z = Dk, w = Dv: the attention problem (masks, softmax, flash)
-    uvec4 gemm;      // x = M, y = N, z = K: one bmm dispatch's product
-    uvec4 chunk;     // x = first unit (b·Hq + h), y = first row, z = rows, w = units
-    vec4 scalars;    // x = alpha (the softmax scale in stage 1, 1 elsewhere)
-    uvec4 masking;   // x = MASK_* flags (mask.glsl), y = the alignment's offset (int),
-                     // z = window left, w = window right (int; -1 = unbounded)
-    uvec4 split;     // x = splits, y = keys per split, z = elements of O per split, w = of lse
-    uvec4 part;      // flash: x = the first output column of this dispatch (column passes),
-                     // y = the first split of this dispatch (key slices bound one at a time)
-                     // bmm: x = 1 when C = A·B + R adds a residual R (binding 5, addressed by `to`)
-    vec4 terms;      // x = softcap c (0 = none), y = 1 / c, z = dropout's keep scale 1 / (1 - p)
-    uvec4 dropout;   // x = drop threshold (0 = no dropout), y, z = seed (low, high word)
-    TensorDesc ta;   // bmm: A    softmax: S (read, then P written in place)    flash: Q
-    TensorDesc tb;   // bmm: B                                                   flash: K
-    TensorDesc tc;   // bmm: C                                                   flash: V
-    TensorDesc to;   // flash, combine: O (or the split partials)
-    TensorDesc tlse; // softmax, flash, combine: the row log-sum-exp
-    TensorDesc tbool;   // bool mask, bytes, broadcast strides (0 on broadcast dimensions)
-    TensorDesc tfloat;  // float mask, broadcast strides
-} P;
+// The attention problem: Q [B, Hq, Nq, Dk], K [B, Hkv, Nkv, Dk], V [B, Hkv, Nkv, Dv].
+struct AttentionShape {
+    uint B;      // batch
+    uint Hq;     // query heads
+    uint Hkv;    // key/value heads
+    uint group;  // query heads per key/value head: Hq / Hkv
+    uint Nq;     // queries per head
+    uint Nkv;    // keys per head (the longest; per-batch key lengths are a mask)
+    uint Dk;     // head dimension of Q and K
+    uint Dv;     // head dimension of V and O
+};
+
+// The work of one dispatch: units from first_unit on, one per workgroup along a grid axis (a unit is a
+// (batch, head) pair, numbered as its kernel says) and rows [first_row, first_row + rows) of each.
+struct ChunkRange {
+    uint first_unit;
+    uint first_row;
+    uint rows;
+};
+
+// The mask model and the features on the logits and weights, read by common/mask.glsl and
+// common/philox.glsl (flash.comp and softmax.comp): the same for every dispatch of a request.
+struct MaskParams {
+    uint flags;          // MASK_* bits (mask.glsl; engine/attention/params.hpp's MaskFlag)
+    int offset;          // the causal diagonal's offset: key j visible to query i when j <= i + offset
+                         // (bottom-right alignment adds Nkv(b) - Nq)
+    int window_left;     // keys before the diagonal a query sees; -1 = unbounded
+    int window_right;    // keys after the diagonal a query sees; -1 = unbounded
+    float softcap;       // logit cap c: s <- c·tanh(s / c); 0 = none
+    float inv_softcap;   // 1 / c (0 without a cap)
+    float keep_scale;    // dropout's scale of a kept weight: 1 / (1 - p)
+    uint drop_threshold; // a weight is dropped when its Philox word is below this; 0 = no dropout
+    uvec2 seed;          // dropout's Philox key: (low, high) word of the 64-bit seed
+    TensorDesc bool_mask;   // bool mask, one byte per element, broadcast strides (0 on broadcast dims)
+    TensorDesc float_mask;  // float mask (added to the logits), broadcast strides
+};
 
 uint tensor_index(TensorDesc t, uint b, uint h, uint n) {
     return (b - t.origin.x) * t.stride.x + (h - t.origin.y) * t.stride.y +

@@ -14,9 +14,9 @@ uvec4 philox4x32_10(uvec4 counter, uvec2 key) {
     return counter;
 }
 
-// Whether weight (b, h, i, j) survives dropout: P.dropout = (threshold, seed low, seed high).
+// Whether weight (b, h, i, j) survives dropout (P.mask.drop_threshold, P.mask.seed: MaskParams).
 bool dropout_keeps(uint b, uint h, uint i, uint j) {
-    return philox4x32_10(uvec4(j, i, h, b), P.dropout.yz).x >= P.dropout.x;
+    return philox4x32_10(uvec4(j, i, h, b), P.mask.seed).x >= P.mask.drop_threshold;
 }
 
 #endif
