@@ -150,10 +150,12 @@ void main() {
         lo_limit = min(lo_limit, limit[r]);
         hi_limit = max(hi_limit, limit[r]);
     }
-    // Blocks outside every row's range are never visited. Staged, the workgroup visits the union of
-    // its active subgroups' ranges (scores outside a row's own range are masked below).
+    // Blocks outside every row's range are never visited. Staged, the workgroup loads the union of
+    // its subgroups' ranges, and each subgroup computes only the blocks of its own range (own_*), so
+    // that, as streamed, no row reads V in a block outside every range of its subgroup.
     k_begin = max(k_begin, lo_first);
     k_end = min(k_end, hi_limit);
+    const uint own_begin = k_begin, own_end = has_rows ? k_end : 0u;
     if (STAGE) {
         if (gl_LocalInvocationIndex == 0u) {
             wg_first = 0xffffffffu;
@@ -219,6 +221,7 @@ void main() {
                         v_tile[e] = col < Dv ? load_v4(v_head + min(kb + key, k_last) * v_stride + col, Dv - col) : vec4(0.0);
                     }
                 barrier();
+                if (kb < own_end && kb + KB > own_begin)  // uniform per subgroup
                 for (uint j = 0u; j < min(KD4, Dk4 - d0); ++j) {
                     const uint d4 = d0 + j;
                     vec4 kv[KL];
@@ -242,6 +245,10 @@ void main() {
                 }
             }
         }
+
+        // A staged subgroup outside its own range has loaded its share of the tiles and met the
+        // barriers (all of them are above); it skips the rest of this block.
+        if (STAGE && (kb >= own_end || kb + KB <= own_begin)) continue;
 
         // Scale into log2 units and mask. Inside every row's limit with no bool/float mask, no
         // per-score test is needed (the common case); on the limits' edge (the causal diagonal, the

@@ -133,10 +133,12 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     const FusedConfig streamed = c;
     c.staged = overrides.shared_tiles.value_or(!is_cpu(caps));
     if (c.staged) {
-        if (!is_cpu(caps) && !overrides.shared_tiles)
+        if (!is_cpu(caps))  // forced or chosen alike, so a forced run measures what the tuning picks
             while (c.subgroups * c.subgroup < 128 && 2 * c.subgroups * c.subgroup <= caps.max_workgroup_invocations)
                 c.subgroups *= 2;
-        c.kd4 = std::clamp<std::uint32_t>(static_cast<std::uint32_t>((p.Dk + 3) / 4), 1, 8);
+        // K chunks of at most 8 vec4s, balanced (Dk = 36: 5 + 4, not 8 + 1).
+        const auto dk4 = static_cast<std::uint32_t>(std::max<std::int64_t>(1, (p.Dk + 3) / 4));
+        c.kd4 = (dk4 + (dk4 + 7) / 8 - 1) / ((dk4 + 7) / 8);
         const auto dv4_needed = static_cast<std::uint32_t>((p.Dv + 3) / 4);
         c.v_width4 = std::min(c.subgroup * c.dv4, dv4_needed);
         // Fit the tiles: fewer dims per K chunk first (more barriers), then smaller key blocks, then

@@ -53,7 +53,8 @@ struct FusedConfig {
     std::uint32_t key_block() const { return subgroup * keys_per_lane; }
     std::uint32_t rows_per_workgroup() const { return subgroups * rows; }
     // flash.comp's tiles when staged: K [kd4][key block + 1] and V [key block][v_width4], in vec4s.
-    std::uint32_t shared_bytes() const { return staged ? 16 * (kd4 * (key_block() + 1) + key_block() * v_width4) : 0; }
+    // Plus the workgroup's key range (two uints).
+    std::uint32_t shared_bytes() const { return staged ? 16 * (kd4 * (key_block() + 1) + key_block() * v_width4) + 8 : 0; }
     std::string describe() const;
 };
 
@@ -72,7 +73,7 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, 
 
 // Loop budgets (DeviceCaps::max_loop_iterations): the most keys one workgroup may visit in one
 // dispatch before its loops would run out of iterations; 0 = unlimited. flash.comp iterates
-// 1 + ceil(Dk/4) + SG times per key block; bmm.comp's P·V once per 4 keys; softmax.comp twice per
+// 1 + ceil(Dk/4) + SG times per key block, staged also once per tile load pass; bmm.comp's P·V once per 4 keys; softmax.comp twice per
 // WG keys of a row. The planners cut the keys below these (a fused request becomes split-KV).
 std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& config, std::int64_t Dk);
 std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& config);

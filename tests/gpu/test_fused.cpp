@@ -164,6 +164,7 @@ TEST_CASE("fused: the staged K/V variant over every feature", "[gpu][fused][vari
         c.bool_mask_shape = std::vector<std::int64_t>{2, 6, 37, 150};
         c.float_mask_shape = std::vector<std::int64_t>{2, 1, 1, 150};
         c.softcap = 30.0;
+        c.window = {40, 10};  // rows start at different keys inside the workgroup's shared range
         break;
     case 3:
         c.causal = Causal::top_left;

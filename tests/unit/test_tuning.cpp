@@ -270,6 +270,8 @@ TEST_CASE("tuning: choose_splits splits the keys only when the rows cannot fill 
                         // Keys are dealt in whole blocks, ceil(key_blocks / splits) to a split: none is left empty.
                         const std::int64_t per_split = (key_blocks + splits - 1) / splits;
                         CHECK((splits - 1) * per_split < key_blocks);
+                        // Each split keeps at least 256 keys, whatever the key block.
+                        if (splits > 1) CHECK(key_blocks / splits * c->key_block() >= 256);
                         if (group.data() == prefill) CHECK(splits == 1);
                         if (group.data() == short_keys) CHECK(splits == 1);
                         // Decoding fills a GPU, or a CPU with 2 threads or more, only by splitting the keys.
