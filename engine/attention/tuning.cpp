@@ -140,16 +140,16 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
         const auto dk4 = static_cast<std::uint32_t>(std::max<std::int64_t>(1, (p.Dk + 3) / 4));
         c.kd4 = (dk4 + (dk4 + 7) / 8 - 1) / ((dk4 + 7) / 8);
         const auto dv4_needed = static_cast<std::uint32_t>((p.Dv + 3) / 4);
-        c.v_width4 = std::min(c.subgroup * c.dv4, dv4_needed);
         // Fit the tiles: fewer dims per K chunk first (more barriers), then smaller key blocks, then
         // fewer output columns per pass (more passes, each recomputing the scores).
-        while (c.shared_bytes() > caps.max_shared_bytes) {
+        for (;;) {
+            c.v_width4 = std::min(c.subgroup * c.dv4, dv4_needed);
+            if (c.shared_bytes() <= caps.max_shared_bytes) break;
             if (c.kd4 > 4) c.kd4 /= 2;
             else if (c.keys_per_lane > 1) c.keys_per_lane /= 2;
             else if (c.dv4 > 1) c.dv4 /= 2;
             else if (c.kd4 > 1) c.kd4 /= 2;
             else break;
-            c.v_width4 = std::min(c.subgroup * c.dv4, dv4_needed);
         }
         if (c.shared_bytes() > caps.max_shared_bytes) c = streamed;  // a device with almost none
     }

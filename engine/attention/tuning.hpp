@@ -73,8 +73,9 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, 
 
 // Loop budgets (DeviceCaps::max_loop_iterations): the most keys one workgroup may visit in one
 // dispatch before its loops would run out of iterations; 0 = unlimited. flash.comp iterates
-// 1 + ceil(Dk/4) + SG times per key block, staged also once per tile load pass; bmm.comp's P·V once per 4 keys; softmax.comp twice per
-// WG keys of a row. The planners cut the keys below these (a fused request becomes split-KV).
+// 1 + ceil(Dk/4) + SG times per key block (staged, also once per tile load pass); bmm.comp's P·V
+// once per 4 keys; softmax.comp twice per WG keys of a row. The planners cut the keys below these
+// (a fused request becomes split-KV).
 std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& config, std::int64_t Dk);
 std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& config);
 
