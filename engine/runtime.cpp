@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "plan/plan_cache.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn {
@@ -52,31 +53,65 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     info_ = devices[index];
     device_ = std::make_unique<vk::Device>(*instance_, instance_->physical_devices()[index]);
     kernels_ = std::make_unique<vk::KernelCache>(*device_, cache_file(options_.pipeline_cache_dir, *device_));
-    commands_ = std::make_unique<vk::CommandStream>(*device_);
+    ring_ = std::make_unique<CommandRing>(*device_);
+    plans_ = std::make_unique<PlanCache>();
 }
 
 Runtime::~Runtime() {
     // A lost submission may still be running (a timeout on a slow device): wait for it before its
     // resources, the command stream and the device go. A hung device reports VK_ERROR_DEVICE_LOST.
     if (lost_ && device_) vkDeviceWaitIdle(device_->get());
-    for (auto& resources : graveyard_) resources.reset();  // in the order they were kept
-    // Members go in reverse order; the command stream and kernels must die before the device.
-    commands_.reset();
+    // The plans and the ring first: what they hold may still be in use and joins the graveyard.
+    plans_.reset();
+    ring_.reset();
+    // In the order they were kept; freeing one may keep more (a lost submission's program hands its
+    // own resources over as it goes), so until none are left.
+    for (;;) {
+        std::vector<std::shared_ptr<void>> kept;
+        {
+            std::lock_guard lock(graveyard_mutex_);
+            kept.swap(graveyard_);
+        }
+        if (kept.empty()) break;
+        for (auto& resources : kept) resources.reset();
+    }
+    // Members go in reverse order; kernels must die before the device.
     kernels_.reset();
     device_.reset();
     instance_.reset();
 }
 
-void Runtime::submit_and_wait() {
+std::shared_ptr<SubmissionState> Runtime::submit(std::uint32_t slot, InFlight work, bool timed) {
     ensure_usable();
-    ++submissions_;
+    const std::uint64_t n = ++submissions_;
+    return ring_->submit(slot, std::move(work), timed, n == options_.simulate_timeout_on_submission, queue_mutex_);
+}
+
+void Runtime::wait(const std::shared_ptr<SubmissionState>& submission) {
+    if (submission->completed) return;
+    ensure_usable();
+    bool finished = false;
+    std::string reason;
     try {
-        commands_->submit_and_wait(options_.fence_timeout, submissions_ == options_.simulate_timeout_on_submission);
+        finished = ring_->wait(*submission, options_.fence_timeout);
+        if (!finished)
+            reason = submission->simulated_timeout
+                         ? "a fence timeout was simulated (ContextOptions::simulate_timeout_on_submission); the "
+                           "device is treated as hung."
+                         : "the dispatch chain did not finish within " + std::to_string(options_.fence_timeout.count()) +
+                               " ms (vkWaitForFences returned VK_TIMEOUT); the device is treated as hung.";
     } catch (const DeviceLost& e) {
-        lost_reason_ = e.what();
-        lost_ = true;
-        throw;
+        reason = e.what();
     }
+    if (finished) return;
+    {
+        std::lock_guard lock(graveyard_mutex_);
+        if (!lost_) lost_reason_ = reason;
+        // The submission (its fence, its resources) may still be in use by the device.
+        graveyard_.push_back(submission);
+    }
+    lost_ = true;
+    throw DeviceLost(reason);
 }
 
 void Runtime::ensure_usable() const {

@@ -1,4 +1,5 @@
-// What a Context owns: instance, device, kernel cache and command stream, in destruction order.
+// What a Context owns: instance, device, kernel cache, the ring of command buffers and the plan
+// cache, in destruction order.
 #pragma once
 
 #include <atomic>
@@ -7,13 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "vk/commands.hpp"
+#include "submit/command_ring.hpp"
 #include "vk/device.hpp"
 #include "vk/instance.hpp"
 #include "vk/pipeline.hpp"
 #include "vkattn/context.hpp"
 
 namespace vkattn::detail {
+
+class PlanCache;
 
 class Runtime {
 public:
@@ -26,16 +29,10 @@ public:
     const vk::Device& device() const { return *device_; }
     // Thread-safe: lookups and pipeline builds are serialised by the cache's own mutex.
     vk::KernelCache& kernels() { return *kernels_; }
-    // The one command buffer; call with submit_mutex() held. Throws DeviceLost once the context is
-    // lost: a timed-out submission may still be pending, and a pending command buffer must not be
-    // reset (a thread that waited for the mutex behind the lost submission would otherwise do so).
-    vk::CommandStream& commands() {
-        ensure_usable();
-        return *commands_;
-    }
-    // Serialises recording, submission, the wait and the readback: the context may be shared between
-    // threads, and it has one command stream and one queue.
-    std::mutex& submit_mutex() { return submit_mutex_; }
+    // The command buffers batches record into (thread-safe).
+    CommandRing& ring() { return *ring_; }
+    // The plans this context made for its host API and device calls, by what they were made for.
+    PlanCache& plans() { return *plans_; }
 
     // Map device-local memory directly (zero-copy) instead of staging.
     bool zero_copy() const { return device_->caps().host_visible_device_memory && !options_.force_staging; }
@@ -46,11 +43,13 @@ public:
     // Fill outputs with NaN on the device before each run ($VKATTN_POISON=1, tests).
     bool poison_outputs() const { return poison_; }
 
-    // Submits the recorded chain and waits up to options().fence_timeout. A timeout or a lost device
-    // marks the context lost (DeviceLost is rethrown): the submission may still be running, so from
-    // then on the resources of in-flight work are kept (keep_until_idle) instead of freed, and every
-    // later request is refused. Call with submit_mutex() held.
-    void submit_and_wait();
+    // Submits a ring slot's commands (the queue is guarded here: the context may be shared between
+    // threads). Counts submissions for options().simulate_timeout_on_submission.
+    std::shared_ptr<SubmissionState> submit(std::uint32_t slot, InFlight work, bool timed);
+    // Waits up to options().fence_timeout. A timeout or a lost device marks the context lost
+    // (DeviceLost): the submission may still be running, so from then on the resources of in-flight
+    // work are kept (keep_until_idle) instead of freed, and every later request is refused.
+    void wait(const std::shared_ptr<SubmissionState>& submission);
     bool lost() const { return lost_.load(); }
     // Throws DeviceLost when the context was lost earlier.
     void ensure_usable() const;
@@ -64,11 +63,12 @@ private:
     std::unique_ptr<vk::Instance> instance_;
     std::unique_ptr<vk::Device> device_;
     std::unique_ptr<vk::KernelCache> kernels_;
-    std::unique_ptr<vk::CommandStream> commands_;
-    std::mutex submit_mutex_;
-    std::uint64_t submissions_ = 0;  // counted for options().simulate_timeout_on_submission
+    std::unique_ptr<CommandRing> ring_;
+    std::unique_ptr<PlanCache> plans_;
+    std::mutex queue_mutex_;
+    std::atomic<std::uint64_t> submissions_{0};  // counted for options().simulate_timeout_on_submission
     std::atomic<bool> lost_{false};
-    std::string lost_reason_;  // written once, under submit_mutex_, before lost_ is set
+    std::string lost_reason_;  // written once, under graveyard_mutex_, before lost_ is set
     std::mutex graveyard_mutex_;
     std::vector<std::shared_ptr<void>> graveyard_;
 };

@@ -10,6 +10,8 @@ std::size_t size_of(DType dtype) {
     switch (dtype) {
         case DType::f32: return 4;
         case DType::f16: return 2;
+        case DType::i32: return 4;
+        case DType::u8: return 1;
     }
     return 0;
 }
@@ -18,6 +20,8 @@ std::string to_string(DType dtype) {
     switch (dtype) {
         case DType::f32: return "f32";
         case DType::f16: return "f16";
+        case DType::i32: return "i32";
+        case DType::u8: return "u8";
     }
     return "unknown dtype " + std::to_string(static_cast<int>(dtype));
 }

@@ -156,7 +156,9 @@ void check_problem(const detail::Problem& p, const AttentionInputs& in, const At
         }
     // Every row's key range: cheap while there are few rows.
     if (p.B * p.Nq <= (1 << 16)) (void)p.flops();
-    (void)detail::tensor_bytes(p, in, out);  // may throw ResourceLimit, nothing else
+    // Sizes of the buffers the host API allocates: may throw ResourceLimit, nothing else.
+    (void)detail::own_buffer_operands(p, in.q.strides, in.k.strides, in.v.strides, out.o.strides);
+    (void)detail::spec_of(in, out, {}).key();
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Recording one compute dispatch: its parameter block goes into a slot of a uniform buffer, its
-// bindings into a fresh descriptor set (types reflected from the shader), then bind and dispatch.
+// One compute dispatch as the paths describe it: the kernel, its parameter block, the buffer ranges
+// it binds and its grid. plan/program.hpp turns dispatches into descriptor sets and commands.
 #pragma once
 
 #include <array>
@@ -39,35 +39,6 @@ struct Dispatch {
     KernelParams params;
     std::vector<Binding> bindings;  // binding 0 (the parameter block) is added by the recorder
     std::array<std::uint32_t, 3> groups{1, 1, 1};
-};
-
-class Runtime;
-
-// Parameter blocks and descriptor sets come from blocks of slots allocated as dispatches are
-// recorded (each block twice the last), so callers need not count their dispatches up front.
-class DispatchRecorder {
-public:
-    explicit DispatchRecorder(Runtime& runtime);
-    // Hands the descriptor pools, parameter blocks and views to the runtime when the submission was
-    // lost: the device may still be reading them.
-    ~DispatchRecorder();
-    DispatchRecorder(const DispatchRecorder&) = delete;
-    DispatchRecorder& operator=(const DispatchRecorder&) = delete;
-    void record(VkCommandBuffer commands, const Dispatch& dispatch);
-
-private:
-    struct Block {
-        vk::Handle<VkDescriptorPool> pool;
-        vk::Buffer params;
-        std::uint32_t capacity = 0, used = 0;
-    };
-    void add_block(std::uint32_t capacity);
-
-    Runtime* runtime_;
-    const vk::Device* device_;
-    std::uint64_t slot_bytes_;
-    std::vector<Block> blocks_;
-    std::vector<vk::Handle<VkBufferView>> views_;
 };
 
 }  // namespace vkattn::detail

@@ -7,7 +7,7 @@
 #include "attention/kernels.hpp"
 #include "attention/path.hpp"
 #include "attention/slicing.hpp"
-#include "attention/transfers.hpp"
+#include "plan/program.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
 
@@ -101,19 +101,18 @@ struct FusedSlices {
 
 class FusedPlanner {
 public:
-    FusedPlanner(const Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-                 const FusedConfig& config, const TensorBytes& bytes, std::uint32_t splits)
-        : p_(p), in_(in), out_(out), config_(config), bytes_(bytes), splits_(splits),
+    FusedPlanner(const Runtime& runtime, const Problem& p, const Operands& operands, const FusedConfig& config,
+                 std::uint32_t splits)
+        : p_(p), ops_(operands), config_(config), splits_(splits),
           caps_(runtime.device().caps()), limit_(runtime.max_binding_bytes()), align_(binding_alignment(caps_)) {}
 
     FusedSlices slices(const Chunk& c) const {
         const std::uint64_t eb = size_of(p_.dtype);
         const Box qb = fused_query_box(c, p_);
         FusedSlices s;
-        s.q = slice_of(in_.q.strides, p_.Dk, qb, eb, align_, bytes_.q + 32);
-        s.o = slice_of(out_.o.strides, p_.Dv, qb, eb, align_, bytes_.o + 32);
-        const std::array<std::int64_t, 4> lse_strides{p_.Hq * p_.Nq, p_.Nq, 1, 0};
-        s.lse = slice_of(lse_strides, 1, qb, 4, align_, bytes_.lse + 32);
+        s.q = ops_.q.slice(p_.Dk, qb, eb, align_);
+        s.o = ops_.o.slice(p_.Dv, qb, eb, align_);
+        s.lse = ops_.lse.slice(1, qb, 4, align_);
         return s;
     }
 
@@ -123,9 +122,9 @@ public:
         const std::uint64_t eb = size_of(p_.dtype);
         const Box kb = fused_kv_box(c, p_, keys);
         KeySlices s;
-        s.k = slice_of(in_.k.strides, p_.Dk, kb, eb, align_, bytes_.k + 32);
-        s.v = slice_of(in_.v.strides, p_.Dv, kb, eb, align_, bytes_.v + 32);
-        s.masks = mask_slices(p_, fused_query_box(c, p_), align_, keys);
+        s.k = ops_.k.slice(p_.Dk, kb, eb, align_);
+        s.v = ops_.v.slice(p_.Dv, kb, eb, align_);
+        s.masks = mask_slices(p_, ops_, fused_query_box(c, p_), align_, keys);
         return s;
     }
 
@@ -197,10 +196,8 @@ public:
 
 private:
     const Problem& p_;
-    const AttentionInputs& in_;
-    const AttentionOutputs& out_;
+    Operands ops_;
     const FusedConfig& config_;
-    TensorBytes bytes_;
     std::uint32_t splits_;
     const vk::DeviceCaps& caps_;
     std::uint64_t limit_, align_;
@@ -208,10 +205,9 @@ private:
 
 class FusedRun final : public PathRun {
 public:
-    FusedRun(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-             const FusedConfig& config, std::uint32_t splits)
-        : runtime_(runtime), p_(p), config_(config),
-          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out), splits),
+    FusedRun(Runtime& runtime, const Problem& p, const Operands& operands, const FusedConfig& config,
+             std::uint32_t splits)
+        : runtime_(runtime), p_(p), config_(config), planner_(runtime, p, operands, config_, splits),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         const KeyPlan& keys = plan_.keys;
         report.path = splits > 0 ? Impl::split : Impl::fused;
@@ -228,13 +224,10 @@ public:
         return o + lse;
     }
 
-    void allocate(Transfers& t) override {
+    void record(Program& r, const DeviceBuffers& d) override {
         const auto [partial_o, partial_lse] = partial_bytes();
-        o_partial_ = &t.scratch(partial_o, "the split partial outputs");
-        lse_partial_ = &t.scratch(partial_lse, "the split partial log-sum-exps");
-    }
-
-    void record(Recording& r, const DeviceTensors& d) override {
+        const vk::Buffer* o_partial = &r.scratch(partial_o, "the split partial outputs");
+        const vk::Buffer* lse_partial = &r.scratch(partial_lse, "the split partial log-sum-exps");
         const KeyPlan& keys = plan_.keys;
         const bool split = keys.split_mode();
         const Problem& p = p_;
@@ -266,9 +259,9 @@ public:
                 params.mask.float_mask = k.masks.float_mask.desc;
                 Dispatch main{.kernel = &flash};
                 main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, k.k, p.dtype), bind(3, *d.v, k.v, p.dtype),
-                                 split ? bind(4, *o_partial_, o_part) : bind(4, *d.o, s.o),
-                                 split ? bind(5, *lse_partial_, lse_part) : bind(5, *d.lse, s.lse),
-                                 bind(6, *d.lengths, whole(p.kv_len.size() * 4)), bind(7, *d.bool_mask, k.masks.bool_mask),
+                                 split ? bind(4, *o_partial, o_part) : bind(4, *d.o, s.o),
+                                 split ? bind(5, *lse_partial, lse_part) : bind(5, *d.lse, s.lse),
+                                 bind(6, *d.lengths, d.lengths_slice), bind(7, *d.bool_mask, k.masks.bool_mask),
                                  bind(8, *d.float_mask, k.masks.float_mask),
                                  bind(9, *d.head_terms, whole(d.head_terms_bytes))};
                 main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()),
@@ -293,7 +286,7 @@ public:
                                                    .partial_lse = chunk_local(c, p, 1),
                                                    .o = s.o.desc,
                                                    .lse = s.lse.desc}};
-            merge.bindings = {bind(1, *o_partial_, o_part), bind(2, *lse_partial_, lse_part), bind(3, *d.o, s.o),
+            merge.bindings = {bind(1, *o_partial, o_part), bind(2, *lse_partial, lse_part), bind(3, *d.o, s.o),
                               bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes))};
             merge.groups = {u32(c.rows), u32(c.units), 1};
             r.dispatch(merge);
@@ -318,21 +311,13 @@ private:
     FusedConfig config_;
     FusedPlanner planner_;
     FusedPlanner::Plan plan_;
-    const vk::Buffer* o_partial_ = nullptr;
-    const vk::Buffer* lse_partial_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<PathRun> plan_fused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
-                                    const AttentionOutputs& out, const FusedConfig& config, std::uint32_t splits) {
-    return std::make_unique<FusedRun>(runtime, p, in, out, config, splits);
-}
-
-AttentionReport run_fused(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-                          const FusedConfig& config, std::uint32_t splits) {
-    FusedRun path(runtime, p, in, out, config, splits);
-    return run_on_host(runtime, p, in, out, path);
+std::unique_ptr<PathRun> plan_fused(Runtime& runtime, const Problem& p, const Operands& operands,
+                                    const FusedConfig& config, std::uint32_t splits) {
+    return std::make_unique<FusedRun>(runtime, p, operands, config, splits);
 }
 
 }  // namespace vkattn::detail

@@ -1,53 +1,67 @@
-// The device side of one request's tensors, shared by every path: inputs uploaded, outputs
-// allocated (and poisoned when asked), masks and key lengths bound, results copied back.
+// Where a request's tensors lie on the device, as every path sees them: each tensor's strides, its
+// first element's index in its buffer and the buffer's size (planning needs only these), then the
+// buffers themselves (recording needs those too).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "attention/problem.hpp"
 #include "attention/slicing.hpp"
-#include "attention/transfers.hpp"
+#include "vk/buffer.hpp"
 #include "vk/device_caps.hpp"
 
 namespace vkattn::detail {
 
-// Bytes each tensor occupies (its span), known before anything is allocated so that planning can
-// refuse a request early.
-struct TensorBytes {
-    std::uint64_t q, k, v, o, lse;
-};
-TensorBytes tensor_bytes(const Problem& problem, const AttentionInputs& inputs, const AttentionOutputs& outputs);
+// How one tensor lies in the buffer a path binds: element (b, h, n, f) is element
+// base + b·s0 + h·s1 + n·s2 + f·s3 of the buffer.
+struct Operand {
+    std::array<std::int64_t, 4> strides{};
+    std::int64_t base = 0;
+    std::uint64_t buffer_bytes = 0;  // how far a binding may reach
 
-struct DeviceTensors {
-    const vk::Buffer *q, *k, *v, *o, *lse, *lengths, *bool_mask, *float_mask;
-    const vk::Buffer* head_terms;  // [Hq] ALiBi slopes then [Hq] sinks (mask.glsl)
-    std::uint64_t head_terms_bytes;
-    TensorBytes bytes;
+    Slice slice(std::int64_t row_length, const Box& box, std::uint64_t element_bytes, std::uint64_t alignment) const {
+        return slice(Features{0, row_length}, box, element_bytes, alignment, Indexing::absolute);
+    }
+    Slice slice(Features features, const Box& box, std::uint64_t element_bytes, std::uint64_t alignment,
+                Indexing indexing) const {
+        return slice_of(strides, features, box, element_bytes, alignment, buffer_bytes, indexing, base);
+    }
+};
+
+// q, k, v, o as the views say; lse [B, Hq, Nq] and weights [B, Hq, Nq, Nkv] dense fp32; the masks
+// with their broadcast strides (Problem::bool_mask / float_mask).
+struct Operands {
+    Operand q, k, v, o, lse, weights, bool_mask, float_mask;
+};
+
+// The operands of tensors each alone in a buffer of its own (base 0), as the engine allocates them:
+// the span rounded up to 16 bytes plus 16 bytes of slack (tensor/storage.hpp).
+Operands own_buffer_operands(const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
+                             const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
+                             const std::array<std::int64_t, 4>& o_strides);
+// The bytes of a buffer allocated for `bytes` of data (allocate_storage, Program::scratch).
+inline std::uint64_t allocated_bytes(std::uint64_t bytes) { return (bytes + 15) / 16 * 16 + 16; }
+
+// The buffers a path binds besides its own scratch.
+struct DeviceBuffers {
+    const vk::Buffer *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr, *weights = nullptr;
+    const vk::Buffer *lengths = nullptr, *bool_mask = nullptr, *float_mask = nullptr;
+    const vk::Buffer* head_terms = nullptr;  // [Hq] ALiBi slopes then [Hq] sinks (mask.glsl)
+    Slice lengths_slice;                     // [B] int32 key lengths (a placeholder when absent)
+    std::uint64_t head_terms_bytes = 16;
 };
 
 constexpr std::uint32_t kNanF32 = 0x7fc00000u;
 constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
-
-// Key lengths, masks and per-head terms uploaded, and the lse buffer (an output when the caller
-// asked for it, device scratch otherwise): everything a path binds besides q, k, v and o.
-// tensors.bytes must already hold tensor_bytes() of the problem.
-void upload_mask_terms(Transfers& transfers, const Problem& problem, DeviceTensors& tensors);
-
-// q, k, v uploaded, o allocated (poisoned when asked), then upload_mask_terms.
-DeviceTensors upload_tensors(Transfers& transfers, const Problem& problem, const AttentionInputs& inputs,
-                             const AttentionOutputs& outputs);
-
-// O row by row through its strides (gaps in the view are never touched), and lse when asked.
-void copy_results(const Transfers& transfers, const DeviceTensors& tensors, const Problem& problem,
-                  const AttentionOutputs& outputs);
 
 // The slices of the masks a box of (b, h, query rows) covers, for the given keys (all of them
 // when `keys` is empty), indexed by absolute key.
 struct MaskSlices {
     Slice bool_mask, float_mask;
 };
-MaskSlices mask_slices(const Problem& problem, const Box& query_box, std::uint64_t alignment,
-                       Features keys = {});
+MaskSlices mask_slices(const Problem& problem, const Operands& operands, const Box& query_box,
+                       std::uint64_t alignment, Features keys = {});
 
 // The offset alignment every binding honours: storage, texel and vec4.
 std::uint64_t binding_alignment(const vk::DeviceCaps& caps);

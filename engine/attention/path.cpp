@@ -1,13 +1,66 @@
 #include "attention/path.hpp"
 
-#include <mutex>
 #include <string>
+#include <thread>
 
+#include "attention/fused.hpp"
+#include "runtime.hpp"
 #include "vkattn/errors.hpp"
 
-#include "runtime.hpp"
-
 namespace vkattn::detail {
+
+PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
+                       const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
+                       const AttentionOptions& options) {
+    const auto& caps = runtime.device().caps();
+    if (problem.dtype == DType::f16 && !caps.fp16_storage)
+        throw InvalidArgument("dtype", "the device " + caps.name +
+                                           " does not support 16-bit storage buffers; use f32.");
+    std::string why_not_fused;
+    const auto fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, options.variant, &why_not_fused);
+    const unsigned threads = std::thread::hardware_concurrency();
+    PathChoice choice;
+    auto unfused = [&] {
+        choice.impl = Impl::unfused;
+        choice.unfused = choose_unfused(caps, problem, q_strides, k_strides, v_strides, options.variant);
+        return choice;
+    };
+    auto flash = [&](std::uint32_t splits) {
+        choice.impl = splits > 0 ? Impl::split : Impl::fused;
+        choice.fused = *fused;
+        choice.splits = splits;
+        return choice;
+    };
+    switch (options.impl) {
+        case Impl::automatic:
+            // The weights exist only in the three-stage path; the fused kernels need subgroups and
+            // head dimensions up to 512. Otherwise fused, or split-KV when the rows alone cannot
+            // fill the device (decoding: few queries, long keys). The report says which ran.
+            if (problem.want_weights || !fused) return unfused();
+            if (const std::uint32_t splits = choose_splits(caps, problem, *fused, threads); splits >= 2)
+                return flash(splits);
+            return flash(0);
+        case Impl::unfused:
+            return unfused();
+        case Impl::fused:
+        case Impl::split:
+            if (problem.want_weights)
+                throw InvalidArgument("impl", "the attention weights exist only in the three-stage path; use auto or "
+                                              "unfused to get them.");
+            if (!fused)
+                throw InvalidArgument("impl", "the " + to_string(options.impl) + " path cannot run here: " +
+                                                  why_not_fused + ".");
+            if (options.impl == Impl::fused) return flash(0);
+            return flash(options.splits ? options.splits : std::max(2u, choose_splits(caps, problem, *fused, threads)));
+    }
+    throw InvalidArgument("impl", "unknown implementation.");
+}
+
+std::unique_ptr<PathRun> make_path(Runtime& runtime, const Problem& problem, const PathChoice& choice,
+                                   const Operands& operands) {
+    if (choice.impl == Impl::unfused) return plan_unfused(runtime, problem, operands, choice.unfused, choice.stages);
+    return plan_fused(runtime, problem, operands, choice.fused, choice.impl == Impl::split ? choice.splits : 0);
+}
 
 void check_device_memory(const Runtime& runtime, std::uint64_t needed, const std::string& what) {
     const std::uint64_t heap = runtime.device_memory_bytes();
@@ -15,37 +68,6 @@ void check_device_memory(const Runtime& runtime, std::uint64_t needed, const std
         throw ResourceLimit("the request needs " + std::to_string(needed) + " bytes of device memory (" + what +
                             "), but the device's largest device-local heap holds " + std::to_string(heap) +
                             " bytes; nothing was allocated.");
-}
-
-AttentionReport run_on_host(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-                            PathRun& path) {
-    const TensorBytes bytes = tensor_bytes(p, in, out);
-    const std::uint64_t masks = static_cast<std::uint64_t>(p.bool_mask.elements + 4 * p.float_mask.elements);
-    check_device_memory(runtime, bytes.q + bytes.k + bytes.v + bytes.o + bytes.lse + masks + path.scratch_bytes(),
-                        "q " + std::to_string(bytes.q) + ", k " + std::to_string(bytes.k) + ", v " + std::to_string(bytes.v) +
-                            ", o " + std::to_string(bytes.o) + ", masks " + std::to_string(masks) + ", the path's scratch " +
-                            std::to_string(path.scratch_bytes()));
-    Transfers t(runtime);
-    const DeviceTensors d = upload_tensors(t, p, in, out);
-    path.allocate(t);
-    std::lock_guard lock(runtime.submit_mutex());
-    DispatchRecorder recorder(runtime);
-    vk::CommandStream& stream = runtime.commands();
-    Recording r{runtime, t, recorder, stream, stream.begin()};
-    t.record_uploads(r.commands);
-    r.barrier();
-    stream.timestamp(0);
-    path.record(r, d);
-    stream.timestamp(1);
-    t.record_downloads(r.commands);
-    runtime.submit_and_wait();
-    copy_results(t, d, p, out);
-    path.copy_extra_results(t, out);
-
-    AttentionReport report = path.report;
-    report.gpu_ms = stream.elapsed_ms();
-    report.device_bytes = t.device_bytes();
-    return report;
 }
 
 }  // namespace vkattn::detail

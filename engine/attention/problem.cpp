@@ -23,8 +23,7 @@ std::string shape_string(const std::array<std::int64_t, 4>& s) {
 
 // Whether every byte the view touches has a 64-bit offset. Overflow means the strides or the
 // shape are nonsense (shapes are at least 1 and strides non-negative by now).
-template <class View>
-bool span_fits_64_bits(const View& view) {
+bool span_fits_64_bits(const TensorLayout& view) {
     std::int64_t end = 1;  // one past the last element offset
     for (int i = 0; i < 4; ++i) {
         std::int64_t step = 0;
@@ -36,9 +35,7 @@ bool span_fits_64_bits(const View& view) {
     return !__builtin_mul_overflow(end, static_cast<std::int64_t>(size_of(view.dtype)), &bytes);
 }
 
-template <class View>
-void check_view(const View& view, const char* name, DType dtype) {
-    if (view.data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
+void check_layout(const TensorLayout& view, const char* name, DType dtype) {
     for (int i = 0; i < 4; ++i) {
         if (view.shape[i] <= 0)
             throw InvalidArgument(name, "every dimension must be at least 1, but the shape is " +
@@ -63,7 +60,7 @@ void check_view(const View& view, const char* name, DType dtype) {
 // taken in order of increasing stride, every dimension must step past all the memory that the
 // smaller ones cover. Every dense or padded layout passes. Dimensions of extent 1 never step, so
 // their strides do not matter.
-bool elements_disjoint(const MutableTensorView& view) {
+bool elements_disjoint(const TensorLayout& view) {
     std::array<int, 4> order{0, 1, 2, 3};
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return view.strides[a] < view.strides[b]; });
@@ -85,23 +82,21 @@ void check_index_range(const char* name, const std::string& what, std::int64_t v
                                         "with 32-bit integers.");
 }
 
-BroadcastMask broadcast(const MaskView& mask, const char* name,
+BroadcastMask broadcast(const std::vector<std::int64_t>& shape, const char* name,
                         const std::array<std::int64_t, 4>& target) {
-    if (mask.data == nullptr) throw InvalidArgument(name, "the mask has no data pointer.");
-    const auto rank = static_cast<int>(mask.shape.size());
+    const auto rank = static_cast<int>(shape.size());
     if (rank > 4)
         throw InvalidArgument(name, "a mask has at most 4 dimensions, but this one has " +
                                         std::to_string(rank) + ".");
     BroadcastMask out;
-    out.data = mask.data;
     std::int64_t stride = 1;
     for (int i = rank - 1; i >= 0; --i) {
         const int t = 4 - rank + i;  // the target dimension this one is aligned with
-        const std::int64_t n = mask.shape[static_cast<std::size_t>(i)];
+        const std::int64_t n = shape[static_cast<std::size_t>(i)];
         if (n != 1 && n != target[t]) {
             std::ostringstream msg;
             msg << "a mask of shape [";
-            for (int k = 0; k < rank; ++k) msg << (k ? ", " : "") << mask.shape[k];
+            for (int k = 0; k < rank; ++k) msg << (k ? ", " : "") << shape[static_cast<std::size_t>(k)];
             msg << "] does not broadcast to [B, Hq, Nq, Nkv] = " << shape_string(target)
                 << ": dimension " << i << " is " << n << ", which is neither 1 nor " << target[t]
                 << ".";
@@ -157,7 +152,8 @@ std::vector<float> per_head(std::span<const float> values, std::int64_t heads, c
 }
 
 // The model features: causal offset, window, softcap, ALiBi, sinks, dropout.
-void resolve_features(Problem& p, const AttentionInputs& in, const AttentionOptions& options) {
+void resolve_features(Problem& p, std::span<const float> slopes, std::span<const float> sinks,
+                      const AttentionOptions& options) {
     if (options.causal_offset) {
         if (options.causal == Causal::bottom_right)
             throw InvalidArgument("causal_offset", "an explicit causal offset sets the alignment itself; it "
@@ -179,19 +175,19 @@ void resolve_features(Problem& p, const AttentionInputs& in, const AttentionOpti
         p.softcap = *options.softcap;
     }
 
-    if (options.alibi_max_bias && !in.alibi_slopes.empty())
+    if (options.alibi_max_bias && !slopes.empty())
         throw InvalidArgument("alibi_slopes", "give either ALiBi slopes or alibi_max_bias, not both.");
     if (options.alibi_max_bias) {
         if (!std::isfinite(*options.alibi_max_bias) || *options.alibi_max_bias <= 0.0)
             throw InvalidArgument("alibi_max_bias", "must be a finite number above 0 (8 in BLOOM and MPT), not " +
                                                         std::to_string(*options.alibi_max_bias) + ".");
         p.alibi = alibi_slopes(p.Hq, *options.alibi_max_bias);
-    } else if (!in.alibi_slopes.empty()) {
-        p.alibi = per_head(in.alibi_slopes, p.Hq, "alibi_slopes", [](float x) { return std::isfinite(x); },
+    } else if (!slopes.empty()) {
+        p.alibi = per_head(slopes, p.Hq, "alibi_slopes", [](float x) { return std::isfinite(x); },
                            "slopes must be finite");
     }
-    if (!in.sinks.empty())
-        p.sinks = per_head(in.sinks, p.Hq, "sinks", [](float x) { return !std::isnan(x) && x != INFINITY; },
+    if (!sinks.empty())
+        p.sinks = per_head(sinks, p.Hq, "sinks", [](float x) { return !std::isnan(x) && x != INFINITY; },
                            "a sink is a finite logit, or -inf for none");
 
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
@@ -222,28 +218,34 @@ void resolve_features(Problem& p, const AttentionInputs& in, const AttentionOpti
 
 }  // namespace
 
-Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
-                const AttentionOptions& options) {
+Problem resolve(const AttentionSpec& spec) {
+    const TensorLayout& q = spec.q;
+    const TensorLayout& k = spec.k;
+    const TensorLayout& v = spec.v;
+    const TensorLayout& o = spec.o;
+    const AttentionOptions& options = spec.options;
     Problem p;
-    p.dtype = in.q.dtype;
-    check_view(in.q, "q", p.dtype);
-    check_view(in.k, "k", p.dtype);
-    check_view(in.v, "v", p.dtype);
-    check_view(out.o, "o", p.dtype);
-    if (!elements_disjoint(out.o))
-        throw InvalidArgument("o", "the strides " + shape_string(out.o.strides) + " make distinct "
-                                   "elements of the output shape " + shape_string(out.o.shape) +
+    p.dtype = q.dtype;
+    if (p.dtype != DType::f32 && p.dtype != DType::f16)
+        throw InvalidArgument("q", "its dtype is " + to_string(p.dtype) + "; attention runs on f32 or f16 tensors.");
+    check_layout(q, "q", p.dtype);
+    check_layout(k, "k", p.dtype);
+    check_layout(v, "v", p.dtype);
+    check_layout(o, "o", p.dtype);
+    if (!elements_disjoint(o))
+        throw InvalidArgument("o", "the strides " + shape_string(o.strides) + " make distinct "
+                                   "elements of the output shape " + shape_string(o.shape) +
                                    " share memory (a stride of 0 on a dimension larger than 1, or "
                                    "dimensions that overlap); every output element needs its own "
                                    "location.");
 
-    p.B = in.q.shape[0];
-    p.Hq = in.q.shape[1];
-    p.Nq = in.q.shape[2];
-    p.Dk = in.q.shape[3];
-    p.Hkv = in.k.shape[1];
-    p.Nkv = in.k.shape[2];
-    p.Dv = in.v.shape[3];
+    p.B = q.shape[0];
+    p.Hq = q.shape[1];
+    p.Nq = q.shape[2];
+    p.Dk = q.shape[3];
+    p.Hkv = k.shape[1];
+    p.Nkv = k.shape[2];
+    p.Dv = v.shape[3];
 
     auto expect = [](const char* name, const char* what, std::int64_t got, std::int64_t want,
                      const char* because) {
@@ -252,11 +254,11 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
                                             " but must be " + std::to_string(want) + " " +
                                             because + ".");
     };
-    expect("k", "the batch size", in.k.shape[0], p.B, "(the batch size of q)");
-    expect("v", "the batch size", in.v.shape[0], p.B, "(the batch size of q)");
-    expect("k", "the head dimension", in.k.shape[3], p.Dk, "(the head dimension of q)");
-    expect("v", "the number of heads", in.v.shape[1], p.Hkv, "(the number of heads of k)");
-    expect("v", "the sequence length", in.v.shape[2], p.Nkv, "(the sequence length of k)");
+    expect("k", "the batch size", k.shape[0], p.B, "(the batch size of q)");
+    expect("v", "the batch size", v.shape[0], p.B, "(the batch size of q)");
+    expect("k", "the head dimension", k.shape[3], p.Dk, "(the head dimension of q)");
+    expect("v", "the number of heads", v.shape[1], p.Hkv, "(the number of heads of k)");
+    expect("v", "the sequence length", v.shape[2], p.Nkv, "(the sequence length of k)");
     if (p.Hq % p.Hkv != 0)
         throw InvalidArgument("k", "q has " + std::to_string(p.Hq) + " heads, which is not a "
                                    "multiple of the " + std::to_string(p.Hkv) +
@@ -273,8 +275,8 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
                                        ", is above " + kMaxIndexText + ", the largest size the "
                                        "GPU kernels index with 32-bit integers.");
     const std::array<std::int64_t, 4> o_shape{p.B, p.Hq, p.Nq, p.Dv};
-    if (out.o.shape != o_shape)
-        throw InvalidArgument("o", "the output shape is " + shape_string(out.o.shape) +
+    if (o.shape != o_shape)
+        throw InvalidArgument("o", "the output shape is " + shape_string(o.shape) +
                                        " but must be [B, Hq, Nq, Dv] = " + shape_string(o_shape) +
                                        ".");
 
@@ -284,35 +286,109 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out,
     p.scale = scale;
     p.causal = options.causal;
 
+    p.has_kv_lengths = spec.kv_lengths;
+    p.kv_len.assign(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(p.Nkv));
+
+    const std::array<std::int64_t, 4> scores{p.B, p.Hq, p.Nq, p.Nkv};
+    if (spec.bool_mask) p.bool_mask = broadcast(*spec.bool_mask, "bool_mask", scores);
+    if (spec.float_mask) p.float_mask = broadcast(*spec.float_mask, "float_mask", scores);
+
+    resolve_features(p, spec.alibi_slopes, spec.sinks, options);
+
+    p.want_weights = spec.weights;
+    p.want_lse = spec.lse;
+    checked_mul(checked_mul(checked_mul(p.B, p.Hq, "weights"), p.Nq, "weights"), p.Nkv, "weights");
+    return p;
+}
+
+AttentionSpec spec_of(const AttentionInputs& in, const AttentionOutputs& out, const AttentionOptions& options) {
+    AttentionSpec spec;
+    spec.q = {in.q.dtype, in.q.shape, in.q.strides};
+    spec.k = {in.k.dtype, in.k.shape, in.k.strides};
+    spec.v = {in.v.dtype, in.v.shape, in.v.strides};
+    spec.o = {out.o.dtype, out.o.shape, out.o.strides};
+    spec.kv_lengths = !in.kv_lengths.empty();
+    if (in.bool_mask) spec.bool_mask = in.bool_mask->shape;
+    if (in.float_mask) spec.float_mask = in.float_mask->shape;
+    spec.weights = out.weights != nullptr;
+    spec.lse = out.lse != nullptr;
+    spec.alibi_slopes.assign(in.alibi_slopes.begin(), in.alibi_slopes.end());
+    spec.sinks.assign(in.sinks.begin(), in.sinks.end());
+    spec.options = options;
+    return spec;
+}
+
+Problem resolve(const AttentionInputs& in, const AttentionOutputs& out, const AttentionOptions& options) {
+    for (const auto& [data, name] : {std::pair{in.q.data, "q"}, std::pair{in.k.data, "k"}, std::pair{in.v.data, "v"},
+                                     std::pair<const void*, const char*>{out.o.data, "o"}})
+        if (data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
+    if (in.bool_mask && in.bool_mask->data == nullptr) throw InvalidArgument("bool_mask", "the mask has no data pointer.");
+    if (in.float_mask && in.float_mask->data == nullptr)
+        throw InvalidArgument("float_mask", "the mask has no data pointer.");
+    Problem p = resolve(spec_of(in, out, options));
     if (!in.kv_lengths.empty()) {
         if (static_cast<std::int64_t>(in.kv_lengths.size()) != p.B)
             throw InvalidArgument("kv_lengths", "there are " + std::to_string(in.kv_lengths.size()) +
-                                                    " key lengths but the batch size is " +
-                                                    std::to_string(p.B) + ".");
+                                                    " key lengths but the batch size is " + std::to_string(p.B) + ".");
         for (std::size_t b = 0; b < in.kv_lengths.size(); ++b) {
             const std::int32_t len = in.kv_lengths[b];
             if (len < 0 || len > p.Nkv)
-                throw InvalidArgument("kv_lengths", "the key length of batch " + std::to_string(b) +
-                                                        " is " + std::to_string(len) +
-                                                        ", outside [0, Nkv = " +
+                throw InvalidArgument("kv_lengths", "the key length of batch " + std::to_string(b) + " is " +
+                                                        std::to_string(len) + ", outside [0, Nkv = " +
                                                         std::to_string(p.Nkv) + "].");
         }
         p.kv_len.assign(in.kv_lengths.begin(), in.kv_lengths.end());
-        p.has_kv_lengths = true;
-    } else {
-        p.kv_len.assign(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(p.Nkv));
     }
-
-    const std::array<std::int64_t, 4> scores{p.B, p.Hq, p.Nq, p.Nkv};
-    if (in.bool_mask) p.bool_mask = broadcast(*in.bool_mask, "bool_mask", scores);
-    if (in.float_mask) p.float_mask = broadcast(*in.float_mask, "float_mask", scores);
-
-    resolve_features(p, in, options);
-
-    p.want_weights = out.weights != nullptr;
-    p.want_lse = out.lse != nullptr;
-    checked_mul(checked_mul(checked_mul(p.B, p.Hq, "weights"), p.Nq, "weights"), p.Nkv, "weights");
+    if (in.bool_mask) p.bool_mask.data = in.bool_mask->data;
+    if (in.float_mask) p.float_mask.data = in.float_mask->data;
     return p;
+}
+
+std::string AttentionSpec::key() const {
+    std::string key;
+    auto put = [&](const auto& value) {
+        key.append(reinterpret_cast<const char*>(&value), sizeof(value));
+    };
+    for (const TensorLayout* t : {&q, &k, &v, &o}) {
+        put(t->dtype);
+        put(t->shape);
+        put(t->strides);
+    }
+    put(kv_lengths);
+    put(weights);
+    put(lse);
+    for (const auto* mask : {&bool_mask, &float_mask}) {
+        put(mask->has_value());
+        if (*mask) {
+            put((*mask)->size());
+            for (const std::int64_t d : **mask) put(d);
+        }
+    }
+    for (const auto* values : {&alibi_slopes, &sinks}) {
+        put(values->size());
+        for (const float x : *values) put(x);
+    }
+    const AttentionOptions& opt = options;
+    put(opt.scale.has_value());
+    put(opt.scale.value_or(0.0));
+    put(opt.causal);
+    put(opt.causal_offset.has_value());
+    put(opt.causal_offset.value_or(0));
+    put(opt.window.left);
+    put(opt.window.right);
+    put(opt.softcap.has_value());
+    put(opt.softcap.value_or(0.0));
+    put(opt.alibi_max_bias.has_value());
+    put(opt.alibi_max_bias.value_or(0.0));
+    put(opt.dropout);
+    put(opt.seed);
+    put(opt.impl);
+    for (const auto* variant : {&opt.variant.texel_loads, &opt.variant.shared_tiles, &opt.variant.subgroup_ops}) {
+        put(variant->has_value());
+        put(variant->value_or(false));
+    }
+    put(opt.splits);
+    return key;
 }
 
 }  // namespace vkattn::detail

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "vkattn/attention.hpp"
@@ -17,11 +19,11 @@ namespace vkattn::detail {
 // A mask broadcast to [B, Hq, Nq, Nkv]: element (b, h, i, j) lives at b*s0 + h*s1 + i*s2 + j*s3,
 // with stride 0 on every broadcast dimension.
 struct BroadcastMask {
-    const void* data = nullptr;
+    const void* data = nullptr;  // host data (the host API and the reference); null on the device path
     std::array<std::int64_t, 4> strides{};
-    std::int64_t elements = 0;  // how many elements the mask really holds
+    std::int64_t elements = 0;  // how many elements the mask really holds; 0 = no mask
 
-    bool present() const { return data != nullptr; }
+    bool present() const { return elements > 0; }
     std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
         return b * strides[0] + h * strides[1] + i * strides[2] + j * strides[3];
     }
@@ -41,7 +43,9 @@ struct Problem {
     double dropout = 0.0;
     std::uint32_t drop_threshold = 0;  // dropout_threshold(dropout); 0 = nothing dropped
     std::uint64_t seed = 0;
-    std::vector<std::int32_t> kv_len;  // [B], Nkv where not given
+    // [B], Nkv where not given. On the device path the lengths live on the device: Nkv here, an
+    // upper bound (flops() then counts every key).
+    std::vector<std::int32_t> kv_len;
     bool has_kv_lengths = false;
     BroadcastMask bool_mask, float_mask;
     bool want_weights = false, want_lse = false;
@@ -112,7 +116,32 @@ struct Problem {
     double flops() const;
 };
 
-// Validates everything and resolves defaults. Throws InvalidArgument naming the argument.
+// What a request is, without its data: the tensors' dtypes, shapes and strides, which optional
+// inputs and outputs it has, the per-head constants and the options. Plans are made from this.
+struct TensorLayout {
+    DType dtype = DType::f32;
+    std::array<std::int64_t, 4> shape{}, strides{};
+};
+struct AttentionSpec {
+    TensorLayout q, k, v, o;
+    bool kv_lengths = false;
+    std::optional<std::vector<std::int64_t>> bool_mask, float_mask;  // the masks' shapes
+    bool weights = false, lse = false;
+    std::vector<float> alibi_slopes, sinks;
+    AttentionOptions options;
+
+    // Every field, serialised: equal keys, equal plans.
+    std::string key() const;
+};
+
+// Validates everything a spec holds and resolves defaults. Throws InvalidArgument naming the
+// argument. The single place where shapes and options are checked.
+Problem resolve(const AttentionSpec& spec);
+
+// The spec of host views (their data pointers aside).
+AttentionSpec spec_of(const AttentionInputs& inputs, const AttentionOutputs& outputs, const AttentionOptions& options);
+
+// resolve(spec_of(...)) plus the host data: pointers present, key lengths in range, masks' data.
 Problem resolve(const AttentionInputs& inputs, const AttentionOutputs& outputs,
                 const AttentionOptions& options);
 

@@ -11,7 +11,7 @@
 #include "attention/kernels.hpp"
 #include "attention/path.hpp"
 #include "attention/slicing.hpp"
-#include "attention/transfers.hpp"
+#include "plan/program.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
 
@@ -46,11 +46,8 @@ struct KeySliceBindings {
 
 class Planner {
 public:
-    Planner(const Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-            const UnfusedConfig& config, const TensorBytes& bytes)
-        // Each binding may reach 32 bytes past its tensor's span, the allowance FusedPlanner uses too.
-        : p_(p), in_(in), out_(out), config_(config), caps_(runtime.device().caps()),
-          bytes_q_(bytes.q + 32), bytes_k_(bytes.k + 32), bytes_v_(bytes.v + 32), bytes_o_(bytes.o + 32) {
+    Planner(const Runtime& runtime, const Problem& p, const Operands& operands, const UnfusedConfig& config)
+        : p_(p), ops_(operands), config_(config), caps_(runtime.device().caps()) {
         limit_ = runtime.max_binding_bytes();
         align_ = binding_alignment(caps_);
     }
@@ -59,10 +56,9 @@ public:
         const std::uint64_t eb = size_of(p_.dtype);
         const Box qb = query_box(c, p_.Hq);
         ChunkSlices s;
-        s.q = slice_of(in_.q.strides, p_.Dk, qb, eb, align_, bytes_q_);
-        s.o = slice_of(out_.o.strides, p_.Dv, qb, eb, align_, bytes_o_);
-        const std::array<std::int64_t, 4> lse_strides{p_.Hq * p_.Nq, p_.Nq, 1, 0};
-        s.lse = slice_of(lse_strides, 1, qb, 4, align_, u64(p_.B * p_.Hq * p_.Nq * 4 + 32));
+        s.q = ops_.q.slice(p_.Dk, qb, eb, align_);
+        s.o = ops_.o.slice(p_.Dv, qb, eb, align_);
+        s.lse = ops_.lse.slice(1, qb, 4, align_);
         return s;
     }
 
@@ -70,10 +66,7 @@ public:
     // scratch [units][rows][Nkv] that starts at the chunk's first (unit, row).
     Slice scores(const Chunk& c, Features keys, Indexing indexing, std::uint64_t scratch_bytes) const {
         const Box qb = query_box(c, p_.Hq);
-        if (p_.want_weights) {
-            const std::array<std::int64_t, 4> w{p_.Hq * p_.Nq * p_.Nkv, p_.Nq * p_.Nkv, p_.Nkv, 1};
-            return slice_of(w, keys, qb, 4, align_, weights_bytes() + 32, indexing);
-        }
+        if (p_.want_weights) return ops_.weights.slice(keys, qb, 4, align_, indexing);
         const std::array<std::int64_t, 4> local{p_.Hq * c.rows * p_.Nkv, c.rows * p_.Nkv, p_.Nkv, 1};
         return slice_of(local, keys, qb, 4, align_, scratch_bytes, indexing, -(c.u0 * local[1] + c.r0 * local[2]));
     }
@@ -84,12 +77,12 @@ public:
         kb.n0 = keys.begin;
         kb.n1 = keys.begin + std::max<std::int64_t>(keys.length, 1) - 1;
         KeySliceBindings s;
-        s.k = slice_of(in_.k.strides, Features{0, p_.Dk}, kb, eb, align_, bytes_k_, Indexing::relative_rows);
-        s.v = slice_of(in_.v.strides, Features{0, p_.Dv}, kb, eb, align_, bytes_v_, Indexing::relative_rows);
+        s.k = ops_.k.slice(Features{0, p_.Dk}, kb, eb, align_, Indexing::relative_rows);
+        s.v = ops_.v.slice(Features{0, p_.Dv}, kb, eb, align_, Indexing::relative_rows);
         s.scores_bmm = scores(c, keys, Indexing::relative_features, scratch_bytes);
         const Features row_keys = whole_rows ? Features{0, p_.Nkv} : keys;
         s.scores_softmax = scores(c, row_keys, Indexing::absolute, scratch_bytes);
-        s.masks = mask_slices(p_, query_box(c, p_.Hq), align_, row_keys);
+        s.masks = mask_slices(p_, ops_, query_box(c, p_.Hq), align_, row_keys);
         return s;
     }
 
@@ -144,7 +137,6 @@ public:
                             std::to_string(limit_) + " bytes.");
     }
 
-    std::uint64_t weights_bytes() const { return u64(p_.B * p_.Hq * p_.Nq * p_.Nkv * 4); }
     std::uint64_t scores_bytes(const Chunk& c) const { return u64(c.units * c.rows * p_.Nkv) * 4; }
     // O accumulated over key slices, fp32, chunk-local [units][rows][Dv].
     std::uint64_t accumulator_bytes(const Chunk& c) const { return u64(c.units * c.rows * p_.Dv) * 4; }
@@ -163,11 +155,9 @@ private:
     }
 
     const Problem& p_;
-    const AttentionInputs& in_;
-    const AttentionOutputs& out_;
+    Operands ops_;
     const UnfusedConfig& config_;
     const vk::DeviceCaps& caps_;
-    std::uint64_t bytes_q_, bytes_k_, bytes_v_, bytes_o_;
     std::uint64_t limit_ = 0, align_ = 16;
 };
 
@@ -183,10 +173,9 @@ BmmParams bmm_params(const Problem& p, const Chunk& c, std::int64_t M, std::int6
 
 class UnfusedRun final : public PathRun {
 public:
-    UnfusedRun(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-               const UnfusedConfig& config, UnfusedStages stages)
-        : runtime_(runtime), p_(p), config_(config), stages_(stages),
-          planner_(runtime, p, in, out, config_, tensor_bytes(p, in, out)),
+    UnfusedRun(Runtime& runtime, const Problem& p, const Operands& operands, const UnfusedConfig& config,
+               UnfusedStages stages)
+        : runtime_(runtime), p_(p), config_(config), stages_(stages), planner_(runtime, p, operands, config_),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         if (stages == UnfusedStages::scores_only && !p.want_weights)
             throw Error("internal: stopping after the scores needs the weights output to hold them.");
@@ -199,26 +188,22 @@ public:
         report.flops = p.flops();
     }
 
-    // The score matrix (all of it when the weights are returned, else one chunk's: chunks run in
-    // order and reuse it), two P·V accumulators and the row statistics when the keys are sliced.
+    // The score matrix (the weights output when returned, else one chunk's: chunks run in order
+    // and reuse it), two P·V accumulators and the row statistics when the keys are sliced.
     std::uint64_t scratch_bytes() const override {
         const Sizes z = sizes();
-        return (p_.want_weights ? planner_.weights_bytes() : z.scores) + 2 * z.accumulator + z.stats;
+        return (p_.want_weights ? 0 : z.scores) + 2 * z.accumulator + z.stats;
     }
 
-    void allocate(Transfers& t) override {
+    void record(Program& r, const DeviceBuffers& d) override {
         const Sizes z = sizes();
-        scores_ = p_.want_weights ? &t.output(planner_.weights_bytes(), kNanF32, "weights")
-                                  : &t.scratch(z.scores, "the score matrix");
-        no_addend_ = &t.scratch(16, "an unused bias binding");
-        for (auto& a : accumulators_) a = &t.scratch(z.accumulator, "the P·V accumulator over key slices");
-        stats_ = &t.scratch(z.stats, "the softmax row statistics over key slices");
-    }
-
-    void record(Recording& r, const DeviceTensors& d) override {
+        const vk::Buffer& scores = p_.want_weights ? *d.weights : r.scratch(z.scores, "the score matrix");
+        const vk::Buffer* no_addend = &r.scratch(16, "an unused bias binding");
+        std::array<const vk::Buffer*, 2> accumulators{};
+        for (auto& a : accumulators) a = &r.scratch(z.accumulator, "the P·V accumulator over key slices");
+        const vk::Buffer* stats = &r.scratch(z.stats, "the softmax row statistics over key slices");
         const Problem& p = p_;
         const KeyCut& cut = plan_.cut;
-        const vk::Buffer& scores = *scores_;
         const vk::Kernel& scores_kernel = bmm_kernel(runtime_, config_.scores, true, p.dtype, p.dtype, DType::f32);
         const vk::Kernel& softmax = softmax_kernel(runtime_, config_.softmax);
         const std::size_t n_slices = cut.slices.size();
@@ -235,7 +220,7 @@ public:
                 params.c = keys[i].scores_bmm.desc;
                 Dispatch stage1{.kernel = &scores_kernel, .params = params};
                 stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, keys[i].k, p.dtype),
-                                   bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend_, whole(16))};
+                                   bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend, whole(16))};
                 stage1.groups = {ceil_div(cut.slices[i].length, config_.scores.block_cols()),
                                  ceil_div(c.rows, config_.scores.block_rows()), u32(c.units)};
                 r.dispatch(stage1);
@@ -260,10 +245,10 @@ public:
                 params.mask.float_mask = k.masks.float_mask.desc;
                 Dispatch stage2{.kernel = &softmax, .params = params};
                 stage2.bindings = {bind(1, scores, k.scores_softmax), bind(2, *d.lse, s.lse),
-                                   bind(3, *d.lengths, whole(p.kv_len.size() * 4)), bind(4, *d.bool_mask, k.masks.bool_mask),
+                                   bind(3, *d.lengths, d.lengths_slice), bind(4, *d.bool_mask, k.masks.bool_mask),
                                    bind(5, *d.float_mask, k.masks.float_mask),
                                    bind(6, *d.head_terms, whole(d.head_terms_bytes)),
-                                   bind(7, *stats_, whole(cut.whole_rows ? 16 : planner_.stats_bytes(c, cut)))};
+                                   bind(7, *stats, whole(cut.whole_rows ? 16 : planner_.stats_bytes(c, cut)))};
                 stage2.groups = {u32(c.rows), u32(c.units), 1};
                 r.dispatch(stage2);
             };
@@ -280,8 +265,8 @@ public:
             // turn, so no dispatch reads the binding it writes); the last one writes O.
             for (std::size_t i = 0; i < n_slices; ++i) {
                 const bool first = i == 0, last = i + 1 == n_slices;
-                const vk::Buffer& into = *accumulators_[i % 2];
-                const vk::Buffer& from = *accumulators_[(i + 1) % 2];
+                const vk::Buffer& into = *accumulators[i % 2];
+                const vk::Buffer& from = *accumulators[(i + 1) % 2];
                 const DType out = last ? p.dtype : DType::f32;
                 const vk::Kernel& kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.dtype, out,
                                                       first ? BmmAdd::none : BmmAdd::residual);
@@ -295,17 +280,13 @@ public:
                 Dispatch stage3{.kernel = &kernel, .params = params};
                 stage3.bindings = {bind(1, scores, keys[i].scores_bmm, DType::f32), bind(2, *d.v, keys[i].v, p.dtype),
                                    last ? bind(3, *d.o, s.o) : bind(3, into, acc),
-                                   first ? bind(4, *no_addend_, whole(16)) : bind(4, from, acc)};
+                                   first ? bind(4, *no_addend, whole(16)) : bind(4, from, acc)};
                 stage3.groups = {ceil_div(p.Dv, config_.output.block_cols()),
                                  ceil_div(c.rows, config_.output.block_rows()), u32(c.units)};
                 r.dispatch(stage3);
                 r.barrier();  // the next slice reads this one's sum; the next chunk reuses the scratch
             }
         }
-    }
-
-    void copy_extra_results(const Transfers& t, const AttentionOutputs& out) const override {
-        if (p_.want_weights) std::memcpy(out.weights, t.result(*scores_), planner_.weights_bytes());
     }
 
 private:
@@ -336,23 +317,13 @@ private:
     UnfusedStages stages_;
     Planner planner_;
     Planner::Plan plan_;
-    const vk::Buffer* scores_ = nullptr;
-    const vk::Buffer* no_addend_ = nullptr;
-    std::array<const vk::Buffer*, 2> accumulators_{};
-    const vk::Buffer* stats_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<PathRun> plan_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in,
-                                      const AttentionOutputs& out, const UnfusedConfig& config, UnfusedStages stages) {
-    return std::make_unique<UnfusedRun>(runtime, p, in, out, config, stages);
-}
-
-AttentionReport run_unfused(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out,
-                            const UnfusedConfig& config, UnfusedStages stages) {
-    UnfusedRun path(runtime, p, in, out, config, stages);
-    return run_on_host(runtime, p, in, out, path);
+std::unique_ptr<PathRun> plan_unfused(Runtime& runtime, const Problem& p, const Operands& operands,
+                                      const UnfusedConfig& config, UnfusedStages stages) {
+    return std::make_unique<UnfusedRun>(runtime, p, operands, config, stages);
 }
 
 }  // namespace vkattn::detail

@@ -5,22 +5,19 @@
 
 #include <memory>
 
-#include "attention/path.hpp"
+#include "attention/io.hpp"
 #include "attention/problem.hpp"
 #include "attention/tuning.hpp"
 
 namespace vkattn::detail {
 
+class PathRun;
 class Runtime;
 
-// How far to run: tests check stage 1 alone by stopping after it (S lands in outputs.weights).
+// How far to run: tests check stage 1 alone by stopping after it (S lands in the weights).
 enum class UnfusedStages { all, scores_only };
 
-std::unique_ptr<PathRun> plan_unfused(Runtime& runtime, const Problem& problem, const AttentionInputs& inputs,
-                                      const AttentionOutputs& outputs, const UnfusedConfig& config,
-                                      UnfusedStages stages = UnfusedStages::all);
-AttentionReport run_unfused(Runtime& runtime, const Problem& problem, const AttentionInputs& inputs,
-                            const AttentionOutputs& outputs, const UnfusedConfig& config,
-                            UnfusedStages stages = UnfusedStages::all);
+std::unique_ptr<PathRun> plan_unfused(Runtime& runtime, const Problem& problem, const Operands& operands,
+                                      const UnfusedConfig& config, UnfusedStages stages = UnfusedStages::all);
 
 }  // namespace vkattn::detail

@@ -6,6 +6,11 @@
 #include <mutex>
 
 #include "attention/dispatch.hpp"
+#include "plan/host_tensors.hpp"
+#include "plan/plan_cache.hpp"
+#include "plan/plan_state.hpp"
+#include "submit/batch_state.hpp"
+#include "vkattn/batch.hpp"
 #include "attention/io.hpp"
 #include "attention/kernels.hpp"
 #include "attention/path.hpp"
@@ -58,18 +63,19 @@ struct Linear {
     bool has_bias;
 };
 
-void record_linear(detail::Recording& r, const vk::DeviceCaps& caps, const Linear& l, DType dtype) {
+void record_linear(detail::Program& r, detail::Runtime& runtime, const Linear& l, DType dtype) {
+    const vk::DeviceCaps& caps = runtime.device().caps();
     const std::uint64_t eb = size_of(dtype);
     const std::uint64_t largest = std::max({u64(l.rows * l.in), u64(l.out * l.in), u64(l.rows * l.out)}) * eb;
     const detail::BmmConfig config = detail::choose_linear(caps, dtype, l.in, largest, {});
-    if (largest > r.runtime.max_binding_bytes())
+    if (largest > runtime.max_binding_bytes())
         throw ResourceLimit("a projection operand needs " + std::to_string(largest) + " bytes in one binding; the device "
-                            "allows " + std::to_string(r.runtime.max_binding_bytes()) + " (reduce the batch or sequence).");
+                            "allows " + std::to_string(runtime.max_binding_bytes()) + " (reduce the batch or sequence).");
     const std::int64_t row_blocks = (l.rows + config.block_rows() - 1) / config.block_rows();
     if (row_blocks > caps.max_workgroup_count[1])
         throw ResourceLimit("a projection over " + std::to_string(l.rows) + " rows needs " + std::to_string(row_blocks) +
                             " workgroups along y; the device allows " + std::to_string(caps.max_workgroup_count[1]) + ".");
-    const vk::Kernel& kernel = detail::bmm_kernel(r.runtime, config, true, dtype, dtype, dtype,
+    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, true, dtype, dtype, dtype,
                                                   l.has_bias ? detail::BmmAdd::bias : detail::BmmAdd::none);
     detail::BmmParams params{.chunk = {.first_unit = 0, .first_row = 0, .rows = u32(l.rows)},
                              .M = u32(l.rows),
@@ -152,7 +158,7 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
                                     .weights = mp.want_weights ? per_head_weights.data() : nullptr};
     const AttentionOptions core_options = mp.core_options(options);
     const detail::Problem problem = detail::resolve(core_in, core_out, core_options);
-    const auto path = detail::plan_attention(runtime, problem, core_in, core_out, core_options);
+    const auto plan = runtime.plans().get(runtime, detail::spec_of(core_in, core_out, core_options));
 
     const std::int64_t E = mp.E, eb = static_cast<std::int64_t>(size_of(dtype));
     {
@@ -160,87 +166,115 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
         const std::uint64_t weights = u64((E * (2 * E + mp.kdim + mp.vdim)) * eb + 4 * E * 4);
         const std::uint64_t activations = u64((3 * mp.query_rows() + 2 * mp.key_rows()) * E * eb);  // q, k, v, o, out
         const std::uint64_t masks = u64(mp.attend.size() + 4 * mp.additive.size());
-        detail::check_device_memory(runtime, input_bytes + weights + activations + masks + path->scratch_bytes(),
+        detail::check_device_memory(runtime, input_bytes + weights + activations + masks + plan->scratch_bytes,
                                     "inputs " + std::to_string(input_bytes) + ", weights " + std::to_string(weights) +
                                         ", projections and output " + std::to_string(activations) + ", masks " +
                                         std::to_string(masks) + ", the attention's scratch " +
-                                        std::to_string(path->scratch_bytes()));
+                                        std::to_string(plan->scratch_bytes));
     }
-    detail::Transfers t(runtime);
+    Batch batch = detail::BatchAccess::make(runtime);
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    std::uint64_t device_bytes = 0;
+    // A flat device tensor of `count` elements, filled from host bytes when given.
+    auto flat = [&](DType type, std::int64_t count, const void* host, const std::string& what) {
+        const std::array<std::int64_t, 4> shape{1, 1, 1, count};
+        DeviceTensor t = detail::own_tensor(runtime, type, shape, dense_strides(Layout::bhnd, shape), what);
+        device_bytes += detail::TensorAccess::storage(t)->buffer.size();
+        if (host != nullptr) detail::write_fresh(state, t, host);
+        return t;
+    };
+    auto buffer = [](const DeviceTensor& t) { return &detail::TensorAccess::storage(t)->buffer; };
     // Inputs (self-attention uploads the query once), weights in the device dtype, biases fp32.
     const std::vector<std::byte> query = in_dtype(mp.query, mp.query_rows() * E, dtype);
-    const vk::Buffer& x_q = t.input(query.data(), query.size(), "query");
-    const vk::Buffer* x_k = &x_q;
+    const DeviceTensor x_q = flat(dtype, mp.query_rows() * E, query.data(), "query");
+    DeviceTensor x_k = x_q, x_v;
     if (mp.key != mp.query) {
         const std::vector<std::byte> key = in_dtype(mp.key, mp.key_rows() * mp.kdim, dtype);
-        x_k = &t.input(key.data(), key.size(), "key");
+        x_k = flat(dtype, mp.key_rows() * mp.kdim, key.data(), "key");
     }
-    const vk::Buffer* x_v = mp.value == mp.query ? &x_q : mp.value == mp.key ? x_k : nullptr;
-    if (x_v == nullptr) {
+    if (mp.value == mp.query) x_v = x_q;
+    else if (mp.value == mp.key) x_v = x_k;
+    else {
         const std::vector<std::byte> value = in_dtype(mp.value, mp.key_rows() * mp.vdim, dtype);
-        x_v = &t.input(value.data(), value.size(), "value");
+        x_v = flat(dtype, mp.key_rows() * mp.vdim, value.data(), "value");
     }
-    const vk::Buffer* w[4];
-    const vk::Buffer* b[4];
-    const vk::Buffer& no_bias = t.scratch(16, "an unused bias binding");
+    DeviceTensor w[4], b[4];
+    const DeviceTensor no_bias = flat(DType::f32, 4, nullptr, "an unused bias binding");
     for (int i = 0; i < 4; ++i) {
         const std::vector<std::byte> bytes = in_dtype(w_[i].data(), static_cast<std::int64_t>(w_[i].size()), dtype);
-        w[i] = &t.input(bytes.data(), bytes.size(), "a projection weight");
-        b[i] = b_[i].empty() ? &no_bias : &t.input(b_[i].data(), b_[i].size() * 4, "a projection bias");
+        w[i] = flat(dtype, static_cast<std::int64_t>(w_[i].size()), bytes.data(), "a projection weight");
+        b[i] = b_[i].empty() ? no_bias
+                             : flat(DType::f32, static_cast<std::int64_t>(b_[i].size()), b_[i].data(), "a projection bias");
     }
-    // Projected tensors, the core's output, and the layer's output, all [rows, E] in the inputs' order.
-    detail::DeviceTensors d{};
-    d.bytes = detail::tensor_bytes(problem, core_in, core_out);
-    d.q = &t.scratch(u64(mp.query_rows() * E * eb), "the projected queries");
-    d.k = &t.scratch(u64(mp.key_rows() * E * eb), "the projected keys");
-    d.v = &t.scratch(u64(mp.key_rows() * E * eb), "the projected values");
-    d.o = &t.scratch(u64(mp.query_rows() * E * eb), "the attention output");
-    detail::upload_mask_terms(t, problem, d);
-    const vk::Buffer& out = t.output(u64(mp.query_rows() * E * eb), dtype == DType::f32 ? detail::kNanF32 : detail::kNanF16Pair,
-                                     "out");
-    path->allocate(t);
+    // Projected tensors and the core's output, [rows, E] in the inputs' order, seen by the core
+    // through head views; the masks the core reads.
+    auto heads = [&](const auto& view, const std::string& what) {
+        DeviceTensor t = detail::own_tensor(runtime, dtype, view.shape, view.strides, what);
+        device_bytes += detail::TensorAccess::storage(t)->buffer.size();
+        return t;
+    };
+    DeviceAttentionInputs din{.q = heads(core_in.q, "the projected queries"),
+                              .k = heads(core_in.k, "the projected keys"),
+                              .v = heads(core_in.v, "the projected values")};
+    DeviceAttentionOutputs dout{.o = heads(core_out.o, "the attention output")};
+    auto mask = [&](const MaskView& view, DType type, const char* what) {
+        std::array<std::int64_t, 4> shape{1, 1, 1, 1};
+        std::copy(view.shape.begin(), view.shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(4 - view.shape.size()));
+        DeviceTensor t = detail::own_tensor(runtime, type, shape, dense_strides(Layout::bhnd, shape), what);
+        detail::write_fresh(state, t, view.data);
+        return t;
+    };
+    if (core_in.bool_mask) din.bool_mask = mask(*core_in.bool_mask, DType::u8, "attn_mask");
+    if (core_in.float_mask) din.float_mask = mask(*core_in.float_mask, DType::f32, "attn_mask");
+    if (mp.want_weights) {
+        const std::array<std::int64_t, 4> shape{mp.N, mp.H, mp.L, mp.S};
+        dout.weights = detail::own_tensor(runtime, DType::f32, shape, dense_strides(Layout::bhnd, shape), "weights");
+    }
+    const DeviceTensor out = flat(dtype, mp.query_rows() * E, nullptr, "out");
+    if (runtime.poison_outputs()) state.fill(out, dtype == DType::f32 ? detail::kNanF32 : detail::kNanF16Pair);
 
-    std::lock_guard lock(runtime.submit_mutex());
-    detail::DispatchRecorder recorder(runtime);
-    vk::CommandStream& stream = runtime.commands();
-    detail::Recording r{runtime, t, recorder, stream, stream.begin()};
-    t.record_uploads(r.commands);
-    r.barrier();
-    stream.timestamp(0);
+    auto program = std::make_shared<detail::Program>(runtime);
     const bool bias = config_.bias;
-    record_linear(r, caps, {&x_q, w[q], b[q], d.q, mp.query_rows(), E, E, bias}, dtype);
-    record_linear(r, caps, {x_k, w[k], b[k], d.k, mp.key_rows(), mp.kdim, E, bias}, dtype);
-    record_linear(r, caps, {x_v, w[v], b[v], d.v, mp.key_rows(), mp.vdim, E, bias}, dtype);
-    r.barrier();
-    path->record(r, d);
-    record_linear(r, caps, {d.o, w[o], b[o], &out, mp.query_rows(), E, E, bias}, dtype);
-    stream.timestamp(1);
-    r.barrier();
-    t.record_downloads(r.commands);
-    runtime.submit_and_wait();
+    record_linear(*program, runtime, {buffer(x_q), buffer(w[q]), buffer(b[q]), buffer(din.q), mp.query_rows(), E, E, bias}, dtype);
+    record_linear(*program, runtime, {buffer(x_k), buffer(w[k]), buffer(b[k]), buffer(din.k), mp.key_rows(), mp.kdim, E, bias}, dtype);
+    record_linear(*program, runtime, {buffer(x_v), buffer(w[v]), buffer(b[v]), buffer(din.v), mp.key_rows(), mp.vdim, E, bias}, dtype);
+    program->barrier();
+    plan->record(*program, din, dout);
+    record_linear(*program, runtime, {buffer(dout.o), buffer(w[o]), buffer(b[o]), buffer(out), mp.query_rows(), E, E, bias}, dtype);
+    state.explicit_timing = true;
+    plan->prepare(state);
+    const VkCommandBuffer commands = state.begin_op();
+    state.time_begin();
+    program->replay(commands);
+    state.time_end();
+    state.keep(program);
+    std::vector<std::byte> result(static_cast<std::size_t>(mp.query_rows() * E * eb));
+    detail::read_back(state, out, make_view(static_cast<void*>(result.data()), dtype, Layout::bhnd, out.shape()));
+    if (mp.want_weights)
+        detail::read_back(state, dout.weights, make_view(static_cast<void*>(per_head_weights.data()), DType::f32,
+                                                         Layout::bhnd, dout.weights.shape()));
+    Submission submission = batch.submit();
+    submission.wait();
 
-    const void* result = t.result(out);
     const auto count = static_cast<std::size_t>(mp.query_rows() * E);
     if (dtype == DType::f32) {
-        std::memcpy(outputs.out, result, count * 4);
+        std::memcpy(outputs.out, result.data(), count * 4);
     } else {
-        const auto* h = static_cast<const std::uint16_t*>(result);
+        const auto* h = reinterpret_cast<const std::uint16_t*>(result.data());
         for (std::size_t i = 0; i < count; ++i) outputs.out[i] = half_to_float(h[i]);
     }
-    if (mp.want_weights) {
-        path->copy_extra_results(t, core_out);
-        detail::store_mha_weights(mp, per_head_weights, outputs.attn_weights);
-    }
+    if (mp.want_weights) detail::store_mha_weights(mp, per_head_weights, outputs.attn_weights);
 
     MhaReport report;
-    report.attention = path->report;
-    report.gpu_ms = stream.elapsed_ms();
-    report.device_bytes = t.device_bytes();
+    report.attention = plan->report;
+    report.attention.flops = problem.flops();
+    report.gpu_ms = submission.gpu_ms();
+    report.device_bytes = device_bytes + program->scratch_bytes();
     const double rows_q = static_cast<double>(mp.query_rows()), rows_kv = static_cast<double>(mp.key_rows());
     report.flops = 2.0 * static_cast<double>(E) *
                        (rows_q * static_cast<double>(E) + rows_kv * static_cast<double>(mp.kdim + mp.vdim) +
                         rows_q * static_cast<double>(E)) +
-                   path->report.flops;
+                   report.attention.flops;
     return report;
 }
 

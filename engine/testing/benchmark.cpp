@@ -6,9 +6,13 @@
 
 #include "attention/dispatch.hpp"
 #include "attention/kernels.hpp"
-#include "attention/transfers.hpp"
 #include "attention/tuning.hpp"
+#include "plan/host_tensors.hpp"
+#include "plan/program.hpp"
 #include "runtime.hpp"
+#include "submit/batch_state.hpp"
+#include "tensor/storage.hpp"
+#include "vkattn/batch.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/testing/benchmark.hpp"
@@ -45,11 +49,14 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
 
     const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, {});
     const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, false, DType::f32, DType::f32, DType::f32);
-    detail::Transfers t(runtime);
-    const vk::Buffer& da = t.input(a.data(), bytes(m, k), "gemm A");
-    const vk::Buffer& db = t.input(b.data(), bytes(k, n), "gemm B");
-    const vk::Buffer& dc = t.output(bytes(m, n), 0x7fc00000u, "gemm C");
-    const vk::Buffer& no_bias = t.scratch(16, "an unused bias binding");
+    auto flat = [&](std::int64_t count, const std::string& what) {
+        const std::array<std::int64_t, 4> shape{1, 1, 1, count};
+        return detail::own_tensor(runtime, DType::f32, shape, dense_strides(Layout::bhnd, shape), what);
+    };
+    const DeviceTensor ta = flat(m * k, "gemm A"), tb = flat(k * n, "gemm B"), tc = flat(m * n, "gemm C");
+    const DeviceTensor no_bias_tensor = flat(4, "an unused bias binding");
+    auto buffer = [](const DeviceTensor& t) -> const vk::Buffer& { return detail::TensorAccess::storage(t)->buffer; };
+    const vk::Buffer &da = buffer(ta), &db = buffer(tb), &dc = buffer(tc), &no_bias = buffer(no_bias_tensor);
 
     // One unit: a single (batch, head) of M×K times K×N, dense rows.
     detail::BmmParams params{.chunk = {.first_unit = 0, .first_row = 0, .rows = static_cast<std::uint32_t>(m)},
@@ -67,25 +74,27 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     d.groups = {static_cast<std::uint32_t>((n + config.block_cols() - 1) / config.block_cols()),
                 static_cast<std::uint32_t>((m + config.block_rows() - 1) / config.block_rows()), 1};
 
-    std::lock_guard lock(runtime.submit_mutex());
-    detail::DispatchRecorder recorder(runtime);
-    vk::CommandStream& stream = runtime.commands();
+    detail::Program program(runtime);
+    program.dispatch(d);
     std::vector<double> samples;
+    std::vector<float> c(validate ? static_cast<std::size_t>(m * n) : 0);
     for (int r = 0; r < warmup + repeat; ++r) {
-        VkCommandBuffer cmd = stream.begin();
+        Batch batch = detail::BatchAccess::make(runtime);
+        detail::BatchState& state = detail::BatchAccess::state(batch);
         if (r == 0) {
-            t.record_uploads(cmd);
-            stream.barrier();
+            detail::write_fresh(state, ta, a.data());
+            detail::write_fresh(state, tb, b.data());
         }
-        stream.timestamp(0);
-        recorder.record(cmd, d);
-        stream.timestamp(1);
-        if (r == warmup + repeat - 1) {
-            stream.barrier();
-            t.record_downloads(cmd);
-        }
-        runtime.submit_and_wait();
-        if (r >= warmup) samples.push_back(stream.elapsed_ms());
+        state.explicit_timing = true;
+        const VkCommandBuffer commands = state.begin_op();
+        state.time_begin();
+        program.replay(commands);
+        state.time_end();
+        if (r == warmup + repeat - 1 && validate)
+            detail::read_back(state, tc, make_view(static_cast<void*>(c.data()), DType::f32, Layout::bhnd, tc.shape()));
+        Submission submission = batch.submit();
+        submission.wait();
+        if (r >= warmup) samples.push_back(submission.gpu_ms());
     }
 
     GemmResult result;
@@ -97,7 +106,6 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
                     (result.time.median_ms * 1e6);
     result.variant = "gemm " + config.describe();
     if (validate) {
-        const float* c = static_cast<const float*>(t.result(dc));
         double diff2 = 0, ref2 = 0;
         for (std::int64_t i = 0; i < m; i += std::max<std::int64_t>(1, m / 16))
             for (std::int64_t j = 0; j < n; ++j) {

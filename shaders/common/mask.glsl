@@ -28,7 +28,9 @@ struct RowMask {
     int position;       // i + a: the diagonal key; ALiBi measures |position - j|
 };
 
-int kv_length(uint b) { return has_flag(MASK_LENGTHS) ? kv_lengths[b] : int(P.shape.Nkv); }
+// Clamped to [0, Nkv]: lengths written on the device (a KV cache's, the caller's) are not checked
+// on the host, and a length past the keys bound must not read past them.
+int kv_length(uint b) { return has_flag(MASK_LENGTHS) ? clamp(kv_lengths[b], 0, int(P.shape.Nkv)) : int(P.shape.Nkv); }
 
 // The diagonal's offset: causal keeps key j for query i when j <= i + alignment(b).
 int alignment(uint b) {

@@ -135,7 +135,9 @@ void expect_layer(LayerCase c, unsigned seed) {
     }
     if (c.impl != Impl::automatic) CHECK(report.attention.path == c.impl);
     CHECK(report.flops > 0);
-    CHECK(take_validation_messages(gpu_context()).empty());
+    const std::string messages = take_validation_messages(gpu_context());
+    INFO(messages);
+    CHECK(messages.empty());
 }
 
 }  // namespace

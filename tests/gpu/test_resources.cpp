@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "attention/transfers.hpp"
+#include "plan/program.hpp"
 #include "runtime.hpp"
 #include "support/expect_case.hpp"
 #include "vkattn/errors.hpp"
@@ -64,10 +64,10 @@ TEST_CASE("resources: an allocation past the budget is refused with the sizes an
     Context context(small_budget());
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     {
-        detail::Transfers t(runtime);
-        t.scratch(6u << 20, "six MiB");
+        detail::Program program(runtime);
+        program.scratch(6u << 20, "six MiB");
         try {
-            t.scratch(4u << 20, "four more MiB");
+            program.scratch(4u << 20, "four more MiB");
             FAIL("an allocation over the budget succeeded");
         } catch (const ResourceLimit& e) {
             CHECK_THAT(e.what(), Catch::Contains("four more MiB"));

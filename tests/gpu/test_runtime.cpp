@@ -9,6 +9,9 @@
 #include "attention/problem.hpp"
 #include "attention/tuning.hpp"
 #include "attention/unfused.hpp"
+#include "plan/plan_state.hpp"
+#include "submit/batch_state.hpp"
+#include "vkattn/plan.hpp"
 #include "runtime.hpp"
 #include "support/expect_case.hpp"
 #include "support/gpu_context.hpp"
@@ -39,7 +42,19 @@ TEST_CASE("stage 1 alone: S = scale * Q * K^T", "[gpu][stages]") {
     const auto& caps = detail::ContextAccess::runtime(ctx).device().caps();
     const auto config = detail::choose_unfused(caps, p, in.q.strides, in.k.strides, in.v.strides, options.variant);
     CHECK(config.scores.texel == (texel && d % 4 == 0 && caps.texel_rgba32f));  // D = 1 falls back to scalar loads
-    detail::run_unfused(detail::ContextAccess::runtime(ctx), p, in, out, config, detail::UnfusedStages::scores_only);
+    // The plan as the host API makes it, stopped after stage 1; S lands in the weights.
+    detail::PlanState plan(detail::ContextAccess::runtime(ctx), detail::spec_of(in, out, options));
+    REQUIRE(plan.choice.impl == Impl::unfused);
+    plan.choice.unfused = config;
+    plan.choice.stages = detail::UnfusedStages::scores_only;
+    const DeviceAttentionInputs din{.q = DeviceTensor::from_host(ctx, in.q), .k = DeviceTensor::from_host(ctx, in.k),
+                                    .v = DeviceTensor::from_host(ctx, in.v)};
+    const DeviceAttentionOutputs dout{.o = DeviceTensor::empty(ctx, DType::f32, o.shape),
+                                      .weights = DeviceTensor::empty(ctx, DType::f32, {2, 4, nq, nkv})};
+    Batch batch(ctx);
+    plan.run(detail::BatchAccess::state(batch), din, dout, false);
+    batch.download(dout.weights, make_view(static_cast<void*>(s.data()), DType::f32, Layout::bhnd, {2, 4, nq, nkv}));
+    batch.submit().wait();
     const ReferenceStages ref = reference_stages(in, options, false);
     const Comparison c = compare({s.begin(), s.end()}, ref.scores, tolerance_for(DType::f32));
     INFO(config.describe() << ": " << c.message);

@@ -9,7 +9,8 @@
 
 namespace vkattn {
 
-enum class DType : std::uint8_t { f32, f16 };
+// Attention's q, k, v and o are f32 or f16; i32 holds key lengths, u8 boolean masks.
+enum class DType : std::uint8_t { f32, f16, i32, u8 };
 
 std::size_t size_of(DType dtype);
 std::string to_string(DType dtype);

@@ -2,8 +2,11 @@
 #pragma once
 
 #include "vkattn/attention.hpp"
+#include "vkattn/batch.hpp"
 #include "vkattn/context.hpp"
+#include "vkattn/device_tensor.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/mha.hpp"
+#include "vkattn/plan.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/tensor.hpp"

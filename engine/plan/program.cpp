@@ -1,4 +1,4 @@
-#include "attention/dispatch.hpp"
+#include "plan/program.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -8,21 +8,22 @@
 #include "vk/check.hpp"
 #include "runtime.hpp"
 #include "vk/device.hpp"
+#include "tensor/storage.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
 
-DispatchRecorder::DispatchRecorder(Runtime& runtime) : runtime_(&runtime), device_(&runtime.device()) {
-    const std::uint64_t align = device_->caps().min_uniform_offset_alignment;
+Program::Program(Runtime& runtime) : runtime_(&runtime) {
+    const std::uint64_t align = runtime.device().caps().min_uniform_offset_alignment;
     const std::uint64_t largest = std::max({sizeof(BmmParams), sizeof(SoftmaxParams), sizeof(FlashParams),
                                             sizeof(CombineParams)});
     slot_bytes_ = (largest + align - 1) / align * align;
 }
 
-void DispatchRecorder::add_block(std::uint32_t capacity) {
+void Program::add_block(std::uint32_t capacity) {
     Block block;
     block.capacity = capacity;
-    block.params = vk::Buffer(*device_, slot_bytes_ * capacity, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT,
+    block.params = vk::Buffer(runtime_->device(), slot_bytes_ * capacity, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT,
                               vk::MemoryIntent::upload, true, "the parameter blocks");
     // Every vkattn shader has at most 16 bindings; size the pool for the worst case.
     const std::uint32_t n = capacity * 16;
@@ -34,26 +35,59 @@ void DispatchRecorder::add_block(std::uint32_t capacity) {
     info.poolSizeCount = 3;
     info.pPoolSizes = sizes;
     VkDescriptorPool pool = VK_NULL_HANDLE;
-    const VkDevice d = device_->get();
+    const VkDevice d = runtime_->device().get();
     VKATTN_CHECK(vkCreateDescriptorPool(d, &info, nullptr, &pool), "creating a descriptor pool");
     block.pool = vk::Handle<VkDescriptorPool>(pool, [d](VkDescriptorPool p) { vkDestroyDescriptorPool(d, p, nullptr); });
     blocks_.push_back(std::move(block));
 }
 
-DispatchRecorder::~DispatchRecorder() {
+Program::~Program() {
     if (!runtime_->lost()) return;
-    struct InFlight {
+    struct Kept {
         std::vector<vk::Handle<VkBufferView>> views;
         std::vector<Block> blocks;
+        std::deque<vk::Buffer> scratch;
     };
-    runtime_->keep_until_idle(std::make_shared<InFlight>(InFlight{std::move(views_), std::move(blocks_)}));
+    runtime_->keep_until_idle(
+        std::make_shared<Kept>(Kept{std::move(views_), std::move(blocks_), std::move(scratch_)}));
 }
 
-void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch) {
+const vk::Buffer& Program::scratch(std::uint64_t bytes, const std::string& what) {
+    const std::uint64_t padded = (bytes + 15) / 16 * 16 + 16;
+    const std::uint64_t heap = runtime_->device_memory_bytes();
+    if (scratch_bytes_ + padded > heap)
+        throw ResourceLimit(what + " would bring this request's device memory to " +
+                            std::to_string(scratch_bytes_ + padded) + " bytes, above the device's largest "
+                            "device-local heap of " + std::to_string(heap) + " bytes.");
+    scratch_.emplace_back(runtime_->device(), padded, kTensorUsage, vk::MemoryIntent::device_local, false, what);
+    scratch_bytes_ += padded;
+    return scratch_.back();
+}
+
+void Program::barrier() { steps_.push_back({}); }
+
+void Program::replay(VkCommandBuffer commands) const {
+    for (const Step& step : steps_) {
+        if (step.pipeline == VK_NULL_HANDLE) {
+            VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+            barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+            barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                    VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+            constexpr VkPipelineStageFlags kStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+            vkCmdPipelineBarrier(commands, kStages, kStages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+            continue;
+        }
+        vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, step.pipeline);
+        vkCmdBindDescriptorSets(commands, VK_PIPELINE_BIND_POINT_COMPUTE, step.layout, 0, 1, &step.set, 0, nullptr);
+        vkCmdDispatch(commands, step.groups[0], step.groups[1], step.groups[2]);
+    }
+}
+
+void Program::dispatch(const Dispatch& dispatch) {
     if (blocks_.empty() || blocks_.back().used == blocks_.back().capacity)
         add_block(blocks_.empty() ? 8u : 2u * blocks_.back().capacity);
     Block& block = blocks_.back();
-    const VkDevice d = device_->get();
+    const VkDevice d = runtime_->device().get();
     const vk::Kernel& kernel = *dispatch.kernel;
     // The parameter block must be the one of the kernel's shader ("flash" for "flash_texel_o32").
     const auto [params, params_bytes, shader] = std::visit(
@@ -115,9 +149,8 @@ void DispatchRecorder::record(VkCommandBuffer commands, const Dispatch& dispatch
         writes.push_back(w);
     }
     vkUpdateDescriptorSets(d, static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
-    vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline());
-    vkCmdBindDescriptorSets(commands, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout(), 0, 1, &set, 0, nullptr);
-    vkCmdDispatch(commands, dispatch.groups[0], dispatch.groups[1], dispatch.groups[2]);
+    steps_.push_back({kernel.pipeline(), kernel.layout(), set, dispatch.groups});
+    ++dispatches_;
 }
 
 }  // namespace vkattn::detail

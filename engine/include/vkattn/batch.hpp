@@ -1,0 +1,76 @@
+// Batched, asynchronous submission: a Batch records many operations (uploads, attention plans,
+// cache appends, downloads) into one command buffer; submit() hands it to the device and returns a
+// Submission to wait on or poll. Several submissions may be in flight on one Context.
+//
+// Ordering: operations run in the order they were added, across batches too (one queue, and a
+// barrier before every operation that makes all earlier device writes visible to it).
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "vkattn/device_tensor.hpp"
+#include "vkattn/tensor.hpp"
+
+namespace vkattn {
+
+class Context;
+
+namespace detail {
+class Runtime;
+struct BatchState;
+struct SubmissionState;
+struct BatchAccess;  // the engine's way to record into a batch (not API)
+}  // namespace detail
+
+class Submission {
+public:
+    Submission();
+    // Waits for the work (a Submission is a promise that the host memory its downloads write
+    // stays valid until then); errors are swallowed here, call wait() to see them.
+    ~Submission();
+    Submission(Submission&&) noexcept;
+    Submission& operator=(Submission&&) noexcept;
+
+    // Blocks until the device is done and the downloads have reached host memory. A wait longer
+    // than ContextOptions::fence_timeout throws DeviceLost (the context then refuses further work).
+    void wait();
+    // Whether the work is done (completing it when it is); never blocks.
+    bool done();
+    // GPU time of the batch's operations (timestamps), once done.
+    double gpu_ms() const;
+
+private:
+    friend struct detail::BatchAccess;
+    std::shared_ptr<detail::SubmissionState> state_;
+    detail::Runtime* runtime_ = nullptr;
+};
+
+class Batch {
+public:
+    explicit Batch(Context& context);
+    // An unsubmitted batch is discarded: nothing it recorded runs.
+    ~Batch();
+    Batch(Batch&&) noexcept;
+    Batch& operator=(Batch&&) noexcept;
+
+    // Host data into a device tensor of the same shape and dtype. The host bytes are copied when
+    // this is called; the caller's memory may be reused at once.
+    void upload(const DeviceTensor& to, const TensorView& from);
+    // A device tensor into host memory of the same shape and dtype, written when the submission
+    // completes (wait() or done()); the memory must stay valid until then.
+    void download(const DeviceTensor& from, const MutableTensorView& to);
+    // The 4-byte word `word` repeated over a contiguous tensor's bytes (0 zeroes any dtype;
+    // 0x7fc00000 is an f32 NaN, 0x7e007e00 two f16 NaNs). Its offset and size must be multiples of 4.
+    void fill(const DeviceTensor& to, std::uint32_t word);
+
+    // Submits everything recorded; the batch is empty afterwards and may record again.
+    Submission submit();
+
+private:
+    friend struct detail::BatchAccess;
+    explicit Batch(detail::Runtime& runtime);
+    std::unique_ptr<detail::BatchState> state_;
+};
+
+}  // namespace vkattn

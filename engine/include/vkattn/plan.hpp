@@ -1,0 +1,86 @@
+// Attention on device tensors, and plans: validate and build once, run many times.
+//
+// A plan is made from what a call looks like (dtypes, shapes, strides, which optional inputs and
+// outputs, the per-head constants, the options), not from its data. Making it validates
+// everything, chooses the path and builds every pipeline; a plan that cannot run throws then.
+// Running it records the dispatches into a Batch. The descriptor sets and parameter blocks of a
+// run are cached in the plan by the tensors' memory, so a loop that reuses its tensors (a decode
+// step) writes nothing after its first run: recording is binds and dispatches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "vkattn/attention.hpp"
+#include "vkattn/batch.hpp"
+#include "vkattn/device_tensor.hpp"
+
+namespace vkattn {
+
+class Context;
+
+namespace detail {
+struct PlanState;
+struct PlanAccess;  // the engine's way to a plan's state (not API)
+}  // namespace detail
+
+struct DeviceAttentionInputs {
+    DeviceTensor q;  // [B, Hq, Nq, Dk]
+    DeviceTensor k;  // [B, Hkv, Nkv, Dk]
+    DeviceTensor v;  // [B, Hkv, Nkv, Dv]
+    // Optional: i32, B contiguous elements (any rank-4 shape), at an offset the device can bind
+    // (minStorageBufferOffsetAlignment). Keys j >= len[b] are masked; values outside [0, Nkv] are
+    // clamped on the device (they cannot be checked on the host).
+    DeviceTensor kv_lengths;
+    // Optional, contiguous, broadcastable to [B, Hq, Nq, Nkv]: u8 (non-zero = attend) and f32 (added).
+    DeviceTensor bool_mask;
+    DeviceTensor float_mask;
+    // Per-head constants, part of the plan: a run must pass the values the plan was made with.
+    std::span<const float> alibi_slopes;  // [Hq]
+    std::span<const float> sinks;         // [Hq]
+};
+
+struct DeviceAttentionOutputs {
+    DeviceTensor o;        // [B, Hq, Nq, Dv], the dtype of q
+    DeviceTensor weights;  // optional: f32, contiguous [B, Hq, Nq, Nkv]
+    DeviceTensor lse;      // optional: f32, contiguous [B, Hq, Nq, 1]
+};
+
+class AttentionPlan {
+public:
+    // For calls shaped like these tensors and options (their data is not read). Throws
+    // InvalidArgument for a bad shape or option, ResourceLimit when no slicing fits the device.
+    AttentionPlan(Context& context, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs,
+                  const AttentionOptions& options = {});
+    ~AttentionPlan();
+    AttentionPlan(const AttentionPlan&);
+    AttentionPlan& operator=(const AttentionPlan&);
+
+    // Records attention over these tensors into the batch. Their dtypes, shapes and strides must be
+    // the plan's (InvalidArgument naming the tensor otherwise); their memory may be any. The batch
+    // keeps the tensors' memory alive until its submission completes.
+    void run(Batch& batch, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs) const;
+
+    // The path, variant, slices and flops (flops count every key when the lengths are on the device).
+    const AttentionReport& report() const;
+
+    // How often runs found their tensors' bindings cached, and how many binding sets were built.
+    struct Stats {
+        std::uint64_t runs = 0;
+        std::uint64_t bindings_built = 0;
+    };
+    Stats stats() const;
+
+private:
+    friend struct detail::PlanAccess;
+    explicit AttentionPlan(std::shared_ptr<detail::PlanState> state);
+    std::shared_ptr<detail::PlanState> state_;
+};
+
+// One call on device tensors: the context's cached plan for this call's shape, one submission,
+// waited on. The report's gpu_ms is the attention's GPU time.
+AttentionReport attention(Context& context, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs,
+                          const AttentionOptions& options = {});
+
+}  // namespace vkattn

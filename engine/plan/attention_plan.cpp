@@ -1,0 +1,336 @@
+#include <algorithm>
+#include <string>
+
+#include "attention/kernels.hpp"
+#include "plan/plan_cache.hpp"
+#include "plan/plan_state.hpp"
+#include "runtime.hpp"
+#include "submit/batch_state.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/plan.hpp"
+
+namespace vkattn {
+namespace detail {
+namespace {
+
+std::string shape_text(const std::array<std::int64_t, 4>& s) {
+    return "[" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " +
+           std::to_string(s[3]) + "]";
+}
+
+// The tensors of one run, checked against the plan: each with its storage, or null when absent.
+struct Bound {
+    struct Tensor {
+        const DeviceTensor* tensor = nullptr;
+        Storage* storage = nullptr;
+    };
+    Tensor q, k, v, o, kv_lengths, bool_mask, float_mask, weights, lse;
+    std::array<const Tensor*, 9> all() const { return {&q, &k, &v, &o, &kv_lengths, &bool_mask, &float_mask, &weights, &lse}; }
+};
+
+Bound::Tensor check_tensor(const PlanState& plan, const DeviceTensor& t, const TensorLayout& layout, const char* name) {
+    Storage& storage = storage_of(t, *plan.runtime, name);
+    if (t.dtype() != layout.dtype)
+        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + " but the plan was made for " +
+                                        to_string(layout.dtype) + ".");
+    if (t.shape() != layout.shape)
+        throw InvalidArgument(name, "its shape is " + shape_text(t.shape()) + " but the plan was made for " +
+                                        shape_text(layout.shape) + "; make a plan for this shape.");
+    if (t.strides() != layout.strides)
+        throw InvalidArgument(name, "its strides are " + shape_text(t.strides()) + " but the plan was made for " +
+                                        shape_text(layout.strides) + "; make a plan for this layout.");
+    return {&t, &storage};
+}
+
+// An optional tensor: present exactly when the plan expects it, of the dtype and element count
+// given, contiguous.
+Bound::Tensor check_optional(const PlanState& plan, const DeviceTensor& t, bool expected, DType dtype,
+                             const std::array<std::int64_t, 4>& shape, const char* name) {
+    if (!expected) {
+        if (t.defined())
+            throw InvalidArgument(name, "the plan was made without it; make a plan with it to pass it.");
+        return {};
+    }
+    if (!t.defined()) throw InvalidArgument(name, "the plan was made with it; this run must pass it too.");
+    Storage& storage = storage_of(t, *plan.runtime, name);
+    if (t.dtype() != dtype)
+        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + " but must be " + to_string(dtype) + ".");
+    if (t.shape() != shape)
+        throw InvalidArgument(name, "its shape is " + shape_text(t.shape()) + " but must be " + shape_text(shape) + ".");
+    if (!t.contiguous()) throw InvalidArgument(name, "it must be contiguous.");
+    return {&t, &storage};
+}
+
+std::array<std::int64_t, 4> rank4(const std::vector<std::int64_t>& shape) {
+    std::array<std::int64_t, 4> out{1, 1, 1, 1};
+    std::copy(shape.begin(), shape.end(), out.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
+    return out;
+}
+
+void check_constants(std::span<const float> given, const std::vector<float>& planned, const char* name) {
+    if (!given.empty() && !std::equal(given.begin(), given.end(), planned.begin(), planned.end()))
+        throw InvalidArgument(name, "the values differ from the ones the plan was made with; they are part of the plan.");
+}
+
+Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out) {
+    const AttentionSpec& s = plan.spec;
+    const Problem& p = plan.problem;
+    Bound b;
+    b.q = check_tensor(plan, in.q, s.q, "q");
+    b.k = check_tensor(plan, in.k, s.k, "k");
+    b.v = check_tensor(plan, in.v, s.v, "v");
+    b.o = check_tensor(plan, out.o, s.o, "o");
+    b.kv_lengths = check_optional(plan, in.kv_lengths, s.kv_lengths, DType::i32, in.kv_lengths.shape(), "kv_lengths");
+    if (b.kv_lengths.tensor) {
+        if (in.kv_lengths.elements() != p.B)
+            throw InvalidArgument("kv_lengths", "it holds " + std::to_string(in.kv_lengths.elements()) +
+                                                    " lengths but the batch size is " + std::to_string(p.B) + ".");
+        const std::uint64_t align = plan.runtime->device().caps().min_storage_offset_alignment;
+        if (in.kv_lengths.offset_bytes() % align != 0)
+            throw InvalidArgument("kv_lengths", "it starts at byte " + std::to_string(in.kv_lengths.offset_bytes()) +
+                                                    " of its memory; the device binds storage buffers at multiples of " +
+                                                    std::to_string(align) + " bytes.");
+    }
+    b.bool_mask = check_optional(plan, in.bool_mask, s.bool_mask.has_value(), DType::u8,
+                                 s.bool_mask ? rank4(*s.bool_mask) : in.bool_mask.shape(), "bool_mask");
+    b.float_mask = check_optional(plan, in.float_mask, s.float_mask.has_value(), DType::f32,
+                                  s.float_mask ? rank4(*s.float_mask) : in.float_mask.shape(), "float_mask");
+    b.weights = check_optional(plan, out.weights, s.weights, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "weights");
+    b.lse = check_optional(plan, out.lse, s.lse, DType::f32, {p.B, p.Hq, p.Nq, 1}, "lse");
+    check_constants(in.alibi_slopes, s.alibi_slopes, "alibi_slopes");
+    check_constants(in.sinks, s.sinks, "sinks");
+    // Texel loads read vec4s: the rows must start at multiples of 4 elements, the strides (the
+    // plan's) and the first element (this run's) alike.
+    const bool texel_qk = plan.choice.impl == Impl::unfused ? plan.choice.unfused.scores.texel : plan.choice.fused.texel;
+    const bool texel_v = plan.choice.impl == Impl::unfused ? plan.choice.unfused.output.texel : plan.choice.fused.texel;
+    for (const auto& [tensor, texel, name] : {std::tuple{&in.q, texel_qk, "q"}, std::tuple{&in.k, texel_qk, "k"},
+                                              std::tuple{&in.v, texel_v, "v"}}) {
+        const std::uint64_t first = tensor->offset_bytes() / size_of(tensor->dtype());
+        if (texel && first % 4 != 0)
+            throw InvalidArgument(name, "the plan reads it as vec4 texels, so it must start at a multiple of 4 "
+                                        "elements of its memory, not at element " + std::to_string(first) +
+                                        "; make the plan from tensors that start where this one does.");
+    }
+    return b;
+}
+
+Operand operand(const Bound::Tensor& t, const std::array<std::int64_t, 4>& strides) {
+    return {strides, static_cast<std::int64_t>(t.tensor->offset_bytes() / size_of(t.tensor->dtype())),
+            t.storage->buffer.size()};
+}
+
+}  // namespace
+
+PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::move(s)), problem(resolve(spec)) {
+    rt.ensure_usable();
+    choice = choose_path(rt, problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.options);
+    const Operands own = own_buffer_operands(problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.o.strides);
+    const auto path = make_path(rt, problem, choice, own);  // refuses what cannot fit, before any allocation
+    report = path->report;
+    scratch_bytes = path->scratch_bytes() + (problem.want_lse ? 0 : allocated_bytes(static_cast<std::uint64_t>(problem.B * problem.Hq * problem.Nq) * 4));
+    // Build the main pipelines now, so the first run records only.
+    if (choice.impl == Impl::unfused) {
+        bmm_kernel(rt, choice.unfused.scores, true, problem.dtype, problem.dtype, DType::f32);
+        softmax_kernel(rt, choice.unfused.softmax);
+        bmm_kernel(rt, choice.unfused.output, false, DType::f32, problem.dtype, problem.dtype);
+    } else {
+        flash_kernel(rt, choice.fused, problem.dtype, choice.impl == Impl::split);
+        if (choice.impl == Impl::split) combine_kernel(rt, problem.dtype);
+    }
+    // A placeholder for unused bindings (never read), and the per-head terms (ALiBi slopes then
+    // sinks, each [Hq]; zeros for the one not given), which every run writes into the batch before
+    // its dispatches (2·Hq floats inside the command buffer): a plan never submits on its own.
+    placeholder = allocate_storage(rt, 16, "a placeholder binding");
+    if (!problem.alibi.empty() || !problem.sinks.empty()) {
+        head_terms_values.assign(static_cast<std::size_t>(2 * problem.Hq), 0.0f);
+        std::copy(problem.alibi.begin(), problem.alibi.end(), head_terms_values.begin());
+        std::copy(problem.sinks.begin(), problem.sinks.end(), head_terms_values.begin() + problem.Hq);
+        head_terms_bytes = head_terms_values.size() * 4;
+        head_terms = allocate_storage(rt, head_terms_bytes, "the ALiBi slopes and sinks");
+    }
+}
+
+void PlanState::prepare(BatchState& batch) const {
+    if (!head_terms) return;
+    const std::array<std::int64_t, 4> shape{1, 1, 1, static_cast<std::int64_t>(head_terms_values.size())};
+    batch.upload(TensorAccess::make(head_terms, 0, DType::f32, shape, dense_strides(Layout::bhnd, shape)),
+                 make_view(static_cast<const void*>(head_terms_values.data()), DType::f32, Layout::bhnd, shape));
+}
+
+void PlanState::record(Program& program, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out) const {
+    const Bound b = bind(*this, in, out);
+    const Problem& p = problem;
+    Operands ops;
+    ops.q = operand(b.q, in.q.strides());
+    ops.k = operand(b.k, in.k.strides());
+    ops.v = operand(b.v, in.v.strides());
+    ops.o = operand(b.o, out.o.strides());
+    const std::array<std::int64_t, 4> lse_strides{p.Hq * p.Nq, p.Nq, 1, 0};
+    DeviceBuffers buffers;
+    if (b.lse.tensor) {
+        ops.lse = operand(b.lse, lse_strides);
+        buffers.lse = &b.lse.storage->buffer;
+    } else {
+        buffers.lse = &program.scratch(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4, "lse");
+        ops.lse = {lse_strides, 0, buffers.lse->size()};
+    }
+    if (b.weights.tensor) {
+        ops.weights = operand(b.weights, {p.Hq * p.Nq * p.Nkv, p.Nq * p.Nkv, p.Nkv, 1});
+        buffers.weights = &b.weights.storage->buffer;
+    }
+    buffers.q = &b.q.storage->buffer;
+    buffers.k = &b.k.storage->buffer;
+    buffers.v = &b.v.storage->buffer;
+    buffers.o = &b.o.storage->buffer;
+    buffers.bool_mask = buffers.float_mask = buffers.lengths = buffers.head_terms = &placeholder->buffer;
+    buffers.lengths_slice = whole(16);
+    if (b.kv_lengths.tensor) {
+        buffers.lengths = &b.kv_lengths.storage->buffer;
+        const std::uint64_t offset = in.kv_lengths.offset_bytes();
+        buffers.lengths_slice = {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(p.B) * 4 + 15) / 16 * 16,
+                                                                 buffers.lengths->size() - offset), {}};
+    }
+    if (b.bool_mask.tensor) {
+        ops.bool_mask = operand(b.bool_mask, p.bool_mask.strides);
+        buffers.bool_mask = &b.bool_mask.storage->buffer;
+    }
+    if (b.float_mask.tensor) {
+        ops.float_mask = operand(b.float_mask, p.float_mask.strides);
+        buffers.float_mask = &b.float_mask.storage->buffer;
+    }
+    if (head_terms) {
+        buffers.head_terms = &head_terms->buffer;
+        buffers.head_terms_bytes = head_terms_bytes;
+    }
+    make_path(*runtime, p, choice, ops)->record(program, buffers);
+}
+
+void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
+                    bool cache) const {
+    const Bound b = bind(*this, in, out);
+    ++runs;
+    std::vector<std::shared_ptr<Storage>> storages;
+    std::vector<std::uint64_t> offsets;
+    for (const Bound::Tensor* t : b.all()) {
+        storages.push_back(t->tensor ? TensorAccess::storage(*t->tensor) : nullptr);
+        offsets.push_back(t->tensor ? t->tensor->offset_bytes() : 0);
+    }
+    std::shared_ptr<Program> program;
+    if (cache) {
+        std::lock_guard lock(mutex);
+        for (auto it = programs.begin(); it != programs.end(); ++it) {
+            bool same = it->offsets == offsets;
+            for (std::size_t i = 0; same && i < storages.size(); ++i)
+                same = it->storages[i].lock() == storages[i] && (storages[i] || it->storages[i].expired());
+            if (same) {
+                programs.splice(programs.begin(), programs, it);
+                program = it->program;
+                break;
+            }
+        }
+    }
+    if (!program) {
+        program = std::make_shared<Program>(*runtime);
+        record(*program, in, out);
+        ++bindings_built;
+        if (cache) {
+            std::lock_guard lock(mutex);
+            programs.push_front({{storages.begin(), storages.end()}, offsets, program});
+            if (programs.size() > kCachedBindings) programs.pop_back();
+        }
+    }
+    if (runtime->poison_outputs()) {
+        for (const Bound::Tensor* t : {&b.o, &b.weights, &b.lse}) {
+            if (!t->tensor) continue;
+            const DeviceTensor& tensor = *t->tensor;
+            const std::uint64_t bytes = span_bytes(tensor);
+            if (tensor.contiguous() && tensor.offset_bytes() % 4 == 0 && bytes % 4 == 0)
+                vkCmdFillBuffer(batch.begin_op(), t->storage->buffer.get(), tensor.offset_bytes(), bytes,
+                                tensor.dtype() == DType::f16 ? kNanF16Pair : kNanF32);
+        }
+    }
+    prepare(batch);
+    program->replay(batch.begin_op());
+    // Everything the commands use lives until the submission completes, even if the caller drops
+    // the plan or the tensors first.
+    batch.keep(program);
+    batch.keep(placeholder);
+    if (head_terms) batch.keep(head_terms);
+    for (auto& storage : storages)
+        if (storage) batch.keep(std::move(storage));
+}
+
+}  // namespace detail
+
+AttentionPlan::AttentionPlan(std::shared_ptr<detail::PlanState> state) : state_(std::move(state)) {}
+
+namespace {
+
+detail::AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
+                              const AttentionOptions& options) {
+    detail::AttentionSpec spec;
+    auto layout = [](const DeviceTensor& t, const char* name) {
+        if (!t.defined()) throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+        return detail::TensorLayout{t.dtype(), t.shape(), t.strides()};
+    };
+    spec.q = layout(in.q, "q");
+    spec.k = layout(in.k, "k");
+    spec.v = layout(in.v, "v");
+    spec.o = layout(out.o, "o");
+    spec.kv_lengths = in.kv_lengths.defined();
+    if (in.bool_mask.defined()) spec.bool_mask = std::vector<std::int64_t>(in.bool_mask.shape().begin(), in.bool_mask.shape().end());
+    if (in.float_mask.defined())
+        spec.float_mask = std::vector<std::int64_t>(in.float_mask.shape().begin(), in.float_mask.shape().end());
+    spec.weights = out.weights.defined();
+    spec.lse = out.lse.defined();
+    spec.alibi_slopes.assign(in.alibi_slopes.begin(), in.alibi_slopes.end());
+    spec.sinks.assign(in.sinks.begin(), in.sinks.end());
+    spec.options = options;
+    // Texel loads need rows at multiples of 4 elements; tensors that start elsewhere get the
+    // scalar loads unless the caller forces texels (then the run says why it cannot).
+    for (const DeviceTensor* t : {&in.q, &in.k, &in.v})
+        if ((t->offset_bytes() / size_of(t->dtype())) % 4 != 0 && !spec.options.variant.texel_loads)
+            spec.options.variant.texel_loads = false;
+    return spec;
+}
+
+}  // namespace
+
+AttentionPlan::AttentionPlan(Context& context, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
+                             const AttentionOptions& options)
+    : state_(std::make_shared<detail::PlanState>(detail::ContextAccess::runtime(context), spec_of(in, out, options))) {}
+
+AttentionPlan::~AttentionPlan() = default;
+AttentionPlan::AttentionPlan(const AttentionPlan&) = default;
+AttentionPlan& AttentionPlan::operator=(const AttentionPlan&) = default;
+
+void AttentionPlan::run(Batch& batch, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out) const {
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    if (state.runtime != state_->runtime)
+        throw InvalidArgument("batch", "the batch belongs to another Context than the plan.");
+    state_->run(state, in, out, true);
+}
+
+const AttentionReport& AttentionPlan::report() const { return state_->report; }
+
+AttentionPlan::Stats AttentionPlan::stats() const { return {state_->runs.load(), state_->bindings_built.load()}; }
+
+AttentionReport attention(Context& context, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
+                          const AttentionOptions& options) {
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
+    const auto plan = runtime.plans().get(runtime, spec_of(in, out, options));
+    Batch batch(context);
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    state.explicit_timing = true;
+    state.time_begin();
+    plan->run(state, in, out, true);
+    state.time_end();
+    Submission submission = batch.submit();
+    submission.wait();
+    AttentionReport report = plan->report;
+    report.gpu_ms = submission.gpu_ms();
+    return report;
+}
+
+}  // namespace vkattn

@@ -1,0 +1,118 @@
+#include "plan/host_tensors.hpp"
+
+#include <cstring>
+
+#include "attention/io.hpp"
+#include "runtime.hpp"
+#include "submit/batch_state.hpp"
+#include "submit/host_copy.hpp"
+#include "tensor/storage.hpp"
+
+namespace vkattn::detail {
+namespace {
+
+std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+std::uint64_t span_of(const std::array<std::int64_t, 4>& shape, const std::array<std::int64_t, 4>& strides, DType dtype) {
+    std::int64_t last = 0;
+    for (int i = 0; i < 4; ++i) last += (shape[i] - 1) * strides[i];
+    return u64(last + 1) * size_of(dtype);
+}
+
+std::array<std::int64_t, 4> flat(std::int64_t n) { return {1, 1, 1, n}; }
+
+}  // namespace
+
+DeviceTensor own_tensor(Runtime& runtime, DType dtype, const std::array<std::int64_t, 4>& shape,
+                        const std::array<std::int64_t, 4>& strides, const std::string& what) {
+    return TensorAccess::make(allocate_storage(runtime, span_of(shape, strides, dtype), what), 0, dtype, shape, strides);
+}
+
+void write_fresh(BatchState& batch, const DeviceTensor& tensor, const void* host) {
+    const Storage& storage = *TensorAccess::storage(tensor);
+    if (storage.buffer.mapped() != nullptr) {
+        std::memcpy(static_cast<char*>(storage.buffer.mapped()) + tensor.offset_bytes(), host, span_bytes(tensor));
+        return;
+    }
+    batch.upload(tensor, TensorView{host, tensor.dtype(), tensor.shape(), tensor.strides()});
+}
+
+void read_back(BatchState& batch, const DeviceTensor& tensor, const MutableTensorView& host) {
+    const Storage& storage = *TensorAccess::storage(tensor);
+    if (storage.buffer.mapped() == nullptr) {
+        batch.download(tensor, host);
+        return;
+    }
+    batch.keep(TensorAccess::storage(tensor));
+    batch.on_complete([runs = row_runs(tensor, host.strides), source = static_cast<const char*>(storage.buffer.mapped()),
+                       target = static_cast<char*>(host.data)] {
+        for (const auto& run : runs) std::memcpy(target + run.host, source + run.device, run.bytes);
+    });
+}
+
+HostTensors::HostTensors(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out)
+    : runtime_(&runtime), p_(&p), in_(&in), out_(&out) {
+    q_ = allocated_bytes(span_of(in.q.shape, in.q.strides, p.dtype));
+    k_ = allocated_bytes(span_of(in.k.shape, in.k.strides, p.dtype));
+    v_ = allocated_bytes(span_of(in.v.shape, in.v.strides, p.dtype));
+    o_ = allocated_bytes(span_of(out.o.shape, out.o.strides, p.dtype));
+    masks_ = u64(p.bool_mask.elements + 4 * p.float_mask.elements) + (p.has_kv_lengths ? u64(4 * p.B) : 0);
+    lse_ = p.want_lse ? allocated_bytes(u64(p.B * p.Hq * p.Nq) * 4) : 0;
+    weights_ = p.want_weights ? allocated_bytes(u64(p.B * p.Hq * p.Nq * p.Nkv) * 4) : 0;
+}
+
+std::uint64_t HostTensors::bytes() const { return q_ + k_ + v_ + o_ + masks_ + lse_ + weights_; }
+
+std::string HostTensors::itemised() const {
+    return "q " + std::to_string(q_) + ", k " + std::to_string(k_) + ", v " + std::to_string(v_) + ", o " +
+           std::to_string(o_) + ", masks " + std::to_string(masks_) + ", lse " + std::to_string(lse_) + ", weights " +
+           std::to_string(weights_);
+}
+
+void HostTensors::upload(BatchState& batch, DeviceAttentionInputs& din, DeviceAttentionOutputs& dout) {
+    Runtime& rt = *runtime_;
+    const Problem& p = *p_;
+    const AttentionInputs& in = *in_;
+    const AttentionOutputs& out = *out_;
+    auto input = [&](const TensorView& host, const char* what) {
+        DeviceTensor t = own_tensor(rt, host.dtype, host.shape, host.strides, what);
+        write_fresh(batch, t, host.data);
+        return t;
+    };
+    din.q = input(in.q, "q");
+    din.k = input(in.k, "k");
+    din.v = input(in.v, "v");
+    dout.o = own_tensor(rt, p.dtype, out.o.shape, out.o.strides, "o");
+    if (p.has_kv_lengths) {
+        const auto shape = flat(p.B);
+        din.kv_lengths = input(TensorView{p.kv_len.data(), DType::i32, shape, dense_strides(Layout::bhnd, shape)},
+                               "kv_lengths");
+    }
+    auto mask = [&](const MaskView& view, DType dtype, const char* what) {
+        std::array<std::int64_t, 4> shape{1, 1, 1, 1};
+        std::copy(view.shape.begin(), view.shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(4 - view.shape.size()));
+        return input(TensorView{view.data, dtype, shape, dense_strides(Layout::bhnd, shape)}, what);
+    };
+    if (in.bool_mask) din.bool_mask = mask(*in.bool_mask, DType::u8, "bool_mask");
+    if (in.float_mask) din.float_mask = mask(*in.float_mask, DType::f32, "float_mask");
+    din.alibi_slopes = in.alibi_slopes;
+    din.sinks = in.sinks;
+    auto dense = [&](const std::array<std::int64_t, 4>& shape, const char* what) {
+        return own_tensor(rt, DType::f32, shape, dense_strides(Layout::bhnd, shape), what);
+    };
+    if (p.want_lse) dout.lse = dense({p.B, p.Hq, p.Nq, 1}, "lse");
+    if (p.want_weights) dout.weights = dense({p.B, p.Hq, p.Nq, p.Nkv}, "weights");
+}
+
+void HostTensors::download(BatchState& batch, const DeviceAttentionOutputs& dout) {
+    const Problem& p = *p_;
+    const AttentionOutputs& out = *out_;
+    read_back(batch, dout.o, out.o);
+    auto dense = [](float* data, const std::array<std::int64_t, 4>& shape) {
+        return MutableTensorView{data, DType::f32, shape, dense_strides(Layout::bhnd, shape)};
+    };
+    if (p.want_lse) read_back(batch, dout.lse, dense(out.lse, {p.B, p.Hq, p.Nq, 1}));
+    if (p.want_weights) read_back(batch, dout.weights, dense(out.weights, {p.B, p.Hq, p.Nq, p.Nkv}));
+}
+
+}  // namespace vkattn::detail

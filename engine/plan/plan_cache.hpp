@@ -1,0 +1,30 @@
+// A Context's plans by what they were made for (AttentionSpec::key), least recently used dropped
+// first, so the host API and one-off device calls find their plan in microseconds.
+#pragma once
+
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "attention/problem.hpp"
+
+namespace vkattn::detail {
+
+class Runtime;
+struct PlanState;
+
+class PlanCache {
+public:
+    static constexpr std::size_t kCapacity = 32;
+    // The plan for `spec`, made (outside the lock: making one builds pipelines) when missing.
+    std::shared_ptr<PlanState> get(Runtime& runtime, const AttentionSpec& spec);
+
+private:
+    std::mutex mutex_;
+    std::list<std::pair<std::string, std::shared_ptr<PlanState>>> order_;  // most recent first
+    std::unordered_map<std::string, decltype(order_)::iterator> index_;
+};
+
+}  // namespace vkattn::detail

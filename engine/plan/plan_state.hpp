@@ -1,0 +1,65 @@
+// What an AttentionPlan holds: the validated problem, the chosen path, the plan's constant buffers
+// (per-head terms, a placeholder for unused bindings) and the programs recorded for the bindings
+// it has run on. Shared by the public plan, the host API and the multi-head layer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "attention/path.hpp"
+#include "attention/problem.hpp"
+#include "plan/program.hpp"
+#include "tensor/storage.hpp"
+#include "vkattn/plan.hpp"
+
+namespace vkattn::detail {
+
+class Runtime;
+struct BatchState;
+
+struct PlanState {
+    // Validates, chooses the path, plans it once over tensors of their own (refusing what cannot
+    // fit) and builds the pipelines. Submits nothing.
+    PlanState(Runtime& runtime, AttentionSpec spec);
+
+    // Checks the tensors against the plan (InvalidArgument naming the tensor) and appends the
+    // path's dispatches over them to `program`.
+    void record(Program& program, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs) const;
+    // Records what every replay of a program needs first (the per-head terms) into the batch.
+    void prepare(BatchState& batch) const;
+    // prepare(), then record() into the batch: from the program cached for these tensors' memory when `cache`
+    // (built on a miss), else a program of its own; outputs poisoned first when the runtime asks.
+    void run(BatchState& batch, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs,
+             bool cache) const;
+
+    Runtime* runtime;
+    AttentionSpec spec;
+    Problem problem;
+    PathChoice choice;
+    AttentionReport report;           // from the planning at creation
+    std::uint64_t scratch_bytes = 0;  // the path's scratch at creation (plus lse when not returned)
+    std::shared_ptr<Storage> placeholder, head_terms;
+    std::vector<float> head_terms_values;
+    std::uint64_t head_terms_bytes = 16;
+
+    struct Cached {
+        std::vector<std::weak_ptr<Storage>> storages;  // the tensors' memory, alive while the entry is valid
+        std::vector<std::uint64_t> offsets;
+        std::shared_ptr<Program> program;
+    };
+    static constexpr std::size_t kCachedBindings = 8;
+    mutable std::mutex mutex;
+    mutable std::list<Cached> programs;  // most recently used first
+    mutable std::atomic<std::uint64_t> runs{0}, bindings_built{0};
+};
+
+struct PlanAccess {
+    static const std::shared_ptr<PlanState>& state(const AttentionPlan& plan) { return plan.state_; }
+    static AttentionPlan make(std::shared_ptr<PlanState> state) { return AttentionPlan(std::move(state)); }
+};
+
+}  // namespace vkattn::detail

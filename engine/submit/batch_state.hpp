@@ -1,0 +1,63 @@
+// The engine's side of a Batch: the ring slot it records into, the resources and host work its
+// submission carries, and the rule that every operation begins with a barrier.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <vulkan/vulkan.h>
+
+#include "submit/command_ring.hpp"
+#include "vk/buffer.hpp"
+#include "vkattn/batch.hpp"
+
+namespace vkattn::detail {
+
+class Runtime;
+
+struct BatchState {
+    explicit BatchState(Runtime& owner) : runtime(&owner) {}
+    // An acquired slot that was never submitted goes back to the ring; nothing recorded runs.
+    ~BatchState();
+    BatchState(const BatchState&) = delete;
+    BatchState& operator=(const BatchState&) = delete;
+
+    // The command buffer for the next operation, after a barrier that makes every earlier device
+    // write visible to it: this batch's earlier operations and every earlier submission's (the
+    // queue runs submissions in order; the barrier orders their memory). Acquires a slot first.
+    VkCommandBuffer begin_op();
+    // Batch::upload, download and fill.
+    void upload(const DeviceTensor& to, const TensorView& from);
+    void download(const DeviceTensor& from, const MutableTensorView& to);
+    void fill(const DeviceTensor& to, std::uint32_t word);
+    // A host-visible buffer that lives until the submission completes.
+    const vk::Buffer& host_buffer(std::uint64_t bytes, vk::MemoryIntent intent, const std::string& what);
+    // Keeps `resource` alive until the submission completes.
+    void keep(std::shared_ptr<void> resource) { work.keep.push_back(std::move(resource)); }
+    // Host work to run once the submission completes.
+    void on_complete(std::function<void()> host_work) { work.on_complete.push_back(std::move(host_work)); }
+    // The GPU time a Submission reports: by default from the first operation to the submission;
+    // the engine narrows it (the host API times its attention, not its uploads).
+    void time_begin();
+    void time_end();
+
+    Runtime* runtime;
+    std::optional<std::uint32_t> slot;
+    InFlight work;
+    bool timing_begun = false, timing_ended = false, explicit_timing = false;
+};
+
+struct BatchAccess {
+    static Batch make(Runtime& runtime) { return Batch(runtime); }
+    static BatchState& state(Batch& batch) { return *batch.state_; }
+    static Submission submission(std::shared_ptr<SubmissionState> state, Runtime& runtime) {
+        Submission s;
+        s.state_ = std::move(state);
+        s.runtime_ = &runtime;
+        return s;
+    }
+};
+
+}  // namespace vkattn::detail

@@ -1,0 +1,152 @@
+#include "submit/command_ring.hpp"
+
+#include <algorithm>
+
+#include "vk/check.hpp"
+#include "vk/device.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+
+CommandRing::CommandRing(const vk::Device& device) : device_(&device) { add_slot(); }
+
+void CommandRing::add_slot() {
+    const VkDevice d = device_->get();
+    Slot& slot = slots_.emplace_back();
+    VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pool_info.queueFamilyIndex = device_->queue_family();
+    VkCommandPool pool = VK_NULL_HANDLE;
+    VKATTN_CHECK(vkCreateCommandPool(d, &pool_info, nullptr, &pool), "creating a command pool");
+    slot.pool = vk::Handle<VkCommandPool>(pool, [d](VkCommandPool p) { vkDestroyCommandPool(d, p, nullptr); });
+
+    VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    alloc.commandPool = pool;
+    alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    alloc.commandBufferCount = 1;
+    VKATTN_CHECK(vkAllocateCommandBuffers(d, &alloc, &slot.commands), "allocating a command buffer");
+
+    VkQueryPoolCreateInfo query_info{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    query_info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    query_info.queryCount = 2;
+    VkQueryPool queries = VK_NULL_HANDLE;
+    VKATTN_CHECK(vkCreateQueryPool(d, &query_info, nullptr, &queries), "creating a timestamp query pool");
+    slot.queries = vk::Handle<VkQueryPool>(queries, [d](VkQueryPool q) { vkDestroyQueryPool(d, q, nullptr); });
+}
+
+CommandRing::~CommandRing() = default;
+
+bool CommandRing::reusable(Slot& slot) {
+    if (slot.recording) return false;
+    if (!slot.pending || slot.pending->completed) return true;
+    return poll(*slot.pending);
+}
+
+std::uint32_t CommandRing::acquire(std::chrono::milliseconds timeout) {
+    std::lock_guard lock(mutex_);
+    auto begin = [&](std::uint32_t index) {
+        Slot& slot = slots_[index];
+        slot.recording = true;
+        slot.pending.reset();
+        VKATTN_CHECK(vkResetCommandBuffer(slot.commands, 0), "resetting a command buffer");
+        VkCommandBufferBeginInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+        info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+        VKATTN_CHECK(vkBeginCommandBuffer(slot.commands, &info), "beginning a command buffer");
+        vkCmdResetQueryPool(slot.commands, slot.queries.get(), 0, 2);
+        return index;
+    };
+    for (std::uint32_t i = 0; i < slots_.size(); ++i)
+        if (reusable(slots_[i])) return begin(i);
+    if (slots_.size() < kMaxSlots) {
+        add_slot();
+        return begin(static_cast<std::uint32_t>(slots_.size() - 1));
+    }
+    // Every slot is recording or in flight: wait for the oldest submission.
+    Slot* oldest = nullptr;
+    for (Slot& slot : slots_)
+        if (!slot.recording && (oldest == nullptr || slot.serial < oldest->serial)) oldest = &slot;
+    if (oldest == nullptr)
+        throw Error("every command buffer of this context (" + std::to_string(kMaxSlots) + ") is being recorded by an "
+                    "unsubmitted Batch; submit or destroy one first.");
+    if (!wait(*oldest->pending, timeout))
+        throw DeviceLost("a submission did not finish within " + std::to_string(timeout.count()) +
+                         " ms while a new batch waited for its command buffer; the device is treated as hung.");
+    for (std::uint32_t i = 0; i < slots_.size(); ++i)
+        if (&slots_[i] == oldest) return begin(i);
+    throw Error("internal: the oldest command buffer is not in the ring.");
+}
+
+void CommandRing::release(std::uint32_t index) {
+    std::lock_guard lock(mutex_);
+    Slot& slot = slots_[index];
+    if (slot.recording) vkEndCommandBuffer(slot.commands);
+    slot.recording = false;
+}
+
+std::shared_ptr<SubmissionState> CommandRing::submit(std::uint32_t index, InFlight work, bool timed,
+                                                     bool simulate_timeout, std::mutex& queue_mutex) {
+    Slot& slot = slots_[index];
+    VKATTN_CHECK(vkEndCommandBuffer(slot.commands), "ending a command buffer");
+    auto state = std::make_shared<SubmissionState>();
+    state->slot = index;
+    state->timed = timed;
+    state->simulated_timeout = simulate_timeout;
+    state->work = std::move(work);
+    state->queries = slot.queries.get();
+    const VkDevice d = device_->get();
+    VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VkFence fence = VK_NULL_HANDLE;
+    VKATTN_CHECK(vkCreateFence(d, &fence_info, nullptr, &fence), "creating a fence");
+    state->fence = vk::Handle<VkFence>(fence, [d](VkFence f) { vkDestroyFence(d, f, nullptr); });
+    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    submit.commandBufferCount = 1;
+    submit.pCommandBuffers = &slot.commands;
+    {
+        std::lock_guard queue(queue_mutex);  // VkQueue is externally synchronised
+        VKATTN_CHECK(vkQueueSubmit(device_->queue(), 1, &submit, fence), "submitting a command buffer");
+    }
+    std::lock_guard lock(mutex_);
+    slot.recording = false;
+    slot.serial = ++serial_;
+    slot.pending = state;
+    return state;
+}
+
+bool CommandRing::wait(SubmissionState& state, std::chrono::milliseconds timeout) {
+    if (state.completed) return true;
+    if (state.simulated_timeout) return false;
+    VkFence fence = state.fence.get();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+    const VkResult waited = vkWaitForFences(device_->get(), 1, &fence, VK_TRUE, static_cast<std::uint64_t>(ns));
+    if (waited == VK_TIMEOUT) return false;
+    VKATTN_CHECK(waited, "waiting for a submission");
+    complete(state);
+    return true;
+}
+
+bool CommandRing::poll(SubmissionState& state) {
+    if (state.completed) return true;
+    if (state.simulated_timeout) return false;
+    const VkResult status = vkGetFenceStatus(device_->get(), state.fence.get());
+    if (status == VK_NOT_READY) return false;
+    VKATTN_CHECK(status, "polling a submission");
+    complete(state);
+    return true;
+}
+
+void CommandRing::complete(SubmissionState& state) {
+    std::lock_guard lock(state.mutex);
+    if (state.completed) return;
+    if (state.timed) {
+        std::uint64_t stamps[2] = {0, 0};
+        VKATTN_CHECK(vkGetQueryPoolResults(device_->get(), state.queries, 0, 2, sizeof(stamps),
+                                           stamps, sizeof(std::uint64_t), VK_QUERY_RESULT_64_BIT),
+                     "reading timestamps");
+        state.gpu_ms = static_cast<double>(stamps[1] - stamps[0]) * device_->caps().timestamp_period_ns * 1e-6;
+    }
+    for (auto& host_work : state.work.on_complete) host_work();
+    state.work = {};
+    state.completed = true;
+}
+
+}  // namespace vkattn::detail

@@ -1,0 +1,115 @@
+#include "vkattn/device_tensor.hpp"
+
+#include <string>
+
+#include "attention/problem.hpp"
+#include "runtime.hpp"
+#include "submit/batch_state.hpp"
+#include "tensor/storage.hpp"
+#include "vkattn/batch.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn {
+namespace detail {
+
+Storage::~Storage() {
+    if (runtime->lost()) runtime->keep_until_idle(std::make_shared<vk::Buffer>(std::move(buffer)));
+}
+
+std::shared_ptr<Storage> allocate_storage(Runtime& runtime, std::uint64_t bytes, const std::string& what) {
+    runtime.ensure_usable();
+    const std::uint64_t heap = runtime.device_memory_bytes();
+    const std::uint64_t padded = (bytes + 15) / 16 * 16 + 16;
+    if (padded > heap)
+        throw ResourceLimit(what + " needs " + std::to_string(padded) + " bytes of device memory, above the device's "
+                            "largest device-local heap of " + std::to_string(heap) + " bytes.");
+    return std::make_shared<Storage>(runtime, vk::Buffer(runtime.device(), padded, kTensorUsage,
+                                                         vk::MemoryIntent::device_local, runtime.zero_copy(), what));
+}
+
+Storage& storage_of(const DeviceTensor& tensor, const Runtime& runtime, const char* name) {
+    const auto& storage = TensorAccess::storage(tensor);
+    if (!storage) throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+    if (storage->runtime != &runtime)
+        throw InvalidArgument(name, "the tensor belongs to another Context; tensors are bound to the context that "
+                                    "made them.");
+    return *storage;
+}
+
+std::uint64_t span_bytes(const DeviceTensor& t) {
+    std::int64_t last = 0;
+    for (int i = 0; i < 4; ++i) last += (t.shape()[i] - 1) * t.strides()[i];
+    return static_cast<std::uint64_t>(last + 1) * size_of(t.dtype());
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_shape(const std::array<std::int64_t, 4>& shape, const char* name) {
+    for (int i = 0; i < 4; ++i)
+        if (shape[i] <= 0)
+            throw InvalidArgument(name, "every dimension must be at least 1, but dimension " + std::to_string(i) +
+                                            " is " + std::to_string(shape[i]) + ".");
+}
+
+}  // namespace
+
+DeviceTensor::DeviceTensor(std::shared_ptr<detail::Storage> storage, std::uint64_t offset, DType dtype,
+                           const std::array<std::int64_t, 4>& shape, const std::array<std::int64_t, 4>& strides)
+    : storage_(std::move(storage)), offset_(offset), dtype_(dtype), shape_(shape), strides_(strides) {}
+
+DeviceTensor DeviceTensor::empty(Context& context, DType dtype, const std::array<std::int64_t, 4>& shape,
+                                 Layout layout) {
+    check_shape(shape, "shape");
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
+    const std::int64_t elements = detail::checked_mul(
+        detail::checked_mul(detail::checked_mul(shape[0], shape[1], "shape"), shape[2], "shape"), shape[3], "shape");
+    const std::int64_t bytes = detail::checked_mul(elements, static_cast<std::int64_t>(size_of(dtype)), "shape");
+    auto storage = detail::allocate_storage(runtime, static_cast<std::uint64_t>(bytes), "a " + to_string(dtype) +
+                                                                                           " device tensor");
+    return DeviceTensor(std::move(storage), 0, dtype, shape, dense_strides(layout, shape));
+}
+
+DeviceTensor DeviceTensor::from_host(Context& context, const TensorView& host, Layout layout) {
+    DeviceTensor t = empty(context, host.dtype, host.shape, layout);
+    t.upload(host);
+    return t;
+}
+
+bool DeviceTensor::contiguous() const {
+    return strides_ == dense_strides(Layout::bhnd, shape_) ||
+           static_cast<std::int64_t>(detail::span_bytes(*this) / size_of(dtype_)) == elements();
+}
+
+DeviceTensor DeviceTensor::slice(int dim, std::int64_t first, std::int64_t count, const char* name) const {
+    if (!storage_) throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+    if (first < 0 || count < 1 || first > shape_[dim] - count)
+        throw InvalidArgument(name, "the range [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                        ") is not a non-empty part of [0, " + std::to_string(shape_[dim]) + ").");
+    DeviceTensor view = *this;
+    view.offset_ += static_cast<std::uint64_t>(first * strides_[dim]) * size_of(dtype_);
+    view.shape_[dim] = count;
+    return view;
+}
+
+DeviceTensor DeviceTensor::batch(std::int64_t first, std::int64_t count) const { return slice(0, first, count, "batch"); }
+DeviceTensor DeviceTensor::heads(std::int64_t first, std::int64_t count) const { return slice(1, first, count, "heads"); }
+DeviceTensor DeviceTensor::seq(std::int64_t first, std::int64_t count) const { return slice(2, first, count, "seq"); }
+
+void DeviceTensor::upload(const TensorView& host) const {
+    if (!storage_) throw InvalidArgument("tensor", "the tensor is empty (a default-constructed DeviceTensor).");
+    Batch batch = detail::BatchAccess::make(*storage_->runtime);
+    batch.upload(*this, host);
+    batch.submit().wait();
+}
+
+void DeviceTensor::download(const MutableTensorView& host) const {
+    if (!storage_) throw InvalidArgument("tensor", "the tensor is empty (a default-constructed DeviceTensor).");
+    Batch batch = detail::BatchAccess::make(*storage_->runtime);
+    batch.download(*this, host);
+    batch.submit().wait();
+}
+
+}  // namespace vkattn
