@@ -81,10 +81,31 @@ Runtime::~Runtime() {
     instance_.reset();
 }
 
+std::uint32_t Runtime::acquire_slot() {
+    ensure_usable();
+    try {
+        return ring_->acquire(options_.fence_timeout);
+    } catch (const DeviceLost& e) {
+        mark_lost(e.what());
+        throw;
+    }
+}
+
 std::shared_ptr<SubmissionState> Runtime::submit(std::uint32_t slot, InFlight work, bool timed) {
     ensure_usable();
     const std::uint64_t n = ++submissions_;
-    return ring_->submit(slot, std::move(work), timed, n == options_.simulate_timeout_on_submission, queue_mutex_);
+    try {
+        return ring_->submit(slot, std::move(work), timed, n == options_.simulate_timeout_on_submission, queue_mutex_);
+    } catch (const DeviceLost& e) {
+        mark_lost(e.what());
+        throw;
+    }
+}
+
+void Runtime::mark_lost(const std::string& reason) {
+    std::lock_guard lock(graveyard_mutex_);
+    if (!lost_) lost_reason_ = reason;
+    lost_ = true;
 }
 
 void Runtime::wait(const std::shared_ptr<SubmissionState>& submission) {
@@ -106,11 +127,10 @@ void Runtime::wait(const std::shared_ptr<SubmissionState>& submission) {
     if (finished) return;
     {
         std::lock_guard lock(graveyard_mutex_);
-        if (!lost_) lost_reason_ = reason;
         // The submission (its fence, its resources) may still be in use by the device.
         graveyard_.push_back(submission);
     }
-    lost_ = true;
+    mark_lost(reason);
     throw DeviceLost(reason);
 }
 

@@ -43,6 +43,8 @@ public:
     // Fill outputs with NaN on the device before each run ($VKATTN_POISON=1, tests).
     bool poison_outputs() const { return poison_; }
 
+    // A ring slot for a new batch. A timeout waiting for the oldest submission marks the context lost.
+    std::uint32_t acquire_slot();
     // Submits a ring slot's commands (the queue is guarded here: the context may be shared between
     // threads). Counts submissions for options().simulate_timeout_on_submission.
     std::shared_ptr<SubmissionState> submit(std::uint32_t slot, InFlight work, bool timed);
@@ -69,6 +71,7 @@ private:
     std::atomic<std::uint64_t> submissions_{0};  // counted for options().simulate_timeout_on_submission
     std::atomic<bool> lost_{false};
     std::string lost_reason_;  // written once, under graveyard_mutex_, before lost_ is set
+    void mark_lost(const std::string& reason);
     std::mutex graveyard_mutex_;
     std::vector<std::shared_ptr<void>> graveyard_;
 };

@@ -166,10 +166,13 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
         const std::uint64_t weights = u64((E * (2 * E + mp.kdim + mp.vdim)) * eb + 4 * E * 4);
         const std::uint64_t activations = u64((3 * mp.query_rows() + 2 * mp.key_rows()) * E * eb);  // q, k, v, o, out
         const std::uint64_t masks = u64(mp.attend.size() + 4 * mp.additive.size());
-        detail::check_device_memory(runtime, input_bytes + weights + activations + masks + plan->scratch_bytes,
+        const std::uint64_t attention_weights = mp.want_weights ? u64(mp.N * mp.H * mp.L * mp.S) * 4 : 0;
+        detail::check_device_memory(runtime, input_bytes + weights + activations + masks + attention_weights +
+                                                 plan->scratch_bytes,
                                     "inputs " + std::to_string(input_bytes) + ", weights " + std::to_string(weights) +
                                         ", projections and output " + std::to_string(activations) + ", masks " +
-                                        std::to_string(masks) + ", the attention's scratch " +
+                                        std::to_string(masks) + ", attention weights " +
+                                        std::to_string(attention_weights) + ", the attention's scratch " +
                                         std::to_string(plan->scratch_bytes));
     }
     Batch batch = detail::BatchAccess::make(runtime);
@@ -231,7 +234,9 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
         dout.weights = detail::own_tensor(runtime, DType::f32, shape, dense_strides(Layout::bhnd, shape), "weights");
     }
     const DeviceTensor out = flat(dtype, mp.query_rows() * E, nullptr, "out");
-    if (runtime.poison_outputs()) state.fill(out, dtype == DType::f32 ? detail::kNanF32 : detail::kNanF16Pair);
+    if (runtime.poison_outputs())  // its own buffer: all of it, padding included
+        vkCmdFillBuffer(state.begin_op(), buffer(out)->get(), 0, VK_WHOLE_SIZE,
+                        dtype == DType::f32 ? detail::kNanF32 : detail::kNanF16Pair);
 
     auto program = std::make_shared<detail::Program>(runtime);
     const bool bias = config_.bias;

@@ -6,6 +6,7 @@
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
+#include "submit/host_copy.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/plan.hpp"
@@ -219,6 +220,12 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
     std::shared_ptr<Program> program;
     if (cache) {
         std::lock_guard lock(mutex);
+        // Entries whose memory was freed can never match again, and their programs hold scratch.
+        programs.remove_if([](const Cached& entry) {
+            for (std::size_t i = 0; i < entry.storages.size(); ++i)
+                if (entry.present[i] && entry.storages[i].expired()) return true;
+            return false;
+        });
         for (auto it = programs.begin(); it != programs.end(); ++it) {
             bool same = it->offsets == offsets;
             for (std::size_t i = 0; same && i < storages.size(); ++i)
@@ -236,7 +243,9 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
         ++bindings_built;
         if (cache) {
             std::lock_guard lock(mutex);
-            programs.push_front({{storages.begin(), storages.end()}, offsets, program});
+            std::vector<bool> present;
+            for (const auto& storage : storages) present.push_back(storage != nullptr);
+            programs.push_front({{storages.begin(), storages.end()}, std::move(present), offsets, program});
             if (programs.size() > kCachedBindings) programs.pop_back();
         }
     }
@@ -244,9 +253,11 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
         for (const Bound::Tensor* t : {&b.o, &b.weights, &b.lse}) {
             if (!t->tensor) continue;
             const DeviceTensor& tensor = *t->tensor;
+            // Tensors without gaps only (a gap may be someone else's data), in whole words: an
+            // f16 tensor of odd size keeps its last element unpoisoned.
             const std::uint64_t bytes = span_bytes(tensor);
-            if (tensor.contiguous() && tensor.offset_bytes() % 4 == 0 && bytes % 4 == 0)
-                vkCmdFillBuffer(batch.begin_op(), t->storage->buffer.get(), tensor.offset_bytes(), bytes,
+            if (bytes == packed_bytes(tensor) && tensor.offset_bytes() % 4 == 0 && bytes >= 4)
+                vkCmdFillBuffer(batch.begin_op(), t->storage->buffer.get(), tensor.offset_bytes(), bytes / 4 * 4,
                                 tensor.dtype() == DType::f16 ? kNanF16Pair : kNanF32);
         }
     }

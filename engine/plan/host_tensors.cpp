@@ -56,7 +56,9 @@ HostTensors::HostTensors(Runtime& runtime, const Problem& p, const AttentionInpu
     k_ = allocated_bytes(span_of(in.k.shape, in.k.strides, p.dtype));
     v_ = allocated_bytes(span_of(in.v.shape, in.v.strides, p.dtype));
     o_ = allocated_bytes(span_of(out.o.shape, out.o.strides, p.dtype));
-    masks_ = u64(p.bool_mask.elements + 4 * p.float_mask.elements) + (p.has_kv_lengths ? u64(4 * p.B) : 0);
+    masks_ = (p.bool_mask.present() ? allocated_bytes(u64(p.bool_mask.elements)) : 0) +
+             (p.float_mask.present() ? allocated_bytes(u64(4 * p.float_mask.elements)) : 0) +
+             (p.has_kv_lengths ? allocated_bytes(u64(4 * p.B)) : 0);
     lse_ = p.want_lse ? allocated_bytes(u64(p.B * p.Hq * p.Nq) * 4) : 0;
     weights_ = p.want_weights ? allocated_bytes(u64(p.B * p.Hq * p.Nq * p.Nkv) * 4) : 0;
 }

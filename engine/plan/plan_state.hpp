@@ -48,6 +48,7 @@ struct PlanState {
 
     struct Cached {
         std::vector<std::weak_ptr<Storage>> storages;  // the tensors' memory, alive while the entry is valid
+        std::vector<bool> present;                     // which tensors the run had
         std::vector<std::uint64_t> offsets;
         std::shared_ptr<Program> program;
     };

@@ -20,7 +20,7 @@ BatchState::~BatchState() {
 
 VkCommandBuffer BatchState::begin_op() {
     runtime->ensure_usable();
-    if (!slot) slot = runtime->ring().acquire(runtime->options().fence_timeout);
+    if (!slot) slot = runtime->acquire_slot();
     const VkCommandBuffer commands = runtime->ring().commands(*slot);
     VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT;
@@ -34,7 +34,7 @@ VkCommandBuffer BatchState::begin_op() {
 }
 
 void BatchState::time_begin() {
-    if (!slot) slot = runtime->ring().acquire(runtime->options().fence_timeout);
+    if (!slot) slot = runtime->acquire_slot();
     // Timing restarts (the first operation began it before the engine narrowed it): a query is
     // written once per reset.
     if (timing_begun) vkCmdResetQueryPool(runtime->ring().commands(*slot), runtime->ring().queries(*slot), 0, 2);
@@ -97,6 +97,7 @@ void BatchState::upload(const DeviceTensor& to, const TensorView& from) {
     check_transfer(to, from.dtype, from.shape, from.strides, from.data, "from");
     const auto runs = detail::row_runs(to, from.strides);
     const std::uint64_t bytes = detail::packed_bytes(to);
+    s.keep(detail::TensorAccess::storage(to));  // alive until the submission completes
     std::vector<std::byte> packed;
     const auto* host = static_cast<const std::byte*>(from.data);
     const VkCommandBuffer commands = s.begin_op();
@@ -123,6 +124,7 @@ void BatchState::download(const DeviceTensor& from, const MutableTensorView& to)
     const detail::Storage& storage = detail::storage_of(from, *s.runtime, "from");
     check_transfer(from, to.dtype, to.shape, to.strides, to.data, "to");
     auto runs = detail::row_runs(from, to.strides);
+    s.keep(detail::TensorAccess::storage(from));
     const vk::Buffer& readback = s.host_buffer(detail::packed_bytes(from), vk::MemoryIntent::readback,
                                                "the readback buffer of a download");
     const VkCommandBuffer commands = s.begin_op();
@@ -141,8 +143,9 @@ void BatchState::fill(const DeviceTensor& to, std::uint32_t word) {
     BatchState& s = *this;
     const detail::Storage& storage = detail::storage_of(to, *s.runtime, "to");
     const std::uint64_t bytes = detail::span_bytes(to);
-    if (!to.contiguous() || to.offset_bytes() % 4 != 0 || bytes % 4 != 0)
-        throw InvalidArgument("to", "fill needs a contiguous tensor whose byte offset and size are multiples of 4.");
+    if (bytes != detail::packed_bytes(to) || to.offset_bytes() % 4 != 0 || bytes % 4 != 0)
+        throw InvalidArgument("to", "fill needs a tensor without gaps whose byte offset and size are multiples of 4.");
+    s.keep(detail::TensorAccess::storage(to));
     vkCmdFillBuffer(s.begin_op(), storage.buffer.get(), to.offset_bytes(), bytes, word);
 }
 
@@ -158,8 +161,9 @@ Submission Batch::submit() {
     vkCmdPipelineBarrier(s.begin_op(), VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
     s.time_end();
-    auto state = s.runtime->submit(*s.slot, std::move(s.work), s.timing_begun);
-    s.slot.reset();
+    const std::uint32_t slot = *s.slot;
+    s.slot.reset();  // the ring owns it from here, submitted or not
+    auto state = s.runtime->submit(slot, std::move(s.work), s.timing_begun);
     detail::Runtime& runtime = *s.runtime;
     state_ = std::make_unique<detail::BatchState>(runtime);
     return detail::BatchAccess::submission(std::move(state), runtime);

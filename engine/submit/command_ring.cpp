@@ -79,31 +79,43 @@ std::uint32_t CommandRing::acquire(std::chrono::milliseconds timeout) {
 void CommandRing::release(std::uint32_t index) {
     std::lock_guard lock(mutex_);
     Slot& slot = slots_[index];
-    if (slot.recording) vkEndCommandBuffer(slot.commands);
-    slot.recording = false;
+    if (slot.recording) {
+        vkEndCommandBuffer(slot.commands);  // discarded; the next acquire resets it
+        slot.recording = false;
+    }
 }
 
 std::shared_ptr<SubmissionState> CommandRing::submit(std::uint32_t index, InFlight work, bool timed,
                                                      bool simulate_timeout, std::mutex& queue_mutex) {
-    Slot& slot = slots_[index];
-    VKATTN_CHECK(vkEndCommandBuffer(slot.commands), "ending a command buffer");
-    auto state = std::make_shared<SubmissionState>();
-    state->slot = index;
-    state->timed = timed;
-    state->simulated_timeout = simulate_timeout;
-    state->work = std::move(work);
-    state->queries = slot.queries.get();
-    const VkDevice d = device_->get();
-    VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    VkFence fence = VK_NULL_HANDLE;
-    VKATTN_CHECK(vkCreateFence(d, &fence_info, nullptr, &fence), "creating a fence");
-    state->fence = vk::Handle<VkFence>(fence, [d](VkFence f) { vkDestroyFence(d, f, nullptr); });
-    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    submit.commandBufferCount = 1;
-    submit.pCommandBuffers = &slot.commands;
+    Slot* slot_ptr = nullptr;
     {
+        std::lock_guard lock(mutex_);
+        slot_ptr = &slots_[index];
+    }
+    Slot& slot = *slot_ptr;
+    // The slot stays `recording` (so no other batch takes it) until it is pending or has failed.
+    auto state = std::make_shared<SubmissionState>();
+    try {
+        VKATTN_CHECK(vkEndCommandBuffer(slot.commands), "ending a command buffer");
+        state->slot = index;
+        state->timed = timed;
+        state->simulated_timeout = simulate_timeout;
+        state->work = std::move(work);
+        state->queries = slot.queries.get();
+        const VkDevice d = device_->get();
+        VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+        VkFence fence = VK_NULL_HANDLE;
+        VKATTN_CHECK(vkCreateFence(d, &fence_info, nullptr, &fence), "creating a fence");
+        state->fence = vk::Handle<VkFence>(fence, [d](VkFence f) { vkDestroyFence(d, f, nullptr); });
+        VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+        submit.commandBufferCount = 1;
+        submit.pCommandBuffers = &slot.commands;
         std::lock_guard queue(queue_mutex);  // VkQueue is externally synchronised
         VKATTN_CHECK(vkQueueSubmit(device_->queue(), 1, &submit, fence), "submitting a command buffer");
+    } catch (...) {
+        std::lock_guard lock(mutex_);
+        slot.recording = false;  // ended (or not begun again): the next acquire resets it
+        throw;
     }
     std::lock_guard lock(mutex_);
     slot.recording = false;

@@ -56,8 +56,15 @@ public:
     // When every slot is busy and the ring is full, waits for the oldest submission (up to
     // `timeout`), completing it.
     std::uint32_t acquire(std::chrono::milliseconds timeout);
-    VkCommandBuffer commands(std::uint32_t slot) const { return slots_[slot].commands; }
-    VkQueryPool queries(std::uint32_t slot) const { return slots_[slot].queries.get(); }
+    // Under the mutex: another thread may be growing the ring (elements stay put, the index does not).
+    VkCommandBuffer commands(std::uint32_t slot) const {
+        std::lock_guard lock(mutex_);
+        return slots_[slot].commands;
+    }
+    VkQueryPool queries(std::uint32_t slot) const {
+        std::lock_guard lock(mutex_);
+        return slots_[slot].queries.get();
+    }
     // A slot acquired but not submitted (a Batch discarded): free again.
     void release(std::uint32_t slot);
 
@@ -83,7 +90,7 @@ private:
     void add_slot();
 
     const vk::Device* device_;
-    std::mutex mutex_;  // the slots' bookkeeping
+    mutable std::mutex mutex_;  // the slots' bookkeeping
     std::deque<Slot> slots_;  // deque: slots stay where they are as the ring grows
     std::uint64_t serial_ = 0;
 };

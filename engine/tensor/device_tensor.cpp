@@ -79,8 +79,11 @@ DeviceTensor DeviceTensor::from_host(Context& context, const TensorView& host, L
 }
 
 bool DeviceTensor::contiguous() const {
-    return strides_ == dense_strides(Layout::bhnd, shape_) ||
-           static_cast<std::int64_t>(detail::span_bytes(*this) / size_of(dtype_)) == elements();
+    // Dimensions of extent 1 never step, so their strides do not matter.
+    const auto dense = dense_strides(Layout::bhnd, shape_);
+    for (int i = 0; i < 4; ++i)
+        if (shape_[i] > 1 && strides_[i] != dense[i]) return false;
+    return true;
 }
 
 DeviceTensor DeviceTensor::slice(int dim, std::int64_t first, std::int64_t count, const char* name) const {

@@ -59,7 +59,10 @@ public:
 
     // Records attention over these tensors into the batch. Their dtypes, shapes and strides must be
     // the plan's (InvalidArgument naming the tensor otherwise); their memory may be any. The batch
-    // keeps the tensors' memory alive until its submission completes.
+    // keeps the tensors' memory alive until its submission completes. Tensors at offsets the plan
+    // has not seen get their bindings planned then; a binding within a few hundred bytes of the
+    // device's limit may be cut differently there than report() says (never refused: slicing
+    // reaches single rows).
     void run(Batch& batch, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs) const;
 
     // The path, variant, slices and flops (flops count every key when the lengths are on the device).
