@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tensor/storage.hpp"
+
 namespace vkattn::detail {
 
 Operands own_buffer_operands(const Problem& p, const std::array<std::int64_t, 4>& q_strides,
@@ -10,9 +12,8 @@ Operands own_buffer_operands(const Problem& p, const std::array<std::int64_t, 4>
     const auto eb = static_cast<std::int64_t>(size_of(p.dtype));
     auto operand = [&](const std::array<std::int64_t, 4>& strides, const std::array<std::int64_t, 4>& shape,
                        std::int64_t element_bytes) {
-        std::int64_t last = 0;
-        for (int i = 0; i < 4; ++i) last += (shape[i] - 1) * strides[i];
-        const auto bytes = static_cast<std::uint64_t>(checked_mul(last + 1, element_bytes, "tensor size"));
+        const std::int64_t span = TensorView{nullptr, p.dtype, shape, strides}.span();
+        const auto bytes = static_cast<std::uint64_t>(checked_mul(span, element_bytes, "tensor size"));
         return Operand{strides, 0, allocated_bytes(bytes)};
     };
     Operands ops;

@@ -40,8 +40,6 @@ struct Operands {
 Operands own_buffer_operands(const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
                              const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
                              const std::array<std::int64_t, 4>& o_strides);
-// The bytes of a buffer allocated for `bytes` of data (allocate_storage, Program::scratch).
-inline std::uint64_t allocated_bytes(std::uint64_t bytes) { return (bytes + 15) / 16 * 16 + 16; }
 
 // The buffers a path binds besides its own scratch.
 struct DeviceBuffers {
@@ -54,6 +52,8 @@ struct DeviceBuffers {
 
 constexpr std::uint32_t kNanF32 = 0x7fc00000u;
 constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
+// The NaN word that poisons a buffer of f32 or f16 elements.
+inline std::uint32_t nan_word(DType dtype) { return dtype == DType::f16 ? kNanF16Pair : kNanF32; }
 
 // The slices of the masks a box of (b, h, query rows) covers, for the given keys (all of them
 // when `keys` is empty), indexed by absolute key.

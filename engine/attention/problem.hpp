@@ -134,6 +134,13 @@ struct AttentionSpec {
     std::string key() const;
 };
 
+// A mask's shape (rank 0..4) right-aligned to rank 4 with leading 1s, as broadcasting aligns it.
+inline std::array<std::int64_t, 4> rank4(const std::vector<std::int64_t>& shape) {
+    std::array<std::int64_t, 4> out{1, 1, 1, 1};
+    std::copy(shape.begin(), shape.end(), out.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
+    return out;
+}
+
 // Validates everything a spec holds and resolves defaults. Throws InvalidArgument naming the
 // argument. The single place where shapes and options are checked.
 Problem resolve(const AttentionSpec& spec);

@@ -181,7 +181,7 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
     // A flat device tensor of `count` elements, filled from host bytes when given.
     auto flat = [&](DType type, std::int64_t count, const void* host, const std::string& what) {
         const std::array<std::int64_t, 4> shape{1, 1, 1, count};
-        DeviceTensor t = detail::own_tensor(runtime, type, shape, dense_strides(Layout::bhnd, shape), what);
+        DeviceTensor t = detail::own_dense(runtime, type, shape, what);
         device_bytes += detail::TensorAccess::storage(t)->buffer.size();
         if (host != nullptr) detail::write_fresh(state, t, host);
         return t;
@@ -220,23 +220,14 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
                               .k = heads(core_in.k, "the projected keys"),
                               .v = heads(core_in.v, "the projected values")};
     DeviceAttentionOutputs dout{.o = heads(core_out.o, "the attention output")};
-    auto mask = [&](const MaskView& view, DType type, const char* what) {
-        std::array<std::int64_t, 4> shape{1, 1, 1, 1};
-        std::copy(view.shape.begin(), view.shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(4 - view.shape.size()));
-        DeviceTensor t = detail::own_tensor(runtime, type, shape, dense_strides(Layout::bhnd, shape), what);
-        detail::write_fresh(state, t, view.data);
-        return t;
-    };
-    if (core_in.bool_mask) din.bool_mask = mask(*core_in.bool_mask, DType::u8, "attn_mask");
-    if (core_in.float_mask) din.float_mask = mask(*core_in.float_mask, DType::f32, "attn_mask");
-    if (mp.want_weights) {
-        const std::array<std::int64_t, 4> shape{mp.N, mp.H, mp.L, mp.S};
-        dout.weights = detail::own_tensor(runtime, DType::f32, shape, dense_strides(Layout::bhnd, shape), "weights");
-    }
+    if (core_in.bool_mask) din.bool_mask = detail::own_mask(runtime, state, *core_in.bool_mask, DType::u8, "attn_mask");
+    if (core_in.float_mask)
+        din.float_mask = detail::own_mask(runtime, state, *core_in.float_mask, DType::f32, "attn_mask");
+    if (mp.want_weights) dout.weights = detail::own_dense(runtime, DType::f32, {mp.N, mp.H, mp.L, mp.S}, "weights");
     const DeviceTensor out = flat(dtype, mp.query_rows() * E, nullptr, "out");
     if (runtime.poison_outputs())  // its own buffer: all of it, padding included
         vkCmdFillBuffer(state.begin_op(), buffer(out)->get(), 0, VK_WHOLE_SIZE,
-                        dtype == DType::f32 ? detail::kNanF32 : detail::kNanF16Pair);
+                        detail::nan_word(dtype));
 
     auto program = std::make_shared<detail::Program>(runtime);
     const bool bias = config_.bias;
@@ -246,7 +237,6 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
     program->barrier();
     plan->record(*program, din, dout);
     record_linear(*program, runtime, {buffer(dout.o), buffer(w[o]), buffer(b[o]), buffer(out), mp.query_rows(), E, E, bias}, dtype);
-    state.explicit_timing = true;
     plan->prepare(state);
     const VkCommandBuffer commands = state.begin_op();
     state.time_begin();

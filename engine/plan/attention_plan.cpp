@@ -63,12 +63,6 @@ Bound::Tensor check_optional(const PlanState& plan, const DeviceTensor& t, bool 
     return {&t, &storage};
 }
 
-std::array<std::int64_t, 4> rank4(const std::vector<std::int64_t>& shape) {
-    std::array<std::int64_t, 4> out{1, 1, 1, 1};
-    std::copy(shape.begin(), shape.end(), out.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
-    return out;
-}
-
 void check_constants(std::span<const float> given, const std::vector<float>& planned, const char* name) {
     if (!given.empty() && !std::equal(given.begin(), given.end(), planned.begin(), planned.end()))
         throw InvalidArgument(name, "the values differ from the ones the plan was made with; they are part of the plan.");
@@ -258,7 +252,7 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
             const std::uint64_t bytes = span_bytes(tensor);
             if (bytes == packed_bytes(tensor) && tensor.offset_bytes() % 4 == 0 && bytes >= 4)
                 vkCmdFillBuffer(batch.begin_op(), t->storage->buffer.get(), tensor.offset_bytes(), bytes / 4 * 4,
-                                tensor.dtype() == DType::f16 ? kNanF16Pair : kNanF32);
+                                nan_word(tensor.dtype()));
         }
     }
     prepare(batch);
@@ -282,7 +276,7 @@ detail::AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAtten
                               const AttentionOptions& options) {
     detail::AttentionSpec spec;
     auto layout = [](const DeviceTensor& t, const char* name) {
-        if (!t.defined()) throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+        if (!t.defined()) detail::throw_empty(name);
         return detail::TensorLayout{t.dtype(), t.shape(), t.strides()};
     };
     spec.q = layout(in.q, "q");
@@ -333,7 +327,6 @@ AttentionReport attention(Context& context, const DeviceAttentionInputs& in, con
     const auto plan = runtime.plans().get(runtime, spec_of(in, out, options));
     Batch batch(context);
     detail::BatchState& state = detail::BatchAccess::state(batch);
-    state.explicit_timing = true;
     state.time_begin();
     plan->run(state, in, out, true);
     state.time_end();

@@ -27,7 +27,6 @@ AttentionReport attention(Context& context, const AttentionInputs& in, const Att
     DeviceAttentionInputs device_in;
     DeviceAttentionOutputs device_out;
     host.upload(state, device_in, device_out);
-    state.explicit_timing = true;
     state.time_begin();
     plan->run(state, device_in, device_out, false);
     state.time_end();

@@ -13,19 +13,23 @@ namespace {
 
 std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
-std::uint64_t span_of(const std::array<std::int64_t, 4>& shape, const std::array<std::int64_t, 4>& strides, DType dtype) {
-    std::int64_t last = 0;
-    for (int i = 0; i < 4; ++i) last += (shape[i] - 1) * strides[i];
-    return u64(last + 1) * size_of(dtype);
-}
-
 std::array<std::int64_t, 4> flat(std::int64_t n) { return {1, 1, 1, n}; }
 
 }  // namespace
 
 DeviceTensor own_tensor(Runtime& runtime, DType dtype, const std::array<std::int64_t, 4>& shape,
                         const std::array<std::int64_t, 4>& strides, const std::string& what) {
-    return TensorAccess::make(allocate_storage(runtime, span_of(shape, strides, dtype), what), 0, dtype, shape, strides);
+    return TensorAccess::make(allocate_storage(runtime, span_bytes(dtype, shape, strides), what), 0, dtype, shape, strides);
+}
+
+DeviceTensor own_dense(Runtime& runtime, DType dtype, const std::array<std::int64_t, 4>& shape, const std::string& what) {
+    return own_tensor(runtime, dtype, shape, dense_strides(Layout::bhnd, shape), what);
+}
+
+DeviceTensor own_mask(Runtime& runtime, BatchState& batch, const MaskView& mask, DType dtype, const std::string& what) {
+    DeviceTensor t = own_dense(runtime, dtype, rank4(mask.shape), what);
+    write_fresh(batch, t, mask.data);
+    return t;
 }
 
 void write_fresh(BatchState& batch, const DeviceTensor& tensor, const void* host) {
@@ -52,10 +56,10 @@ void read_back(BatchState& batch, const DeviceTensor& tensor, const MutableTenso
 
 HostTensors::HostTensors(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out)
     : runtime_(&runtime), p_(&p), in_(&in), out_(&out) {
-    q_ = allocated_bytes(span_of(in.q.shape, in.q.strides, p.dtype));
-    k_ = allocated_bytes(span_of(in.k.shape, in.k.strides, p.dtype));
-    v_ = allocated_bytes(span_of(in.v.shape, in.v.strides, p.dtype));
-    o_ = allocated_bytes(span_of(out.o.shape, out.o.strides, p.dtype));
+    q_ = allocated_bytes(span_bytes(p.dtype, in.q.shape, in.q.strides));
+    k_ = allocated_bytes(span_bytes(p.dtype, in.k.shape, in.k.strides));
+    v_ = allocated_bytes(span_bytes(p.dtype, in.v.shape, in.v.strides));
+    o_ = allocated_bytes(span_bytes(p.dtype, out.o.shape, out.o.strides));
     masks_ = (p.bool_mask.present() ? allocated_bytes(u64(p.bool_mask.elements)) : 0) +
              (p.float_mask.present() ? allocated_bytes(u64(4 * p.float_mask.elements)) : 0) +
              (p.has_kv_lengths ? allocated_bytes(u64(4 * p.B)) : 0);
@@ -90,20 +94,12 @@ void HostTensors::upload(BatchState& batch, DeviceAttentionInputs& din, DeviceAt
         din.kv_lengths = input(TensorView{p.kv_len.data(), DType::i32, shape, dense_strides(Layout::bhnd, shape)},
                                "kv_lengths");
     }
-    auto mask = [&](const MaskView& view, DType dtype, const char* what) {
-        std::array<std::int64_t, 4> shape{1, 1, 1, 1};
-        std::copy(view.shape.begin(), view.shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(4 - view.shape.size()));
-        return input(TensorView{view.data, dtype, shape, dense_strides(Layout::bhnd, shape)}, what);
-    };
-    if (in.bool_mask) din.bool_mask = mask(*in.bool_mask, DType::u8, "bool_mask");
-    if (in.float_mask) din.float_mask = mask(*in.float_mask, DType::f32, "float_mask");
+    if (in.bool_mask) din.bool_mask = own_mask(rt, batch, *in.bool_mask, DType::u8, "bool_mask");
+    if (in.float_mask) din.float_mask = own_mask(rt, batch, *in.float_mask, DType::f32, "float_mask");
     din.alibi_slopes = in.alibi_slopes;
     din.sinks = in.sinks;
-    auto dense = [&](const std::array<std::int64_t, 4>& shape, const char* what) {
-        return own_tensor(rt, DType::f32, shape, dense_strides(Layout::bhnd, shape), what);
-    };
-    if (p.want_lse) dout.lse = dense({p.B, p.Hq, p.Nq, 1}, "lse");
-    if (p.want_weights) dout.weights = dense({p.B, p.Hq, p.Nq, p.Nkv}, "weights");
+    if (p.want_lse) dout.lse = own_dense(rt, DType::f32, {p.B, p.Hq, p.Nq, 1}, "lse");
+    if (p.want_weights) dout.weights = own_dense(rt, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "weights");
 }
 
 void HostTensors::download(BatchState& batch, const DeviceAttentionOutputs& dout) {

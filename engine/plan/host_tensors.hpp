@@ -38,6 +38,10 @@ private:
 // A device tensor with its own memory and the host view's strides (base 0, the span allocated).
 DeviceTensor own_tensor(Runtime& runtime, DType dtype, const std::array<std::int64_t, 4>& shape,
                         const std::array<std::int64_t, 4>& strides, const std::string& what);
+// own_tensor of a dense [B, H, N, D] tensor.
+DeviceTensor own_dense(Runtime& runtime, DType dtype, const std::array<std::int64_t, 4>& shape, const std::string& what);
+// A mask's host data in a dense tensor of its own (its shape right-aligned to rank 4), filled.
+DeviceTensor own_mask(Runtime& runtime, BatchState& batch, const MaskView& mask, DType dtype, const std::string& what);
 // Host data (the tensor's span, gaps included) into the tensor: at once where its memory is
 // mapped (a fresh tensor no submission uses yet), else as an upload in the batch.
 void write_fresh(BatchState& batch, const DeviceTensor& tensor, const void* host);

@@ -53,7 +53,7 @@ Program::~Program() {
 }
 
 const vk::Buffer& Program::scratch(std::uint64_t bytes, const std::string& what) {
-    const std::uint64_t padded = (bytes + 15) / 16 * 16 + 16;
+    const std::uint64_t padded = allocated_bytes(bytes);
     const std::uint64_t heap = runtime_->device_memory_bytes();
     if (scratch_bytes_ + padded > heap)
         throw ResourceLimit(what + " would bring this request's device memory to " +
@@ -150,7 +150,6 @@ void Program::dispatch(const Dispatch& dispatch) {
     }
     vkUpdateDescriptorSets(d, static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
     steps_.push_back({kernel.pipeline(), kernel.layout(), set, dispatch.groups});
-    ++dispatches_;
 }
 
 }  // namespace vkattn::detail

@@ -39,7 +39,6 @@ public:
 
     void replay(VkCommandBuffer commands) const;
     std::uint64_t scratch_bytes() const { return scratch_bytes_; }
-    std::size_t dispatches() const { return dispatches_; }
 
 private:
     struct Block {
@@ -62,7 +61,6 @@ private:
     std::deque<vk::Buffer> scratch_;
     std::uint64_t scratch_bytes_ = 0;
     std::vector<Step> steps_;
-    std::size_t dispatches_ = 0;
 };
 
 }  // namespace vkattn::detail

@@ -29,11 +29,16 @@ VkCommandBuffer BatchState::begin_op() {
     constexpr VkPipelineStageFlags kStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     vkCmdPipelineBarrier(commands, kStages | VK_PIPELINE_STAGE_HOST_BIT, kStages, 0, 1, &barrier, 0, nullptr, 0,
                          nullptr);
-    if (!explicit_timing && !timing_begun) time_begin();
+    if (!explicit_timing && !timing_begun) write_start_stamp();
     return commands;
 }
 
 void BatchState::time_begin() {
+    explicit_timing = true;
+    write_start_stamp();
+}
+
+void BatchState::write_start_stamp() {
     if (!slot) slot = runtime->acquire_slot();
     // Timing restarts (the first operation began it before the engine narrowed it): a query is
     // written once per reset.

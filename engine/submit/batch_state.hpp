@@ -39,7 +39,8 @@ struct BatchState {
     // Host work to run once the submission completes.
     void on_complete(std::function<void()> host_work) { work.on_complete.push_back(std::move(host_work)); }
     // The GPU time a Submission reports: by default from the first operation to the submission;
-    // the engine narrows it (the host API times its attention, not its uploads).
+    // the engine narrows it from time_begin() to time_end() (the host API times its attention, not
+    // its uploads).
     void time_begin();
     void time_end();
 
@@ -47,6 +48,9 @@ struct BatchState {
     std::optional<std::uint32_t> slot;
     InFlight work;
     bool timing_begun = false, timing_ended = false, explicit_timing = false;
+
+private:
+    void write_start_stamp();
 };
 
 struct BatchAccess {

@@ -1,6 +1,7 @@
 #include "submit/command_ring.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "vk/check.hpp"
 #include "vk/device.hpp"
@@ -62,18 +63,16 @@ std::uint32_t CommandRing::acquire(std::chrono::milliseconds timeout) {
         return begin(static_cast<std::uint32_t>(slots_.size() - 1));
     }
     // Every slot is recording or in flight: wait for the oldest submission.
-    Slot* oldest = nullptr;
-    for (Slot& slot : slots_)
-        if (!slot.recording && (oldest == nullptr || slot.serial < oldest->serial)) oldest = &slot;
-    if (oldest == nullptr)
+    std::optional<std::uint32_t> oldest;
+    for (std::uint32_t i = 0; i < slots_.size(); ++i)
+        if (!slots_[i].recording && (!oldest || slots_[i].serial < slots_[*oldest].serial)) oldest = i;
+    if (!oldest)
         throw Error("every command buffer of this context (" + std::to_string(kMaxSlots) + ") is being recorded by an "
                     "unsubmitted Batch; submit or destroy one first.");
-    if (!wait(*oldest->pending, timeout))
+    if (!wait(*slots_[*oldest].pending, timeout))
         throw DeviceLost("a submission did not finish within " + std::to_string(timeout.count()) +
                          " ms while a new batch waited for its command buffer; the device is treated as hung.");
-    for (std::uint32_t i = 0; i < slots_.size(); ++i)
-        if (&slots_[i] == oldest) return begin(i);
-    throw Error("internal: the oldest command buffer is not in the ring.");
+    return begin(*oldest);
 }
 
 void CommandRing::release(std::uint32_t index) {
@@ -97,7 +96,6 @@ std::shared_ptr<SubmissionState> CommandRing::submit(std::uint32_t index, InFlig
     auto state = std::make_shared<SubmissionState>();
     try {
         VKATTN_CHECK(vkEndCommandBuffer(slot.commands), "ending a command buffer");
-        state->slot = index;
         state->timed = timed;
         state->simulated_timeout = simulate_timeout;
         state->work = std::move(work);

@@ -34,7 +34,6 @@ struct InFlight {
 // the fence signalled first completes it (once): timestamps read, host work run, resources freed.
 // Each submission has its own fence, so a handle can wait on it even after the slot was reused.
 struct SubmissionState {
-    std::uint32_t slot = 0;
     vk::Handle<VkFence> fence;
     VkQueryPool queries = VK_NULL_HANDLE;  // the slot's, read before the slot is reused
     bool simulated_timeout = false;  // ContextOptions::simulate_timeout_on_submission

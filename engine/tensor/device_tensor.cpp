@@ -20,7 +20,7 @@ Storage::~Storage() {
 std::shared_ptr<Storage> allocate_storage(Runtime& runtime, std::uint64_t bytes, const std::string& what) {
     runtime.ensure_usable();
     const std::uint64_t heap = runtime.device_memory_bytes();
-    const std::uint64_t padded = (bytes + 15) / 16 * 16 + 16;
+    const std::uint64_t padded = allocated_bytes(bytes);
     if (padded > heap)
         throw ResourceLimit(what + " needs " + std::to_string(padded) + " bytes of device memory, above the device's "
                             "largest device-local heap of " + std::to_string(heap) + " bytes.");
@@ -30,17 +30,15 @@ std::shared_ptr<Storage> allocate_storage(Runtime& runtime, std::uint64_t bytes,
 
 Storage& storage_of(const DeviceTensor& tensor, const Runtime& runtime, const char* name) {
     const auto& storage = TensorAccess::storage(tensor);
-    if (!storage) throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+    if (!storage) throw_empty(name);
     if (storage->runtime != &runtime)
         throw InvalidArgument(name, "the tensor belongs to another Context; tensors are bound to the context that "
                                     "made them.");
     return *storage;
 }
 
-std::uint64_t span_bytes(const DeviceTensor& t) {
-    std::int64_t last = 0;
-    for (int i = 0; i < 4; ++i) last += (t.shape()[i] - 1) * t.strides()[i];
-    return static_cast<std::uint64_t>(last + 1) * size_of(t.dtype());
+void throw_empty(const char* name) {
+    throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
 }
 
 }  // namespace detail
@@ -87,7 +85,7 @@ bool DeviceTensor::contiguous() const {
 }
 
 DeviceTensor DeviceTensor::slice(int dim, std::int64_t first, std::int64_t count, const char* name) const {
-    if (!storage_) throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+    if (!storage_) detail::throw_empty(name);
     if (first < 0 || count < 1 || first > shape_[dim] - count)
         throw InvalidArgument(name, "the range [" + std::to_string(first) + ", " + std::to_string(first + count) +
                                         ") is not a non-empty part of [0, " + std::to_string(shape_[dim]) + ").");
@@ -102,14 +100,14 @@ DeviceTensor DeviceTensor::heads(std::int64_t first, std::int64_t count) const {
 DeviceTensor DeviceTensor::seq(std::int64_t first, std::int64_t count) const { return slice(2, first, count, "seq"); }
 
 void DeviceTensor::upload(const TensorView& host) const {
-    if (!storage_) throw InvalidArgument("tensor", "the tensor is empty (a default-constructed DeviceTensor).");
+    if (!storage_) detail::throw_empty("tensor");
     Batch batch = detail::BatchAccess::make(*storage_->runtime);
     batch.upload(*this, host);
     batch.submit().wait();
 }
 
 void DeviceTensor::download(const MutableTensorView& host) const {
-    if (!storage_) throw InvalidArgument("tensor", "the tensor is empty (a default-constructed DeviceTensor).");
+    if (!storage_) detail::throw_empty("tensor");
     Batch batch = detail::BatchAccess::make(*storage_->runtime);
     batch.download(*this, host);
     batch.submit().wait();

@@ -29,9 +29,16 @@ constexpr VkBufferUsageFlags kTensorUsage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
                                             VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT |
                                             VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
 
-// Device-local memory for `bytes` (plus the 16 bytes of slack that bindings rounded up to a vec4
-// may reach), mapped where the device allows zero-copy. Throws ResourceLimit naming `what`.
+// The bytes of a buffer allocated for `bytes` of data: rounded up to 16, plus the 16 bytes of slack
+// that bindings rounded up to a vec4 may reach (allocate_storage, Program::scratch).
+inline std::uint64_t allocated_bytes(std::uint64_t bytes) { return (bytes + 15) / 16 * 16 + 16; }
+
+// Device-local memory for allocated_bytes(bytes), mapped where the device allows zero-copy. Throws
+// ResourceLimit naming `what`.
 std::shared_ptr<Storage> allocate_storage(Runtime& runtime, std::uint64_t bytes, const std::string& what);
+
+// InvalidArgument naming `name`: the tensor has no memory (a default-constructed DeviceTensor).
+[[noreturn]] void throw_empty(const char* name);
 
 struct TensorAccess {
     static const std::shared_ptr<Storage>& storage(const DeviceTensor& t) { return t.storage_; }
@@ -45,7 +52,11 @@ struct TensorAccess {
 // `name` otherwise).
 Storage& storage_of(const DeviceTensor& tensor, const Runtime& runtime, const char* name);
 
-// The byte span a tensor's elements touch: [offset_bytes + first, offset_bytes + end).
-std::uint64_t span_bytes(const DeviceTensor& tensor);
+// The bytes from a tensor's first element to one past its last (BasicTensorView::span, in bytes).
+inline std::uint64_t span_bytes(DType dtype, const std::array<std::int64_t, 4>& shape,
+                                const std::array<std::int64_t, 4>& strides) {
+    return static_cast<std::uint64_t>(TensorView{nullptr, dtype, shape, strides}.span()) * size_of(dtype);
+}
+inline std::uint64_t span_bytes(const DeviceTensor& t) { return span_bytes(t.dtype(), t.shape(), t.strides()); }
 
 }  // namespace vkattn::detail

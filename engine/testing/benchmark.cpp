@@ -50,8 +50,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, {});
     const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, false, DType::f32, DType::f32, DType::f32);
     auto flat = [&](std::int64_t count, const std::string& what) {
-        const std::array<std::int64_t, 4> shape{1, 1, 1, count};
-        return detail::own_tensor(runtime, DType::f32, shape, dense_strides(Layout::bhnd, shape), what);
+        return detail::own_dense(runtime, DType::f32, {1, 1, 1, count}, what);
     };
     const DeviceTensor ta = flat(m * k, "gemm A"), tb = flat(k * n, "gemm B"), tc = flat(m * n, "gemm C");
     const DeviceTensor no_bias_tensor = flat(4, "an unused bias binding");
@@ -85,7 +84,6 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
             detail::write_fresh(state, ta, a.data());
             detail::write_fresh(state, tb, b.data());
         }
-        state.explicit_timing = true;
         const VkCommandBuffer commands = state.begin_op();
         state.time_begin();
         program.replay(commands);
