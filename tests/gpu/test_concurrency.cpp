@@ -158,9 +158,10 @@ TEST_CASE("concurrency: 8 threads, each with its own context", "[gpu][concurrenc
 TEST_CASE("concurrency: a context lost while other threads wait to submit refuses them cleanly",
           "[gpu][concurrency][lost]") {
     // The third submission reports a timeout (the test hook, so on any device) and marks the context
-    // lost while it still runs; the threads queued behind it on the submit mutex must not touch the
-    // command buffer it still holds. Every call submits once, and submissions are serialised: the
-    // first two complete correctly, the other six throw DeviceLost, nothing else.
+    // lost while other threads record, submit and wait around it; none may touch the command buffer
+    // it still holds. Threads record and submit in parallel, so how many finish before the loss is
+    // up to the scheduler: every call either completes correctly or throws DeviceLost, the third
+    // submission's caller always throws, and after the loss the context refuses new work.
     ContextOptions options = test::test_context_options();
     options.simulate_timeout_on_submission = 3;
     std::vector<std::string> failures(kThreads);
@@ -188,6 +189,11 @@ TEST_CASE("concurrency: a context lost while other threads wait to submit refuse
                 }
             });
         for (auto& thread : threads) thread.join();
+        Case after;
+        after.Hq = after.Hkv = 2;
+        after.Nq = after.Nkv = 64;
+        after.Dk = after.Dv = 32;
+        CHECK_THROWS_AS(run_case(context, after, seed_of(3, kThreads, 0)), DeviceLost);
         const std::string messages = test::take_validation_messages(context);
         INFO(messages);
         CHECK(messages.empty());
@@ -196,5 +202,5 @@ TEST_CASE("concurrency: a context lost while other threads wait to submit refuse
         INFO("thread " << t << ": " << failures[static_cast<std::size_t>(t)]);
         CHECK(failures[static_cast<std::size_t>(t)].empty());
     }
-    CHECK(std::count(lost.begin(), lost.end(), 1) == kThreads - 2);
+    CHECK(std::count(lost.begin(), lost.end(), 1) >= 1);
 }
