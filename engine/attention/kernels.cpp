@@ -83,4 +83,21 @@ const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     return runtime.kernels().get(key);
 }
 
+const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out) {
+    auto bits = [](DType t) {
+        if (t != DType::f32 && t != DType::f16) throw Error("internal: no kv_append variant for " + to_string(t) + ".");
+        return t == DType::f32 ? "32" : "16";
+    };
+    const vk::KernelKey key{
+        .shader = std::string("kv_append_in") + bits(in) + "_out" + bits(out),
+        .constants = {{.id = 0, .value = 64}},  // WG, also the local size: features of one row
+    };
+    return runtime.kernels().get(key);
+}
+
+const vk::Kernel& kv_advance_kernel(Runtime& runtime) {
+    const vk::KernelKey key{.shader = "kv_append_advance", .constants = {{.id = 0, .value = 64}}};
+    return runtime.kernels().get(key);
+}
+
 }  // namespace vkattn::detail

@@ -21,5 +21,8 @@ const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
 // flash.comp; `split` writes fp32 partials for combine.comp.
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, DType dtype, bool split);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
+// kv_append.comp: rows of `in` dtype into a cache of `out` dtype; and the lengths' advance.
+const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out);
+const vk::Kernel& kv_advance_kernel(Runtime& runtime);
 
 }  // namespace vkattn::detail

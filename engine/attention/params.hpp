@@ -96,6 +96,16 @@ struct alignas(16) CombineParams {
     TensorDesc partial_o, partial_lse, o, lse;
 };
 
+// kv_append.comp (both modes): units are (b, kv head), rows are the cache's.
+struct alignas(16) AppendParams {
+    static constexpr std::string_view shader = "kv_append";
+    std::uint32_t B = 0, Hkv = 0, capacity = 0, new_rows = 0, Dk = 0, Dv = 0;
+    std::uint32_t has_counts = 0;  // 1: sequence b appends counts[b] rows, else all new_rows
+    std::uint32_t first_new = 0;   // the new row of grid x = 0
+    ChunkRange chunk;
+    TensorDesc k_new, v_new, k_cache, v_cache;
+};
+
 static_assert(offsetof(TensorDesc, stride) == 0);
 static_assert(offsetof(TensorDesc, origin) == 16);
 static_assert(sizeof(TensorDesc) == 32);
@@ -180,6 +190,17 @@ static_assert(offsetof(CombineParams, partial_lse) == 96);
 static_assert(offsetof(CombineParams, o) == 128);
 static_assert(offsetof(CombineParams, lse) == 160);
 static_assert(sizeof(CombineParams) == 192);
+
+static_assert(offsetof(AppendParams, B) == 0);
+static_assert(offsetof(AppendParams, new_rows) == 12);
+static_assert(offsetof(AppendParams, has_counts) == 24);
+static_assert(offsetof(AppendParams, first_new) == 28);
+static_assert(offsetof(AppendParams, chunk) == 32);
+static_assert(offsetof(AppendParams, k_new) == 48);
+static_assert(offsetof(AppendParams, v_new) == 80);
+static_assert(offsetof(AppendParams, k_cache) == 112);
+static_assert(offsetof(AppendParams, v_cache) == 144);
+static_assert(sizeof(AppendParams) == 176);
 
 // MaskParams::flags, as shaders/common/mask.glsl names them.
 enum MaskFlag : std::uint32_t {

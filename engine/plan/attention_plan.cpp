@@ -205,43 +205,17 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
                     bool cache) const {
     const Bound b = bind(*this, in, out);
     ++runs;
-    std::vector<std::shared_ptr<Storage>> storages;
-    std::vector<std::uint64_t> offsets;
+    ProgramKey key;
     for (const Bound::Tensor* t : b.all()) {
-        storages.push_back(t->tensor ? TensorAccess::storage(*t->tensor) : nullptr);
-        offsets.push_back(t->tensor ? t->tensor->offset_bytes() : 0);
+        key.storages.push_back(t->tensor ? TensorAccess::storage(*t->tensor) : nullptr);
+        key.offsets.push_back(t->tensor ? t->tensor->offset_bytes() : 0);
     }
-    std::shared_ptr<Program> program;
-    if (cache) {
-        std::lock_guard lock(mutex);
-        // Entries whose memory was freed can never match again, and their programs hold scratch.
-        programs.remove_if([](const Cached& entry) {
-            for (std::size_t i = 0; i < entry.storages.size(); ++i)
-                if (entry.present[i] && entry.storages[i].expired()) return true;
-            return false;
-        });
-        for (auto it = programs.begin(); it != programs.end(); ++it) {
-            bool same = it->offsets == offsets;
-            for (std::size_t i = 0; same && i < storages.size(); ++i)
-                same = it->storages[i].lock() == storages[i] && (storages[i] || it->storages[i].expired());
-            if (same) {
-                programs.splice(programs.begin(), programs, it);
-                program = it->program;
-                break;
-            }
-        }
-    }
+    std::shared_ptr<Program> program = cache ? programs.find(key) : nullptr;
     if (!program) {
         program = std::make_shared<Program>(*runtime);
         record(*program, in, out);
         ++bindings_built;
-        if (cache) {
-            std::lock_guard lock(mutex);
-            std::vector<bool> present;
-            for (const auto& storage : storages) present.push_back(storage != nullptr);
-            programs.push_front({{storages.begin(), storages.end()}, std::move(present), offsets, program});
-            if (programs.size() > kCachedBindings) programs.pop_back();
-        }
+        if (cache) programs.insert(key, program);
     }
     if (runtime->poison_outputs()) {
         for (const Bound::Tensor* t : {&b.o, &b.weights, &b.lse}) {
@@ -262,7 +236,7 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
     batch.keep(program);
     batch.keep(placeholder);
     if (head_terms) batch.keep(head_terms);
-    for (auto& storage : storages)
+    for (auto& storage : key.storages)
         if (storage) batch.keep(std::move(storage));
 }
 

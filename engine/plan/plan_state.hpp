@@ -5,14 +5,13 @@
 
 #include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "attention/path.hpp"
 #include "attention/problem.hpp"
 #include "plan/program.hpp"
+#include "plan/program_cache.hpp"
 #include "tensor/storage.hpp"
 #include "vkattn/plan.hpp"
 
@@ -46,15 +45,8 @@ struct PlanState {
     std::vector<float> head_terms_values;
     std::uint64_t head_terms_bytes = 16;
 
-    struct Cached {
-        std::vector<std::weak_ptr<Storage>> storages;  // the tensors' memory, alive while the entry is valid
-        std::vector<bool> present;                     // which tensors the run had
-        std::vector<std::uint64_t> offsets;
-        std::shared_ptr<Program> program;
-    };
     static constexpr std::size_t kCachedBindings = 8;
-    mutable std::mutex mutex;
-    mutable std::list<Cached> programs;  // most recently used first
+    mutable ProgramCache programs{kCachedBindings};
     mutable std::atomic<std::uint64_t> runs{0}, bindings_built{0};
 };
 

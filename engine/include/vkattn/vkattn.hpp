@@ -6,6 +6,7 @@
 #include "vkattn/context.hpp"
 #include "vkattn/device_tensor.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/kv_cache.hpp"
 #include "vkattn/mha.hpp"
 #include "vkattn/plan.hpp"
 #include "vkattn/reference.hpp"

@@ -1,0 +1,97 @@
+#include "cache/append.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "attention/dispatch.hpp"
+#include "attention/io.hpp"
+#include "attention/kernels.hpp"
+#include "runtime.hpp"
+#include "tensor/storage.hpp"
+#include "vk/device.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+namespace {
+
+Operand operand_of(const DeviceTensor& t) {
+    return {t.strides(), static_cast<std::int64_t>(t.offset_bytes() / size_of(t.dtype())),
+            TensorAccess::storage(t)->buffer.size()};
+}
+
+}  // namespace
+
+void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
+    const auto& shape = t.k_cache.shape();
+    const std::int64_t B = shape[0], Hkv = shape[1], capacity = shape[2], Dk = shape[3];
+    const std::int64_t Dv = t.v_cache.shape()[3], T = t.k_new.shape()[2];
+    const auto& caps = runtime.device().caps();
+    const std::uint64_t limit = runtime.max_binding_bytes(), align = binding_alignment(caps);
+    const Operand k_new = operand_of(t.k_new), v_new = operand_of(t.v_new);
+    const Operand k_cache = operand_of(t.k_cache), v_cache = operand_of(t.v_cache);
+    const std::uint64_t in_bytes = size_of(t.k_new.dtype()), out_bytes = size_of(t.k_cache.dtype());
+
+    // The new rows [t0, t0 + tn) of a chunk's units, and the chunk's cache rows.
+    auto new_box = [&](const Chunk& c, std::int64_t t0, std::int64_t tn) { return query_box({c.u0, c.units, t0, tn}, Hkv); };
+    auto cache_box = [&](const Chunk& c) { return query_box(c, Hkv); };
+    auto fits = [&](const Chunk& c, std::int64_t t0, std::int64_t tn) {
+        if (c.units > caps.max_workgroup_count[1]) return false;
+        const Box nb = new_box(c, t0, tn), cb = cache_box(c);
+        return k_new.slice(Dk, nb, in_bytes, align).range <= limit && v_new.slice(Dv, nb, in_bytes, align).range <= limit &&
+               k_cache.slice(Dk, cb, out_bytes, align).range <= limit &&
+               v_cache.slice(Dv, cb, out_bytes, align).range <= limit;
+    };
+
+    const vk::Kernel& rows_kernel = kv_append_kernel(runtime, t.k_new.dtype(), t.k_cache.dtype());
+    AppendParams base;
+    base.B = static_cast<std::uint32_t>(B);
+    base.Hkv = static_cast<std::uint32_t>(Hkv);
+    base.capacity = static_cast<std::uint32_t>(capacity);
+    base.new_rows = static_cast<std::uint32_t>(T);
+    base.Dk = static_cast<std::uint32_t>(Dk);
+    base.Dv = static_cast<std::uint32_t>(Dv);
+    base.has_counts = t.has_counts ? 1u : 0u;
+    const Slice lengths = whole(static_cast<std::uint64_t>(B) * 4), counts = lengths;
+
+    // New rows in runs of at most one grid's width, halved until some cut of the cache fits.
+    std::int64_t run = std::min<std::int64_t>(T, caps.max_workgroup_count[0]);
+    for (std::int64_t t0 = 0; t0 < T;) {
+        const std::int64_t tn = std::min(run, T - t0);
+        const auto chunks = plan_chunks(B * Hkv, capacity, 1, [&](const Chunk& c) { return fits(c, t0, tn); });
+        if (chunks.empty()) {
+            if (tn == 1)
+                throw ResourceLimit("k_cache: one row of one head (Dk = " + std::to_string(Dk) + ", Dv = " +
+                                    std::to_string(Dv) + ") needs a binding larger than the device's limit of " +
+                                    std::to_string(limit) + " bytes.");
+            run = (tn + 1) / 2;
+            continue;
+        }
+        for (const Chunk& c : chunks) {
+            const Box nb = new_box(c, t0, tn), cb = cache_box(c);
+            const Slice kn = k_new.slice(Dk, nb, in_bytes, align), vn = v_new.slice(Dv, nb, in_bytes, align);
+            const Slice kc = k_cache.slice(Dk, cb, out_bytes, align), vc = v_cache.slice(Dv, cb, out_bytes, align);
+            AppendParams params = base;
+            params.first_new = static_cast<std::uint32_t>(t0);
+            params.chunk = {static_cast<std::uint32_t>(c.u0), static_cast<std::uint32_t>(c.r0),
+                            static_cast<std::uint32_t>(c.rows)};
+            params.k_new = kn.desc;
+            params.v_new = vn.desc;
+            params.k_cache = kc.desc;
+            params.v_cache = vc.desc;
+            program.dispatch({&rows_kernel, params,
+                              {bind(1, TensorAccess::storage(t.k_new)->buffer, kn),
+                               bind(2, TensorAccess::storage(t.v_new)->buffer, vn),
+                               bind(3, TensorAccess::storage(t.k_cache)->buffer, kc),
+                               bind(4, TensorAccess::storage(t.v_cache)->buffer, vc), bind(5, *t.lengths, lengths),
+                               bind(6, *t.counts, counts)},
+                              {static_cast<std::uint32_t>(tn), static_cast<std::uint32_t>(c.units), 1}});
+        }
+        t0 += tn;
+    }
+    // Every row is written before any length moves: the rows read the lengths.
+    program.barrier();
+    program.dispatch({&kv_advance_kernel(runtime), base, {bind(5, *t.lengths, lengths), bind(6, *t.counts, counts)},
+                      {static_cast<std::uint32_t>((B + 63) / 64), 1, 1}});
+}
+
+}  // namespace vkattn::detail

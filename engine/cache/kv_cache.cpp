@@ -1,0 +1,188 @@
+#include "vkattn/kv_cache.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "cache/append.hpp"
+#include "plan/program_cache.hpp"
+#include "runtime.hpp"
+#include "submit/batch_state.hpp"
+#include "tensor/storage.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn {
+namespace detail {
+
+struct KvCacheState {
+    Runtime* runtime = nullptr;
+    KvCacheOptions options;
+    DeviceTensor k, v, lengths, counts;  // counts: [B] i32, the per-sequence counts of the last append that had them
+    std::mutex mutex;                   // guards recorded
+    std::vector<std::int32_t> recorded;
+    ProgramCache appends{4};  // per new-row tensors' memory, shape and strides
+};
+
+namespace {
+
+void check_size(std::int64_t value, std::int64_t most, const char* name) {
+    if (value < 1 || value > most)
+        throw InvalidArgument(name, "must be in [1, " + std::to_string(most) + "], not " + std::to_string(value) + ".");
+}
+
+std::string shape_text(const std::array<std::int64_t, 4>& s) {
+    return "[" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " +
+           std::to_string(s[3]) + "]";
+}
+
+// The rows' tensor checked against the cache: [B, Hkv, T, dim], f32 or f16, on this context.
+void check_rows(const KvCacheState& s, const DeviceTensor& t, std::int64_t dim, const char* name) {
+    storage_of(t, *s.runtime, name);
+    if (t.dtype() != DType::f32 && t.dtype() != DType::f16)
+        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + "; new keys and values are f32 or f16.");
+    const auto& sh = t.shape();
+    if (sh[0] != s.options.batch || sh[1] != s.options.kv_heads || sh[3] != dim || sh[2] < 1)
+        throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the cache takes [" +
+                                        std::to_string(s.options.batch) + ", " + std::to_string(s.options.kv_heads) +
+                                        ", T >= 1, " + std::to_string(dim) + "].");
+}
+
+}  // namespace
+}  // namespace detail
+
+KvCache::KvCache(Context& context, const KvCacheOptions& options) : state_(std::make_shared<detail::KvCacheState>()) {
+    detail::KvCacheState& s = *state_;
+    s.runtime = &detail::ContextAccess::runtime(context);
+    s.options = options;
+    if (s.options.dim_v == 0) s.options.dim_v = s.options.dim;
+    constexpr std::int64_t kMost = 0x7fffffff;  // lengths are int32 on the device
+    detail::check_size(s.options.batch, kMost, "batch");
+    detail::check_size(s.options.kv_heads, kMost, "kv_heads");
+    detail::check_size(s.options.capacity, kMost, "capacity");
+    detail::check_size(s.options.dim, kMost, "dim");
+    detail::check_size(s.options.dim_v, kMost, "dim_v");
+    if (s.options.dtype != DType::f32 && s.options.dtype != DType::f16)
+        throw InvalidArgument("dtype", "a KV cache stores f32 or f16, not " + to_string(s.options.dtype) + ".");
+    const std::int64_t B = s.options.batch, H = s.options.kv_heads, N = s.options.capacity;
+    s.k = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim});
+    s.v = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim_v});
+    s.lengths = DeviceTensor::empty(context, DType::i32, {B, 1, 1, 1});
+    s.counts = DeviceTensor::empty(context, DType::i32, {B, 1, 1, 1});
+    s.recorded.assign(static_cast<std::size_t>(B), 0);
+    // Zero everything, whole buffers (their padding too): one submission, waited on.
+    Batch batch(context);
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    for (const DeviceTensor* t : {&s.k, &s.v, &s.lengths, &s.counts}) {
+        state.keep(detail::TensorAccess::storage(*t));
+        vkCmdFillBuffer(state.begin_op(), detail::TensorAccess::storage(*t)->buffer.get(), 0, VK_WHOLE_SIZE, 0);
+    }
+    batch.submit().wait();
+}
+
+KvCache::~KvCache() = default;
+KvCache::KvCache(const KvCache&) = default;
+KvCache& KvCache::operator=(const KvCache&) = default;
+
+const KvCacheOptions& KvCache::options() const { return state_->options; }
+const DeviceTensor& KvCache::k() const { return state_->k; }
+const DeviceTensor& KvCache::v() const { return state_->v; }
+const DeviceTensor& KvCache::lengths() const { return state_->lengths; }
+
+std::vector<std::int32_t> KvCache::recorded_lengths() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->recorded;
+}
+
+DeviceAttentionInputs KvCache::inputs(const DeviceTensor& q) const {
+    DeviceAttentionInputs in;
+    in.q = q;
+    in.k = state_->k;
+    in.v = state_->v;
+    in.kv_lengths = state_->lengths;
+    return in;
+}
+
+void KvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
+                     std::span<const std::int32_t> counts) {
+    detail::KvCacheState& s = *state_;
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    if (state.runtime != s.runtime) throw InvalidArgument("batch", "the batch belongs to another Context than the cache.");
+    detail::check_rows(s, k_new, s.options.dim, "k_new");
+    detail::check_rows(s, v_new, s.options.dim_v, "v_new");
+    if (v_new.dtype() != k_new.dtype())
+        throw InvalidArgument("v_new", "its dtype is " + to_string(v_new.dtype()) + " but k_new's is " +
+                                           to_string(k_new.dtype()) + "; new keys and values share one dtype.");
+    const std::int64_t T = k_new.shape()[2];
+    if (v_new.shape()[2] != T)
+        throw InvalidArgument("v_new", "it holds " + std::to_string(v_new.shape()[2]) + " new rows but k_new holds " +
+                                           std::to_string(T) + ".");
+    const auto B = static_cast<std::size_t>(s.options.batch);
+    if (!counts.empty()) {
+        if (counts.size() != B)
+            throw InvalidArgument("counts", "it holds " + std::to_string(counts.size()) + " counts but the cache has " +
+                                                std::to_string(B) + " sequences.");
+        for (std::size_t b = 0; b < B; ++b)
+            if (counts[b] < 0 || counts[b] > T)
+                throw InvalidArgument("counts", "counts[" + std::to_string(b) + "] = " + std::to_string(counts[b]) +
+                                                    " is outside [0, " + std::to_string(T) + "] (the new rows).");
+    }
+
+    std::lock_guard lock(s.mutex);  // appends to one cache are recorded one at a time
+    for (std::size_t b = 0; b < B; ++b) {
+        const std::int64_t count = counts.empty() ? T : counts[b];
+        if (s.recorded[b] + count > s.options.capacity)
+            throw InvalidArgument("k_new", "sequence " + std::to_string(b) + " holds " + std::to_string(s.recorded[b]) +
+                                               " of its " + std::to_string(s.options.capacity) + " rows; " +
+                                               std::to_string(count) + " more would pass the capacity.");
+    }
+    detail::ProgramKey key;
+    for (const DeviceTensor* t : {&k_new, &v_new}) {
+        key.storages.push_back(detail::TensorAccess::storage(*t));
+        key.offsets.push_back(t->offset_bytes());
+        key.signature.insert(key.signature.end(), t->shape().begin(), t->shape().end());
+        key.signature.insert(key.signature.end(), t->strides().begin(), t->strides().end());
+    }
+    key.signature.push_back(static_cast<std::int64_t>(k_new.dtype()));
+    key.signature.push_back(counts.empty() ? 0 : 1);
+    std::shared_ptr<detail::Program> program = s.appends.find(key);
+    if (!program) {
+        program = std::make_shared<detail::Program>(*s.runtime);
+        detail::record_append(*s.runtime, *program,
+                              {k_new, v_new, s.k, s.v, &detail::TensorAccess::storage(s.lengths)->buffer,
+                               &detail::TensorAccess::storage(s.counts)->buffer, !counts.empty()});
+        s.appends.insert(key, program);
+    }
+    if (!counts.empty())
+        state.upload(s.counts, make_view(static_cast<const void*>(counts.data()), DType::i32, Layout::bhnd,
+                                         {s.options.batch, 1, 1, 1}));
+    program->replay(state.begin_op());
+    state.keep(program);
+    for (const DeviceTensor* t : std::initializer_list<const DeviceTensor*>{&k_new, &v_new, &s.k, &s.v, &s.lengths, &s.counts})
+        state.keep(detail::TensorAccess::storage(*t));
+    for (std::size_t b = 0; b < B; ++b) s.recorded[b] += static_cast<std::int32_t>(counts.empty() ? T : counts[b]);
+}
+
+void KvCache::reset(Batch& batch, std::span<const std::int32_t> lengths) {
+    detail::KvCacheState& s = *state_;
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    if (state.runtime != s.runtime) throw InvalidArgument("batch", "the batch belongs to another Context than the cache.");
+    const auto B = static_cast<std::size_t>(s.options.batch);
+    std::vector<std::int32_t> values(B, 0);
+    if (!lengths.empty()) {
+        if (lengths.size() != B)
+            throw InvalidArgument("lengths", "it holds " + std::to_string(lengths.size()) + " lengths but the cache has " +
+                                                 std::to_string(B) + " sequences.");
+        for (std::size_t b = 0; b < B; ++b)
+            if (lengths[b] < 0 || lengths[b] > s.options.capacity)
+                throw InvalidArgument("lengths", "lengths[" + std::to_string(b) + "] = " + std::to_string(lengths[b]) +
+                                                     " is outside [0, " + std::to_string(s.options.capacity) + "].");
+        values.assign(lengths.begin(), lengths.end());
+    }
+    std::lock_guard lock(s.mutex);
+    state.upload(s.lengths, make_view(static_cast<const void*>(values.data()), DType::i32, Layout::bhnd,
+                                      {s.options.batch, 1, 1, 1}));
+    s.recorded = std::move(values);
+}
+
+}  // namespace vkattn
