@@ -473,8 +473,50 @@ TEST_CASE("cli check: passes on this device", "[cli]") {
     CHECK_THAT(r.out, Catch::Contains(" 0 failed"));
 }
 
+TEST_CASE("cli decode --validate --json: the device loop and the host round trip, every step checked", "[cli][decode]") {
+    for (const std::string mode : {"", " --host-roundtrip"})
+        for (const std::string dtype : {"f32", "f16"}) {
+            const Result r = vk_attn("decode --batch 3 --heads 4 --kv-heads 2 --dim 40 --dim-v 24 --prompt 23,0,61 "
+                                     "--steps 4 --repeat 2 --validate --json --dtype " + dtype + mode);
+            INFO(mode << " " << dtype << ": " << r.err);
+            REQUIRE(r.status == 0);
+            const auto j = nlohmann::json::parse(r.out);
+            for (const char* key : {"ms_per_step", "host_us_per_step", "gpu_ms_per_step", "tokens_per_s", "max_rel_err",
+                                    "valid", "path", "paged", "block_size", "prompt", "prompts", "steps"})
+                CHECK(j.contains(key));
+            CHECK(j["mode"] == (mode.empty() ? "device" : "host-roundtrip"));
+            CHECK(j["valid"] == true);
+            CHECK(j["max_rel_err"].get<double>() <= tolerance_for(dtype == "f32" ? DType::f32 : DType::f16).rel);
+            CHECK(j["prompt"] == 61);
+            CHECK(j["steps"] == 4);
+            CHECK(j["ms_per_step"].get<double>() > 0);
+            CHECK(j["tokens_per_s"].get<double>() > 0);
+        }
+    for (const char* impl : {"fused", "split", "unfused"}) {
+        const Result r = vk_attn(std::string("decode --heads 2 --dim 16 --prompt 70 --steps 2 --validate --json --impl ") + impl);
+        INFO(impl << ": " << r.err);
+        REQUIRE(r.status == 0);
+        CHECK(nlohmann::json::parse(r.out)["path"] == impl);
+    }
+}
+
+TEST_CASE("cli decode: bad flags exit 1 naming the flag", "[cli][decode]") {
+    const Result prompts = vk_attn("decode --batch 3 --prompt 4,5");
+    CHECK(prompts.status == 1);
+    CHECK_THAT(prompts.err, Catch::Contains("--prompt") && Catch::Contains("batch of 3"));
+    const Result negative = vk_attn("decode --prompt -4");
+    CHECK(negative.status == 1);
+    CHECK_THAT(negative.err, Catch::Contains("--prompt"));
+    const Result heads = vk_attn("decode --heads 6 --kv-heads 4 --prompt 8 --steps 1");
+    CHECK(heads.status == 1);
+    CHECK_THAT(heads.err, Catch::Contains("kv"));
+    const Result impl = vk_attn("decode --impl flash");
+    CHECK(impl.status == 1);
+    CHECK_THAT(impl.err, Catch::Contains("--impl"));
+}
+
 TEST_CASE("cli: --help on every subcommand, unknown flags exit 1", "[cli]") {
-    for (const char* sub : {"bench", "run", "mha", "check", "devices"}) {
+    for (const char* sub : {"bench", "run", "mha", "check", "devices", "decode"}) {
         const Result r = vk_attn(std::string(sub) + " --help");
         CHECK(r.status == 0);
         CHECK_THAT(r.out, Catch::Contains("Usage"));

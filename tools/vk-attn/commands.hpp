@@ -14,5 +14,6 @@ Action add_devices(CLI::App& app);
 Action add_run(CLI::App& app);
 Action add_check(CLI::App& app);
 Action add_mha(CLI::App& app);
+Action add_decode(CLI::App& app);
 
 }  // namespace vkattn::tool

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
         bind(vkattn::tool::add_bench(*bench), bench);
         auto* run = app.add_subcommand("run", "Run attention on .npy tensors and write the results as .npy");
         bind(vkattn::tool::add_run(*run), run);
+        auto* decode = app.add_subcommand("decode", "Time and validate a decode loop over a KV cache on the device");
+        bind(vkattn::tool::add_decode(*decode), decode);
         auto* mha = app.add_subcommand("mha", "Run a PyTorch nn.MultiheadAttention layer from its exported weights");
         bind(vkattn::tool::add_mha(*mha), mha);
         auto* check = app.add_subcommand("check", "Self-test every path and dtype against the CPU reference");

@@ -66,4 +66,16 @@ inline HostTensor nan_tensor(DType dtype, Layout layout, std::array<std::int64_t
     return t;
 }
 
+// A tensor of zeros (a KV cache's rows before any append).
+inline HostTensor zero_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape) {
+    HostTensor t;
+    t.dtype = dtype;
+    t.layout = layout;
+    t.shape = shape;
+    const auto n = static_cast<std::size_t>(t.count());
+    if (dtype == DType::f32) t.f32.assign(n, 0.0f);
+    else t.f16.assign(n, 0);
+    return t;
+}
+
 }  // namespace vkattn::testing
