@@ -9,17 +9,18 @@
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
+
+std::string shape_text(const std::array<std::int64_t, 4>& s) {
+    std::ostringstream out;
+    out << '[' << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << ']';
+    return out.str();
+}
+
 namespace {
 
 // The shaders index sequence positions, features and units (b·Hq + h) with 32-bit integers.
 constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int32_t>::max();
 constexpr const char* kMaxIndexText = "2^31 - 1 = 2147483647";
-
-std::string shape_string(const std::array<std::int64_t, 4>& s) {
-    std::ostringstream out;
-    out << '[' << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << ']';
-    return out.str();
-}
 
 // Whether every byte the view touches has a 64-bit offset. Overflow means the strides or the
 // shape are nonsense (shapes are at least 1 and strides non-negative by now).
@@ -39,10 +40,10 @@ void check_layout(const TensorLayout& view, const char* name, DType dtype) {
     for (int i = 0; i < 4; ++i) {
         if (view.shape[i] <= 0)
             throw InvalidArgument(name, "every dimension must be at least 1, but the shape is " +
-                                            shape_string(view.shape) + ".");
+                                            shape_text(view.shape) + ".");
         if (view.strides[i] < 0)
             throw InvalidArgument(name, "strides must not be negative, but they are " +
-                                            shape_string(view.strides) + ".");
+                                            shape_text(view.strides) + ".");
     }
     if (view.strides[3] != 1)
         throw InvalidArgument(name, "the feature dimension must be contiguous (stride 1), but its "
@@ -51,8 +52,8 @@ void check_layout(const TensorLayout& view, const char* name, DType dtype) {
         throw InvalidArgument(name, "its dtype is " + to_string(view.dtype) + " but q is " +
                                         to_string(dtype) + "; q, k, v and o share one dtype.");
     if (!span_fits_64_bits(view))
-        throw InvalidArgument(name, "the shape " + shape_string(view.shape) + " with strides " +
-                                        shape_string(view.strides) + " spans more than 2^63 - 1 "
+        throw InvalidArgument(name, "the shape " + shape_text(view.shape) + " with strides " +
+                                        shape_text(view.strides) + " spans more than 2^63 - 1 "
                                         "bytes, so the strides or the shape are wrong.");
 }
 
@@ -97,7 +98,7 @@ BroadcastMask broadcast(const std::vector<std::int64_t>& shape, const char* name
             std::ostringstream msg;
             msg << "a mask of shape [";
             for (int k = 0; k < rank; ++k) msg << (k ? ", " : "") << shape[static_cast<std::size_t>(k)];
-            msg << "] does not broadcast to [B, Hq, Nq, Nkv] = " << shape_string(target)
+            msg << "] does not broadcast to [B, Hq, Nq, Nkv] = " << shape_text(target)
                 << ": dimension " << i << " is " << n << ", which is neither 1 nor " << target[t]
                 << ".";
             throw InvalidArgument(name, msg.str());
@@ -233,8 +234,8 @@ Problem resolve(const AttentionSpec& spec) {
     check_layout(v, "v", p.dtype);
     check_layout(o, "o", p.dtype);
     if (!elements_disjoint(o))
-        throw InvalidArgument("o", "the strides " + shape_string(o.strides) + " make distinct "
-                                   "elements of the output shape " + shape_string(o.shape) +
+        throw InvalidArgument("o", "the strides " + shape_text(o.strides) + " make distinct "
+                                   "elements of the output shape " + shape_text(o.shape) +
                                    " share memory (a stride of 0 on a dimension larger than 1, or "
                                    "dimensions that overlap); every output element needs its own "
                                    "location.");
@@ -276,8 +277,8 @@ Problem resolve(const AttentionSpec& spec) {
                                        "GPU kernels index with 32-bit integers.");
     const std::array<std::int64_t, 4> o_shape{p.B, p.Hq, p.Nq, p.Dv};
     if (o.shape != o_shape)
-        throw InvalidArgument("o", "the output shape is " + shape_string(o.shape) +
-                                       " but must be [B, Hq, Nq, Dv] = " + shape_string(o_shape) +
+        throw InvalidArgument("o", "the output shape is " + shape_text(o.shape) +
+                                       " but must be [B, Hq, Nq, Dv] = " + shape_text(o_shape) +
                                        ".");
 
     const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(p.Dk)));

@@ -134,6 +134,9 @@ struct AttentionSpec {
     std::string key() const;
 };
 
+// "[a, b, c, d]": a shape or strides in an error message.
+std::string shape_text(const std::array<std::int64_t, 4>& shape);
+
 // A mask's shape (rank 0..4) right-aligned to rank 4 with leading 1s, as broadcasting aligns it.
 inline std::array<std::int64_t, 4> rank4(const std::vector<std::int64_t>& shape) {
     std::array<std::int64_t, 4> out{1, 1, 1, 1};

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <string>
 
+#include "attention/problem.hpp"
 #include "cache/append.hpp"
 #include "plan/program_cache.hpp"
 #include "runtime.hpp"
@@ -29,11 +30,6 @@ namespace {
 void check_size(std::int64_t value, std::int64_t most, const char* name) {
     if (value < 1 || value > most)
         throw InvalidArgument(name, "must be in [1, " + std::to_string(most) + "], not " + std::to_string(value) + ".");
-}
-
-std::string shape_text(const std::array<std::int64_t, 4>& s) {
-    return "[" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " +
-           std::to_string(s[3]) + "]";
 }
 
 // The rows' tensor checked against the cache: [B, Hkv, T, dim], f32 or f16, on this context.

@@ -15,11 +15,6 @@ namespace vkattn {
 namespace detail {
 namespace {
 
-std::string shape_text(const std::array<std::int64_t, 4>& s) {
-    return "[" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " +
-           std::to_string(s[3]) + "]";
-}
-
 // The tensors of one run, checked against the plan: each with its storage, or null when absent.
 struct Bound {
     struct Tensor {
