@@ -124,9 +124,13 @@ void KvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor
                                                     " is outside [0, " + std::to_string(T) + "] (the new rows).");
     }
 
+    // The rows each sequence gains.
+    std::vector<std::int64_t> added(B, T);
+    if (!counts.empty()) added.assign(counts.begin(), counts.end());
+
     std::lock_guard lock(s.mutex);  // appends to one cache are recorded one at a time
     for (std::size_t b = 0; b < B; ++b) {
-        const std::int64_t count = counts.empty() ? T : counts[b];
+        const std::int64_t count = added[b];
         if (s.recorded[b] + count > s.options.capacity)
             throw InvalidArgument("k_new", "sequence " + std::to_string(b) + " holds " + std::to_string(s.recorded[b]) +
                                                " of its " + std::to_string(s.options.capacity) + " rows; " +
@@ -156,7 +160,7 @@ void KvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor
     state.keep(program);
     for (const DeviceTensor* t : std::initializer_list<const DeviceTensor*>{&k_new, &v_new, &s.k, &s.v, &s.lengths, &s.counts})
         state.keep(detail::TensorAccess::storage(*t));
-    for (std::size_t b = 0; b < B; ++b) s.recorded[b] += static_cast<std::int32_t>(counts.empty() ? T : counts[b]);
+    for (std::size_t b = 0; b < B; ++b) s.recorded[b] += static_cast<std::int32_t>(added[b]);
 }
 
 void KvCache::reset(Batch& batch, std::span<const std::int32_t> lengths) {

@@ -16,6 +16,7 @@
 #include "features.hpp"
 #include "output_table.hpp"
 #include "parse_integer.hpp"
+#include "parse_impl.hpp"
 #include "plot.hpp"
 #include "vkattn/testing/benchmark.hpp"
 #include "vkattn/testing/compare.hpp"
@@ -63,14 +64,6 @@ std::vector<std::int64_t> parse_sweep(const std::string& text, const std::string
     for (std::string item; std::getline(in, item, ',');) out.push_back(number(item));
     if (out.empty()) throw InvalidArgument(flag, "no values given.");
     return out;
-}
-
-Impl parse_impl(const std::string& s) {
-    if (s == "auto") return Impl::automatic;
-    if (s == "unfused") return Impl::unfused;
-    if (s == "fused") return Impl::fused;
-    if (s == "split") return Impl::split;
-    throw InvalidArgument("--impl", "must be auto, unfused, fused or split, not \"" + s + "\".");
 }
 
 struct Point {

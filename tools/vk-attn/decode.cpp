@@ -22,6 +22,7 @@
 
 #include "commands.hpp"
 #include "output_table.hpp"
+#include "parse_impl.hpp"
 #include "parse_integer.hpp"
 #include "vkattn/testing/compare.hpp"
 #include "vkattn/testing/random.hpp"
@@ -111,10 +112,7 @@ int run_decode(const DecodeFlags& f) {
     const std::int64_t B = f.batch, Hq = f.heads, Hkv = f.kv_heads ? f.kv_heads : f.heads, D = f.dim;
     const std::int64_t Dv = f.dim_v ? f.dim_v : f.dim;
     const DType dtype = f.dtype == "f16" ? DType::f16 : DType::f32;
-    Impl impl = Impl::automatic;
-    if (f.impl == "fused") impl = Impl::fused;
-    else if (f.impl == "split") impl = Impl::split;
-    else if (f.impl == "unfused") impl = Impl::unfused;
+    const Impl impl = parse_impl(f.impl);
     const std::vector<std::int32_t> prompts = parse_prompts(f.prompt, B);
     const std::int32_t longest = *std::max_element(prompts.begin(), prompts.end());
     const std::int64_t capacity = longest + f.steps;

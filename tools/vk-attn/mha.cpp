@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "parse_impl.hpp"
 #include "features.hpp"
 #include "mha_weights.hpp"
 #include "npy.hpp"
@@ -65,11 +66,7 @@ int run_mha(const MhaFlags& f) {
     if (!f.key.empty() != !f.value.empty())
         throw InvalidArgument(f.key.empty() ? "--key" : "--value", "--key and --value go together (cross-attention); "
                                                                   "give both, or neither for self-attention.");
-    Impl impl = Impl::automatic;
-    if (f.impl == "unfused") impl = Impl::unfused;
-    else if (f.impl == "fused") impl = Impl::fused;
-    else if (f.impl == "split") impl = Impl::split;
-    else if (f.impl != "auto") throw InvalidArgument("--impl", "must be auto, unfused, fused or split, not \"" + f.impl + "\".");
+    const Impl impl = parse_impl(f.impl);
     if (f.dtype != "f32" && f.dtype != "f16") throw InvalidArgument("--dtype", "must be f32 or f16.");
 
     // Weights errors name the file they came from; say which flag gave it.

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "parse_impl.hpp"
 #include "features.hpp"
 #include "npy.hpp"
 #include "pending_outputs.hpp"
@@ -65,11 +66,7 @@ TensorView view_of(const Loaded& t, DType dtype) {
 
 int run(const RunOptions& o) {
     if (o.out.empty()) throw InvalidArgument("--out", "is required.");
-    Impl impl = Impl::automatic;
-    if (o.impl == "unfused") impl = Impl::unfused;
-    else if (o.impl == "fused") impl = Impl::fused;
-    else if (o.impl == "split") impl = Impl::split;
-    else if (o.impl != "auto") throw InvalidArgument("--impl", "must be auto, unfused, fused or split, not \"" + o.impl + "\".");
+    const Impl impl = parse_impl(o.impl);
     if (!o.weights.empty() && (impl == Impl::fused || impl == Impl::split))
         throw InvalidArgument("--weights", "the attention weights need the three-stage path; use --impl auto or unfused.");
     Causal causal = Causal::none;

@@ -54,28 +54,27 @@ inline HostTensor random_tensor(std::mt19937& rng, DType dtype, Layout layout, s
     return t;
 }
 
-// An output tensor filled with NaN, so an element nobody writes cannot pass.
-inline HostTensor nan_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape) {
+// A tensor of one value: `f32` in f32 storage, the bits `f16` in f16 storage.
+inline HostTensor filled_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape, float f32,
+                                std::uint16_t f16) {
     HostTensor t;
     t.dtype = dtype;
     t.layout = layout;
     t.shape = shape;
     const auto n = static_cast<std::size_t>(t.count());
-    if (dtype == DType::f32) t.f32.assign(n, std::numeric_limits<float>::quiet_NaN());
-    else t.f16.assign(n, 0x7e00);
+    if (dtype == DType::f32) t.f32.assign(n, f32);
+    else t.f16.assign(n, f16);
     return t;
+}
+
+// An output tensor filled with NaN, so an element nobody writes cannot pass.
+inline HostTensor nan_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape) {
+    return filled_tensor(dtype, layout, shape, std::numeric_limits<float>::quiet_NaN(), 0x7e00);
 }
 
 // A tensor of zeros (a KV cache's rows before any append).
 inline HostTensor zero_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape) {
-    HostTensor t;
-    t.dtype = dtype;
-    t.layout = layout;
-    t.shape = shape;
-    const auto n = static_cast<std::size_t>(t.count());
-    if (dtype == DType::f32) t.f32.assign(n, 0.0f);
-    else t.f16.assign(n, 0);
-    return t;
+    return filled_tensor(dtype, layout, shape, 0.0f, 0);
 }
 
 }  // namespace vkattn::testing
