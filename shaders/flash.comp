@@ -30,6 +30,10 @@
 // A row with no visible key keeps m = MASKED (a finite sentinel, common/float_bits.glsl): α and p
 // are guarded, O = 0 and lse = −∞ (or the sink), never NaN. In split mode an empty split writes
 // MASKED as its partial lse, which combine.comp knows.
+// PAGED variants read K and V from a paged cache (params.glsl's PagedKv): every key's row comes
+// through the block table, the arithmetic is the dense kernel's, so the two agree bit for bit.
+// Streaming, a lane looks up the rows of its own keys and the P·V loop shuffles V's rows from their
+// owner, as it does the probabilities. Loads of masked keys are clamped to the last visible key.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -52,32 +56,58 @@ const uint KB = SG * KL;
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 
+#ifdef PAGED
+layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
+#endif
+
+// K and V are read as (pool, element index): the pool is 0 unless PAGED binds several. K's pools 1-3
+// are bindings 10-12, V's 13-15.
 #ifdef TEXEL
-layout(set = 0, binding = 1) uniform samplerBuffer q_texels;
-layout(set = 0, binding = 2) uniform samplerBuffer k_texels;
-layout(set = 0, binding = 3) uniform samplerBuffer v_texels;
-vec4 load_q4(uint index, uint valid) { return texelFetch(q_texels, int(index >> 2)); }
-vec4 load_k4(uint index, uint valid) { return texelFetch(k_texels, int(index >> 2)); }
-vec4 load_v4(uint index, uint valid) { return texelFetch(v_texels, int(index >> 2)); }
+#define LOADER(name, slot)                                              \
+    layout(set = 0, binding = slot) uniform samplerBuffer name##_texels;     \
+    vec4 name(uint index, uint valid) { return texelFetch(name##_texels, int(index >> 2)); }
 #else
 #ifdef IN_F16
 #define IN_TYPE float16_t
 #else
 #define IN_TYPE float
 #endif
-layout(std430, set = 0, binding = 1) readonly buffer QBuffer { IN_TYPE q_data[]; };
-layout(std430, set = 0, binding = 2) readonly buffer KBuffer { IN_TYPE k_data[]; };
-layout(std430, set = 0, binding = 3) readonly buffer VBuffer { IN_TYPE v_data[]; };
-#define LOAD4(name, data)                                                  \
-    vec4 name(uint index, uint valid) {                                    \
-        vec4 v = vec4(0.0);                                                \
-        [[unroll]] for (uint c = 0u; c < 4u; ++c)                          \
-            if (c < valid) v[c] = float(data[index + c]);                  \
-        return v;                                                          \
+#define LOADER(name, slot)                                               \
+    layout(std430, set = 0, binding = slot) readonly buffer name##_buffer {   \
+        IN_TYPE name##_data[];                                                   \
+    };                                                                           \
+    vec4 name(uint index, uint valid) {                                          \
+        vec4 v = vec4(0.0);                                                      \
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)                                \
+            if (c < valid) v[c] = float(name##_data[index + c]);                 \
+        return v;                                                                \
     }
-LOAD4(load_q4, q_data)
-LOAD4(load_k4, k_data)
-LOAD4(load_v4, v_data)
+#endif
+LOADER(load_q4, 1)
+LOADER(load_k4_0, 2)
+LOADER(load_v4_0, 3)
+#ifdef PAGED
+LOADER(load_k4_1, 10)
+LOADER(load_k4_2, 11)
+LOADER(load_k4_3, 12)
+LOADER(load_v4_1, 13)
+LOADER(load_v4_2, 14)
+LOADER(load_v4_3, 15)
+vec4 load_k4(uint pool, uint index, uint valid) {
+    if (POOLS == 1u || pool == 0u) return load_k4_0(index, valid);
+    if (pool == 1u) return load_k4_1(index, valid);
+    if (pool == 2u) return load_k4_2(index, valid);
+    return load_k4_3(index, valid);
+}
+vec4 load_v4(uint pool, uint index, uint valid) {
+    if (POOLS == 1u || pool == 0u) return load_v4_0(index, valid);
+    if (pool == 1u) return load_v4_1(index, valid);
+    if (pool == 2u) return load_v4_2(index, valid);
+    return load_v4_3(index, valid);
+}
+#else
+vec4 load_k4(uint pool, uint index, uint valid) { return load_k4_0(index, valid); }
+vec4 load_v4(uint pool, uint index, uint valid) { return load_v4_0(index, valid); }
 #endif
 
 #ifdef OUT_F16
@@ -95,6 +125,25 @@ layout(std430, set = 0, binding = 9) readonly buffer HeadTerms { float head_term
 
 #include "common/mask.glsl"
 #include "common/philox.glsl"
+
+#ifdef PAGED
+layout(std430, set = 0, binding = 16) readonly buffer BlockTable { int block_table[]; };
+
+// Where key `key`'s row (head hk of sequence b) starts in K or V: (pool, element index). A block id
+// outside [0, blocks) is clamped: a table the host cannot check never reads out of bounds.
+uvec2 paged_row(TensorDesc t, uint b, uint hk, uint key) {
+    const uint entry = key / P.paged.block_size;
+    const uint block = min(uint(block_table[b * P.paged.table_stride + entry]), P.paged.blocks - 1u);
+    const uint pool = block / P.paged.blocks_per_pool;
+    return uvec2(pool, (block - pool * P.paged.blocks_per_pool) * t.stride.x + hk * t.stride.y +
+                       (key - entry * P.paged.block_size) * t.stride.z + t.origin.w);
+}
+#define K_ROW(key) paged_row(P.k, b, hk, key)
+#define V_ROW(key) paged_row(P.v, b, hk, key)
+#else
+#define K_ROW(key) uvec2(0u, k_head + (key) * k_stride)
+#define V_ROW(key) uvec2(0u, v_head + (key) * v_stride)
+#endif
 
 // STAGE's tiles (one element where STAGE is off, so the streaming variant reserves nothing):
 // K as [KD4][KB + 1] (the padding spreads a chunk's stores over the banks), V as [KB][VW4]: the
@@ -174,6 +223,13 @@ void main() {
     const bool capped = P.mask.softcap > 0.0;
     const bool dropout = P.mask.drop_threshold != 0u;
     const float scale = P.scale, scale2 = P.scale * LOG2E, keep_scale = P.mask.keep_scale;
+    // The last key a load may address (a block's masked keys still load a row): the split's last
+    // for dense K/V; paged, the last visible one, as the table need name no block past a length.
+#ifdef PAGED
+    const uint key_last = max(k_end, 1u) - 1u;
+#else
+    const uint key_last = k_last;
+#endif
     const uint k_head = tensor_index(P.k, b, hk, 0u), k_stride = P.k.stride.z;
     const uint v_head = tensor_index(P.v, b, hk, 0u), v_stride = P.v.stride.z;
     const uint Dk4 = (Dk + 3u) / 4u;
@@ -212,13 +268,15 @@ void main() {
                 barrier();  // every subgroup is done with the tiles of the previous chunk or block
                 for (uint e = gl_LocalInvocationIndex; e < KB * KD4; e += NSG * SG) {
                     const uint key = e / KD4, d4 = d0 + e % KD4;
+                    const uvec2 row = K_ROW(min(kb + key, key_last));
                     k_tile[(e % KD4) * K_TILE_ROW + key] =
-                        d4 < Dk4 ? load_k4(k_head + min(kb + key, k_last) * k_stride + 4u * d4, Dk - 4u * d4) : vec4(0.0);
+                        d4 < Dk4 ? load_k4(row.x, row.y + 4u * d4, Dk - 4u * d4) : vec4(0.0);
                 }
                 if (d0 == 0u)
                     for (uint e = gl_LocalInvocationIndex; e < KB * VW4; e += NSG * SG) {
                         const uint key = e / VW4, col = col_base + 4u * (e % VW4);
-                        v_tile[e] = col < Dv ? load_v4(v_head + min(kb + key, k_last) * v_stride + col, Dv - col) : vec4(0.0);
+                        const uvec2 row = V_ROW(min(kb + key, key_last));
+                        v_tile[e] = col < Dv ? load_v4(row.x, row.y + col, Dv - col) : vec4(0.0);
                     }
                 barrier();
                 if (kb < own_end && kb + KB > own_begin)  // uniform per subgroup
@@ -233,12 +291,12 @@ void main() {
                 }
             }
         } else {
-            uint k_row[KL];
-            [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = k_head + min(kb + block_key(lane, c), k_last) * k_stride;
+            uvec2 k_row[KL];
+            [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = K_ROW(min(kb + block_key(lane, c), key_last));
             for (uint d4 = 0u; d4 < Dk4; ++d4) {
                 const uint valid = Dk - 4u * d4;
                 vec4 kv[KL];
-                [[unroll]] for (uint c = 0u; c < KL; ++c) kv[c] = load_k4(k_row[c] + 4u * d4, valid);
+                [[unroll]] for (uint c = 0u; c < KL; ++c) kv[c] = load_k4(k_row[c].x, k_row[c].y + 4u * d4, valid);
                 [[unroll]] for (uint r = 0u; r < R; ++r) {
                     const vec4 qv = load_q4(q_row[r] + 4u * d4, valid);
                     [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] += dot(qv, kv[c]);
@@ -298,19 +356,29 @@ void main() {
             }
         }
 
+#ifdef PAGED
+        uvec2 v_rows[KL];  // streamed: the rows of this lane's keys, shuffled to every lane below
+        [[unroll]] for (uint c = 0u; c < KL; ++c)
+            v_rows[c] = STAGE ? uvec2(0u) : V_ROW(min(kb + block_key(lane, c), key_last));
+#endif
         // P·V: every key of the block, its probabilities shuffled from the lane that owns it, V
         // from the tile (staged) or from memory. The owner loop stays rolled: unrolling it too
         // multiplies the code by SG, and compiling the scalar-load variants then took minutes.
         [[dont_unroll]] for (uint owner = 0u; owner < SG; ++owner)
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
                 const uint key = block_key(owner, c);
-                const uint v_row = v_head + min(kb + key, k_last) * v_stride;
+#ifdef PAGED
+                // The owner looked its keys' rows up (one table read per key, not one per lane).
+                const uvec2 v_row = STAGE ? uvec2(0u) : subgroupShuffle(v_rows[c], owner);
+#else
+                const uvec2 v_row = V_ROW(min(kb + key, key_last));
+#endif
                 float p[R];
                 [[unroll]] for (uint r = 0u; r < R; ++r) p[r] = subgroupShuffle(s[r][c], owner);
                 [[unroll]] for (uint t = 0u; t < DV4; ++t) {
                     const uint slot = tile_lane + SG * t;  // past VW4: a column past Dv, never stored
                     const vec4 v = STAGE ? (slot < VW4 ? v_tile[key * VW4 + slot] : vec4(0.0))
-                                         : load_v4(v_row + v_col[t], Dv - v_col[t]);
+                                         : load_v4(v_row.x, v_row.y + v_col[t], Dv - v_col[t]);
                     [[unroll]] for (uint r = 0u; r < R; ++r) o[r][t] += p[r] * v;
                 }
             }

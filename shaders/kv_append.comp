@@ -5,6 +5,10 @@
 //         append first; the clamp keeps a length written elsewhere from writing out of bounds);
 //   ADVANCE: len[b] = min(len[b] + count[b], capacity), once every row is written.
 // Lengths are clamped to [0, capacity] on read, as mask.glsl clamps them to [0, Nkv].
+// PAGED: the cache is a paged one (params.glsl's PagedKv): row n of sequence b goes to row
+// n % block_size of block table[b][n / block_size], through the pool this dispatch binds (a pool
+// over several bindings takes one dispatch per binding; rows of other pools are skipped there). A
+// row whose table entry names no block is dropped (the host refuses such an append first).
 // Workgroups: (t - first_new, unit) for rows, one invocation per sequence for ADVANCE; the lanes of a row's
 // workgroup walk its features.
 #extension GL_EXT_shader_16bit_storage : enable
@@ -42,6 +46,9 @@ layout(std430, set = 0, binding = 4) writeonly buffer VCache { OUT_TYPE v_cache[
 layout(std430, set = 0, binding = 5) readonly buffer Lengths { int lengths[]; };
 #endif
 layout(std430, set = 0, binding = 6) readonly buffer Counts { int counts[]; };
+#if defined(PAGED) && !defined(ADVANCE)
+layout(std430, set = 0, binding = 7) readonly buffer BlockTable { int block_table[]; };
+#endif
 
 uint length_of(uint b) { return uint(clamp(lengths[b], 0, int(P.capacity))); }
 uint count_of(uint b) { return P.has_counts != 0u ? uint(clamp(counts[b], 0, int(P.new_rows))) : P.new_rows; }
@@ -56,9 +63,19 @@ void main() {
     const uint t = P.first_new + gl_WorkGroupID.x;
     if (t >= count_of(b)) return;
     const uint row = length_of(b) + t;
+#ifdef PAGED
+    if (row >= P.capacity) return;
+    const uint entry = row / P.paged.block_size;
+    const uint block = uint(block_table[b * P.paged.table_stride + entry]);
+    if (block >= P.paged.blocks || block / P.paged.blocks_per_pool != P.pool) return;
+    const uint block_in_pool = block - P.pool * P.paged.blocks_per_pool, in_block = row - entry * P.paged.block_size;
+    const uint k_to = block_in_pool * P.k_cache.stride.x + h * P.k_cache.stride.y + in_block * P.k_cache.stride.z + P.k_cache.origin.w;
+    const uint v_to = block_in_pool * P.v_cache.stride.x + h * P.v_cache.stride.y + in_block * P.v_cache.stride.z + P.v_cache.origin.w;
+#else
     if (row >= P.capacity || row < P.chunk.first_row || row - P.chunk.first_row >= P.chunk.rows) return;
-    const uint k_from = tensor_index(P.k_new, b, h, t), k_to = tensor_index(P.k_cache, b, h, row);
-    const uint v_from = tensor_index(P.v_new, b, h, t), v_to = tensor_index(P.v_cache, b, h, row);
+    const uint k_to = tensor_index(P.k_cache, b, h, row), v_to = tensor_index(P.v_cache, b, h, row);
+#endif
+    const uint k_from = tensor_index(P.k_new, b, h, t), v_from = tensor_index(P.v_new, b, h, t);
     for (uint d = gl_LocalInvocationID.x; d < P.Dk; d += WG) k_cache[k_to + d] = STORED(k_new[k_from + d]);
     for (uint d = gl_LocalInvocationID.x; d < P.Dv; d += WG) v_cache[v_to + d] = STORED(v_new[v_from + d]);
 #endif

@@ -128,6 +128,8 @@ public:
         return s;
     }
 
+    const std::optional<PagedOperands>& paged() const { return ops_.paged; }
+
     std::uint64_t partial_o_bytes(const Chunk& c, const KeyPlan& keys) const {
         return u64(std::max(1u, keys.splits)) * u64(c.units * c.rows * p_.Dv) * 4;
     }
@@ -146,10 +148,14 @@ public:
         if (over(s.q, config_.texel)) return "q";
         if (over(s.o, false)) return "o";
         if (over(s.lse, false)) return "lse";
+        if (ops_.paged) {  // each pool is bound whole
+            if (over(whole(ops_.paged->k_pool_bytes), config_.texel)) return "k_pools";
+            if (over(whole(ops_.paged->v_pool_bytes), config_.texel)) return "v_pools";
+        }
         for (std::uint32_t binding = 0; binding < keys.bindings(); ++binding) {
             const KeySlices k = key_slices(c, keys.keys(binding, p_.Nkv));
-            if (over(k.k, config_.texel)) return "k";
-            if (over(k.v, config_.texel)) return "v";
+            if (!ops_.paged && over(k.k, config_.texel)) return "k";
+            if (!ops_.paged && over(k.v, config_.texel)) return "v";
             if (over(k.masks.bool_mask, false)) return "bool_mask";
             if (over(k.masks.float_mask, false)) return "float_mask";
         }
@@ -231,7 +237,8 @@ public:
         const KeyPlan& keys = plan_.keys;
         const bool split = keys.split_mode();
         const Problem& p = p_;
-        const vk::Kernel& flash = flash_kernel(runtime_, config_, p.dtype, split);
+        const std::optional<PagedOperands>& paged = planner_.paged();
+        const vk::Kernel& flash = flash_kernel(runtime_, config_, p.dtype, split, paged ? paged->pools : 0);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);
@@ -258,12 +265,20 @@ public:
                 params.mask.bool_mask = k.masks.bool_mask.desc;
                 params.mask.float_mask = k.masks.float_mask.desc;
                 Dispatch main{.kernel = &flash};
-                main.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, k.k, p.dtype), bind(3, *d.v, k.v, p.dtype),
+                if (paged) {
+                    params.k = paged->k;
+                    params.v = paged->v;
+                    params.paged = paged->addressing;
+                    bind_pools(main, d, *paged);
+                } else {
+                    main.bindings = {bind(2, *d.k, k.k, p.dtype), bind(3, *d.v, k.v, p.dtype)};
+                }
+                main.bindings.insert(main.bindings.end(), {bind(1, *d.q, s.q, p.dtype),
                                  split ? bind(4, *o_partial, o_part) : bind(4, *d.o, s.o),
                                  split ? bind(5, *lse_partial, lse_part) : bind(5, *d.lse, s.lse),
                                  bind(6, *d.lengths, d.lengths_slice), bind(7, *d.bool_mask, k.masks.bool_mask),
                                  bind(8, *d.float_mask, k.masks.float_mask),
-                                 bind(9, *d.head_terms, whole(d.head_terms_bytes))};
+                                 bind(9, *d.head_terms, whole(d.head_terms_bytes))});
                 main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()),
                                u32(c.units), keys.splits_in(binding)};
                 for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
@@ -295,6 +310,24 @@ public:
     }
 
 private:
+    // K's pools at bindings 2 and 10-12, V's at 3 and 13-15 (the first pool again where the
+    // kernel declares more than there are), the block table at 16.
+    void bind_pools(Dispatch& dispatch, const DeviceBuffers& d, const PagedOperands& paged) const {
+        for (std::uint32_t i = 0; i < kMaxPagedPools; ++i) {
+            const std::uint32_t pool = i < paged.pools ? i : 0;
+            const Slice k{d.k_pool_offsets[pool], whole(paged.k_pool_bytes).range, {}};
+            const Slice v{d.v_pool_offsets[pool], whole(paged.v_pool_bytes).range, {}};
+            dispatch.bindings.push_back(bind(i == 0 ? 2 : 9 + i, *d.k_pools[pool], clamp_to(k, *d.k_pools[pool]), p_.dtype));
+            dispatch.bindings.push_back(bind(i == 0 ? 3 : 12 + i, *d.v_pools[pool], clamp_to(v, *d.v_pools[pool]), p_.dtype));
+        }
+        dispatch.bindings.push_back(bind(16, *d.block_table, d.table_slice));
+    }
+    // A slice cut at its buffer's end (a pool's range rounded up may pass it).
+    static Slice clamp_to(Slice slice, const vk::Buffer& buffer) {
+        slice.range = std::min(slice.range, buffer.size() - slice.offset);
+        return slice;
+    }
+
     // The split partials (one chunk's at a time: chunks run in order and reuse them).
     std::pair<std::uint64_t, std::uint64_t> partial_bytes() const {
         std::uint64_t partial_o = 16, partial_lse = 16;

@@ -28,6 +28,23 @@ Operands own_buffer_operands(const Problem& p, const std::array<std::int64_t, 4>
     return ops;
 }
 
+PagedOperands paged_operands(const PagedSpec& s, const Problem& p) {
+    auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
+    auto pool = [&](std::int64_t D) {
+        TensorDesc d;
+        d.stride = {u32(s.block_size * p.Hkv * D), u32(D), u32(p.Hkv * D), 1};
+        return d;
+    };
+    PagedOperands o;
+    o.addressing = {u32(s.block_size), u32(s.table_stride), u32(s.blocks_per_pool), u32(s.blocks)};
+    o.pools = u32(s.pools);
+    o.k = pool(p.Dk);
+    o.v = pool(p.Dv);
+    o.k_pool_bytes = s.k_pool_bytes;
+    o.v_pool_bytes = s.v_pool_bytes;
+    return o;
+}
+
 MaskSlices mask_slices(const Problem& p, const Operands& ops, const Box& qb, std::uint64_t alignment, Features keys) {
     if (keys.length == 0) keys = {0, p.Nkv};
     MaskSlices m;

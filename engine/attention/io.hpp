@@ -5,7 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
+#include "attention/params.hpp"
 #include "attention/problem.hpp"
 #include "attention/slicing.hpp"
 #include "vk/buffer.hpp"
@@ -29,10 +31,21 @@ struct Operand {
     }
 };
 
-// q, k, v, o as the views say; lse [B, Hq, Nq] and weights [B, Hq, Nq, Nkv] dense fp32; the masks
-// with their broadcast strides (Problem::bool_mask / float_mask).
+// A paged K/V (flash.comp's PAGED variants): each pool bound whole, from its first block.
+struct PagedOperands {
+    PagedKv addressing;               // block size, table stride, blocks per pool, blocks
+    std::uint32_t pools = 1;
+    TensorDesc k, v;                  // strides between blocks (x), heads (y), a block's rows (z)
+    std::uint64_t k_pool_bytes = 0, v_pool_bytes = 0;  // the largest pool's binding
+};
+PagedOperands paged_operands(const PagedSpec& spec, const Problem& problem);
+
+// q, k, v, o as the views say (k and v unused when paged); lse [B, Hq, Nq] and weights
+// [B, Hq, Nq, Nkv] dense fp32; the masks with their broadcast strides (Problem::bool_mask /
+// float_mask).
 struct Operands {
     Operand q, k, v, o, lse, weights, bool_mask, float_mask;
+    std::optional<PagedOperands> paged;
 };
 
 // The operands of tensors each alone in a buffer of its own (base 0), as the engine allocates them:
@@ -48,6 +61,11 @@ struct DeviceBuffers {
     const vk::Buffer* head_terms = nullptr;  // [Hq] ALiBi slopes then [Hq] sinks (mask.glsl)
     Slice lengths_slice;                     // [B] int32 key lengths (a placeholder when absent)
     std::uint64_t head_terms_bytes = 16;
+    // Paged: the pools (k and v unused) and the block table, each bound whole.
+    std::array<const vk::Buffer*, 4> k_pools{}, v_pools{};
+    std::array<std::uint64_t, 4> k_pool_offsets{}, v_pool_offsets{};
+    const vk::Buffer* block_table = nullptr;
+    Slice table_slice;
 };
 
 constexpr std::uint32_t kNanF32 = 0x7fc00000u;

@@ -1,5 +1,7 @@
 #include "attention/kernels.hpp"
 
+#include <algorithm>
+
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
 
@@ -47,16 +49,18 @@ const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& c) {
     return runtime.kernels().get(key);
 }
 
-const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dtype, bool split) {
+const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dtype, bool split,
+                               std::uint32_t paged_pools) {
     // flash.comp's constant_ids.
     enum FlashConstant : std::uint32_t {
-        kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups, kStage, kKd4, kVw4
+        kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups, kStage, kKd4, kVw4, kPools
     };
+    if (paged_pools > kMaxPagedPools) throw Error("internal: flash.comp binds at most 4 pools.");
     const bool out16 = dtype == DType::f16 && !split;  // split partials are fp32
-    std::string shader;
-    if (c.texel) shader = out16 ? "flash_texel_o16" : "flash_texel_o32";
-    else if (dtype == DType::f32) shader = "flash_ssbo_in32_o32";
-    else shader = out16 ? "flash_ssbo_in16_o16" : "flash_ssbo_in16_o32";
+    std::string shader = paged_pools > 0 ? "flash_paged_" : "flash_";
+    if (c.texel) shader += out16 ? "texel_o16" : "texel_o32";
+    else if (dtype == DType::f32) shader += "ssbo_in32_o32";
+    else shader += out16 ? "ssbo_in16_o16" : "ssbo_in16_o32";
     const vk::KernelKey key{
         .shader = shader,
         .constants = {
@@ -70,6 +74,7 @@ const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dty
             {.id = kStage, .value = c.staged ? 1u : 0u},
             {.id = kKd4, .value = c.kd4},
             {.id = kVw4, .value = c.v_width4},
+            {.id = kPools, .value = std::max(paged_pools, 1u)},
         },
         .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
     return runtime.kernels().get(key);
@@ -83,13 +88,13 @@ const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     return runtime.kernels().get(key);
 }
 
-const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out) {
+const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out, bool paged) {
     auto bits = [](DType t) {
         if (t != DType::f32 && t != DType::f16) throw Error("internal: no kv_append variant for " + to_string(t) + ".");
         return t == DType::f32 ? "32" : "16";
     };
     const vk::KernelKey key{
-        .shader = std::string("kv_append_in") + bits(in) + "_out" + bits(out),
+        .shader = std::string(paged ? "kv_append_paged_in" : "kv_append_in") + bits(in) + "_out" + bits(out),
         .constants = {{.id = 0, .value = 64}},  // WG, also the local size: features of one row
     };
     return runtime.kernels().get(key);

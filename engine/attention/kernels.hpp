@@ -18,11 +18,17 @@ enum class BmmAdd : std::uint32_t { none = 0, bias = 1, residual = 2 };
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, bool b_transposed, DType a, DType b,
                              DType c, BmmAdd add = BmmAdd::none);
 const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
-// flash.comp; `split` writes fp32 partials for combine.comp.
-const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, DType dtype, bool split);
+// The pools (bindings) of K and of V that the paged flash variants can read.
+constexpr std::uint32_t kMaxPagedPools = 4;
+
+// flash.comp; `split` writes fp32 partials for combine.comp; `paged_pools` > 0 reads K and V from
+// that many pools of a paged cache through its block table.
+const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, DType dtype, bool split,
+                               std::uint32_t paged_pools = 0);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
-// kv_append.comp: rows of `in` dtype into a cache of `out` dtype; and the lengths' advance.
-const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out);
+// kv_append.comp: rows of `in` dtype into a cache of `out` dtype (contiguous or paged); and the
+// lengths' advance.
+const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out, bool paged = false);
 const vk::Kernel& kv_advance_kernel(Runtime& runtime);
 
 }  // namespace vkattn::detail

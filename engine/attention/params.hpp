@@ -42,6 +42,13 @@ struct alignas(16) MaskParams {
     TensorDesc bool_mask, float_mask;
 };
 
+// A paged K/V's addressing (PAGED variants): key n of sequence b is row n % block_size of block
+// table[b·table_stride + n / block_size], in pool block / blocks_per_pool; the pools' TensorDescs
+// hold the strides between blocks (x), heads (y) and a block's rows (z).
+struct alignas(16) PagedKv {
+    std::uint32_t block_size = 0, table_stride = 0, blocks_per_pool = 0, blocks = 0;
+};
+
 // flash.comp: units are (b, kv head), rows ρ = g·Nq + i over the group's query heads.
 struct alignas(16) FlashParams {
     static constexpr std::string_view shader = "flash";
@@ -55,6 +62,7 @@ struct alignas(16) FlashParams {
     std::uint32_t o_split_stride = 0;  // split mode: elements between splits' partial O
     std::uint32_t lse_split_stride = 0;
     TensorDesc q, k, v, o, lse;        // o, lse: split 0's partials in split mode
+    PagedKv paged;                     // PAGED variants only
 };
 
 // softmax.comp's modes (SoftmaxParams::mode; MODE_* in softmax_params.glsl).
@@ -104,6 +112,8 @@ struct alignas(16) AppendParams {
     std::uint32_t first_new = 0;   // the new row of grid x = 0
     ChunkRange chunk;
     TensorDesc k_new, v_new, k_cache, v_cache;
+    PagedKv paged;           // PAGED variants only, as pool:
+    std::uint32_t pool = 0;  // the pool this dispatch binds
 };
 
 static_assert(offsetof(TensorDesc, stride) == 0);
@@ -152,7 +162,14 @@ static_assert(offsetof(FlashParams, k) == 224);
 static_assert(offsetof(FlashParams, v) == 256);
 static_assert(offsetof(FlashParams, o) == 288);
 static_assert(offsetof(FlashParams, lse) == 320);
-static_assert(sizeof(FlashParams) == 352);
+static_assert(offsetof(FlashParams, paged) == 352);
+static_assert(sizeof(FlashParams) == 368);
+
+static_assert(offsetof(PagedKv, block_size) == 0);
+static_assert(offsetof(PagedKv, table_stride) == 4);
+static_assert(offsetof(PagedKv, blocks_per_pool) == 8);
+static_assert(offsetof(PagedKv, blocks) == 12);
+static_assert(sizeof(PagedKv) == 16);
 
 static_assert(offsetof(SoftmaxParams, shape) == 0);
 static_assert(offsetof(SoftmaxParams, chunk) == 32);
@@ -200,7 +217,9 @@ static_assert(offsetof(AppendParams, k_new) == 48);
 static_assert(offsetof(AppendParams, v_new) == 80);
 static_assert(offsetof(AppendParams, k_cache) == 112);
 static_assert(offsetof(AppendParams, v_cache) == 144);
-static_assert(sizeof(AppendParams) == 176);
+static_assert(offsetof(AppendParams, paged) == 176);
+static_assert(offsetof(AppendParams, pool) == 192);
+static_assert(sizeof(AppendParams) == 208);
 
 // MaskParams::flags, as shaders/common/mask.glsl names them.
 enum MaskFlag : std::uint32_t {

@@ -11,7 +11,7 @@ namespace vkattn::detail {
 
 PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
                        const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
-                       const AttentionOptions& options) {
+                       const AttentionOptions& options, bool paged) {
     const auto& caps = runtime.device().caps();
     if (problem.dtype == DType::f16 && !caps.fp16_storage)
         throw InvalidArgument("dtype", "the device " + caps.name +
@@ -31,6 +31,17 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
         choice.splits = splits;
         return choice;
     };
+    // A paged K/V is read through its block table by the fused kernels only.
+    if (paged) {
+        if (options.impl == Impl::unfused)
+            throw InvalidArgument("impl", "the three-stage path does not read a paged K/V; use auto, fused or split.");
+        if (problem.want_weights)
+            throw InvalidArgument("weights", "the attention weights exist only in the three-stage path, which does not "
+                                             "read a paged K/V; use a contiguous cache to get them.");
+        if (!fused)
+            throw InvalidArgument("paged", "a paged K/V is read by the fused kernels only, which cannot run here: " +
+                                               why_not_fused + ".");
+    }
     switch (options.impl) {
         case Impl::automatic:
             // The weights exist only in the three-stage path; the fused kernels need subgroups and

@@ -41,11 +41,11 @@ struct PathChoice {
     UnfusedStages stages = UnfusedStages::all;
 };
 
-// The path options.impl asks for (or `auto` chooses). Throws InvalidArgument when it cannot run on
-// this device.
+// The path options.impl asks for (or `auto` chooses); a `paged` K/V needs a fused one. Throws
+// InvalidArgument when it cannot run on this device.
 PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
                        const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
-                       const AttentionOptions& options);
+                       const AttentionOptions& options, bool paged = false);
 
 // The chosen path planned over the operands. Throws ResourceLimit when the problem cannot fit.
 std::unique_ptr<PathRun> make_path(Runtime& runtime, const Problem& problem, const PathChoice& choice,

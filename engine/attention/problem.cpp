@@ -355,6 +355,8 @@ std::string AttentionSpec::key() const {
         put(t->shape);
         put(t->strides);
     }
+    put(paged.has_value());
+    if (paged) put(*paged);
     put(kv_lengths);
     put(weights);
     put(lse);

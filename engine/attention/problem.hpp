@@ -122,8 +122,20 @@ struct TensorLayout {
     DType dtype = DType::f32;
     std::array<std::int64_t, 4> shape{}, strides{};
 };
+// A paged K/V's geometry (vkattn::DevicePagedKv); the spec's k and v are then the virtual
+// [B, Hkv, table_stride · block_size, D] tensors it stands for.
+struct PagedSpec {
+    std::int64_t block_size = 0;
+    std::int64_t table_stride = 0;     // block-table entries per sequence
+    std::int64_t blocks_per_pool = 0;  // every pool but the last holds exactly this many
+    std::int64_t blocks = 0;           // over every pool
+    std::int64_t pools = 0;
+    std::uint64_t k_pool_bytes = 0, v_pool_bytes = 0;  // the first (largest) pool's
+};
+
 struct AttentionSpec {
     TensorLayout q, k, v, o;
+    std::optional<PagedSpec> paged;
     bool kv_lengths = false;
     std::optional<std::vector<std::int64_t>> bool_mask, float_mask;  // the masks' shapes
     bool weights = false, lse = false;

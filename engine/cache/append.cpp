@@ -19,17 +19,28 @@ Operand operand_of(const DeviceTensor& t) {
             TensorAccess::storage(t)->buffer.size()};
 }
 
+// A pool (or the table) bound whole: its elements rounded up to 16 bytes, within its buffer.
+Slice whole_tensor(const DeviceTensor& t) {
+    const vk::Buffer& buffer = TensorAccess::storage(t)->buffer;
+    return Slice{t.offset_bytes(), std::min((span_bytes(t) + 15) / 16 * 16, buffer.size() - t.offset_bytes()), {}};
+}
+
 }  // namespace
 
 void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
-    const auto& shape = t.k_cache.shape();
-    const std::int64_t B = shape[0], Hkv = shape[1], capacity = shape[2], Dk = shape[3];
-    const std::int64_t Dv = t.v_cache.shape()[3], T = t.k_new.shape()[2];
+    const auto& shape = t.k_new.shape();
+    const std::int64_t B = shape[0], Hkv = shape[1], T = shape[2], Dk = shape[3], Dv = t.v_new.shape()[3];
+    const AppendPools* pools = t.pools;
+    const std::int64_t capacity = pools ? std::int64_t{pools->addressing.table_stride} * pools->addressing.block_size
+                                        : t.k_cache.shape()[2];
     const auto& caps = runtime.device().caps();
     const std::uint64_t limit = runtime.max_binding_bytes(), align = binding_alignment(caps);
     const Operand k_new = operand_of(t.k_new), v_new = operand_of(t.v_new);
-    const Operand k_cache = operand_of(t.k_cache), v_cache = operand_of(t.v_cache);
-    const std::uint64_t in_bytes = size_of(t.k_new.dtype()), out_bytes = size_of(t.k_cache.dtype());
+    // Paged: the pools are bound whole (the cache made each fit) and the chunks cut only the new
+    // rows; the cache rows stay one range.
+    const Operand k_cache = pools ? Operand{} : operand_of(t.k_cache), v_cache = pools ? Operand{} : operand_of(t.v_cache);
+    const DType cache_dtype = pools ? pools->k[0].dtype() : t.k_cache.dtype();
+    const std::uint64_t in_bytes = size_of(t.k_new.dtype()), out_bytes = size_of(cache_dtype);
 
     // The new rows [t0, t0 + tn) of a chunk's units, and the chunk's cache rows.
     auto new_box = [&](const Chunk& c, std::int64_t t0, std::int64_t tn) { return query_box({c.u0, c.units, t0, tn}, Hkv); };
@@ -38,11 +49,11 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
         if (c.units > caps.max_workgroup_count[1]) return false;
         const Box nb = new_box(c, t0, tn), cb = cache_box(c);
         return k_new.slice(Dk, nb, in_bytes, align).range <= limit && v_new.slice(Dv, nb, in_bytes, align).range <= limit &&
-               k_cache.slice(Dk, cb, out_bytes, align).range <= limit &&
-               v_cache.slice(Dv, cb, out_bytes, align).range <= limit;
+               (pools || (k_cache.slice(Dk, cb, out_bytes, align).range <= limit &&
+                          v_cache.slice(Dv, cb, out_bytes, align).range <= limit));
     };
 
-    const vk::Kernel& rows_kernel = kv_append_kernel(runtime, t.k_new.dtype(), t.k_cache.dtype());
+    const vk::Kernel& rows_kernel = kv_append_kernel(runtime, t.k_new.dtype(), cache_dtype, pools != nullptr);
     AppendParams base;
     base.B = static_cast<std::uint32_t>(B);
     base.Hkv = static_cast<std::uint32_t>(Hkv);
@@ -57,7 +68,7 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
     std::int64_t run = std::min<std::int64_t>(T, caps.max_workgroup_count[0]);
     for (std::int64_t t0 = 0; t0 < T;) {
         const std::int64_t tn = std::min(run, T - t0);
-        const auto chunks = plan_chunks(B * Hkv, capacity, 1, [&](const Chunk& c) { return fits(c, t0, tn); });
+        const auto chunks = plan_chunks(B * Hkv, pools ? 1 : capacity, 1, [&](const Chunk& c) { return fits(c, t0, tn); });
         if (chunks.empty()) {
             if (tn == 1)
                 throw ResourceLimit("k_cache: one row of one head (Dk = " + std::to_string(Dk) + ", Dv = " +
@@ -67,24 +78,41 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
             continue;
         }
         for (const Chunk& c : chunks) {
-            const Box nb = new_box(c, t0, tn), cb = cache_box(c);
+            const Box nb = new_box(c, t0, tn);
             const Slice kn = k_new.slice(Dk, nb, in_bytes, align), vn = v_new.slice(Dv, nb, in_bytes, align);
-            const Slice kc = k_cache.slice(Dk, cb, out_bytes, align), vc = v_cache.slice(Dv, cb, out_bytes, align);
             AppendParams params = base;
             params.first_new = static_cast<std::uint32_t>(t0);
             params.chunk = {static_cast<std::uint32_t>(c.u0), static_cast<std::uint32_t>(c.r0),
                             static_cast<std::uint32_t>(c.rows)};
             params.k_new = kn.desc;
             params.v_new = vn.desc;
-            params.k_cache = kc.desc;
-            params.v_cache = vc.desc;
-            program.dispatch({&rows_kernel, params,
+            Dispatch dispatch{&rows_kernel, params,
                               {bind(1, TensorAccess::storage(t.k_new)->buffer, kn),
-                               bind(2, TensorAccess::storage(t.v_new)->buffer, vn),
-                               bind(3, TensorAccess::storage(t.k_cache)->buffer, kc),
-                               bind(4, TensorAccess::storage(t.v_cache)->buffer, vc), bind(5, *t.lengths, lengths),
+                               bind(2, TensorAccess::storage(t.v_new)->buffer, vn), bind(5, *t.lengths, lengths),
                                bind(6, *t.counts, counts)},
-                              {static_cast<std::uint32_t>(tn), static_cast<std::uint32_t>(c.units), 1}});
+                              {static_cast<std::uint32_t>(tn), static_cast<std::uint32_t>(c.units), 1}};
+            if (!pools) {
+                const Box cb = cache_box(c);
+                const Slice kc = k_cache.slice(Dk, cb, out_bytes, align), vc = v_cache.slice(Dv, cb, out_bytes, align);
+                std::get<AppendParams>(dispatch.params).k_cache = kc.desc;
+                std::get<AppendParams>(dispatch.params).v_cache = vc.desc;
+                dispatch.bindings.push_back(bind(3, TensorAccess::storage(t.k_cache)->buffer, kc));
+                dispatch.bindings.push_back(bind(4, TensorAccess::storage(t.v_cache)->buffer, vc));
+                program.dispatch(dispatch);
+                continue;
+            }
+            for (std::size_t pool = 0; pool < pools->k.size(); ++pool) {
+                Dispatch one = dispatch;
+                AppendParams& pp = std::get<AppendParams>(one.params);
+                pp.k_cache = pools->k_desc;
+                pp.v_cache = pools->v_desc;
+                pp.paged = pools->addressing;
+                pp.pool = static_cast<std::uint32_t>(pool);
+                one.bindings.push_back(bind(3, TensorAccess::storage(pools->k[pool])->buffer, whole_tensor(pools->k[pool])));
+                one.bindings.push_back(bind(4, TensorAccess::storage(pools->v[pool])->buffer, whole_tensor(pools->v[pool])));
+                one.bindings.push_back(bind(7, TensorAccess::storage(pools->table)->buffer, whole_tensor(pools->table)));
+                program.dispatch(one);
+            }
         }
         t0 += tn;
     }

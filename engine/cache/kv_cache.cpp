@@ -6,6 +6,7 @@
 
 #include "attention/problem.hpp"
 #include "cache/append.hpp"
+#include "cache/cache_args.hpp"
 #include "plan/program_cache.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
@@ -16,6 +17,12 @@
 namespace vkattn {
 namespace detail {
 
+namespace {
+
+CacheShape cache_shape(const KvCacheOptions& o) { return {o.batch, o.kv_heads, o.dim, o.dim_v}; }
+
+}  // namespace
+
 struct KvCacheState {
     Runtime* runtime = nullptr;
     KvCacheOptions options;
@@ -25,26 +32,6 @@ struct KvCacheState {
     ProgramCache appends{4};  // per new-row tensors' memory, shape and strides
 };
 
-namespace {
-
-void check_size(std::int64_t value, std::int64_t most, const char* name) {
-    if (value < 1 || value > most)
-        throw InvalidArgument(name, "must be in [1, " + std::to_string(most) + "], not " + std::to_string(value) + ".");
-}
-
-// The rows' tensor checked against the cache: [B, Hkv, T, dim], f32 or f16, on this context.
-void check_rows(const KvCacheState& s, const DeviceTensor& t, std::int64_t dim, const char* name) {
-    storage_of(t, *s.runtime, name);
-    if (t.dtype() != DType::f32 && t.dtype() != DType::f16)
-        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + "; new keys and values are f32 or f16.");
-    const auto& sh = t.shape();
-    if (sh[0] != s.options.batch || sh[1] != s.options.kv_heads || sh[3] != dim || sh[2] < 1)
-        throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the cache takes [" +
-                                        std::to_string(s.options.batch) + ", " + std::to_string(s.options.kv_heads) +
-                                        ", T >= 1, " + std::to_string(dim) + "].");
-}
-
-}  // namespace
 }  // namespace detail
 
 KvCache::KvCache(Context& context, const KvCacheOptions& options) : state_(std::make_shared<detail::KvCacheState>()) {
@@ -104,29 +91,8 @@ void KvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor
     detail::KvCacheState& s = *state_;
     detail::BatchState& state = detail::BatchAccess::state(batch);
     if (state.runtime != s.runtime) throw InvalidArgument("batch", "the batch belongs to another Context than the cache.");
-    detail::check_rows(s, k_new, s.options.dim, "k_new");
-    detail::check_rows(s, v_new, s.options.dim_v, "v_new");
-    if (v_new.dtype() != k_new.dtype())
-        throw InvalidArgument("v_new", "its dtype is " + to_string(v_new.dtype()) + " but k_new's is " +
-                                           to_string(k_new.dtype()) + "; new keys and values share one dtype.");
-    const std::int64_t T = k_new.shape()[2];
-    if (v_new.shape()[2] != T)
-        throw InvalidArgument("v_new", "it holds " + std::to_string(v_new.shape()[2]) + " new rows but k_new holds " +
-                                           std::to_string(T) + ".");
-    const auto B = static_cast<std::size_t>(s.options.batch);
-    if (!counts.empty()) {
-        if (counts.size() != B)
-            throw InvalidArgument("counts", "it holds " + std::to_string(counts.size()) + " counts but the cache has " +
-                                                std::to_string(B) + " sequences.");
-        for (std::size_t b = 0; b < B; ++b)
-            if (counts[b] < 0 || counts[b] > T)
-                throw InvalidArgument("counts", "counts[" + std::to_string(b) + "] = " + std::to_string(counts[b]) +
-                                                    " is outside [0, " + std::to_string(T) + "] (the new rows).");
-    }
-
-    // The rows each sequence gains.
-    std::vector<std::int64_t> added(B, T);
-    if (!counts.empty()) added.assign(counts.begin(), counts.end());
+    const std::vector<std::int64_t> added = detail::appended_rows(*s.runtime, detail::cache_shape(s.options), k_new, v_new, counts);
+    const auto B = added.size();
 
     std::lock_guard lock(s.mutex);  // appends to one cache are recorded one at a time
     for (std::size_t b = 0; b < B; ++b) {
@@ -136,21 +102,18 @@ void KvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor
                                                " of its " + std::to_string(s.options.capacity) + " rows; " +
                                                std::to_string(count) + " more would pass the capacity.");
     }
-    detail::ProgramKey key;
-    for (const DeviceTensor* t : {&k_new, &v_new}) {
-        key.storages.push_back(detail::TensorAccess::storage(*t));
-        key.offsets.push_back(t->offset_bytes());
-        key.signature.insert(key.signature.end(), t->shape().begin(), t->shape().end());
-        key.signature.insert(key.signature.end(), t->strides().begin(), t->strides().end());
-    }
-    key.signature.push_back(static_cast<std::int64_t>(k_new.dtype()));
-    key.signature.push_back(counts.empty() ? 0 : 1);
+    const detail::ProgramKey key = detail::append_key(k_new, v_new, !counts.empty());
     std::shared_ptr<detail::Program> program = s.appends.find(key);
     if (!program) {
         program = std::make_shared<detail::Program>(*s.runtime);
         detail::record_append(*s.runtime, *program,
-                              {k_new, v_new, s.k, s.v, &detail::TensorAccess::storage(s.lengths)->buffer,
-                               &detail::TensorAccess::storage(s.counts)->buffer, !counts.empty()});
+                              {.k_new = k_new,
+                               .v_new = v_new,
+                               .k_cache = s.k,
+                               .v_cache = s.v,
+                               .lengths = &detail::TensorAccess::storage(s.lengths)->buffer,
+                               .counts = &detail::TensorAccess::storage(s.counts)->buffer,
+                               .has_counts = !counts.empty()});
         s.appends.insert(key, program);
     }
     if (!counts.empty())
@@ -167,18 +130,7 @@ void KvCache::reset(Batch& batch, std::span<const std::int32_t> lengths) {
     detail::KvCacheState& s = *state_;
     detail::BatchState& state = detail::BatchAccess::state(batch);
     if (state.runtime != s.runtime) throw InvalidArgument("batch", "the batch belongs to another Context than the cache.");
-    const auto B = static_cast<std::size_t>(s.options.batch);
-    std::vector<std::int32_t> values(B, 0);
-    if (!lengths.empty()) {
-        if (lengths.size() != B)
-            throw InvalidArgument("lengths", "it holds " + std::to_string(lengths.size()) + " lengths but the cache has " +
-                                                 std::to_string(B) + " sequences.");
-        for (std::size_t b = 0; b < B; ++b)
-            if (lengths[b] < 0 || lengths[b] > s.options.capacity)
-                throw InvalidArgument("lengths", "lengths[" + std::to_string(b) + "] = " + std::to_string(lengths[b]) +
-                                                     " is outside [0, " + std::to_string(s.options.capacity) + "].");
-        values.assign(lengths.begin(), lengths.end());
-    }
+    std::vector<std::int32_t> values = detail::reset_lengths(detail::cache_shape(s.options), lengths, s.options.capacity);
     std::lock_guard lock(s.mutex);
     state.upload(s.lengths, make_view(static_cast<const void*>(values.data()), DType::i32, Layout::bhnd,
                                       {s.options.batch, 1, 1, 1}));

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "attention/kernels.hpp"
+#include "plan/paged_kv.hpp"
 #include "plan/plan_cache.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
@@ -22,7 +23,14 @@ struct Bound {
         Storage* storage = nullptr;
     };
     Tensor q, k, v, o, kv_lengths, bool_mask, float_mask, weights, lse;
-    std::array<const Tensor*, 9> all() const { return {&q, &k, &v, &o, &kv_lengths, &bool_mask, &float_mask, &weights, &lse}; }
+    Tensor block_table;                 // paged: the table and the pools (k and v absent)
+    std::vector<Tensor> k_pools, v_pools;
+    std::vector<const Tensor*> all() const {
+        std::vector<const Tensor*> list{&q, &k, &v, &o, &kv_lengths, &bool_mask, &float_mask, &weights, &lse, &block_table};
+        for (const auto* pools : {&k_pools, &v_pools})
+            for (const Tensor& t : *pools) list.push_back(&t);
+        return list;
+    }
 };
 
 Bound::Tensor check_tensor(const PlanState& plan, const DeviceTensor& t, const TensorLayout& layout, const char* name) {
@@ -63,13 +71,50 @@ void check_constants(std::span<const float> given, const std::vector<float>& pla
         throw InvalidArgument(name, "the values differ from the ones the plan was made with; they are part of the plan.");
 }
 
+// A paged K/V checked against the plan's: the same geometry, each tensor of this context, each pool
+// and the table at an offset the device can bind.
+void bind_paged(const PlanState& plan, const DevicePagedKv& paged, Bound& b) {
+    const PagedSpec given = paged_spec(paged);
+    if (given.block_size != plan.spec.paged->block_size || given.table_stride != plan.spec.paged->table_stride ||
+        given.blocks_per_pool != plan.spec.paged->blocks_per_pool || given.blocks != plan.spec.paged->blocks ||
+        given.pools != plan.spec.paged->pools || paged.k_pools[0].dtype() != plan.spec.k.dtype ||
+        paged.k_pools[0].shape()[2] != plan.problem.Hkv || paged.k_pools[0].shape()[3] != plan.problem.Dk ||
+        paged.v_pools[0].shape()[3] != plan.problem.Dv || paged.block_table.shape()[0] != plan.problem.B)
+        throw InvalidArgument("paged", "its pools or block table (" + paged_text(given) + ") differ from the plan's (" +
+                                           paged_text(*plan.spec.paged) + ") or from its dtype, batch, heads or head "
+                                           "dimensions; make a plan for this cache.");
+    const auto& caps = plan.runtime->device().caps();
+    auto check = [&](const DeviceTensor& t, const std::string& name, std::uint64_t align) {
+        Storage& storage = storage_of(t, *plan.runtime, name.c_str());
+        if (t.offset_bytes() % align != 0)
+            throw InvalidArgument(name.c_str(), "it starts at byte " + std::to_string(t.offset_bytes()) +
+                                                    " of its memory; the device binds it at multiples of " +
+                                                    std::to_string(align) + " bytes.");
+        return Bound::Tensor{&t, &storage};
+    };
+    b.block_table = check(paged.block_table, "paged.block_table", caps.min_storage_offset_alignment);
+    for (std::size_t i = 0; i < paged.k_pools.size(); ++i) {
+        b.k_pools.push_back(check(paged.k_pools[i], "paged.k_pools[" + std::to_string(i) + "]", binding_alignment(caps)));
+        b.v_pools.push_back(check(paged.v_pools[i], "paged.v_pools[" + std::to_string(i) + "]", binding_alignment(caps)));
+    }
+}
+
 Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out) {
     const AttentionSpec& s = plan.spec;
     const Problem& p = plan.problem;
     Bound b;
     b.q = check_tensor(plan, in.q, s.q, "q");
-    b.k = check_tensor(plan, in.k, s.k, "k");
-    b.v = check_tensor(plan, in.v, s.v, "v");
+    if (s.paged) {
+        if (in.k.defined() || in.v.defined())
+            throw InvalidArgument(in.k.defined() ? "k" : "v", "the plan reads a paged K/V from `paged`; leave k and v empty.");
+        if (!in.paged.defined()) throw InvalidArgument("paged", "the plan was made for a paged K/V; this run must pass one.");
+        bind_paged(plan, in.paged, b);
+    } else {
+        if (in.paged.defined())
+            throw InvalidArgument("paged", "the plan was made for k and v tensors; make a plan for the paged K/V.");
+        b.k = check_tensor(plan, in.k, s.k, "k");
+        b.v = check_tensor(plan, in.v, s.v, "v");
+    }
     b.o = check_tensor(plan, out.o, s.o, "o");
     b.kv_lengths = check_optional(plan, in.kv_lengths, s.kv_lengths, DType::i32, in.kv_lengths.shape(), "kv_lengths");
     if (b.kv_lengths.tensor) {
@@ -96,6 +141,7 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
     const bool texel_v = plan.choice.impl == Impl::unfused ? plan.choice.unfused.output.texel : plan.choice.fused.texel;
     for (const auto& [tensor, texel, name] : {std::tuple{&in.q, texel_qk, "q"}, std::tuple{&in.k, texel_qk, "k"},
                                               std::tuple{&in.v, texel_v, "v"}}) {
+        if (!tensor->defined()) continue;  // paged: the pools' offsets are checked above
         const std::uint64_t first = tensor->offset_bytes() / size_of(tensor->dtype());
         if (texel && first % 4 != 0)
             throw InvalidArgument(name, "the plan reads it as vec4 texels, so it must start at a multiple of 4 "
@@ -114,8 +160,9 @@ Operand operand(const Bound::Tensor& t, const std::array<std::int64_t, 4>& strid
 
 PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::move(s)), problem(resolve(spec)) {
     rt.ensure_usable();
-    choice = choose_path(rt, problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.options);
-    const Operands own = own_buffer_operands(problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.o.strides);
+    choice = choose_path(rt, problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.options, spec.paged.has_value());
+    Operands own = own_buffer_operands(problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.o.strides);
+    if (spec.paged) own.paged = paged_operands(*spec.paged, problem);
     const auto path = make_path(rt, problem, choice, own);  // refuses what cannot fit, before any allocation
     report = path->report;
     scratch_bytes = path->scratch_bytes() + (problem.want_lse ? 0 : allocated_bytes(static_cast<std::uint64_t>(problem.B * problem.Hq * problem.Nq) * 4));
@@ -125,7 +172,8 @@ PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::mov
         softmax_kernel(rt, choice.unfused.softmax);
         bmm_kernel(rt, choice.unfused.output, false, DType::f32, problem.dtype, problem.dtype);
     } else {
-        flash_kernel(rt, choice.fused, problem.dtype, choice.impl == Impl::split);
+        flash_kernel(rt, choice.fused, problem.dtype, choice.impl == Impl::split,
+                     spec.paged ? static_cast<std::uint32_t>(spec.paged->pools) : 0);
         if (choice.impl == Impl::split) combine_kernel(rt, problem.dtype);
     }
     // A placeholder for unused bindings (never read), and the per-head terms (ALiBi slopes then
@@ -152,12 +200,28 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
     const Bound b = bind(*this, in, out);
     const Problem& p = problem;
     Operands ops;
+    DeviceBuffers buffers;
     ops.q = operand(b.q, in.q.strides());
-    ops.k = operand(b.k, in.k.strides());
-    ops.v = operand(b.v, in.v.strides());
+    if (spec.paged) {
+        ops.paged = paged_operands(*spec.paged, p);
+        for (std::size_t i = 0; i < b.k_pools.size(); ++i) {
+            buffers.k_pools[i] = &b.k_pools[i].storage->buffer;
+            buffers.v_pools[i] = &b.v_pools[i].storage->buffer;
+            buffers.k_pool_offsets[i] = b.k_pools[i].tensor->offset_bytes();
+            buffers.v_pool_offsets[i] = b.v_pools[i].tensor->offset_bytes();
+        }
+        buffers.block_table = &b.block_table.storage->buffer;
+        const std::uint64_t offset = b.block_table.tensor->offset_bytes();
+        buffers.table_slice = {offset, std::min<std::uint64_t>((span_bytes(*b.block_table.tensor) + 15) / 16 * 16,
+                                                               buffers.block_table->size() - offset), {}};
+    } else {
+        ops.k = operand(b.k, in.k.strides());
+        ops.v = operand(b.v, in.v.strides());
+        buffers.k = &b.k.storage->buffer;
+        buffers.v = &b.v.storage->buffer;
+    }
     ops.o = operand(b.o, out.o.strides());
     const std::array<std::int64_t, 4> lse_strides{p.Hq * p.Nq, p.Nq, 1, 0};
-    DeviceBuffers buffers;
     if (b.lse.tensor) {
         ops.lse = operand(b.lse, lse_strides);
         buffers.lse = &b.lse.storage->buffer;
@@ -170,8 +234,6 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
         buffers.weights = &b.weights.storage->buffer;
     }
     buffers.q = &b.q.storage->buffer;
-    buffers.k = &b.k.storage->buffer;
-    buffers.v = &b.v.storage->buffer;
     buffers.o = &b.o.storage->buffer;
     buffers.bool_mask = buffers.float_mask = buffers.lengths = buffers.head_terms = &placeholder->buffer;
     buffers.lengths_slice = whole(16);
@@ -249,8 +311,23 @@ detail::AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAtten
         return detail::TensorLayout{t.dtype(), t.shape(), t.strides()};
     };
     spec.q = layout(in.q, "q");
-    spec.k = layout(in.k, "k");
-    spec.v = layout(in.v, "v");
+    if (in.paged.defined()) {
+        if (in.k.defined() || in.v.defined())
+            throw InvalidArgument(in.k.defined() ? "k" : "v", "a paged call reads K and V from `paged`; leave k and v empty.");
+        if (!in.kv_lengths.defined())
+            throw InvalidArgument("kv_lengths", "attention over a paged K/V needs the key lengths (the table holds no length).");
+        spec.paged = detail::paged_spec(in.paged);
+        const std::int64_t B = in.paged.block_table.shape()[0];
+        if (B != in.q.shape()[0])
+            throw InvalidArgument("paged.block_table", "it has " + std::to_string(B) + " sequences but q's batch is " +
+                                                           std::to_string(in.q.shape()[0]) + ".");
+        const DeviceTensor& k0 = in.paged.k_pools[0];
+        spec.k = detail::paged_layout(*spec.paged, k0.dtype(), B, k0.shape()[2], k0.shape()[3]);
+        spec.v = detail::paged_layout(*spec.paged, k0.dtype(), B, k0.shape()[2], in.paged.v_pools[0].shape()[3]);
+    } else {
+        spec.k = layout(in.k, "k");
+        spec.v = layout(in.v, "v");
+    }
     spec.o = layout(out.o, "o");
     spec.kv_lengths = in.kv_lengths.defined();
     if (in.bool_mask.defined()) spec.bool_mask = std::vector<std::int64_t>(in.bool_mask.shape().begin(), in.bool_mask.shape().end());
@@ -264,7 +341,7 @@ detail::AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAtten
     // Texel loads need rows at multiples of 4 elements; tensors that start elsewhere get the
     // scalar loads unless the caller forces texels (then the run says why it cannot).
     for (const DeviceTensor* t : {&in.q, &in.k, &in.v})
-        if ((t->offset_bytes() / size_of(t->dtype())) % 4 != 0 && !spec.options.variant.texel_loads)
+        if (t->defined() && (t->offset_bytes() / size_of(t->dtype())) % 4 != 0 && !spec.options.variant.texel_loads)
             spec.options.variant.texel_loads = false;
     return spec;
 }

@@ -25,7 +25,8 @@ void Program::add_block(std::uint32_t capacity) {
     block.capacity = capacity;
     block.params = vk::Buffer(runtime_->device(), slot_bytes_ * capacity, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT,
                               vk::MemoryIntent::upload, true, "the parameter blocks");
-    // Every vkattn shader has at most 16 bindings; size the pool for the worst case.
+    // Every vkattn shader has at most 16 buffer bindings besides its parameter block (the paged
+    // flash variants); size the pool for the worst case.
     const std::uint32_t n = capacity * 16;
     const VkDescriptorPoolSize sizes[] = {{VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, capacity},
                                           {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n},

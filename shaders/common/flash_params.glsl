@@ -20,6 +20,7 @@ layout(std140, set = 0, binding = 0) uniform FlashParams {
     TensorDesc v;
     TensorDesc o;            // O, or in SPLIT mode split 0's partial O (fp32, chunk-local)
     TensorDesc lse;          // the row log-sum-exp, or in SPLIT mode split 0's partial
+    PagedKv paged;           // PAGED: how k and v address the pools
 } P;
 
 #endif

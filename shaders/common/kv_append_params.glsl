@@ -8,7 +8,7 @@
 layout(std140, set = 0, binding = 0) uniform AppendParams {
     uint B;           // sequences
     uint Hkv;         // key/value heads
-    uint capacity;    // rows per (sequence, head) in the cache
+    uint capacity;    // rows per (sequence, head) in the cache (PAGED: table_stride · block_size)
     uint new_rows;    // rows per (sequence, head) in the new K/V (the whole append)
     uint Dk;
     uint Dv;
@@ -16,7 +16,9 @@ layout(std140, set = 0, binding = 0) uniform AppendParams {
     uint first_new;   // the new row of grid x = 0: an append too long for one grid or binding is cut
     ChunkRange chunk; // units u = b·Hkv + h from first_unit (grid y); the cache rows
                       // [first_row, first_row + rows) this dispatch's bindings hold
-    TensorDesc k_new, v_new, k_cache, v_cache;
+    TensorDesc k_new, v_new, k_cache, v_cache;  // PAGED: k_cache and v_cache address the pools
+    PagedKv paged;    // PAGED: the pools and the block table
+    uint pool;        // PAGED: the pool this dispatch has bound; rows in other pools are skipped
 } P;
 
 #endif

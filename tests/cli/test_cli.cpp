@@ -474,7 +474,7 @@ TEST_CASE("cli check: passes on this device", "[cli]") {
 }
 
 TEST_CASE("cli decode --validate --json: the device loop and the host round trip, every step checked", "[cli][decode]") {
-    for (const std::string mode : {"", " --host-roundtrip"})
+    for (const std::string mode : {"", " --host-roundtrip", " --paged --block-size 5"})
         for (const std::string dtype : {"f32", "f16"}) {
             const Result r = vk_attn("decode --batch 3 --heads 4 --kv-heads 2 --dim 40 --dim-v 24 --prompt 23,0,61 "
                                      "--steps 4 --repeat 2 --validate --json --dtype " + dtype + mode);
@@ -484,7 +484,9 @@ TEST_CASE("cli decode --validate --json: the device loop and the host round trip
             for (const char* key : {"ms_per_step", "host_us_per_step", "gpu_ms_per_step", "tokens_per_s", "max_rel_err",
                                     "valid", "path", "paged", "block_size", "prompt", "prompts", "steps"})
                 CHECK(j.contains(key));
-            CHECK(j["mode"] == (mode.empty() ? "device" : "host-roundtrip"));
+            CHECK(j["mode"] == (mode == " --host-roundtrip" ? "host-roundtrip" : "device"));
+            CHECK(j["paged"] == (mode == " --paged --block-size 5"));
+            CHECK(j["block_size"] == (mode == " --paged --block-size 5" ? 5 : 0));
             CHECK(j["valid"] == true);
             CHECK(j["max_rel_err"].get<double>() <= tolerance_for(dtype == "f32" ? DType::f32 : DType::f16).rel);
             CHECK(j["prompt"] == 61);
@@ -494,6 +496,13 @@ TEST_CASE("cli decode --validate --json: the device loop and the host round trip
         }
     for (const char* impl : {"fused", "split", "unfused"}) {
         const Result r = vk_attn(std::string("decode --heads 2 --dim 16 --prompt 70 --steps 2 --validate --json --impl ") + impl);
+        INFO(impl << ": " << r.err);
+        REQUIRE(r.status == 0);
+        CHECK(nlohmann::json::parse(r.out)["path"] == impl);
+    }
+    for (const char* impl : {"fused", "split"}) {
+        const Result r = vk_attn(std::string("decode --heads 2 --dim 16 --prompt 70 --steps 2 --paged --block-size 16 "
+                                             "--validate --json --impl ") + impl);
         INFO(impl << ": " << r.err);
         REQUIRE(r.status == 0);
         CHECK(nlohmann::json::parse(r.out)["path"] == impl);
@@ -513,6 +522,15 @@ TEST_CASE("cli decode: bad flags exit 1 naming the flag", "[cli][decode]") {
     const Result impl = vk_attn("decode --impl flash");
     CHECK(impl.status == 1);
     CHECK_THAT(impl.err, Catch::Contains("--impl"));
+    const Result roundtrip = vk_attn("decode --paged --host-roundtrip --prompt 8 --steps 1");
+    CHECK(roundtrip.status == 1);
+    CHECK_THAT(roundtrip.err, Catch::Contains("--paged"));
+    const Result block = vk_attn("decode --block-size 8 --prompt 8 --steps 1");
+    CHECK(block.status == 1);
+    CHECK_THAT(block.err, Catch::Contains("--paged"));
+    const Result unfused = vk_attn("decode --paged --impl unfused --prompt 8 --steps 1");
+    CHECK(unfused.status == 1);
+    CHECK_THAT(unfused.err, Catch::Contains("impl") && Catch::Contains("paged"));
 }
 
 TEST_CASE("cli: --help on every subcommand, unknown flags exit 1", "[cli]") {

@@ -7,10 +7,9 @@
 #include <cmath>
 #include <random>
 
+#include "support/cache_support.hpp"
 #include "support/gpu_context.hpp"
 #include "vkattn/errors.hpp"
-#include "vkattn/testing/compare.hpp"
-#include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
 
 using namespace vkattn;
@@ -18,86 +17,28 @@ using namespace vkattn::testing;
 
 namespace {
 
-// The cache as the host expects it: K and V as floats already rounded to the cache's dtype, the
-// rows past each length zero.
-struct HostCache {
-    std::int64_t B, H, capacity, Dk, Dv;
-    DType dtype;
-    std::vector<float> k, v;
-    std::vector<std::int32_t> lengths;
+using test::download_floats;
+using test::floats_of;
+using test::rows_on_device;
 
-    HostCache(const KvCacheOptions& o)
-        : B(o.batch), H(o.kv_heads), capacity(o.capacity), Dk(o.dim), Dv(o.dim_v ? o.dim_v : o.dim), dtype(o.dtype),
-          k(static_cast<std::size_t>(B * H * capacity * Dk), 0.0f), v(static_cast<std::size_t>(B * H * capacity * Dv), 0.0f),
-          lengths(static_cast<std::size_t>(B), 0) {}
+std::vector<std::int32_t> download_lengths(const KvCache& cache) { return test::download_i32(cache.lengths()); }
 
-    float stored(float x) const { return dtype == DType::f16 ? half_to_float(float_to_half(x)) : x; }
-
-    void append(const HostTensor& k_new, const HostTensor& v_new, const std::vector<std::int32_t>& counts) {
-        for (std::int64_t b = 0; b < B; ++b) {
-            const std::int64_t count = counts.empty() ? k_new.shape[2] : counts[static_cast<std::size_t>(b)];
-            for (std::int64_t h = 0; h < H; ++h)
-                for (std::int64_t t = 0; t < count; ++t) {
-                    const std::int64_t row = lengths[static_cast<std::size_t>(b)] + t;
-                    for (std::int64_t d = 0; d < Dk; ++d)
-                        k[static_cast<std::size_t>(((b * H + h) * capacity + row) * Dk + d)] = stored(k_new.at(b, h, t, d));
-                    for (std::int64_t d = 0; d < Dv; ++d)
-                        v[static_cast<std::size_t>(((b * H + h) * capacity + row) * Dv + d)] = stored(v_new.at(b, h, t, d));
-                }
-            lengths[static_cast<std::size_t>(b)] += static_cast<std::int32_t>(count);
-        }
-    }
-
-    TensorView k_view() const { return make_view<const void*>(k.data(), DType::f32, Layout::bhnd, {B, H, capacity, Dk}); }
-    TensorView v_view() const { return make_view<const void*>(v.data(), DType::f32, Layout::bhnd, {B, H, capacity, Dv}); }
-};
-
-std::vector<float> download_floats(const DeviceTensor& t) {
-    HostTensor host = nan_tensor(t.dtype(), Layout::bhnd, t.shape());
-    t.download(host.mutable_view());
-    std::vector<float> out;
-    for (std::int64_t b = 0; b < t.shape()[0]; ++b)
-        for (std::int64_t h = 0; h < t.shape()[1]; ++h)
-            for (std::int64_t n = 0; n < t.shape()[2]; ++n)
-                for (std::int64_t d = 0; d < t.shape()[3]; ++d) out.push_back(host.at(b, h, n, d));
-    return out;
-}
-
-std::vector<std::int32_t> download_lengths(const KvCache& cache) {
-    std::vector<std::int32_t> out(static_cast<std::size_t>(cache.options().batch), -1);
-    cache.lengths().download(make_view<void*>(out.data(), DType::i32, Layout::bhnd, cache.lengths().shape()));
-    return out;
-}
-
-void check_cache(const KvCache& cache, const HostCache& want) {
+void check_cache(const KvCache& cache, const HostKvCache& want) {
     CHECK(download_lengths(cache) == want.lengths);
     CHECK(cache.recorded_lengths() == want.lengths);
-    CHECK(download_floats(cache.k()) == want.k);  // exact: a copy (and one rounding to the cache's dtype)
-    CHECK(download_floats(cache.v()) == want.v);
+    CHECK(download_floats(cache.k()) == floats_of(want.k));  // exact: a copy (and one rounding to the cache's dtype)
+    CHECK(download_floats(cache.v()) == floats_of(want.v));
 }
 
-// New rows as a device view at an offset: rows [1, 1 + T) of a bnhd tensor with two rows more.
-DeviceTensor rows_on_device(Context& ctx, std::mt19937& rng, DType dtype, std::int64_t B, std::int64_t H, std::int64_t T,
-                            std::int64_t D, HostTensor& host) {
-    const HostTensor all = random_tensor(rng, dtype, Layout::bnhd, {B, H, T + 2, D});
-    host = nan_tensor(dtype, Layout::bhnd, {B, H, T, D});
-    for (std::int64_t b = 0; b < B; ++b)
-        for (std::int64_t h = 0; h < H; ++h)
-            for (std::int64_t t = 0; t < T; ++t)
-                for (std::int64_t d = 0; d < D; ++d) {
-                    const auto at = static_cast<std::size_t>(host.view().offset(b, h, t, d));
-                    const auto from = static_cast<std::size_t>(all.view().offset(b, h, t + 1, d));
-                    if (dtype == DType::f32) host.f32[at] = all.f32[from];
-                    else host.f16[at] = all.f16[from];
-                }
-    return DeviceTensor::from_host(ctx, all.view(), Layout::bnhd).seq(1, T);
+HostKvCache host_cache(const KvCacheOptions& o) {
+    return HostKvCache(o.dtype, o.batch, o.kv_heads, o.capacity, o.dim, o.dim_v ? o.dim_v : o.dim);
 }
 
 void append_and_check(Context& ctx, DType in, DType stored) {
     std::mt19937 rng(static_cast<unsigned>(in) * 3 + static_cast<unsigned>(stored) + 17);
     const KvCacheOptions o{.batch = 3, .kv_heads = 2, .capacity = 37, .dim = 24, .dim_v = 20, .dtype = stored};
     KvCache cache(ctx, o);
-    HostCache want(o);
+    HostKvCache want = host_cache(o);
     check_cache(cache, want);  // zero at creation
 
     // A prefill of uneven prompts (one sequence empty), then single tokens, then a ragged chunk.
@@ -124,7 +65,7 @@ void append_and_check(Context& ctx, DType in, DType stored) {
     cache.append(batch, k_new, v_new);
     batch.submit().wait();
     want.lengths = lengths;
-    want.append(k_host, v_host, {});
+    want.append(k_host, v_host);
     check_cache(cache, want);
 }
 
@@ -184,7 +125,7 @@ void decode_and_check(Context& ctx, DType dtype, Impl impl, const KvCacheOptions
     o.dtype = dtype;
     std::mt19937 rng(seed);
     KvCache cache(ctx, o);
-    HostCache want(o);
+    HostKvCache want = host_cache(o);
     std::int64_t longest = 0;
     for (auto p : prompts) longest = std::max<std::int64_t>(longest, p);
     HostTensor k_host, v_host;
@@ -194,7 +135,7 @@ void decode_and_check(Context& ctx, DType dtype, Impl impl, const KvCacheOptions
         Batch batch(ctx);
         cache.append(batch, k_new, v_new, prompts);
         batch.submit().wait();
-        want.append(k_host, v_host, {prompts.begin(), prompts.end()});
+        want.append(k_host, v_host, prompts);
     }
     const DeviceTensor q = DeviceTensor::empty(ctx, dtype, {o.batch, Hq, 1, o.dim});
     const DeviceTensor out = DeviceTensor::empty(ctx, dtype, {o.batch, Hq, 1, o.dim_v});
@@ -215,22 +156,8 @@ void decode_and_check(Context& ctx, DType dtype, Impl impl, const KvCacheOptions
         plan.run(batch, cache.inputs(q), {out});
         batch.download(out, o_host.mutable_view());
         batch.submit().wait();
-        want.append(k_host, v_host, {});
-
-        HostTensor ref = nan_tensor(dtype, Layout::bhnd, out.shape());
-        std::vector<float> q32(static_cast<std::size_t>(q_host.count()));
-        for (std::size_t i = 0; i < q32.size(); ++i) q32[i] = dtype == DType::f32 ? q_host.f32[i] : half_to_float(q_host.f16[i]);
-        std::vector<float> ref32(static_cast<std::size_t>(ref.count()));
-        reference_attention({.q = make_view<const void*>(q32.data(), DType::f32, Layout::bhnd, q.shape()),
-                             .k = want.k_view(), .v = want.v_view(), .kv_lengths = want.lengths},
-                            {.o = make_view<void*>(ref32.data(), DType::f32, Layout::bhnd, out.shape())}, options);
-        std::vector<double> got, expected(ref32.begin(), ref32.end());
-        for (std::int64_t b = 0; b < o.batch; ++b)
-            for (std::int64_t h = 0; h < Hq; ++h)
-                for (std::int64_t d = 0; d < o.dim_v; ++d) got.push_back(o_host.at(b, h, 0, d));
-        const Comparison cmp = compare(got, expected, tolerance_for(dtype));
-        INFO("step " << step << ", " << plan.report().variant << ": " << cmp.message);
-        REQUIRE(cmp.ok);
+        want.append(k_host, v_host);
+        test::check_step(q_host, o_host, want, options, "step " + std::to_string(step) + ", " + plan.report().variant);
     }
     CHECK(download_lengths(cache) == want.lengths);
     CHECK(plan.stats().bindings_built == 1);  // every step replays the same program
@@ -258,7 +185,7 @@ TEST_CASE("kv cache: a cache over several bindings appends and attends exactly a
     Context small(options);
     const KvCacheOptions o{.batch = 3, .kv_heads = 2, .capacity = 150, .dim = 64, .dim_v = 48};
     KvCache cache(small, o);
-    HostCache want(o);
+    HostKvCache want = host_cache(o);
     std::mt19937 rng(9);
     HostTensor k_host, v_host;
     const std::vector<std::int32_t> prompts{100, 37, 0};

@@ -3,7 +3,9 @@
 // query over the whole cache (bottom-right causal). By default the cache lives on the device and a
 // step is one Batch: upload q and the new K/V row, append, attention, download o. With
 // --host-roundtrip the same loop runs through the host-memory API, which uploads the whole cache
-// every step: the comparison shows what keeping it on the device saves.
+// every step: the comparison shows what keeping it on the device saves. With --paged the cache is a
+// PagedKvCache of --block-size keys per block, its blocks handed out in a shuffled order (as a
+// long-running server's pool fragments), so every sequence's keys are scattered over the pool.
 //
 // Figures per configuration (median over every step of every repeat):
 //   ms_per_step       wall time of a step, from recording to the downloaded output;
@@ -25,6 +27,7 @@
 #include "parse_impl.hpp"
 #include "parse_integer.hpp"
 #include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/host_kv_cache.hpp"
 #include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
 
@@ -32,11 +35,54 @@ namespace vkattn::tool {
 namespace {
 
 struct DecodeFlags {
-    std::int64_t batch = 1, heads = 8, kv_heads = 0, dim = 64, dim_v = 0;
+    std::int64_t batch = 1, heads = 8, kv_heads = 0, dim = 64, dim_v = 0, block_size = 16;
     std::string prompt = "512";
     int steps = 32, repeat = 1;
     std::string dtype = "f32", impl = "auto", device;
-    bool host_roundtrip = false, validate = false, json = false;
+    bool host_roundtrip = false, validate = false, json = false, paged = false;
+};
+
+// The decode loop's cache on the device: contiguous, or paged over a shuffled block table.
+class DeviceCache {
+public:
+    DeviceCache(Context& context, const DecodeFlags& f, DType dtype, std::int64_t Hkv, std::int64_t D, std::int64_t Dv,
+                std::int64_t capacity, const std::vector<std::int32_t>& prompts, std::mt19937& rng) {
+        const std::int64_t B = f.batch;
+        if (!f.paged) {
+            contiguous_.emplace(context, KvCacheOptions{.batch = B, .kv_heads = Hkv, .capacity = capacity, .dim = D,
+                                                        .dim_v = Dv, .dtype = dtype});
+            return;
+        }
+        // Every sequence's blocks for the whole loop, drawn from a shuffled pool.
+        const std::int64_t bs = f.block_size, steps = f.steps, max_blocks = (capacity + bs - 1) / bs;
+        std::vector<std::int64_t> needed;
+        std::int64_t blocks = 0;
+        for (const std::int32_t p : prompts) blocks += needed.emplace_back((p + steps + bs - 1) / bs);
+        paged_.emplace(context, PagedKvCacheOptions{.batch = B, .kv_heads = Hkv, .num_blocks = std::max<std::int64_t>(blocks, 1),
+                                                    .block_size = bs, .max_blocks_per_seq = max_blocks, .dim = D,
+                                                    .dim_v = Dv, .dtype = dtype});
+        std::vector<std::int32_t> order(static_cast<std::size_t>(paged_->options().num_blocks));
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<std::int32_t> table(static_cast<std::size_t>(B * max_blocks), -1);
+        std::size_t next = 0;
+        for (std::size_t b = 0; b < needed.size(); ++b)
+            for (std::int64_t e = 0; e < needed[b]; ++e)
+                table[b * static_cast<std::size_t>(max_blocks) + static_cast<std::size_t>(e)] = order[next++];
+        Batch batch(context);
+        paged_->set_block_table(batch, table);
+        batch.submit().wait();
+    }
+
+    void append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new, std::span<const std::int32_t> counts = {}) {
+        if (paged_) paged_->append(batch, k_new, v_new, counts);
+        else contiguous_->append(batch, k_new, v_new, counts);
+    }
+    DeviceAttentionInputs inputs(const DeviceTensor& q) const { return paged_ ? paged_->inputs(q) : contiguous_->inputs(q); }
+
+private:
+    std::optional<KvCache> contiguous_;
+    std::optional<PagedKvCache> paged_;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -67,29 +113,6 @@ std::vector<std::int32_t> parse_prompts(const std::string& text, std::int64_t ba
     return out;
 }
 
-// The cache as the host holds it (storage dtype, [B, Hkv, capacity, D]), the reference's and the
-// host round trip's copy, with rows appended as the device appends them.
-struct HostCache {
-    testing::HostTensor k, v;
-    std::vector<std::int32_t> lengths;
-
-    void append(const testing::HostTensor& k_new, const testing::HostTensor& v_new, std::span<const std::int32_t> counts) {
-        for (std::int64_t b = 0; b < k.shape[0]; ++b) {
-            const std::int32_t count = counts[static_cast<std::size_t>(b)];
-            for (auto [to, from] : {std::pair{&k, &k_new}, std::pair{&v, &v_new}})
-                for (std::int64_t h = 0; h < to->shape[1]; ++h)
-                    for (std::int32_t t = 0; t < count; ++t)
-                        for (std::int64_t d = 0; d < to->shape[3]; ++d) {
-                            const auto at = static_cast<std::size_t>(to->view().offset(b, h, lengths[static_cast<std::size_t>(b)] + t, d));
-                            const auto src = static_cast<std::size_t>(from->view().offset(b, h, t, d));
-                            if (to->dtype == DType::f32) to->f32[at] = from->f32[src];
-                            else to->f16[at] = from->f16[src];
-                        }
-            lengths[static_cast<std::size_t>(b)] += count;
-        }
-    }
-};
-
 std::vector<double> as_doubles(const testing::HostTensor& t) {
     std::vector<double> out(static_cast<std::size_t>(t.count()));
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = t.dtype == DType::f32 ? t.f32[i] : half_to_float(t.f16[i]);
@@ -113,6 +136,8 @@ int run_decode(const DecodeFlags& f) {
     const std::int64_t Dv = f.dim_v ? f.dim_v : f.dim;
     const DType dtype = f.dtype == "f16" ? DType::f16 : DType::f32;
     const Impl impl = parse_impl(f.impl);
+    if (f.paged && f.host_roundtrip)
+        throw InvalidArgument("--paged", "the host-memory API has no paged cache; drop --host-roundtrip to time one.");
     const std::vector<std::int32_t> prompts = parse_prompts(f.prompt, B);
     const std::int32_t longest = *std::max_element(prompts.begin(), prompts.end());
     const std::int64_t capacity = longest + f.steps;
@@ -133,23 +158,20 @@ int run_decode(const DecodeFlags& f) {
         data.push_back({testing::random_tensor(rng, dtype, Layout::bhnd, {B, Hq, 1, D}),
                         testing::random_tensor(rng, dtype, Layout::bhnd, {B, Hkv, 1, D}),
                         testing::random_tensor(rng, dtype, Layout::bhnd, {B, Hkv, 1, Dv})});
-    const std::vector<std::int32_t> ones(static_cast<std::size_t>(B), 1);
+    std::mt19937 table_rng(99);  // the paged cache's block order
 
     Totals totals;
     for (int repeat = 0; repeat < f.repeat; ++repeat) {
-        HostCache host{testing::zero_tensor(dtype, Layout::bhnd, {B, Hkv, capacity, D}),
-                       testing::zero_tensor(dtype, Layout::bhnd, {B, Hkv, capacity, Dv}),
-                       std::vector<std::int32_t>(static_cast<std::size_t>(B), 0)};
+        testing::HostKvCache host(dtype, B, Hkv, capacity, D, Dv);
         host.append(prompt_k, prompt_v, prompts);
         testing::HostTensor o = testing::nan_tensor(dtype, Layout::bhnd, {B, Hq, 1, Dv});
 
         // Device loop state (unused with --host-roundtrip).
-        std::optional<KvCache> cache;
+        std::optional<DeviceCache> cache;
         std::optional<AttentionPlan> plan;
         DeviceTensor q, k_new, v_new, out;
         if (!f.host_roundtrip) {
-            cache.emplace(context, KvCacheOptions{.batch = B, .kv_heads = Hkv, .capacity = capacity, .dim = D,
-                                                  .dim_v = Dv, .dtype = dtype});
+            cache.emplace(context, f, dtype, Hkv, D, Dv, capacity, prompts, table_rng);
             Batch prefill(context);
             cache->append(prefill, DeviceTensor::from_host(context, prompt_k.view()),
                           DeviceTensor::from_host(context, prompt_v.view()), prompts);
@@ -166,7 +188,7 @@ int run_decode(const DecodeFlags& f) {
             const StepData& step = data[static_cast<std::size_t>(s)];
             const Clock::time_point start = Clock::now();
             if (f.host_roundtrip) {
-                host.append(step.k, step.v, ones);
+                host.append(step.k, step.v);
                 const AttentionReport r = attention(context,
                                                     {.q = step.q.view(), .k = host.k.view(), .v = host.v.view(),
                                                      .kv_lengths = host.lengths},
@@ -190,7 +212,7 @@ int run_decode(const DecodeFlags& f) {
                 totals.step_ms.push_back(us_between(start, Clock::now()) * 1e-3);
                 totals.host_us.push_back(us_between(start, submitted));
                 totals.gpu_ms.push_back(submission.gpu_ms());
-                host.append(step.k, step.v, ones);
+                host.append(step.k, step.v);
             }
             if (f.validate) {
                 testing::HostTensor ref = testing::nan_tensor(dtype, Layout::bhnd, o.shape);
@@ -219,8 +241,8 @@ int run_decode(const DecodeFlags& f) {
     r.add("prompts", f.prompt);
     r.add("steps", static_cast<std::int64_t>(f.steps));
     r.add("repeat", static_cast<std::int64_t>(f.repeat));
-    r.add("paged", false);
-    r.add("block_size", static_cast<std::int64_t>(0));
+    r.add("paged", f.paged);
+    r.add("block_size", f.paged ? f.block_size : std::int64_t{0});
     r.add("path", to_string(totals.report.path));
     r.add("ms_per_step", ms);
     r.add("gpu_ms_per_step", median(totals.gpu_ms));
@@ -253,6 +275,10 @@ Action add_decode(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--impl", f->impl, "auto, fused, split or unfused")
         ->check(CLI::IsMember({"auto", "fused", "split", "unfused"}))->capture_default_str();
+    CLI::Option* paged =
+        app.add_flag("--paged", f->paged, "Keep the cache paged (blocks of --block-size keys, in a shuffled order)");
+    app.add_option("--block-size", f->block_size, "Keys per block of the paged cache")->capture_default_str()
+        ->check(CLI::PositiveNumber)->needs(paged);
     app.add_flag("--host-roundtrip", f->host_roundtrip,
                  "Run the loop through the host-memory API (the whole cache uploaded every step)");
     app.add_flag("--validate", f->validate, "Compare every step with the CPU reference; exit 1 over tolerance");

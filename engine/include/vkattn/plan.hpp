@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "vkattn/attention.hpp"
 #include "vkattn/batch.hpp"
@@ -25,9 +26,24 @@ struct PlanState;
 struct PlanAccess;  // the engine's way to a plan's state (not API)
 }  // namespace detail
 
+// Keys and values in a paged cache (vLLM's layout; flash_attn_with_kvcache's block_table): pools
+// of blocks, K's [blocks, block_size, Hkv, Dk] and V's [blocks, block_size, Hkv, Dv], and a block
+// table. Key n of sequence b is row n % block_size of block table[b][n / block_size]. A pool larger
+// than one binding is passed as several contiguous tensors of whole blocks (at most 4, each at an
+// offset the device can bind), block ids running on from one to the next; every pool but the last
+// holds the same number of blocks, and K's and V's pools pair up. PagedKvCache makes all of this.
+// Attention over it reads keys [0, kv_lengths[b]) (kv_lengths is required; Nkv is
+// max_blocks · block_size), on the fused or split path; a table entry a visible key uses must name a
+// block (entries outside [0, blocks) are clamped on the device, never read out of bounds).
+struct DevicePagedKv {
+    std::vector<DeviceTensor> k_pools, v_pools;
+    DeviceTensor block_table;  // i32 [B, 1, 1, max_blocks], contiguous
+    bool defined() const { return block_table.defined(); }
+};
+
 struct DeviceAttentionInputs {
     DeviceTensor q;  // [B, Hq, Nq, Dk]
-    DeviceTensor k;  // [B, Hkv, Nkv, Dk]
+    DeviceTensor k;  // [B, Hkv, Nkv, Dk]; empty when `paged` holds K and V
     DeviceTensor v;  // [B, Hkv, Nkv, Dv]
     // Optional: i32, B contiguous elements (any rank-4 shape), at an offset the device can bind
     // (minStorageBufferOffsetAlignment). Keys j >= len[b] are masked; values outside [0, Nkv] are
@@ -39,6 +55,7 @@ struct DeviceAttentionInputs {
     // Per-head constants, part of the plan: a run must pass the values the plan was made with.
     std::span<const float> alibi_slopes;  // [Hq]
     std::span<const float> sinks;         // [Hq]
+    DevicePagedKv paged;                  // instead of k and v
 };
 
 struct DeviceAttentionOutputs {

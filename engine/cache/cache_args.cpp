@@ -1,0 +1,82 @@
+#include "cache/cache_args.hpp"
+
+#include <string>
+
+#include "attention/problem.hpp"
+#include "tensor/storage.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+namespace {
+
+// The rows' tensor checked against the cache: [B, Hkv, T, dim], f32 or f16, on this context.
+void check_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& t, std::int64_t dim,
+                const char* name) {
+    storage_of(t, runtime, name);
+    if (t.dtype() != DType::f32 && t.dtype() != DType::f16)
+        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + "; new keys and values are f32 or f16.");
+    const auto& sh = t.shape();
+    if (sh[0] != cache.batch || sh[1] != cache.kv_heads || sh[3] != dim || sh[2] < 1)
+        throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the cache takes [" +
+                                        std::to_string(cache.batch) + ", " + std::to_string(cache.kv_heads) +
+                                        ", T >= 1, " + std::to_string(dim) + "].");
+}
+
+}  // namespace
+
+void check_size(std::int64_t value, std::int64_t most, const char* name) {
+    if (value < 1 || value > most)
+        throw InvalidArgument(name, "must be in [1, " + std::to_string(most) + "], not " + std::to_string(value) + ".");
+}
+
+std::vector<std::int64_t> appended_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,
+                                        const DeviceTensor& v_new, std::span<const std::int32_t> counts) {
+    check_rows(runtime, cache, k_new, cache.dim, "k_new");
+    check_rows(runtime, cache, v_new, cache.dim_v, "v_new");
+    if (v_new.dtype() != k_new.dtype())
+        throw InvalidArgument("v_new", "its dtype is " + to_string(v_new.dtype()) + " but k_new's is " +
+                                           to_string(k_new.dtype()) + "; new keys and values share one dtype.");
+    const std::int64_t T = k_new.shape()[2];
+    if (v_new.shape()[2] != T)
+        throw InvalidArgument("v_new", "it holds " + std::to_string(v_new.shape()[2]) + " new rows but k_new holds " +
+                                           std::to_string(T) + ".");
+    const auto B = static_cast<std::size_t>(cache.batch);
+    if (counts.empty()) return std::vector<std::int64_t>(B, T);
+    if (counts.size() != B)
+        throw InvalidArgument("counts", "it holds " + std::to_string(counts.size()) + " counts but the cache has " +
+                                            std::to_string(B) + " sequences.");
+    for (std::size_t b = 0; b < B; ++b)
+        if (counts[b] < 0 || counts[b] > T)
+            throw InvalidArgument("counts", "counts[" + std::to_string(b) + "] = " + std::to_string(counts[b]) +
+                                                " is outside [0, " + std::to_string(T) + "] (the new rows).");
+    return {counts.begin(), counts.end()};
+}
+
+std::vector<std::int32_t> reset_lengths(const CacheShape& cache, std::span<const std::int32_t> lengths,
+                                        std::int64_t capacity) {
+    const auto B = static_cast<std::size_t>(cache.batch);
+    if (lengths.empty()) return std::vector<std::int32_t>(B, 0);
+    if (lengths.size() != B)
+        throw InvalidArgument("lengths", "it holds " + std::to_string(lengths.size()) + " lengths but the cache has " +
+                                             std::to_string(B) + " sequences.");
+    for (std::size_t b = 0; b < B; ++b)
+        if (lengths[b] < 0 || lengths[b] > capacity)
+            throw InvalidArgument("lengths", "lengths[" + std::to_string(b) + "] = " + std::to_string(lengths[b]) +
+                                                 " is outside [0, " + std::to_string(capacity) + "].");
+    return {lengths.begin(), lengths.end()};
+}
+
+ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, bool has_counts) {
+    ProgramKey key;
+    for (const DeviceTensor* t : {&k_new, &v_new}) {
+        key.storages.push_back(TensorAccess::storage(*t));
+        key.offsets.push_back(t->offset_bytes());
+        key.signature.insert(key.signature.end(), t->shape().begin(), t->shape().end());
+        key.signature.insert(key.signature.end(), t->strides().begin(), t->strides().end());
+    }
+    key.signature.push_back(static_cast<std::int64_t>(k_new.dtype()));
+    key.signature.push_back(has_counts ? 1 : 0);
+    return key;
+}
+
+}  // namespace vkattn::detail
