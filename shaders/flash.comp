@@ -129,15 +129,22 @@ layout(std430, set = 0, binding = 9) readonly buffer HeadTerms { float head_term
 #ifdef PAGED
 layout(std430, set = 0, binding = 16) readonly buffer BlockTable { int block_table[]; };
 
-// Where key `key`'s row (head hk of sequence b) starts in K or V: (pool, element index). A block id
-// outside [0, blocks) is clamped: a table the host cannot check never reads out of bounds.
-uvec2 paged_row(TensorDesc t, uint b, uint hk, uint key) {
-    const uint entry = key / P.paged.block_size;
+// Where key `key` of sequence b lives: (pool, its offset in the pool in rows of D, head 0). A
+// block id outside [0, blocks) is clamped: a table the host cannot check never reads out of
+// bounds. Divisions are scalar on CPU devices: a power-of-two block size shifts, one pool divides
+// nothing. K and V share the slot (their pools share one layout in rows).
+uvec2 paged_slot(uint b, uint key) {
+    const uint entry = P.paged.block_shift < 32u ? key >> P.paged.block_shift : key / P.paged.block_size;
     const uint block = min(uint(block_table[b * P.paged.table_stride + entry]), P.paged.blocks - 1u);
-    const uint pool = block / P.paged.blocks_per_pool;
-    return uvec2(pool, (block - pool * P.paged.blocks_per_pool) * t.stride.x + hk * t.stride.y +
-                       (key - entry * P.paged.block_size) * t.stride.z + t.origin.w);
+    const uint pool = POOLS == 1u ? 0u : block / P.paged.blocks_per_pool;
+    return uvec2(pool, (block - pool * P.paged.blocks_per_pool) * P.paged.block_units +
+                       (key - entry * P.paged.block_size) * P.paged.row_units);
 }
+// The (pool, element index) where head hk's row of a slot starts in K or V.
+uvec2 paged_index(TensorDesc t, uint hk, uvec2 slot) {
+    return uvec2(slot.x, slot.y * t.stride.w + hk * t.stride.y + t.origin.w);
+}
+uvec2 paged_row(TensorDesc t, uint b, uint hk, uint key) { return paged_index(t, hk, paged_slot(b, key)); }
 #define K_ROW(key) paged_row(P.k, b, hk, key)
 #define V_ROW(key) paged_row(P.v, b, hk, key)
 #else
@@ -259,6 +266,9 @@ void main() {
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * KB)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * KB); kb += KB) {
         float s[R][KL];
+#ifdef PAGED
+        uvec2 slots[KL];  // streamed: this lane's keys' slots, shuffled to every lane in P·V
+#endif
         [[unroll]] for (uint r = 0u; r < R; ++r)
             [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] = 0.0;
         if (STAGE) {
@@ -292,7 +302,15 @@ void main() {
             }
         } else {
             uvec2 k_row[KL];
+#ifdef PAGED
+            // One table lookup per key serves K here and V in the P·V loop below.
+            [[unroll]] for (uint c = 0u; c < KL; ++c) {
+                slots[c] = paged_slot(b, min(kb + block_key(lane, c), key_last));
+                k_row[c] = paged_index(P.k, hk, slots[c]);
+            }
+#else
             [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = K_ROW(min(kb + block_key(lane, c), key_last));
+#endif
             for (uint d4 = 0u; d4 < Dk4; ++d4) {
                 const uint valid = Dk - 4u * d4;
                 vec4 kv[KL];
@@ -356,11 +374,6 @@ void main() {
             }
         }
 
-#ifdef PAGED
-        uvec2 v_rows[KL];  // streamed: the rows of this lane's keys, shuffled to every lane below
-        [[unroll]] for (uint c = 0u; c < KL; ++c)
-            v_rows[c] = STAGE ? uvec2(0u) : V_ROW(min(kb + block_key(lane, c), key_last));
-#endif
         // P·V: every key of the block, its probabilities shuffled from the lane that owns it, V
         // from the tile (staged) or from memory. The owner loop stays rolled: unrolling it too
         // multiplies the code by SG, and compiling the scalar-load variants then took minutes.
@@ -369,7 +382,10 @@ void main() {
                 const uint key = block_key(owner, c);
 #ifdef PAGED
                 // The owner looked its keys' rows up (one table read per key, not one per lane).
-                const uvec2 v_row = STAGE ? uvec2(0u) : subgroupShuffle(v_rows[c], owner);
+                const uvec2 slot = STAGE          ? uvec2(0u)
+                                   : POOLS == 1u ? uvec2(0u, subgroupShuffle(slots[c].y, owner))
+                                                 : subgroupShuffle(slots[c], owner);
+                const uvec2 v_row = paged_index(P.v, hk, slot);
 #else
                 const uvec2 v_row = V_ROW(min(kb + key, key_last));
 #endif

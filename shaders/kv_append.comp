@@ -68,9 +68,11 @@ void main() {
     const uint entry = row / P.paged.block_size;
     const uint block = uint(block_table[b * P.paged.table_stride + entry]);
     if (block >= P.paged.blocks || block / P.paged.blocks_per_pool != P.pool) return;
-    const uint block_in_pool = block - P.pool * P.paged.blocks_per_pool, in_block = row - entry * P.paged.block_size;
-    const uint k_to = block_in_pool * P.k_cache.stride.x + h * P.k_cache.stride.y + in_block * P.k_cache.stride.z + P.k_cache.origin.w;
-    const uint v_to = block_in_pool * P.v_cache.stride.x + h * P.v_cache.stride.y + in_block * P.v_cache.stride.z + P.v_cache.origin.w;
+    // flash.comp's paged_slot, written to: the row's offset in the pool in rows of D.
+    const uint slot = (block - P.pool * P.paged.blocks_per_pool) * P.paged.block_units +
+                      (row - entry * P.paged.block_size) * P.paged.row_units;
+    const uint k_to = slot * P.k_cache.stride.w + h * P.k_cache.stride.y + P.k_cache.origin.w;
+    const uint v_to = slot * P.v_cache.stride.w + h * P.v_cache.stride.y + P.v_cache.origin.w;
 #else
     if (row >= P.capacity || row < P.chunk.first_row || row - P.chunk.first_row >= P.chunk.rows) return;
     const uint k_to = tensor_index(P.k_cache, b, h, row), v_to = tensor_index(P.v_cache, b, h, row);

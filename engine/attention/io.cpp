@@ -1,6 +1,7 @@
 #include "attention/io.hpp"
 
 #include <algorithm>
+#include <bit>
 
 #include "tensor/storage.hpp"
 
@@ -30,13 +31,21 @@ Operands own_buffer_operands(const Problem& p, const std::array<std::int64_t, 4>
 
 PagedOperands paged_operands(const PagedSpec& s, const Problem& p) {
     auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
-    auto pool = [&](std::int64_t D) {
+    auto pool = [&](std::int64_t D) {  // strides between blocks, heads, rows; D in stride.w
         TensorDesc d;
-        d.stride = {u32(s.block_size * p.Hkv * D), u32(D), u32(p.Hkv * D), 1};
+        d.stride = {u32(s.units[0] * D), u32(s.units[2] * D), u32(s.units[1] * D), u32(D)};
         return d;
     };
     PagedOperands o;
-    o.addressing = {u32(s.block_size), u32(s.table_stride), u32(s.blocks_per_pool), u32(s.blocks)};
+    o.addressing = {.block_size = u32(s.block_size),
+                    .table_stride = u32(s.table_stride),
+                    .blocks_per_pool = u32(s.blocks_per_pool),
+                    .blocks = u32(s.blocks),
+                    .block_shift = 32,
+                    .block_units = u32(s.units[0]),
+                    .row_units = u32(s.units[1])};
+    if (std::has_single_bit(static_cast<std::uint64_t>(s.block_size)))
+        o.addressing.block_shift = u32(std::countr_zero(static_cast<std::uint64_t>(s.block_size)));
     o.pools = u32(s.pools);
     o.k = pool(p.Dk);
     o.v = pool(p.Dv);

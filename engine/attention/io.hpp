@@ -35,7 +35,7 @@ struct Operand {
 struct PagedOperands {
     PagedKv addressing;               // block size, table stride, blocks per pool, blocks
     std::uint32_t pools = 1;
-    TensorDesc k, v;                  // strides between blocks (x), heads (y), a block's rows (z)
+    TensorDesc k, v;                  // elements between blocks (x), heads (y), rows (z); D (w)
     std::uint64_t k_pool_bytes = 0, v_pool_bytes = 0;  // the largest pool's binding
 };
 PagedOperands paged_operands(const PagedSpec& spec, const Problem& problem);

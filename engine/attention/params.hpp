@@ -43,10 +43,13 @@ struct alignas(16) MaskParams {
 };
 
 // A paged K/V's addressing (PAGED variants): key n of sequence b is row n % block_size of block
-// table[b·table_stride + n / block_size], in pool block / blocks_per_pool; the pools' TensorDescs
-// hold the strides between blocks (x), heads (y) and a block's rows (z).
+// table[b·table_stride + n / block_size], in pool block / blocks_per_pool, at rows of D
+// (block·block_units + row·row_units); the pools' TensorDescs hold D in stride.w and the elements
+// between heads in stride.y.
 struct alignas(16) PagedKv {
     std::uint32_t block_size = 0, table_stride = 0, blocks_per_pool = 0, blocks = 0;
+    std::uint32_t block_shift = 32;  // log2(block_size) for a power of two, else 32 (the kernels divide)
+    std::uint32_t block_units = 0, row_units = 0;
 };
 
 // flash.comp: units are (b, kv head), rows ρ = g·Nq + i over the group's query heads.
@@ -163,13 +166,16 @@ static_assert(offsetof(FlashParams, v) == 256);
 static_assert(offsetof(FlashParams, o) == 288);
 static_assert(offsetof(FlashParams, lse) == 320);
 static_assert(offsetof(FlashParams, paged) == 352);
-static_assert(sizeof(FlashParams) == 368);
+static_assert(sizeof(FlashParams) == 384);
 
 static_assert(offsetof(PagedKv, block_size) == 0);
 static_assert(offsetof(PagedKv, table_stride) == 4);
 static_assert(offsetof(PagedKv, blocks_per_pool) == 8);
 static_assert(offsetof(PagedKv, blocks) == 12);
-static_assert(sizeof(PagedKv) == 16);
+static_assert(offsetof(PagedKv, block_shift) == 16);
+static_assert(offsetof(PagedKv, block_units) == 20);
+static_assert(offsetof(PagedKv, row_units) == 24);
+static_assert(sizeof(PagedKv) == 32);
 
 static_assert(offsetof(SoftmaxParams, shape) == 0);
 static_assert(offsetof(SoftmaxParams, chunk) == 32);
@@ -218,8 +224,8 @@ static_assert(offsetof(AppendParams, v_new) == 80);
 static_assert(offsetof(AppendParams, k_cache) == 112);
 static_assert(offsetof(AppendParams, v_cache) == 144);
 static_assert(offsetof(AppendParams, paged) == 176);
-static_assert(offsetof(AppendParams, pool) == 192);
-static_assert(sizeof(AppendParams) == 208);
+static_assert(offsetof(AppendParams, pool) == 208);
+static_assert(sizeof(AppendParams) == 224);
 
 // MaskParams::flags, as shaders/common/mask.glsl names them.
 enum MaskFlag : std::uint32_t {

@@ -130,7 +130,10 @@ struct PagedSpec {
     std::int64_t blocks_per_pool = 0;  // every pool but the last holds exactly this many
     std::int64_t blocks = 0;           // over every pool
     std::int64_t pools = 0;
-    std::uint64_t k_pool_bytes = 0, v_pool_bytes = 0;  // the first (largest) pool's
+    // The pools' layout in rows of D elements: between blocks, a block's rows, heads (K's and V's
+    // alike: row-major [blocks, block_size, Hkv] is {block_size·Hkv, Hkv, 1}).
+    std::array<std::int64_t, 3> units{};
+    std::uint64_t k_pool_bytes = 0, v_pool_bytes = 0;  // the first (largest) pool's span
 };
 
 struct AttentionSpec {

@@ -107,8 +107,10 @@ PagedKvCache::PagedKvCache(Context& context, const PagedKvCacheOptions& options)
     const std::int64_t per_pool = detail::blocks_per_pool(*s.runtime, o);
     for (std::int64_t first = 0; first < o.num_blocks; first += per_pool) {
         const std::int64_t blocks = std::min(per_pool, o.num_blocks - first);
-        s.k_pools.push_back(DeviceTensor::empty(context, o.dtype, {blocks, o.block_size, o.kv_heads, o.dim}));
-        s.v_pools.push_back(DeviceTensor::empty(context, o.dtype, {blocks, o.block_size, o.kv_heads, o.dim_v}));
+        // Head-major within a block (Layout::bnhd of [blocks, block_size, Hkv, D]): one head's rows
+        // of a block lie together, as a kernel streaming one head reads them.
+        s.k_pools.push_back(DeviceTensor::empty(context, o.dtype, {blocks, o.block_size, o.kv_heads, o.dim}, Layout::bnhd));
+        s.v_pools.push_back(DeviceTensor::empty(context, o.dtype, {blocks, o.block_size, o.kv_heads, o.dim_v}, Layout::bnhd));
     }
     s.table = DeviceTensor::empty(context, DType::i32, {o.batch, 1, 1, o.max_blocks_per_seq});
     s.lengths = DeviceTensor::empty(context, DType::i32, {o.batch, 1, 1, 1});

@@ -77,12 +77,13 @@ void bind_paged(const PlanState& plan, const DevicePagedKv& paged, Bound& b) {
     const PagedSpec given = paged_spec(paged);
     if (given.block_size != plan.spec.paged->block_size || given.table_stride != plan.spec.paged->table_stride ||
         given.blocks_per_pool != plan.spec.paged->blocks_per_pool || given.blocks != plan.spec.paged->blocks ||
-        given.pools != plan.spec.paged->pools || paged.k_pools[0].dtype() != plan.spec.k.dtype ||
+        given.pools != plan.spec.paged->pools || given.units != plan.spec.paged->units ||
+        paged.k_pools[0].dtype() != plan.spec.k.dtype ||
         paged.k_pools[0].shape()[2] != plan.problem.Hkv || paged.k_pools[0].shape()[3] != plan.problem.Dk ||
         paged.v_pools[0].shape()[3] != plan.problem.Dv || paged.block_table.shape()[0] != plan.problem.B)
         throw InvalidArgument("paged", "its pools or block table (" + paged_text(given) + ") differ from the plan's (" +
-                                           paged_text(*plan.spec.paged) + ") or from its dtype, batch, heads or head "
-                                           "dimensions; make a plan for this cache.");
+                                           paged_text(*plan.spec.paged) + ") or from its dtype, batch, heads, head "
+                                           "dimensions or layout; make a plan for this cache.");
     const auto& caps = plan.runtime->device().caps();
     auto check = [&](const DeviceTensor& t, const std::string& name, std::uint64_t align) {
         Storage& storage = storage_of(t, *plan.runtime, name.c_str());

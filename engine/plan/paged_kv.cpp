@@ -3,6 +3,7 @@
 #include <string>
 
 #include "attention/kernels.hpp"
+#include "submit/host_copy.hpp"
 #include "tensor/storage.hpp"
 #include "vkattn/errors.hpp"
 
@@ -35,32 +36,37 @@ PagedSpec paged_spec(const DevicePagedKv& paged) {
     spec.blocks_per_pool = first.shape()[0];
     spec.pools = static_cast<std::int64_t>(pools);
     const std::int64_t kv_heads = first.shape()[2];
-    std::int64_t dim_v = 0;
+    const std::int64_t dim_k = first.shape()[3], dim_v = paged.v_pools[0].defined() ? paged.v_pools[0].shape()[3] : 0;
+    // The first pool's layout in rows of D (strides[3] == 1, the others multiples of D).
+    const auto& fs = first.strides();
+    if (dim_k > 0) spec.units = {fs[0] / dim_k, fs[1] / dim_k, fs[2] / dim_k};
     for (std::size_t i = 0; i < pools; ++i)
-        for (const auto& [pool, list] : {std::pair{&paged.k_pools[i], "paged.k_pools"}, std::pair{&paged.v_pools[i], "paged.v_pools"}}) {
-            const std::string name = indexed(list, i);
-            if (!pool->defined()) throw_empty(name.c_str());
-            const auto& s = pool->shape();
-            const bool is_v = pool == &paged.v_pools[i];
-            if (is_v && i == 0) dim_v = s[3];
-            const std::int64_t blocks = paged.k_pools[i].shape()[0];
+        for (const bool is_v : {false, true}) {
+            const DeviceTensor& pool = is_v ? paged.v_pools[i] : paged.k_pools[i];
+            const std::string name = indexed(is_v ? "paged.v_pools" : "paged.k_pools", i);
+            if (!pool.defined()) throw_empty(name.c_str());
+            const auto& s = pool.shape();
+            const std::int64_t D = is_v ? dim_v : dim_k, blocks = paged.k_pools[i].shape()[0];
+            const auto& st = pool.strides();
             std::string why;
-            if (pool->dtype() != first.dtype()) why = "its dtype is " + to_string(pool->dtype()) + ", not " + to_string(first.dtype());
-            else if (!pool->contiguous()) why = "it must be contiguous";
+            if (pool.dtype() != first.dtype()) why = "its dtype is " + to_string(pool.dtype()) + ", not " + to_string(first.dtype());
             else if (s[1] != spec.block_size || s[2] != kv_heads) why = "its block size and heads differ from paged.k_pools[0]'s";
-            else if (s[3] != (is_v ? dim_v : first.shape()[3])) why = "its head dimension differs from the first pool's";
+            else if (s[3] != D) why = "its head dimension differs from the first pool's";
             else if (s[0] != blocks) why = "it holds another number of blocks than paged.k_pools[" + std::to_string(i) + "]";
             else if (i + 1 < pools && blocks != spec.blocks_per_pool)
                 why = "every pool but the last must hold as many blocks as the first (" + std::to_string(spec.blocks_per_pool) + ")";
             else if (blocks > spec.blocks_per_pool)
                 why = "the last pool may not hold more blocks than the first (" + std::to_string(spec.blocks_per_pool) + ")";
+            else if (st[3] != 1 || span_bytes(pool) != packed_bytes(pool) ||
+                     st[0] != spec.units[0] * D || st[1] != spec.units[1] * D || st[2] != spec.units[2] * D)
+                why = "its strides " + shape_text(st) + " are not the first K pool's layout (" + shape_text(fs) +
+                      " in rows of " + std::to_string(dim_k) + ") in rows of its own D, without gaps";
             if (!why.empty())
                 throw InvalidArgument(name.c_str(), why + "; pools are [blocks, block_size, Hkv, D], shape " + shape_text(s) + ".");
         }
     for (const DeviceTensor& pool : paged.k_pools) spec.blocks += pool.shape()[0];
-    const auto eb = static_cast<std::int64_t>(size_of(first.dtype()));
-    spec.k_pool_bytes = static_cast<std::uint64_t>(checked_mul(spec.blocks_per_pool, spec.block_size * kv_heads * first.shape()[3] * eb, "a pool's size"));
-    spec.v_pool_bytes = static_cast<std::uint64_t>(checked_mul(spec.blocks_per_pool, spec.block_size * kv_heads * dim_v * eb, "a pool's size"));
+    spec.k_pool_bytes = span_bytes(first);
+    spec.v_pool_bytes = span_bytes(paged.v_pools[0]);
     return spec;
 }
 

@@ -53,17 +53,22 @@ struct MaskParams {
     TensorDesc float_mask;  // float mask (added to the logits), broadcast strides
 };
 
-// A paged K/V (the PAGED variants; vLLM's and flash_attn_with_kvcache's layout): K and V live in
-// pools of blocks [blocks, block_size, Hkv, D], and key n of sequence b is row n % block_size of
+// A paged K/V (the PAGED variants; vLLM's and flash_attn_with_kvcache's): K and V live in pools
+// of blocks, shape [blocks, block_size, Hkv, D], and key n of sequence b is row n % block_size of
 // block table[b·table_stride + n / block_size]. Block k lives in pool k / blocks_per_pool (a pool
-// past one binding is several bindings of whole blocks). A pool's TensorDesc reads stride.x as the
-// elements between blocks, .y between heads, .z between a block's rows; origin.w is the first
-// block's offset in its binding, the same in every pool.
+// past one binding is several bindings of whole blocks). K's and V's pools share one layout in
+// units of a row of D elements (row-major as FlashAttention's, or head-major within a block): row
+// (block, r, head) starts at element (block·block_units + r·row_units)·D + head·stride.y +
+// origin.w, where a pool's TensorDesc holds D in stride.w and the elements between heads in
+// stride.y; origin.w is the first block's offset in its binding, the same in every pool.
 struct PagedKv {
     uint block_size;
     uint table_stride;     // entries per sequence in the block table
     uint blocks_per_pool;  // every pool but the last holds exactly this many
     uint blocks;           // block ids are [0, blocks)
+    uint block_shift;      // log2(block_size) when it is a power of two, else 32
+    uint block_units;      // rows of D elements between blocks
+    uint row_units;        // rows of D elements between a block's rows
 };
 
 uint tensor_index(TensorDesc t, uint b, uint h, uint n) {

@@ -335,3 +335,53 @@ TEST_CASE("paged kv cache: pools over several bindings append and attend through
     INFO(messages);
     CHECK(messages.empty());
 }
+
+TEST_CASE("paged attention reads the caller's pools in FlashAttention's row-major layout or head-major alike",
+          "[gpu][cache][paged]") {
+    // Pools [9 blocks, 5 rows, 2 heads, D] made by the caller, a shuffled table, lengths ending
+    // mid-block, 3 queries per sequence: the reference over the keys gathered through the table.
+    Context& ctx = test::gpu_context();
+    std::mt19937 rng(23);
+    const std::int64_t B = 2, Hq = 4, Hkv = 2, bs = 5, blocks = 9, max_blocks = 4, D = 16, Dv = 12, Nq = 3;
+    const HostTensor k_pool = random_tensor(rng, DType::f32, Layout::bhnd, {blocks, bs, Hkv, D});
+    const HostTensor v_pool = random_tensor(rng, DType::f32, Layout::bhnd, {blocks, bs, Hkv, Dv});
+    const std::vector<std::int32_t> table{7, 2, 5, -1, 0, 8, 3, 6}, lengths{13, 20};
+    const HostTensor q_host = random_tensor(rng, DType::f32, Layout::bhnd, {B, Hq, Nq, D});
+    HostKvCache want(DType::f32, B, Hkv, max_blocks * bs, D, Dv);
+    want.lengths = lengths;
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t n = 0; n < lengths[static_cast<std::size_t>(b)]; ++n)
+            for (std::int64_t h = 0; h < Hkv; ++h) {
+                const std::int64_t block = table[static_cast<std::size_t>(b * max_blocks + n / bs)];
+                for (std::int64_t d = 0; d < D; ++d)
+                    want.k.f32[static_cast<std::size_t>(want.k.view().offset(b, h, n, d))] = k_pool.at(block, n % bs, h, d);
+                for (std::int64_t d = 0; d < Dv; ++d)
+                    want.v.f32[static_cast<std::size_t>(want.v.view().offset(b, h, n, d))] = v_pool.at(block, n % bs, h, d);
+            }
+    const DeviceTensor q = DeviceTensor::from_host(ctx, q_host.view());
+    const DeviceTensor o = DeviceTensor::empty(ctx, DType::f32, {B, Hq, Nq, Dv});
+    DeviceAttentionInputs in{.q = q,
+                             .kv_lengths = DeviceTensor::from_host(
+                                 ctx, make_view<const void*>(lengths.data(), DType::i32, Layout::bhnd, {B, 1, 1, 1}))};
+    in.paged.block_table =
+        DeviceTensor::from_host(ctx, make_view<const void*>(table.data(), DType::i32, Layout::bhnd, {B, 1, 1, max_blocks}));
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    const AttentionOptions options{.causal = Causal::bottom_right, .impl = impl};
+    std::vector<std::vector<float>> outputs;
+    for (const Layout layout : {Layout::bhnd, Layout::bnhd}) {  // row-major; head-major within a block
+        in.paged.k_pools = {DeviceTensor::from_host(ctx, k_pool.view(), layout)};
+        in.paged.v_pools = {DeviceTensor::from_host(ctx, v_pool.view(), layout)};
+        const AttentionReport report = attention(ctx, in, {o}, options);
+        CHECK(report.path == impl);
+        HostTensor got = nan_tensor(DType::f32, Layout::bhnd, o.shape());
+        o.download(got.mutable_view());
+        test::check_step(q_host, got, want, options, to_string(impl));
+        outputs.push_back(floats_of(got));
+    }
+    CHECK(outputs[0] == outputs[1]);  // the same arithmetic at other addresses
+    // A V pool in another layout than K's is refused, naming it.
+    in.paged.k_pools = {DeviceTensor::from_host(ctx, k_pool.view(), Layout::bhnd)};
+    in.paged.v_pools = {DeviceTensor::from_host(ctx, v_pool.view(), Layout::bnhd)};
+    CHECK_THROWS_WITH(attention(ctx, in, {o}, options), Catch::Contains("paged.v_pools[0]") && Catch::Contains("layout"));
+    CHECK(test::take_validation_messages(ctx).empty());
+}

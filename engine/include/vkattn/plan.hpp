@@ -26,12 +26,14 @@ struct PlanState;
 struct PlanAccess;  // the engine's way to a plan's state (not API)
 }  // namespace detail
 
-// Keys and values in a paged cache (vLLM's layout; flash_attn_with_kvcache's block_table): pools
-// of blocks, K's [blocks, block_size, Hkv, Dk] and V's [blocks, block_size, Hkv, Dv], and a block
-// table. Key n of sequence b is row n % block_size of block table[b][n / block_size]. A pool larger
-// than one binding is passed as several contiguous tensors of whole blocks (at most 4, each at an
-// offset the device can bind), block ids running on from one to the next; every pool but the last
-// holds the same number of blocks, and K's and V's pools pair up. PagedKvCache makes all of this.
+// Keys and values in a paged cache (vLLM's; flash_attn_with_kvcache's block_table): pools of
+// blocks, K's [blocks, block_size, Hkv, Dk] and V's [blocks, block_size, Hkv, Dv], and a block
+// table. Key n of sequence b is row n % block_size of block table[b][n / block_size]. The pools may
+// be row-major (FlashAttention's layout) or any other order of the first three dimensions, without
+// gaps, with D innermost, the same for every pool in rows of D (PagedKvCache keeps a block's rows
+// head-major: Layout::bnhd). A pool larger than one binding is passed as several tensors of whole
+// blocks (at most 4, each at an offset the device can bind), block ids running on from one to the
+// next; every pool but the last holds the same number of blocks, and K's and V's pools pair up.
 // Attention over it reads keys [0, kv_lengths[b]) (kv_lengths is required; Nkv is
 // max_blocks · block_size), on the fused or split path; a table entry a visible key uses must name a
 // block (entries outside [0, blocks) are clamped on the device, never read out of bounds).
