@@ -63,8 +63,8 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 // K and V are read as (pool, element index): the pool is 0 unless PAGED binds several. K's pools 1-3
 // are bindings 10-12, V's 13-15.
 #ifdef TEXEL
-#define LOADER(name, slot)                                              \
-    layout(set = 0, binding = slot) uniform samplerBuffer name##_texels;     \
+#define LOADER(name, slot)                                            \
+    layout(set = 0, binding = slot) uniform samplerBuffer name##_texels; \
     vec4 name(uint index, uint valid) { return texelFetch(name##_texels, int(index >> 2)); }
 #else
 #ifdef IN_F16
@@ -72,15 +72,15 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 #else
 #define IN_TYPE float
 #endif
-#define LOADER(name, slot)                                               \
-    layout(std430, set = 0, binding = slot) readonly buffer name##_buffer {   \
-        IN_TYPE name##_data[];                                                   \
-    };                                                                           \
-    vec4 name(uint index, uint valid) {                                          \
-        vec4 v = vec4(0.0);                                                      \
-        [[unroll]] for (uint c = 0u; c < 4u; ++c)                                \
-            if (c < valid) v[c] = float(name##_data[index + c]);                 \
-        return v;                                                                \
+#define LOADER(name, slot)                                                  \
+    layout(std430, set = 0, binding = slot) readonly buffer name##_buffer { \
+        IN_TYPE name##_data[];                                              \
+    };                                                                      \
+    vec4 name(uint index, uint valid) {                                     \
+        vec4 v = vec4(0.0);                                                 \
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)                           \
+            if (c < valid) v[c] = float(name##_data[index + c]);            \
+        return v;                                                           \
     }
 #endif
 LOADER(load_q4, 1)
@@ -382,10 +382,10 @@ void main() {
                 const uint key = block_key(owner, c);
 #ifdef PAGED
                 // The owner looked its keys' rows up (one table read per key, not one per lane).
-                const uvec2 slot = STAGE          ? uvec2(0u)
-                                   : POOLS == 1u ? uvec2(0u, subgroupShuffle(slots[c].y, owner))
-                                                 : subgroupShuffle(slots[c], owner);
-                const uvec2 v_row = paged_index(P.v, hk, slot);
+                const uvec2 key_slot = STAGE          ? uvec2(0u)
+                                       : POOLS == 1u ? uvec2(0u, subgroupShuffle(slots[c].y, owner))
+                                                     : subgroupShuffle(slots[c], owner);
+                const uvec2 v_row = paged_index(P.v, hk, key_slot);
 #else
                 const uvec2 v_row = V_ROW(min(kb + key, key_last));
 #endif
