@@ -6,6 +6,7 @@
 #include "attention/dispatch.hpp"
 #include "attention/io.hpp"
 #include "attention/kernels.hpp"
+#include "submit/batch_state.hpp"
 #include "runtime.hpp"
 #include "tensor/storage.hpp"
 #include "vk/device.hpp"
@@ -23,6 +24,21 @@ Operand operand_of(const DeviceTensor& t) {
 Slice whole_tensor(const DeviceTensor& t) {
     const vk::Buffer& buffer = TensorAccess::storage(t)->buffer;
     return Slice{t.offset_bytes(), std::min((span_bytes(t) + 15) / 16 * 16, buffer.size() - t.offset_bytes()), {}};
+}
+
+// The key of an append's program: the new rows' memory, shapes, strides and dtype, and whether
+// counts are read.
+ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, bool has_counts) {
+    ProgramKey key;
+    for (const DeviceTensor* t : {&k_new, &v_new}) {
+        key.storages.push_back(TensorAccess::storage(*t));
+        key.offsets.push_back(t->offset_bytes());
+        key.signature.insert(key.signature.end(), t->shape().begin(), t->shape().end());
+        key.signature.insert(key.signature.end(), t->strides().begin(), t->strides().end());
+    }
+    key.signature.push_back(static_cast<std::int64_t>(k_new.dtype()));
+    key.signature.push_back(has_counts ? 1 : 0);
+    return key;
 }
 
 }  // namespace
@@ -88,8 +104,8 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
             params.v_new = vn.desc;
             Dispatch dispatch{&rows_kernel, params,
                               {bind(1, TensorAccess::storage(t.k_new)->buffer, kn),
-                               bind(2, TensorAccess::storage(t.v_new)->buffer, vn), bind(5, *t.lengths, lengths),
-                               bind(6, *t.counts, counts)},
+                               bind(2, TensorAccess::storage(t.v_new)->buffer, vn), bind(5, TensorAccess::storage(t.lengths)->buffer, lengths),
+                               bind(6, TensorAccess::storage(t.counts)->buffer, counts)},
                               {static_cast<std::uint32_t>(tn), static_cast<std::uint32_t>(c.units), 1}};
             if (!pools) {
                 const Box cb = cache_box(c);
@@ -118,8 +134,33 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
     }
     // Every row is written before any length moves: the rows read the lengths.
     program.barrier();
-    program.dispatch({&kv_advance_kernel(runtime), base, {bind(5, *t.lengths, lengths), bind(6, *t.counts, counts)},
+    program.dispatch({&kv_advance_kernel(runtime), base, {bind(5, TensorAccess::storage(t.lengths)->buffer, lengths),
+                                                                  bind(6, TensorAccess::storage(t.counts)->buffer, counts)},
                       {static_cast<std::uint32_t>((B + 63) / 64), 1, 1}});
+}
+
+void run_append(Runtime& runtime, BatchState& batch, ProgramCache& programs, const AppendTensors& t,
+                std::span<const std::int32_t> counts) {
+    const ProgramKey key = append_key(t.k_new, t.v_new, t.has_counts);
+    std::shared_ptr<Program> program = programs.find(key);
+    if (!program) {
+        program = std::make_shared<Program>(runtime);
+        record_append(runtime, *program, t);
+        programs.insert(key, program);
+    }
+    if (t.has_counts)
+        batch.upload(t.counts, make_view(static_cast<const void*>(counts.data()), DType::i32, Layout::bhnd, t.counts.shape()));
+    program->replay(batch.begin_op());
+    batch.keep(program);
+    std::vector<const DeviceTensor*> used{&t.k_new, &t.v_new, &t.lengths, &t.counts};
+    if (t.pools) {
+        used.push_back(&t.pools->table);
+        for (const auto* pools : {&t.pools->k, &t.pools->v})
+            for (const DeviceTensor& pool : *pools) used.push_back(&pool);
+    } else {
+        used.insert(used.end(), {&t.k_cache, &t.v_cache});
+    }
+    for (const DeviceTensor* tensor : used) batch.keep(TensorAccess::storage(*tensor));
 }
 
 }  // namespace vkattn::detail

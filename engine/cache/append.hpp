@@ -3,15 +3,18 @@
 // no binding passes the device's limit and no grid its counts, then the lengths advanced.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "attention/params.hpp"
 #include "plan/program.hpp"
+#include "plan/program_cache.hpp"
 #include "vkattn/device_tensor.hpp"
 
 namespace vkattn::detail {
 
 class Runtime;
+struct BatchState;
 
 // A paged cache's pools and block table, each bound whole.
 struct AppendPools {
@@ -25,13 +28,19 @@ struct AppendTensors {
     DeviceTensor k_new, v_new;      // [B, Hkv, T, Dk], [B, Hkv, T, Dv]; one dtype
     DeviceTensor k_cache, v_cache;  // contiguous: [B, Hkv, capacity, Dk], [B, Hkv, capacity, Dv]
     const AppendPools* pools = nullptr;   // paged: instead of k_cache and v_cache
-    const vk::Buffer* lengths = nullptr;  // [B] int32, the whole buffer
-    const vk::Buffer* counts = nullptr;   // [B] int32, the whole buffer (read when has_counts)
+    DeviceTensor lengths;                 // i32 [B], alone in its memory
+    DeviceTensor counts;                  // i32 [B], alone in its memory (read when has_counts)
     bool has_counts = false;
 };
 
 // Appends the dispatches to `program`. Throws ResourceLimit when even one row of one head cannot
 // be bound.
 void record_append(Runtime& runtime, Program& program, const AppendTensors& tensors);
+
+// An append recorded into a batch, as both caches do it: the counts uploaded when given (B of
+// them, already checked), then the program `programs` holds for these new rows (recorded on a
+// miss); the batch keeps every tensor of `tensors` alive until its submission completes.
+void run_append(Runtime& runtime, BatchState& batch, ProgramCache& programs, const AppendTensors& tensors,
+                std::span<const std::int32_t> counts);
 
 }  // namespace vkattn::detail

@@ -66,17 +66,4 @@ std::vector<std::int32_t> reset_lengths(const CacheShape& cache, std::span<const
     return {lengths.begin(), lengths.end()};
 }
 
-ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, bool has_counts) {
-    ProgramKey key;
-    for (const DeviceTensor* t : {&k_new, &v_new}) {
-        key.storages.push_back(TensorAccess::storage(*t));
-        key.offsets.push_back(t->offset_bytes());
-        key.signature.insert(key.signature.end(), t->shape().begin(), t->shape().end());
-        key.signature.insert(key.signature.end(), t->strides().begin(), t->strides().end());
-    }
-    key.signature.push_back(static_cast<std::int64_t>(k_new.dtype()));
-    key.signature.push_back(has_counts ? 1 : 0);
-    return key;
-}
-
 }  // namespace vkattn::detail

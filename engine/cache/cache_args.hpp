@@ -1,12 +1,11 @@
 // The argument rules both KV caches share (KvCache, PagedKvCache): option sizes, an append's new
-// rows and counts, a reset's lengths, and the key an append's program is cached under.
+// rows and counts, a reset's lengths.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "plan/program_cache.hpp"
 #include "vkattn/device_tensor.hpp"
 
 namespace vkattn::detail {
@@ -30,9 +29,5 @@ std::vector<std::int64_t> appended_rows(const Runtime& runtime, const CacheShape
 // A reset's lengths checked (B of them, each in [0, capacity]; empty: all 0).
 std::vector<std::int32_t> reset_lengths(const CacheShape& cache, std::span<const std::int32_t> lengths,
                                         std::int64_t capacity);
-
-// The key of an append's program: the new rows' memory, shapes, strides and dtype, and whether
-// counts are read.
-ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, bool has_counts);
 
 }  // namespace vkattn::detail

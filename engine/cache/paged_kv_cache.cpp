@@ -230,30 +230,14 @@ void PagedKvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceT
         s.upload_table(state);
     }
 
-    const detail::ProgramKey key = detail::append_key(k_new, v_new, !counts.empty());
-    std::shared_ptr<detail::Program> program = s.appends.find(key);
-    if (!program) {
-        program = std::make_shared<detail::Program>(*s.runtime);
-        detail::record_append(*s.runtime, *program,
-                              {.k_new = k_new,
-                               .v_new = v_new,
-                               .pools = &s.append_pools,
-                               .lengths = &detail::TensorAccess::storage(s.lengths)->buffer,
-                               .counts = &detail::TensorAccess::storage(s.counts)->buffer,
-                               .has_counts = !counts.empty()});
-        s.appends.insert(key, program);
-    }
-    if (!counts.empty())
-        state.upload(s.counts, make_view(static_cast<const void*>(counts.data()), DType::i32, Layout::bhnd,
-                                         {s.options.batch, 1, 1, 1}));
-    program->replay(state.begin_op());
-    state.keep(program);
-    for (const DeviceTensor* t : std::initializer_list<const DeviceTensor*>{&k_new, &v_new, &s.table, &s.lengths, &s.counts})
-        state.keep(detail::TensorAccess::storage(*t));
-    for (std::size_t i = 0; i < s.k_pools.size(); ++i) {
-        state.keep(detail::TensorAccess::storage(s.k_pools[i]));
-        state.keep(detail::TensorAccess::storage(s.v_pools[i]));
-    }
+    detail::run_append(*s.runtime, state, s.appends,
+                       {.k_new = k_new,
+                        .v_new = v_new,
+                        .pools = &s.append_pools,
+                        .lengths = s.lengths,
+                        .counts = s.counts,
+                        .has_counts = !counts.empty()},
+                       counts);
     for (std::size_t b = 0; b < B; ++b) s.recorded[b] += static_cast<std::int32_t>(added[b]);
 }
 
