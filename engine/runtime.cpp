@@ -8,6 +8,7 @@
 
 #include "plan/plan_cache.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/vulkan.hpp"
 
 namespace vkattn {
 namespace detail {
@@ -51,7 +52,83 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     auto devices = vk::describe_devices(*instance_);
     const std::uint32_t index = vk::select_device(devices, options_.device);
     info_ = devices[index];
-    device_ = std::make_unique<vk::Device>(*instance_, instance_->physical_devices()[index]);
+    device_ = std::make_unique<vk::Device>(instance_->physical_devices()[index]);
+    start();
+}
+
+namespace {
+
+bool at_least_1_2(std::uint32_t version) {
+    return VK_API_VERSION_MAJOR(version) > 1 || (VK_API_VERSION_MAJOR(version) == 1 && VK_API_VERSION_MINOR(version) >= 2);
+}
+
+std::string version_text(std::uint32_t v) {
+    return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v));
+}
+
+// Everything about the caller's objects that can be checked before vkattn uses them.
+void check_caller_device(const VulkanDevice& caller, const ContextOptions& options) {
+    if (!options.device.empty())
+        throw InvalidArgument("device", "a context on the caller's VkDevice uses its physical device; leave "
+                                        "ContextOptions::device empty.");
+    if (options.validation)
+        throw InvalidArgument("validation", "a context on the caller's VkDevice cannot enable layers: the caller's "
+                                            "instance decides them (and receives their messages).");
+    if (caller.instance == VK_NULL_HANDLE) throw InvalidArgument("instance", "it is VK_NULL_HANDLE.");
+    if (caller.physical_device == VK_NULL_HANDLE) throw InvalidArgument("physical_device", "it is VK_NULL_HANDLE.");
+    if (caller.device == VK_NULL_HANDLE) throw InvalidArgument("device", "it is VK_NULL_HANDLE.");
+    if (caller.create_info == nullptr)
+        throw InvalidArgument("create_info", "vkattn needs the VkDeviceCreateInfo the device was created with: Vulkan "
+                                             "cannot be asked afterwards which features were enabled.");
+    if (!at_least_1_2(caller.api_version))
+        throw InvalidArgument("api_version", "the instance was created for Vulkan " + version_text(caller.api_version) +
+                                                 ", and vkattn needs 1.2 or later (VkApplicationInfo::apiVersion).");
+    std::uint32_t count = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(caller.physical_device, &count, nullptr);
+    std::vector<VkQueueFamilyProperties> families(count);
+    vkGetPhysicalDeviceQueueFamilyProperties(caller.physical_device, &count, families.data());
+    if (caller.queue_family >= count)
+        throw InvalidArgument("queue_family", "the device has " + std::to_string(count) + " queue families; " +
+                                                  std::to_string(caller.queue_family) + " is not one of them.");
+    if (!(families[caller.queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT))
+        throw InvalidArgument("queue_family", "family " + std::to_string(caller.queue_family) +
+                                                  " has no VK_QUEUE_COMPUTE_BIT; vkattn runs compute shaders.");
+    std::uint32_t created = 0;
+    const VkDeviceCreateInfo& info = *caller.create_info;
+    for (std::uint32_t i = 0; i < info.queueCreateInfoCount; ++i)
+        if (info.pQueueCreateInfos[i].queueFamilyIndex == caller.queue_family)
+            created += info.pQueueCreateInfos[i].queueCount;
+    if (caller.queue_index >= created)
+        throw InvalidArgument("queue_index", "the create info made " + std::to_string(created) + " queue(s) of family " +
+                                                 std::to_string(caller.queue_family) + "; index " +
+                                                 std::to_string(caller.queue_index) + " is not one of them.");
+}
+
+}  // namespace
+
+Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : options_(options) {
+    check_caller_device(caller, options);
+    options_.force_staging = options.force_staging || env_flag("VKATTN_FORCE_STAGING");
+    poison_ = options.poison_outputs || env_flag("VKATTN_POISON");
+    instance_ = vk::Instance::adopt(caller.instance);
+    const auto physicals = instance_->physical_devices();
+    const auto found = std::find(physicals.begin(), physicals.end(), caller.physical_device);
+    if (found == physicals.end())
+        throw InvalidArgument("physical_device", "it is not one of the instance's physical devices.");
+    info_ = vk::describe_devices(*instance_)[static_cast<std::size_t>(found - physicals.begin())];
+    if (!info_.rejected.empty()) throw InvalidArgument("physical_device", info_.name + " cannot be used: " + info_.rejected + ".");
+    const vk::DeviceFeatures enabled = vk::enabled_features(caller.physical_device, *caller.create_info, caller.api_version);
+    info_.fp16_storage = enabled.storage_16bit;
+    info_.fp16_arithmetic = enabled.float16;
+    info_.int8_arithmetic = enabled.int8;
+    info_.features_not_enabled = vk::features_not_enabled(vk::available_features(caller.physical_device), enabled);
+    device_ = std::make_unique<vk::Device>(caller.physical_device, caller.device, caller.queue_family,
+                                           caller.queue_index, enabled);
+    if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
+    start();
+}
+
+void Runtime::start() {
     kernels_ = std::make_unique<vk::KernelCache>(*device_, cache_file(options_.pipeline_cache_dir, *device_));
     ring_ = std::make_unique<CommandRing>(*device_);
     plans_ = std::make_unique<PlanCache>();
@@ -95,7 +172,7 @@ std::shared_ptr<SubmissionState> Runtime::submit(std::uint32_t slot, InFlight wo
     ensure_usable();
     const std::uint64_t n = ++submissions_;
     try {
-        return ring_->submit(slot, std::move(work), timed, n == options_.simulate_timeout_on_submission, queue_mutex_);
+        return ring_->submit(slot, std::move(work), timed, n == options_.simulate_timeout_on_submission, *queue_mutex_);
     } catch (const DeviceLost& e) {
         mark_lost(e.what());
         throw;
@@ -160,6 +237,8 @@ std::uint64_t Runtime::max_binding_bytes() const {
 }  // namespace detail
 
 Context::Context(const ContextOptions& options) : runtime_(std::make_unique<detail::Runtime>(options)) {}
+Context::Context(const VulkanDevice& device, const ContextOptions& options)
+    : runtime_(std::make_unique<detail::Runtime>(device, options)) {}
 Context::~Context() = default;
 Context::Context(Context&&) noexcept = default;
 Context& Context::operator=(Context&&) noexcept = default;

@@ -21,6 +21,8 @@ class PlanCache;
 class Runtime {
 public:
     explicit Runtime(const ContextOptions& options);
+    // On the caller's device (vkattn/vulkan.hpp).
+    Runtime(const VulkanDevice& caller, const ContextOptions& options);
     ~Runtime();
 
     const ContextOptions& options() const { return options_; }
@@ -67,7 +69,11 @@ private:
     std::unique_ptr<vk::KernelCache> kernels_;
     std::unique_ptr<CommandRing> ring_;
     std::unique_ptr<PlanCache> plans_;
-    std::mutex queue_mutex_;
+    // Guards vkQueueSubmit: our own, or the caller's when it shares its queue with other threads.
+    std::mutex own_queue_mutex_;
+    std::mutex* queue_mutex_ = &own_queue_mutex_;
+    // What both constructors make once the device is known.
+    void start();
     std::atomic<std::uint64_t> submissions_{0};  // counted for options().simulate_timeout_on_submission
     std::atomic<bool> lost_{false};
     std::string lost_reason_;  // written once, under graveyard_mutex_, before lost_ is set

@@ -1,21 +1,21 @@
-# ctest -P script: install vkattn into a temporary prefix, build examples/hello against it with
-# find_package(vkattn), run it. Proves the package users link, rather than assuming it.
+# ctest -P script: install vkattn into a temporary prefix, build examples/${EXAMPLE} against it with
+# find_package(vkattn), run it with ${ARGS}. Proves the package users link, rather than assuming it.
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} RESULT_VARIABLE r OUTPUT_QUIET)
 if(r)
   message(FATAL_ERROR "cmake --install failed: ${r}")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE}/examples/hello -B ${WORK}/hello -DCMAKE_PREFIX_PATH=${prefix}
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE}/examples/${EXAMPLE} -B ${WORK}/${EXAMPLE} -DCMAKE_PREFIX_PATH=${prefix}
                 RESULT_VARIABLE r)
 if(r)
   message(FATAL_ERROR "configuring the example against the installed package failed")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/hello -j2 RESULT_VARIABLE r)
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/${EXAMPLE} -j2 RESULT_VARIABLE r)
 if(r)
   message(FATAL_ERROR "building the example failed")
 endif()
-execute_process(COMMAND ${WORK}/hello/hello RESULT_VARIABLE r)
+execute_process(COMMAND ${WORK}/${EXAMPLE}/${EXAMPLE} ${ARGS} RESULT_VARIABLE r)
 if(r)
   message(FATAL_ERROR "the example ran and failed: ${r}")
 endif()

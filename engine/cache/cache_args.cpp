@@ -3,6 +3,7 @@
 #include <string>
 
 #include "attention/problem.hpp"
+#include "runtime.hpp"
 #include "tensor/storage.hpp"
 #include "vkattn/errors.hpp"
 
@@ -15,6 +16,7 @@ void check_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTen
     storage_of(t, runtime, name);
     if (t.dtype() != DType::f32 && t.dtype() != DType::f16)
         throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + "; new keys and values are f32 or f16.");
+    if (t.dtype() == DType::f16) vk::require_fp16_storage(runtime.device().caps(), name);
     const auto& sh = t.shape();
     if (sh[0] != cache.batch || sh[1] != cache.kv_heads || sh[3] != dim || sh[2] < 1)
         throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the cache takes [" +

@@ -104,6 +104,7 @@ PagedKvCache::PagedKvCache(Context& context, const PagedKvCacheOptions& options)
     detail::check_size(o.dim_v, kMost, "dim_v");
     if (o.dtype != DType::f32 && o.dtype != DType::f16)
         throw InvalidArgument("dtype", "a KV cache stores f32 or f16, not " + to_string(o.dtype) + ".");
+    if (o.dtype == DType::f16) vk::require_fp16_storage(s.runtime->device().caps(), "dtype");
     const std::int64_t per_pool = detail::blocks_per_pool(*s.runtime, o);
     for (std::int64_t first = 0; first < o.num_blocks; first += per_pool) {
         const std::int64_t blocks = std::min(per_pool, o.num_blocks - first);

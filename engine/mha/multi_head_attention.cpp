@@ -145,8 +145,7 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
     runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
     const DType dtype = options.dtype;
-    if (dtype == DType::f16 && !caps.fp16_storage)
-        throw InvalidArgument("dtype", "the device " + caps.name + " does not support 16-bit storage buffers; use f32.");
+    if (dtype == DType::f16) vk::require_fp16_storage(caps, "dtype");
 
     // The attention core sees the projected tensors through head views. resolve() and the planner
     // need only their shapes and strides; the data lives on the device, so the views point at a

@@ -149,6 +149,17 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
                                         "elements of its memory, not at element " + std::to_string(first) +
                                         "; make the plan from tensors that start where this one does.");
     }
+    // The caller's buffers may lack texel views (wrap); the plan chose its loads for those it was made with.
+    std::vector<std::tuple<const Bound::Tensor*, bool, std::string>> read{{&b.q, texel_qk, "q"}, {&b.k, texel_qk, "k"},
+                                                                         {&b.v, texel_v, "v"}};
+    for (std::size_t i = 0; i < b.k_pools.size(); ++i) {
+        read.emplace_back(&b.k_pools[i], texel_qk, "paged.k_pools[" + std::to_string(i) + "]");
+        read.emplace_back(&b.v_pools[i], texel_v, "paged.v_pools[" + std::to_string(i) + "]");
+    }
+    for (const auto& [t, texel, name] : read)
+        if (texel && t->storage && !t->storage->texel_views())
+            throw InvalidArgument(name, "the plan reads it through texel views, and its buffer was created without "
+                                        "VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT; make the plan from tensors of this buffer.");
     return b;
 }
 
@@ -277,7 +288,8 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
     }
     if (runtime->poison_outputs()) {
         for (const Bound::Tensor* t : {&b.o, &b.weights, &b.lse}) {
-            if (!t->tensor) continue;
+            // The caller's buffers may not take copies (wrap): those go unpoisoned.
+            if (!t->tensor || !(t->storage->usage & VK_BUFFER_USAGE_TRANSFER_DST_BIT)) continue;
             const DeviceTensor& tensor = *t->tensor;
             // Tensors without gaps only (a gap may be someone else's data), in whole words: an
             // f16 tensor of odd size keeps its last element unpoisoned.
@@ -341,9 +353,22 @@ detail::AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAtten
     spec.options = options;
     // Texel loads need rows at multiples of 4 elements; tensors that start elsewhere get the
     // scalar loads unless the caller forces texels (then the run says why it cannot).
-    for (const DeviceTensor* t : {&in.q, &in.k, &in.v})
-        if (t->defined() && (t->offset_bytes() / size_of(t->dtype())) % 4 != 0 && !spec.options.variant.texel_loads)
+    // The caller's buffers without texel views (wrap) get them too; forcing texels on them is refused.
+    std::vector<std::pair<const DeviceTensor*, std::string>> read{{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}};
+    for (std::size_t i = 0; i < in.paged.k_pools.size(); ++i) read.emplace_back(&in.paged.k_pools[i], "paged.k_pools[" + std::to_string(i) + "]");
+    for (std::size_t i = 0; i < in.paged.v_pools.size(); ++i) read.emplace_back(&in.paged.v_pools[i], "paged.v_pools[" + std::to_string(i) + "]");
+    for (const auto& [t, name] : read) {
+        if (!t->defined()) continue;
+        if ((t->offset_bytes() / size_of(t->dtype())) % 4 != 0 && !spec.options.variant.texel_loads)
             spec.options.variant.texel_loads = false;
+        const auto& storage = detail::TensorAccess::storage(*t);
+        if (!storage->texel_views()) {
+            if (spec.options.variant.texel_loads == true)
+                detail::require_usage(*storage, VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT, name.c_str(),
+                                      "texel loads (forced by variant.texel_loads)");
+            spec.options.variant.texel_loads = false;
+        }
+    }
     return spec;
 }
 

@@ -15,13 +15,14 @@ namespace detail {
 
 BatchState::~BatchState() {
     if (slot) runtime->ring().release(*slot);
-    if (runtime->lost() && (!work.keep.empty())) runtime->keep_until_idle(std::make_shared<InFlight>(std::move(work)));
+    if ((runtime->lost() || external) && !work.keep.empty())
+        runtime->keep_until_idle(std::make_shared<InFlight>(std::move(work)));
 }
 
 VkCommandBuffer BatchState::begin_op() {
     runtime->ensure_usable();
-    if (!slot) slot = runtime->acquire_slot();
-    const VkCommandBuffer commands = runtime->ring().commands(*slot);
+    if (!external && !slot) slot = runtime->acquire_slot();
+    const VkCommandBuffer commands = external ? external : runtime->ring().commands(*slot);
     VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT;
     barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
@@ -39,6 +40,8 @@ void BatchState::time_begin() {
 }
 
 void BatchState::write_start_stamp() {
+    // The caller's command buffer has no queries of ours; some queue families write no timestamps.
+    if (external || !runtime->device().caps().timestamps) return;
     if (!slot) slot = runtime->acquire_slot();
     // Timing restarts (the first operation began it before the engine narrowed it): a query is
     // written once per reset.
@@ -50,7 +53,7 @@ void BatchState::write_start_stamp() {
 }
 
 void BatchState::time_end() {
-    if (!timing_begun || timing_ended) return;
+    if (!timing_begun || timing_ended || external) return;
     vkCmdWriteTimestamp(runtime->ring().commands(*slot), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
                         runtime->ring().queries(*slot), 1);
     timing_ended = true;
@@ -99,6 +102,7 @@ namespace detail {
 void BatchState::upload(const DeviceTensor& to, const TensorView& from) {
     BatchState& s = *this;
     const detail::Storage& storage = detail::storage_of(to, *s.runtime, "to");
+    detail::require_usage(storage, VK_BUFFER_USAGE_TRANSFER_DST_BIT, "to", "an upload");
     check_transfer(to, from.dtype, from.shape, from.strides, from.data, "from");
     const auto runs = detail::row_runs(to, from.strides);
     const std::uint64_t bytes = detail::packed_bytes(to);
@@ -127,6 +131,7 @@ void BatchState::upload(const DeviceTensor& to, const TensorView& from) {
 void BatchState::download(const DeviceTensor& from, const MutableTensorView& to) {
     BatchState& s = *this;
     const detail::Storage& storage = detail::storage_of(from, *s.runtime, "from");
+    detail::require_usage(storage, VK_BUFFER_USAGE_TRANSFER_SRC_BIT, "from", "a download");
     check_transfer(from, to.dtype, to.shape, to.strides, to.data, "to");
     auto runs = detail::row_runs(from, to.strides);
     s.keep(detail::TensorAccess::storage(from));
@@ -147,6 +152,7 @@ void BatchState::download(const DeviceTensor& from, const MutableTensorView& to)
 void BatchState::fill(const DeviceTensor& to, std::uint32_t word) {
     BatchState& s = *this;
     const detail::Storage& storage = detail::storage_of(to, *s.runtime, "to");
+    detail::require_usage(storage, VK_BUFFER_USAGE_TRANSFER_DST_BIT, "to", "a fill");
     const std::uint64_t bytes = detail::span_bytes(to);
     if (bytes != detail::packed_bytes(to) || to.offset_bytes() % 4 != 0 || bytes % 4 != 0)
         throw InvalidArgument("to", "fill needs a tensor without gaps whose byte offset and size are multiples of 4.");
@@ -158,6 +164,9 @@ void BatchState::fill(const DeviceTensor& to, std::uint32_t word) {
 
 Submission Batch::submit() {
     detail::BatchState& s = *state_;
+    if (s.external)
+        throw InvalidArgument("batch", "it records into the caller's command buffer (record_into): finish() it, then "
+                                       "submit the command buffer yourself.");
     s.runtime->ensure_usable();
     // Device writes made visible to the host, which reads downloads and mapped results after the wait.
     VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
@@ -172,6 +181,31 @@ Submission Batch::submit() {
     detail::Runtime& runtime = *s.runtime;
     state_ = std::make_unique<detail::BatchState>(runtime);
     return detail::BatchAccess::submission(std::move(state), runtime);
+}
+
+RecordedWork Batch::finish() {
+    detail::BatchState& s = *state_;
+    if (!s.external)
+        throw InvalidArgument("batch", "it records into one of the context's own command buffers: submit() it.");
+    auto work = std::make_shared<detail::InFlight>(std::move(s.work));
+    const VkCommandBuffer commands = s.external;
+    detail::Runtime& runtime = *s.runtime;
+    s.work = {};
+    state_ = std::make_unique<detail::BatchState>(runtime);
+    state_->external = commands;
+    return detail::BatchAccess::recorded(std::move(work));
+}
+
+RecordedWork::RecordedWork() = default;
+RecordedWork::RecordedWork(RecordedWork&&) noexcept = default;
+RecordedWork& RecordedWork::operator=(RecordedWork&&) noexcept = default;
+RecordedWork::~RecordedWork() = default;
+
+void RecordedWork::complete() {
+    if (!work_) return;
+    auto* work = static_cast<detail::InFlight*>(work_.get());
+    for (auto& host_work : work->on_complete) host_work();
+    work_.reset();
 }
 
 Submission::Submission() = default;

@@ -19,7 +19,9 @@ class Runtime;
 
 struct BatchState {
     explicit BatchState(Runtime& owner) : runtime(&owner) {}
-    // An acquired slot that was never submitted goes back to the ring; nothing recorded runs.
+    // An acquired slot that was never submitted goes back to the ring; nothing recorded runs. A batch
+    // recorded into the caller's command buffer and never finished hands its resources to the
+    // runtime until the context goes: the caller may still submit the commands.
     ~BatchState();
     BatchState(const BatchState&) = delete;
     BatchState& operator=(const BatchState&) = delete;
@@ -45,6 +47,8 @@ struct BatchState {
     void time_end();
 
     Runtime* runtime;
+    // The caller's command buffer (record_into), recorded instead of a ring slot's.
+    VkCommandBuffer external = VK_NULL_HANDLE;
     std::optional<std::uint32_t> slot;
     InFlight work;
     bool timing_begun = false, timing_ended = false, explicit_timing = false;
@@ -55,6 +59,11 @@ private:
 
 struct BatchAccess {
     static Batch make(Runtime& runtime) { return Batch(runtime); }
+    static RecordedWork recorded(std::shared_ptr<InFlight> work) {
+        RecordedWork r;
+        r.work_ = std::move(work);
+        return r;
+    }
     static BatchState& state(Batch& batch) { return *batch.state_; }
     static Submission submission(std::shared_ptr<SubmissionState> state, Runtime& runtime) {
         Submission s;

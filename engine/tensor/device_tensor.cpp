@@ -37,13 +37,15 @@ Storage& storage_of(const DeviceTensor& tensor, const Runtime& runtime, const ch
     return *storage;
 }
 
-void throw_empty(const char* name) {
-    throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+void require_usage(const Storage& storage, VkBufferUsageFlags needed, const char* name, const char* what) {
+    if ((storage.usage & needed) == needed) return;
+    const char* flag = needed == VK_BUFFER_USAGE_TRANSFER_SRC_BIT   ? "VK_BUFFER_USAGE_TRANSFER_SRC_BIT"
+                       : needed == VK_BUFFER_USAGE_TRANSFER_DST_BIT ? "VK_BUFFER_USAGE_TRANSFER_DST_BIT"
+                       : needed == VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT ? "VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT"
+                                                                             : "VK_BUFFER_USAGE_STORAGE_BUFFER_BIT";
+    throw InvalidArgument(name, std::string(what) + " needs the tensor's buffer to have " + flag +
+                                    ", and the caller's buffer was created without it.");
 }
-
-}  // namespace detail
-
-namespace {
 
 void check_shape(const std::array<std::int64_t, 4>& shape, const char* name) {
     for (int i = 0; i < 4; ++i)
@@ -52,7 +54,12 @@ void check_shape(const std::array<std::int64_t, 4>& shape, const char* name) {
                                             " is " + std::to_string(shape[i]) + ".");
 }
 
-}  // namespace
+void throw_empty(const char* name) {
+    throw InvalidArgument(name, "the tensor is empty (a default-constructed DeviceTensor).");
+}
+
+}  // namespace detail
+
 
 DeviceTensor::DeviceTensor(std::shared_ptr<detail::Storage> storage, std::uint64_t offset, DType dtype,
                            const std::array<std::int64_t, 4>& shape, const std::array<std::int64_t, 4>& strides)
@@ -60,7 +67,7 @@ DeviceTensor::DeviceTensor(std::shared_ptr<detail::Storage> storage, std::uint64
 
 DeviceTensor DeviceTensor::empty(Context& context, DType dtype, const std::array<std::int64_t, 4>& shape,
                                  Layout layout) {
-    check_shape(shape, "shape");
+    detail::check_shape(shape, "shape");
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     const std::int64_t elements = detail::checked_mul(
         detail::checked_mul(detail::checked_mul(shape[0], shape[1], "shape"), shape[2], "shape"), shape[3], "shape");

@@ -14,20 +14,29 @@ namespace vkattn::detail {
 
 class Runtime;
 
+// Usage every tensor buffer of vkattn's has: storage and texel bindings, copies both ways.
+constexpr VkBufferUsageFlags kTensorUsage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                            VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT |
+                                            VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+
 struct Storage {
-    Storage(Runtime& owner, vk::Buffer memory) : runtime(&owner), buffer(std::move(memory)) {}
+    Storage(Runtime& owner, vk::Buffer memory, VkBufferUsageFlags usage_flags = kTensorUsage)
+        : runtime(&owner), buffer(std::move(memory)), usage(usage_flags) {}
     ~Storage();
     Storage(const Storage&) = delete;
     Storage& operator=(const Storage&) = delete;
 
     Runtime* runtime;
     vk::Buffer buffer;
+    // What the buffer may be used for: kTensorUsage for vkattn's own; the caller's (wrap) may lack
+    // texel views or copies.
+    VkBufferUsageFlags usage;
+    bool texel_views() const { return (usage & VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT) != 0; }
 };
 
-// Usage every tensor buffer has: storage and texel bindings, copies both ways.
-constexpr VkBufferUsageFlags kTensorUsage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                            VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT |
-                                            VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+// InvalidArgument naming `name` unless the tensor's buffer has `needed` usage (the caller's
+// buffers, wrap(), may lack copies); `what` says which operation needed it.
+void require_usage(const Storage& storage, VkBufferUsageFlags needed, const char* name, const char* what);
 
 // The bytes of a buffer allocated for `bytes` of data: rounded up to 16, plus the 16 bytes of slack
 // that bindings rounded up to a vec4 may reach (allocate_storage, Program::scratch).
@@ -36,6 +45,9 @@ inline std::uint64_t allocated_bytes(std::uint64_t bytes) { return (bytes + 15) 
 // Device-local memory for allocated_bytes(bytes), mapped where the device allows zero-copy. Throws
 // ResourceLimit naming `what`.
 std::shared_ptr<Storage> allocate_storage(Runtime& runtime, std::uint64_t bytes, const std::string& what);
+
+// InvalidArgument naming `name` unless every dimension is at least 1.
+void check_shape(const std::array<std::int64_t, 4>& shape, const char* name);
 
 // InvalidArgument naming `name`: the tensor has no memory (a default-constructed DeviceTensor).
 [[noreturn]] void throw_empty(const char* name);

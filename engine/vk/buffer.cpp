@@ -59,4 +59,11 @@ Buffer::Buffer(const Device& device, VkDeviceSize bytes, VkBufferUsageFlags usag
         VKATTN_CHECK(vkMapMemory(vk_device, memory, 0, VK_WHOLE_SIZE, 0, &mapped_), "mapping " + what);
 }
 
+Buffer Buffer::adopt(VkBuffer buffer, VkDeviceSize bytes) {
+    Buffer b;
+    b.buffer_ = Handle<VkBuffer>(buffer, {});  // no destroy: the caller owns it
+    b.size_ = bytes;
+    return b;
+}
+
 }  // namespace vkattn::vk

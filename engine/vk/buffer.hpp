@@ -23,6 +23,9 @@ public:
     Buffer(const Device& device, VkDeviceSize bytes, VkBufferUsageFlags usage, MemoryIntent intent,
            bool map_device_local, const std::string& what);
 
+    // The caller's buffer (vkattn/vulkan.hpp): used, never destroyed, never mapped.
+    static Buffer adopt(VkBuffer buffer, VkDeviceSize bytes);
+
     VkBuffer get() const { return buffer_.get(); }
     VkDeviceSize size() const { return size_; }
     void* mapped() const { return mapped_; }  // null when the memory is not mapped

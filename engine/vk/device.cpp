@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "vk/check.hpp"
-#include "vk/instance.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::vk {
@@ -17,89 +16,49 @@ bool texel_format_supported(VkPhysicalDevice physical, VkFormat format) {
     return (props.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
 }
 
-}  // namespace
-
-Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(physical) {
-    (void)instance;
-    VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
-    VkPhysicalDeviceFloatControlsProperties float_controls{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
-    subgroup.pNext = &float_controls;
-    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-    props.pNext = &subgroup;
-    vkGetPhysicalDeviceProperties2(physical, &props);
-    const VkPhysicalDeviceLimits& limits = props.properties.limits;
-
-    VkPhysicalDeviceVulkan11Features have11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
-    VkPhysicalDeviceVulkan12Features have12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-    have11.pNext = &have12;
-    VkPhysicalDeviceFeatures2 have{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-    have.pNext = &have11;
-    vkGetPhysicalDeviceFeatures2(physical, &have);
-
+std::uint32_t compute_queue_family(VkPhysicalDevice physical) {
     std::uint32_t family_count = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, nullptr);
     std::vector<VkQueueFamilyProperties> families(family_count);
     vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, families.data());
-    // Prefer a compute queue without graphics (async compute on GPUs), else any compute queue.
-    bool found = false;
-    for (int pass = 0; pass < 2 && !found; ++pass)
-        for (std::uint32_t f = 0; f < family_count && !found; ++f) {
+    // Prefer a compute queue without graphics (async compute on GPUs), else any compute queue; one
+    // with timestamps first.
+    for (int pass = 0; pass < 2; ++pass)
+        for (std::uint32_t f = 0; f < family_count; ++f) {
             const auto flags = families[f].queueFlags;
             if ((flags & VK_QUEUE_COMPUTE_BIT) && (pass == 1 || !(flags & VK_QUEUE_GRAPHICS_BIT)) &&
-                families[f].timestampValidBits > 0) {
-                queue_family_ = f;
-                found = true;
-            }
+                families[f].timestampValidBits > 0)
+                return f;
         }
-    for (std::uint32_t f = 0; f < family_count && !found; ++f)
-        if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-            queue_family_ = f;
-            found = true;
-        }
-    if (!found) throw Error(std::string("the device ") + props.properties.deviceName + " has no compute queue.");
+    for (std::uint32_t f = 0; f < family_count; ++f)
+        if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) return f;
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(physical, &props);
+    throw Error(std::string("the device ") + props.deviceName + " has no compute queue.");
+}
 
+}  // namespace
+
+Device::Device(VkPhysicalDevice physical) : physical_(physical) {
+    queue_family_ = compute_queue_family(physical);
     // Enable only what we use, and only where it exists.
+    features_ = available_features(physical);
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features want12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     want11.pNext = &want12;
-    want11.storageBuffer16BitAccess = have11.storageBuffer16BitAccess;
-    want11.uniformAndStorageBuffer16BitAccess = have11.uniformAndStorageBuffer16BitAccess;
-    want12.shaderFloat16 = have12.shaderFloat16;
-    want12.shaderInt8 = have12.shaderInt8;
-    want12.hostQueryReset = have12.hostQueryReset;
-
-    // Subgroup size control lets the fused kernel require the subgroup size its layout is built for.
-    std::uint32_t ext_count = 0;
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, nullptr);
-    std::vector<VkExtensionProperties> exts(ext_count);
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, exts.data());
-    auto has_extension = [&](const char* name) {
-        for (const auto& e : exts)
-            if (std::strcmp(e.extensionName, name) == 0) return true;
-        return false;
-    };
-    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT have_size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
-    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size_props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
-    const bool size_ext = has_extension(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
-    if (size_ext) {
-        VkPhysicalDeviceFeatures2 f{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-        f.pNext = &have_size;
-        vkGetPhysicalDeviceFeatures2(physical, &f);
-        VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-        p2.pNext = &size_props;
-        vkGetPhysicalDeviceProperties2(physical, &p2);
-    }
+    want11.storageBuffer16BitAccess = features_.storage_16bit;
+    want11.uniformAndStorageBuffer16BitAccess = features_.uniform_storage_16bit;
+    want12.shaderFloat16 = features_.float16;
+    want12.shaderInt8 = features_.int8;
     VkPhysicalDeviceSubgroupSizeControlFeaturesEXT want_size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
-    const bool size_control = size_ext && have_size.subgroupSizeControl && have_size.computeFullSubgroups &&
-                              (size_props.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
-    if (size_control) {
+    if (features_.subgroup_size_control) {
         want_size.subgroupSizeControl = VK_TRUE;
         want_size.computeFullSubgroups = VK_TRUE;
         want12.pNext = &want_size;
     }
     VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     want.pNext = &want11;
-    want.features.shaderInt64 = have.features.shaderInt64;
+    want.features.shaderInt64 = features_.int64;
 
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -109,8 +68,8 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
 
     std::vector<const char*> extensions;
     // MoltenVK requires the portability subset be enabled when offered.
-    if (has_extension("VK_KHR_portability_subset")) extensions.push_back("VK_KHR_portability_subset");
-    if (size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    if (features_.portability_subset) extensions.push_back("VK_KHR_portability_subset");
+    if (features_.subgroup_size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
 
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &want;
@@ -119,14 +78,43 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
     info.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
     info.ppEnabledExtensionNames = extensions.data();
     VkDevice device = VK_NULL_HANDLE;
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(physical, &props);
     VKATTN_CHECK(vkCreateDevice(physical, &info, nullptr, &device),
-                 std::string("creating a logical device on ") + props.properties.deviceName);
+                 std::string("creating a logical device on ") + props.deviceName);
     device_ = Handle<VkDevice>(device, [](VkDevice d) {
         vkDeviceWaitIdle(d);
         vkDestroyDevice(d, nullptr);
     });
     vkGetDeviceQueue(device, queue_family_, 0, &queue_);
+    describe();
+}
+
+Device::Device(VkPhysicalDevice physical, VkDevice device, std::uint32_t queue_family, std::uint32_t queue_index,
+               const DeviceFeatures& enabled)
+    : physical_(physical), device_(device, {}), queue_family_(queue_family), features_(enabled) {
+    vkGetDeviceQueue(device, queue_family_, queue_index, &queue_);
+    describe();
+}
+
+void Device::describe() {
+    const VkPhysicalDevice physical = physical_;
+    VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceFloatControlsProperties float_controls{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size_props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    subgroup.pNext = &float_controls;
+    if (features_.subgroup_size_control) float_controls.pNext = &size_props;
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &subgroup;
+    vkGetPhysicalDeviceProperties2(physical, &props);
+    const VkPhysicalDeviceLimits& limits = props.properties.limits;
     vkGetPhysicalDeviceMemoryProperties(physical, &memory_);
+
+    std::uint32_t family_count = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, nullptr);
+    std::vector<VkQueueFamilyProperties> families(family_count);
+    vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, families.data());
+    caps_.timestamps = queue_family_ < family_count && families[queue_family_].timestampValidBits > 0;
 
     caps_.name = props.properties.deviceName;
     switch (props.properties.deviceType) {
@@ -145,9 +133,9 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
         compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     caps_.subgroup_shuffle =
         compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
-    caps_.subgroup_size_control = size_control;
-    caps_.min_subgroup_size = size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
-    caps_.max_subgroup_size = size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
+    caps_.subgroup_size_control = features_.subgroup_size_control;
+    caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
+    caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;
     caps_.max_workgroup_invocations = limits.maxComputeWorkGroupInvocations;
     for (int i = 0; i < 3; ++i) caps_.max_workgroup_count[i] = limits.maxComputeWorkGroupCount[i];
@@ -163,9 +151,10 @@ Device::Device(const Instance& instance, VkPhysicalDevice physical) : physical_(
     caps_.max_allocation_bytes = m3.maxMemoryAllocationSize;
     caps_.texel_rgba32f = texel_format_supported(physical, VK_FORMAT_R32G32B32A32_SFLOAT);
     caps_.texel_rgba16f = texel_format_supported(physical, VK_FORMAT_R16G16B16A16_SFLOAT);
-    caps_.fp16_storage = have11.storageBuffer16BitAccess == VK_TRUE;
-    caps_.fp16_arithmetic = have12.shaderFloat16 == VK_TRUE;
-    caps_.int8_arithmetic = have12.shaderInt8 == VK_TRUE;
+    caps_.fp16_storage = features_.storage_16bit;
+    caps_.fp16_storage_supported = available_features(physical).storage_16bit;
+    caps_.fp16_arithmetic = features_.float16;
+    caps_.int8_arithmetic = features_.int8;
     caps_.device_memory_bytes = 0;
     for (std::uint32_t h = 0; h < memory_.memoryHeapCount; ++h)
         if (memory_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)

@@ -1,5 +1,6 @@
 // The logical device: one compute queue, the optional features vkattn uses (16-bit storage,
 // subgroup size control), the capabilities the tuning function reads, and memory-type selection.
+// vkattn creates its own, or adopts the caller's (vkattn/vulkan.hpp) and never destroys it.
 #pragma once
 
 #include <array>
@@ -8,20 +9,24 @@
 #include <vulkan/vulkan.h>
 
 #include "vk/device_caps.hpp"
+#include "vk/device_features.hpp"
 #include "vk/handle.hpp"
 
 namespace vkattn::vk {
 
-class Instance;
-
 class Device {
 public:
-    Device(const Instance& instance, VkPhysicalDevice physical);
+    // Creates a device with one compute queue and every optional feature the physical device offers.
+    explicit Device(VkPhysicalDevice physical);
+    // Adopts the caller's device and queue; `enabled` is what its creator enabled.
+    Device(VkPhysicalDevice physical, VkDevice device, std::uint32_t queue_family, std::uint32_t queue_index,
+           const DeviceFeatures& enabled);
     VkDevice get() const { return device_.get(); }
     VkPhysicalDevice physical() const { return physical_; }
     VkQueue queue() const { return queue_; }
     std::uint32_t queue_family() const { return queue_family_; }
     const DeviceCaps& caps() const { return caps_; }
+    const DeviceFeatures& features() const { return features_; }
     // Identifies device + driver build, for the on-disk pipeline cache.
     const std::array<std::uint8_t, VK_UUID_SIZE>& pipeline_cache_uuid() const { return cache_uuid_; }
     std::uint32_t vendor_id() const { return caps_.vendor_id; }
@@ -35,10 +40,14 @@ public:
     VkMemoryPropertyFlags memory_flags(std::uint32_t type) const;
 
 private:
+    // Fills caps_ and the identity from the physical device and features_.
+    void describe();
+
     VkPhysicalDevice physical_ = VK_NULL_HANDLE;
     Handle<VkDevice> device_;
     VkQueue queue_ = VK_NULL_HANDLE;
     std::uint32_t queue_family_ = 0;
+    DeviceFeatures features_;
     DeviceCaps caps_;
     VkPhysicalDeviceMemoryProperties memory_{};
     std::array<std::uint8_t, VK_UUID_SIZE> cache_uuid_{};

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "vkattn/errors.hpp"
+
 namespace vkattn::vk {
 
 enum class DeviceKind : std::uint8_t { discrete, integrated, virtual_gpu, cpu, other };
@@ -32,11 +34,13 @@ struct DeviceCaps {
     std::uint64_t min_uniform_offset_alignment = 256;
     bool texel_rgba32f = false;  // uniform texel buffers of R32G32B32A32_SFLOAT
     bool texel_rgba16f = false;
-    bool fp16_storage = false;    // storageBuffer16BitAccess
+    bool fp16_storage = false;    // storageBuffer16BitAccess, enabled on the logical device
+    bool fp16_storage_supported = false;  // ... offered by the physical device (the caller may not enable it)
     bool fp16_arithmetic = false;  // shaderFloat16
     bool int8_arithmetic = false;
     bool host_visible_device_memory = false;  // device-local memory that can be mapped
     double timestamp_period_ns = 1.0;
+    bool timestamps = true;  // the queue family writes timestamps (timestampValidBits > 0)
     // shaderSignedZeroInfNanPreserveFloat32: shaders may be told to keep IEEE ±∞ and NaN
     // (vk/spirv_float_controls.hpp); without it NaN/∞ inputs have no guaranteed effect.
     bool preserve_inf_nan_f32 = false;
@@ -46,5 +50,15 @@ struct DeviceCaps {
     // counts grow with the sequence are cut into dispatches below it.
     std::uint32_t max_loop_iterations = 0;
 };
+
+// Refuses f16 data (InvalidArgument naming `argument`) on a device that cannot bind it, saying
+// whether the device lacks 16-bit storage or its creator did not enable it (the caller's device).
+inline void require_fp16_storage(const DeviceCaps& caps, const char* argument) {
+    if (caps.fp16_storage) return;
+    if (caps.fp16_storage_supported)
+        throw InvalidArgument(argument, "f16 needs storageBuffer16BitAccess, which the device " + caps.name +
+                                            " offers but was created without (enable it in VkPhysicalDeviceVulkan11Features); use f32.");
+    throw InvalidArgument(argument, "the device " + caps.name + " does not support 16-bit storage buffers; use f32.");
+}
 
 }  // namespace vkattn::vk

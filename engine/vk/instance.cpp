@@ -108,6 +108,13 @@ Instance::Instance(bool validation) {
     }
 }
 
+std::unique_ptr<Instance> Instance::adopt(VkInstance instance) {
+    std::unique_ptr<Instance> adopted(new Instance());
+    adopted->instance_ = Handle<VkInstance>(instance, {});  // no destroy: the caller owns it
+    pin_loaded_libraries();  // the caller's loader opened the drivers and layers (sanitizer builds)
+    return adopted;
+}
+
 VkBool32 Instance::on_message(VkDebugUtilsMessageSeverityFlagBitsEXT, VkDebugUtilsMessageTypeFlagsEXT,
                               const VkDebugUtilsMessengerCallbackDataEXT* data, void* self) {
     auto* instance = static_cast<Instance*>(self);

@@ -2,6 +2,7 @@
 // device is rejected (vk-bootstrap's habit: say why, never just "no device").
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@ namespace vkattn::vk {
 class Instance {
 public:
     explicit Instance(bool validation);
+    // The caller's instance (vkattn/vulkan.hpp): used, never destroyed; its layers and messengers
+    // are the caller's, so messages() stays empty.
+    static std::unique_ptr<Instance> adopt(VkInstance instance);
+
     VkInstance get() const { return instance_.get(); }
     bool validation() const { return validation_; }
 
@@ -24,6 +29,7 @@ public:
     void clear_messages();
 
 private:
+    Instance() = default;
     static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
                                                      VkDebugUtilsMessageTypeFlagsEXT types,
                                                      const VkDebugUtilsMessengerCallbackDataEXT* data,

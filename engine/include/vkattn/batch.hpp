@@ -18,6 +18,7 @@ class Context;
 
 namespace detail {
 class Runtime;
+struct InFlight;
 struct BatchState;
 struct SubmissionState;
 struct BatchAccess;  // the engine's way to record into a batch (not API)
@@ -46,6 +47,27 @@ private:
     detail::Runtime* runtime_ = nullptr;
 };
 
+// What a batch recorded into the caller's command buffer (vkattn/vulkan.hpp) holds on to: the
+// memory its commands use (tensors, staging, scratch) and its downloads' copies into host memory.
+// The caller keeps it until its submission of that command buffer has completed, then calls
+// complete(). Destroying it frees the memory without the downloads' copies. Either while the device
+// may still run the commands is the caller's error, like freeing a buffer in use; it must not
+// outlive its Context.
+class RecordedWork {
+public:
+    RecordedWork();
+    ~RecordedWork();
+    RecordedWork(RecordedWork&&) noexcept;
+    RecordedWork& operator=(RecordedWork&&) noexcept;
+
+    // Copies the downloads into host memory and frees the rest; once.
+    void complete();
+
+private:
+    friend struct detail::BatchAccess;
+    std::shared_ptr<void> work_;
+};
+
 class Batch {
 public:
     explicit Batch(Context& context);
@@ -64,8 +86,14 @@ public:
     // 0x7fc00000 is an f32 NaN, 0x7e007e00 two f16 NaNs). Its offset and size must be multiples of 4.
     void fill(const DeviceTensor& to, std::uint32_t word);
 
-    // Submits everything recorded; the batch is empty afterwards and may record again.
+    // Submits everything recorded; the batch is empty afterwards and may record again. A batch
+    // recording into the caller's command buffer is finished instead (InvalidArgument).
     Submission submit();
+    // A batch recording into the caller's command buffer (record_into, vkattn/vulkan.hpp): ends
+    // vkattn's part (nothing more is recorded for it) and returns what its commands need until the
+    // caller's submission completes. The batch is empty afterwards and may record again into the
+    // same command buffer. InvalidArgument for a batch of the context's own.
+    RecordedWork finish();
 
 private:
     friend struct detail::BatchAccess;

@@ -10,6 +10,8 @@
 
 namespace vkattn {
 
+struct VulkanDevice;  // vkattn/vulkan.hpp
+
 namespace detail {
 class Runtime;
 struct ContextAccess;  // the engine's own way to a Context's Runtime (not API)
@@ -39,6 +41,9 @@ struct DeviceInfo {
     std::vector<MemoryHeap> heaps;
     bool default_choice = false;  // the one Context{} would pick
     std::string rejected;         // why it cannot be used (empty when usable)
+    // A Context on the caller's device (vkattn/vulkan.hpp): the optional features the device
+    // offers but was created without, each with what vkattn cannot do without it.
+    std::vector<std::string> features_not_enabled;
 };
 
 struct ContextOptions {
@@ -76,6 +81,12 @@ struct ContextOptions {
 class Context {
 public:
     explicit Context(const ContextOptions& options = {});
+    // A context on the caller's instance, device and queue (vkattn/vulkan.hpp), which it never
+    // destroys. Throws InvalidArgument naming what is missing or wrong (Vulkan below 1.2, a queue
+    // without compute, no create info). `options.device` and `options.validation` must be left
+    // empty (the caller chose the device and its layers; $VKATTN_DEVICE and $VKATTN_VALIDATION are
+    // ignored); the validation messages are the caller's, so validation_messages() stays empty.
+    explicit Context(const VulkanDevice& device, const ContextOptions& options = {});
     ~Context();
     Context(Context&&) noexcept;
     Context& operator=(Context&&) noexcept;

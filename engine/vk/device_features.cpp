@@ -1,0 +1,132 @@
+#include "vk/device_features.hpp"
+
+#include <cstring>
+
+namespace vkattn::vk {
+namespace {
+
+bool has_extension(VkPhysicalDevice physical, const char* name) {
+    std::uint32_t count = 0;
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr);
+    std::vector<VkExtensionProperties> exts(count);
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, exts.data());
+    for (const auto& e : exts)
+        if (std::strcmp(e.extensionName, name) == 0) return true;
+    return false;
+}
+
+// Whether compute shaders may require a subgroup size (the property half of subgroup size control).
+bool compute_size_control(VkPhysicalDevice physical) {
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &size;
+    vkGetPhysicalDeviceProperties2(physical, &props);
+    return (size.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+}
+
+}  // namespace
+
+DeviceFeatures available_features(VkPhysicalDevice physical) {
+    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f11.pNext = &f12;
+    VkPhysicalDeviceFeatures2 f{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f.pNext = &f11;
+    vkGetPhysicalDeviceFeatures2(physical, &f);
+    DeviceFeatures out;
+    out.storage_16bit = f11.storageBuffer16BitAccess == VK_TRUE;
+    out.uniform_storage_16bit = f11.uniformAndStorageBuffer16BitAccess == VK_TRUE;
+    out.float16 = f12.shaderFloat16 == VK_TRUE;
+    out.int8 = f12.shaderInt8 == VK_TRUE;
+    out.int64 = f.features.shaderInt64 == VK_TRUE;
+    if (has_extension(physical, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) {
+        VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+        g.pNext = &size;
+        vkGetPhysicalDeviceFeatures2(physical, &g);
+        out.subgroup_size_control = size.subgroupSizeControl && size.computeFullSubgroups && compute_size_control(physical);
+    }
+    out.portability_subset = has_extension(physical, "VK_KHR_portability_subset");
+    return out;
+}
+
+DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
+    DeviceFeatures out;
+    bool size_control = false, full_subgroups = false, size_control_core = false;
+    if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
+    for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
+        switch (s->sType) {
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2:
+                out.int64 |= reinterpret_cast<const VkPhysicalDeviceFeatures2*>(s)->features.shaderInt64 == VK_TRUE;
+                break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES: {
+                auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan11Features*>(s);
+                out.storage_16bit |= f->storageBuffer16BitAccess == VK_TRUE;
+                out.uniform_storage_16bit |= f->uniformAndStorageBuffer16BitAccess == VK_TRUE;
+                break;
+            }
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES: {
+                auto* f = reinterpret_cast<const VkPhysicalDevice16BitStorageFeatures*>(s);
+                out.storage_16bit |= f->storageBuffer16BitAccess == VK_TRUE;
+                out.uniform_storage_16bit |= f->uniformAndStorageBuffer16BitAccess == VK_TRUE;
+                break;
+            }
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES: {
+                auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan12Features*>(s);
+                out.float16 |= f->shaderFloat16 == VK_TRUE;
+                out.int8 |= f->shaderInt8 == VK_TRUE;
+                break;
+            }
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES: {
+                auto* f = reinterpret_cast<const VkPhysicalDeviceShaderFloat16Int8Features*>(s);
+                out.float16 |= f->shaderFloat16 == VK_TRUE;
+                out.int8 |= f->shaderInt8 == VK_TRUE;
+                break;
+            }
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT: {
+                auto* f = reinterpret_cast<const VkPhysicalDeviceSubgroupSizeControlFeaturesEXT*>(s);
+                size_control |= f->subgroupSizeControl == VK_TRUE;
+                full_subgroups |= f->computeFullSubgroups == VK_TRUE;
+                break;
+            }
+#ifdef VK_API_VERSION_1_3
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES: {
+                auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan13Features*>(s);
+                size_control |= f->subgroupSizeControl == VK_TRUE;
+                full_subgroups |= f->computeFullSubgroups == VK_TRUE;
+                size_control_core = true;
+                break;
+            }
+#endif
+            default: break;
+        }
+    }
+    bool size_extension = false;
+    for (std::uint32_t i = 0; i < info.enabledExtensionCount; ++i) {
+        const char* name = info.ppEnabledExtensionNames[i];
+        if (std::strcmp(name, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) size_extension = true;
+        if (std::strcmp(name, "VK_KHR_portability_subset") == 0) out.portability_subset = true;
+    }
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(physical, &props);
+    const bool core_13 = size_control_core && VK_API_VERSION_MINOR(api_version) >= 3 &&
+                         VK_API_VERSION_MINOR(props.apiVersion) >= 3;
+    out.subgroup_size_control = size_control && full_subgroups && (size_extension || core_13) &&
+                                compute_size_control(physical);
+    return out;
+}
+
+std::vector<std::string> features_not_enabled(const DeviceFeatures& available, const DeviceFeatures& enabled) {
+    std::vector<std::string> out;
+    auto note = [&](bool offered, bool on, const char* what) {
+        if (offered && !on) out.emplace_back(what);
+    };
+    note(available.storage_16bit, enabled.storage_16bit,
+         "storageBuffer16BitAccess (Vulkan 1.1): f16 tensors, caches and layers are refused");
+    note(available.subgroup_size_control, enabled.subgroup_size_control,
+         "subgroupSizeControl + computeFullSubgroups (VK_EXT_subgroup_size_control): the fused kernels run only "
+         "where the driver's default subgroup size is the one their layout needs");
+    return out;
+}
+
+}  // namespace vkattn::vk

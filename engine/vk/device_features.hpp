@@ -1,0 +1,37 @@
+// The optional device features vkattn uses: what a physical device offers, what a logical device was
+// created with (vkattn's own, or the caller's: Vulkan cannot be asked afterwards, so the caller's
+// VkDeviceCreateInfo is read), and the chain that enables them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <vulkan/vulkan.h>
+
+namespace vkattn::vk {
+
+struct DeviceFeatures {
+    bool storage_16bit = false;          // storageBuffer16BitAccess: f16 tensors
+    bool uniform_storage_16bit = false;  // uniformAndStorageBuffer16BitAccess
+    bool float16 = false;                // shaderFloat16
+    bool int8 = false;                   // shaderInt8
+    bool int64 = false;                  // shaderInt64
+    // subgroupSizeControl and computeFullSubgroups, with VK_EXT_subgroup_size_control or Vulkan 1.3,
+    // for compute shaders: the fused kernel may then require the subgroup size its layout is built for.
+    bool subgroup_size_control = false;
+    bool portability_subset = false;  // VK_KHR_portability_subset (MoltenVK): enabled whenever offered
+};
+
+// What the physical device offers.
+DeviceFeatures available_features(VkPhysicalDevice physical);
+
+// What a device created with `info` has enabled (pEnabledFeatures, the feature structures of its
+// pNext chain, its extensions); `api_version` is the instance's, which decides whether Vulkan
+// 1.3's core subgroup size control counts.
+DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version);
+
+// The features a device offers but whose creator did not enable, each with what vkattn loses.
+std::vector<std::string> features_not_enabled(const DeviceFeatures& available, const DeviceFeatures& enabled);
+
+}  // namespace vkattn::vk
