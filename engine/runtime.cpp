@@ -96,10 +96,11 @@ void check_caller_device(const VulkanDevice& caller, const ContextOptions& optio
     std::uint32_t created = 0;
     const VkDeviceCreateInfo& info = *caller.create_info;
     for (std::uint32_t i = 0; i < info.queueCreateInfoCount; ++i)
-        if (info.pQueueCreateInfos[i].queueFamilyIndex == caller.queue_family)
+        // vkGetDeviceQueue reaches only queues created without flags (protected ones need vkGetDeviceQueue2).
+        if (info.pQueueCreateInfos[i].queueFamilyIndex == caller.queue_family && info.pQueueCreateInfos[i].flags == 0)
             created += info.pQueueCreateInfos[i].queueCount;
     if (caller.queue_index >= created)
-        throw InvalidArgument("queue_index", "the create info made " + std::to_string(created) + " queue(s) of family " +
+        throw InvalidArgument("queue_index", "the create info made " + std::to_string(created) + " unprotected queue(s) of family " +
                                                  std::to_string(caller.queue_family) + "; index " +
                                                  std::to_string(caller.queue_index) + " is not one of them.");
 }
@@ -121,9 +122,9 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     info_.fp16_storage = enabled.storage_16bit;
     info_.fp16_arithmetic = enabled.float16;
     info_.int8_arithmetic = enabled.int8;
-    info_.features_not_enabled = vk::features_not_enabled(vk::available_features(caller.physical_device), enabled);
     device_ = std::make_unique<vk::Device>(caller.physical_device, caller.device, caller.queue_family,
                                            caller.queue_index, enabled);
+    info_.features_not_enabled = vk::features_not_enabled(device_->available(), enabled);
     if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
     start();
 }
@@ -137,7 +138,16 @@ void Runtime::start() {
 Runtime::~Runtime() {
     // A lost submission may still be running (a timeout on a slow device): wait for it before its
     // resources, the command stream and the device go. A hung device reports VK_ERROR_DEVICE_LOST.
-    if (lost_ && device_) vkDeviceWaitIdle(device_->get());
+    if (lost_ && device_) {
+        if (device_->adopted()) {
+            // The caller's device may run the caller's own work: wait for our queue only, holding
+            // the lock its submissions take.
+            std::lock_guard lock(*queue_mutex_);
+            vkQueueWaitIdle(device_->queue());
+        } else {
+            vkDeviceWaitIdle(device_->get());
+        }
+    }
     // The plans and the ring first: what they hold may still be in use and joins the graveyard.
     plans_.reset();
     ring_.reset();

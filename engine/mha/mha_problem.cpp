@@ -46,10 +46,13 @@ struct Mask {
 
 }  // namespace
 
-std::array<std::int64_t, 4> MhaProblem::head_strides(std::int64_t T) const {
-    // Row r = t·N + n (sequence first) or n·T + t (batch first), E features per row; head h takes
-    // the features h·hd .. h·hd + hd - 1.
+std::array<std::int64_t, 4> mha_head_strides(bool batch_first, std::int64_t N, std::int64_t T, std::int64_t E,
+                                             std::int64_t hd) {
     return batch_first ? std::array<std::int64_t, 4>{T * E, hd, E, 1} : std::array<std::int64_t, 4>{E, hd, N * E, 1};
+}
+
+std::array<std::int64_t, 4> MhaProblem::head_strides(std::int64_t T) const {
+    return mha_head_strides(batch_first, N, T, E, hd);
 }
 
 TensorView MhaProblem::heads(const void* data, DType dtype, std::int64_t T) const {

@@ -43,6 +43,12 @@ struct MhaProblem {
     AttentionOptions core_options(const MhaOptions& options) const;
 };
 
+// The strides of the [N, H, T, hd] head view of a [rows, E] projected matrix whose row r holds
+// (batch n, position t) at r = t·N + n (sequence first) or n·T + t (batch first); head h takes the
+// features h·hd .. h·hd + hd - 1.
+std::array<std::int64_t, 4> mha_head_strides(bool batch_first, std::int64_t N, std::int64_t T, std::int64_t E,
+                                             std::int64_t hd);
+
 MhaProblem resolve_mha(const MhaConfig& config, const MhaInputs& inputs, const MhaOutputs& outputs,
                        const MhaOptions& options);
 

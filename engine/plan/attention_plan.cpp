@@ -314,9 +314,9 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
 
 AttentionPlan::AttentionPlan(std::shared_ptr<detail::PlanState> state) : state_(std::move(state)) {}
 
-namespace {
+namespace detail {
 
-detail::AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
+AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
                               const AttentionOptions& options) {
     detail::AttentionSpec spec;
     auto layout = [](const DeviceTensor& t, const char* name) {
@@ -372,11 +372,11 @@ detail::AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAtten
     return spec;
 }
 
-}  // namespace
+}  // namespace detail
 
 AttentionPlan::AttentionPlan(Context& context, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
                              const AttentionOptions& options)
-    : state_(std::make_shared<detail::PlanState>(detail::ContextAccess::runtime(context), spec_of(in, out, options))) {}
+    : state_(std::make_shared<detail::PlanState>(detail::ContextAccess::runtime(context), detail::spec_of(in, out, options))) {}
 
 AttentionPlan::~AttentionPlan() = default;
 AttentionPlan::AttentionPlan(const AttentionPlan&) = default;
@@ -396,7 +396,7 @@ AttentionPlan::Stats AttentionPlan::stats() const { return {state_->runs.load(),
 AttentionReport attention(Context& context, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
                           const AttentionOptions& options) {
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
-    const auto plan = runtime.plans().get(runtime, spec_of(in, out, options));
+    const auto plan = runtime.plans().get(runtime, detail::spec_of(in, out, options));
     Batch batch(context);
     detail::BatchState& state = detail::BatchAccess::state(batch);
     state.time_begin();

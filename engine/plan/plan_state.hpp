@@ -50,6 +50,10 @@ struct PlanState {
     mutable std::atomic<std::uint64_t> runs{0}, bindings_built{0};
 };
 
+// The spec of a call on device tensors (the public AttentionPlan's, and the multi-head layer's).
+AttentionSpec spec_of(const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs,
+                      const AttentionOptions& options);
+
 struct PlanAccess {
     static const std::shared_ptr<PlanState>& state(const AttentionPlan& plan) { return plan.state_; }
     static AttentionPlan make(std::shared_ptr<PlanState> state) { return AttentionPlan(std::move(state)); }

@@ -187,6 +187,15 @@ RecordedWork Batch::finish() {
     detail::BatchState& s = *state_;
     if (!s.external)
         throw InvalidArgument("batch", "it records into one of the context's own command buffers: submit() it.");
+    if (!s.work.on_complete.empty()) {
+        // Downloads land in vkattn's readback buffers, which complete() reads: made visible to the
+        // host here, whatever barrier the caller places after.
+        VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+        to_host.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+        vkCmdPipelineBarrier(s.external, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0,
+                             nullptr, 0, nullptr);
+    }
     auto work = std::make_shared<detail::InFlight>(std::move(s.work));
     const VkCommandBuffer commands = s.external;
     detail::Runtime& runtime = *s.runtime;

@@ -42,7 +42,8 @@ std::uint32_t compute_queue_family(VkPhysicalDevice physical) {
 Device::Device(VkPhysicalDevice physical) : physical_(physical) {
     queue_family_ = compute_queue_family(physical);
     // Enable only what we use, and only where it exists.
-    features_ = available_features(physical);
+    available_ = available_features(physical);
+    features_ = available_;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features want12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     want11.pNext = &want12;
@@ -92,7 +93,8 @@ Device::Device(VkPhysicalDevice physical) : physical_(physical) {
 
 Device::Device(VkPhysicalDevice physical, VkDevice device, std::uint32_t queue_family, std::uint32_t queue_index,
                const DeviceFeatures& enabled)
-    : physical_(physical), device_(device, {}), queue_family_(queue_family), features_(enabled) {
+    : physical_(physical), device_(device, {}), queue_family_(queue_family), features_(enabled),
+      available_(available_features(physical)), adopted_(true) {
     vkGetDeviceQueue(device, queue_family_, queue_index, &queue_);
     describe();
 }
@@ -152,7 +154,7 @@ void Device::describe() {
     caps_.texel_rgba32f = texel_format_supported(physical, VK_FORMAT_R32G32B32A32_SFLOAT);
     caps_.texel_rgba16f = texel_format_supported(physical, VK_FORMAT_R16G16B16A16_SFLOAT);
     caps_.fp16_storage = features_.storage_16bit;
-    caps_.fp16_storage_supported = available_features(physical).storage_16bit;
+    caps_.fp16_storage_supported = available_.storage_16bit;
     caps_.fp16_arithmetic = features_.float16;
     caps_.int8_arithmetic = features_.int8;
     caps_.device_memory_bytes = 0;

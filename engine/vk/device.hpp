@@ -26,7 +26,9 @@ public:
     VkQueue queue() const { return queue_; }
     std::uint32_t queue_family() const { return queue_family_; }
     const DeviceCaps& caps() const { return caps_; }
-    const DeviceFeatures& features() const { return features_; }
+    const DeviceFeatures& features() const { return features_; }     // enabled
+    const DeviceFeatures& available() const { return available_; }   // offered by the physical device
+    bool adopted() const { return adopted_; }                         // the caller's (never destroyed)
     // Identifies device + driver build, for the on-disk pipeline cache.
     const std::array<std::uint8_t, VK_UUID_SIZE>& pipeline_cache_uuid() const { return cache_uuid_; }
     std::uint32_t vendor_id() const { return caps_.vendor_id; }
@@ -47,7 +49,8 @@ private:
     Handle<VkDevice> device_;
     VkQueue queue_ = VK_NULL_HANDLE;
     std::uint32_t queue_family_ = 0;
-    DeviceFeatures features_;
+    DeviceFeatures features_, available_;
+    bool adopted_ = false;
     DeviceCaps caps_;
     VkPhysicalDeviceMemoryProperties memory_{};
     std::array<std::uint8_t, VK_UUID_SIZE> cache_uuid_{};

@@ -52,7 +52,7 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
 
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
-    bool size_control = false, full_subgroups = false, size_control_core = false;
+    bool size_control = false, full_subgroups = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -94,7 +94,6 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                 auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan13Features*>(s);
                 size_control |= f->subgroupSizeControl == VK_TRUE;
                 full_subgroups |= f->computeFullSubgroups == VK_TRUE;
-                size_control_core = true;
                 break;
             }
 #endif
@@ -109,8 +108,11 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
     }
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
-    const bool core_13 = size_control_core && VK_API_VERSION_MINOR(api_version) >= 3 &&
-                         VK_API_VERSION_MINOR(props.apiVersion) >= 3;
+    // Core in Vulkan 1.3 (for an instance and a device of 1.3), whichever structure enabled it.
+    auto at_least_1_3 = [](std::uint32_t v) {
+        return VK_API_VERSION_MAJOR(v) > 1 || (VK_API_VERSION_MAJOR(v) == 1 && VK_API_VERSION_MINOR(v) >= 3);
+    };
+    const bool core_13 = at_least_1_3(api_version) && at_least_1_3(props.apiVersion);
     out.subgroup_size_control = size_control && full_subgroups && (size_extension || core_13) &&
                                 compute_size_control(physical);
     return out;

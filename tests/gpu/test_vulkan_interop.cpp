@@ -132,6 +132,7 @@ TEST_CASE("the caller's device: Batch::submit runs on its queue and shares its q
     const CallerTensors t(own, rng, DType::f32, {1, 4, 9, 16}, {1, 4, 33, 16}, 16);
     const AttentionOptions options{.causal = Causal::top_left};
 
+    attention(ctx, t.inputs(ctx), t.outputs(ctx), options);  // pipelines built: the run below only submits
     // While the caller holds its queue's mutex, vkattn's submission waits for it.
     std::unique_lock held(queue_mutex);
     auto run = std::async(std::launch::async, [&] { attention(ctx, t.inputs(ctx), t.outputs(ctx), options); });
@@ -223,6 +224,8 @@ TEST_CASE("the caller's device: buffers without texel views or copies", "[gpu][v
         Batch b2(ctx);
         CHECK_THROWS_WITH(texel_plan.run(b2, {.q = t.inputs(ctx).q, .k = k2, .v = v2}, t.outputs(ctx)),
                           Catch::StartsWith("q: ") && Catch::Contains("texel"));
+    } else {
+        WARN("the device reads this plan with scalar loads: the refusal of a run without texel views is not exercised");
     }
     CHECK(own.take_messages().empty());
 }
@@ -295,6 +298,20 @@ TEST_CASE("the caller's device: a batch dropped unfinished keeps what its comman
     CHECK(own.take_messages().empty());
 }
 
+TEST_CASE("the caller's device: without subgroup size control the fused kernel still runs or says why", "[gpu][vulkan]") {
+    OwnVulkan own({.subgroup_size_control = false});
+    Context ctx(own.handles(), interop_options());
+    std::mt19937 rng(77);
+    const CallerTensors t(own, rng, DType::f32, {1, 4, 6, 16}, {1, 2, 45, 16}, 16);
+    const AttentionOptions options{.causal = Causal::bottom_right};
+    const AttentionReport report = attention(ctx, t.inputs(ctx), t.outputs(ctx), options);
+    t.check(options, report.variant);
+    bool listed = false;
+    for (const auto& f : ctx.device().features_not_enabled) listed |= f.find("subgroupSizeControl") != std::string::npos;
+    CHECK(listed == own.size_control_offered);  // named exactly when the device offers it
+    CHECK(own.take_messages().empty());
+}
+
 TEST_CASE("the caller's device: f16 on a device created without 16-bit storage names the feature", "[gpu][vulkan]") {
     OwnVulkan own({.storage_16bit = false});
     Context ctx(own.handles(), interop_options());
@@ -311,6 +328,8 @@ TEST_CASE("the caller's device: f16 on a device created without 16-bit storage n
         }
         CHECK_THROWS_WITH(KvCache(ctx, {.batch = 1, .kv_heads = 1, .capacity = 8, .dim = 8, .dtype = DType::f16}),
                           Catch::StartsWith("dtype: ") && Catch::Contains("storageBuffer16BitAccess"));
+    } else {
+        WARN("the device offers no 16-bit storage: the refusal naming the feature is not exercised");
     }
     // f32 runs as ever.
     std::mt19937 rng(76);

@@ -93,8 +93,22 @@ public:
         vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, nullptr);
         std::vector<VkExtensionProperties> exts(ext_count);
         vkEnumerateDeviceExtensionProperties(physical, nullptr, &ext_count, exts.data());
+        VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size_offered{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+        VkPhysicalDeviceFeatures2 size_query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+        size_query.pNext = &size_offered;
+        for (const auto& e : exts)
+            if (std::strcmp(e.extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) {
+                vkGetPhysicalDeviceFeatures2(physical, &size_query);
+                VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size_props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+                VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+                props.pNext = &size_props;
+                vkGetPhysicalDeviceProperties2(physical, &props);
+                size_control_offered = size_offered.subgroupSizeControl && size_offered.computeFullSubgroups &&
+                                       (size_props.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
+            }
         for (const auto& e : exts) {
-            if (options.subgroup_size_control && std::strcmp(e.extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) {
+            if (options.subgroup_size_control && std::strcmp(e.extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0 &&
+                size_control_offered) {
                 extensions_.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
                 size_control_.subgroupSizeControl = VK_TRUE;
                 size_control_.computeFullSubgroups = VK_TRUE;
@@ -222,6 +236,7 @@ public:
     VkQueue queue = VK_NULL_HANDLE;
     std::uint32_t family = 0;
     VkDeviceCreateInfo create_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    bool size_control_offered = false;  // subgroup size control for compute shaders, offered by the device
 
 private:
     static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT,

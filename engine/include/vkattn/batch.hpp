@@ -3,7 +3,9 @@
 // Submission to wait on or poll. Several submissions may be in flight on one Context.
 //
 // Ordering: operations run in the order they were added, across batches too (one queue, and a
-// barrier before every operation that makes all earlier device writes visible to it).
+// barrier before every operation that makes all earlier device writes visible to it). Batches
+// recorded into the caller's command buffers (vkattn/vulkan.hpp) are ordered by where and when the
+// caller submits them.
 #pragma once
 
 #include <chrono>
@@ -38,7 +40,8 @@ public:
     void wait();
     // Whether the work is done (completing it when it is); never blocks.
     bool done();
-    // GPU time of the batch's operations (timestamps), once done.
+    // GPU time of the batch's operations (timestamps), once done; 0 where the queue family writes
+    // no timestamps (a caller's queue, vkattn/vulkan.hpp).
     double gpu_ms() const;
 
 private:
@@ -71,7 +74,8 @@ private:
 class Batch {
 public:
     explicit Batch(Context& context);
-    // An unsubmitted batch is discarded: nothing it recorded runs.
+    // An unsubmitted batch of the context's is discarded: nothing it recorded runs. (One recording
+    // into the caller's command buffer has recorded already: see record_into.)
     ~Batch();
     Batch(Batch&&) noexcept;
     Batch& operator=(Batch&&) noexcept;
@@ -90,9 +94,10 @@ public:
     // recording into the caller's command buffer is finished instead (InvalidArgument).
     Submission submit();
     // A batch recording into the caller's command buffer (record_into, vkattn/vulkan.hpp): ends
-    // vkattn's part (nothing more is recorded for it) and returns what its commands need until the
-    // caller's submission completes. The batch is empty afterwards and may record again into the
-    // same command buffer. InvalidArgument for a batch of the context's own.
+    // vkattn's part (nothing more is recorded for it; downloads get their barrier to the host) and
+    // returns what its commands need until the caller's submission completes. The batch is empty
+    // afterwards and may record again into the same command buffer. InvalidArgument for a batch of
+    // the context's own.
     RecordedWork finish();
 
 private:

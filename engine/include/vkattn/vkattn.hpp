@@ -8,6 +8,7 @@
 #include "vkattn/errors.hpp"
 #include "vkattn/kv_cache.hpp"
 #include "vkattn/mha.hpp"
+#include "vkattn/mha_layer.hpp"
 #include "vkattn/paged_kv_cache.hpp"
 #include "vkattn/plan.hpp"
 #include "vkattn/reference.hpp"

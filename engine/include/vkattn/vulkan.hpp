@@ -71,17 +71,25 @@ struct VulkanBuffer {
 // A dense tensor of `shape` in `layout` whose element (0, 0, 0, 0) lies `offset` bytes into the
 // caller's buffer (a multiple of the element size; the tensor must end within the buffer). Views
 // of it are made as of any tensor. vkattn never frees the buffer: the caller keeps it alive while
-// the tensor, its views, or work that uses them exist. Without UNIFORM_TEXEL_BUFFER usage the
-// plans read it with scalar loads (forcing texel loads is refused); without TRANSFER_SRC/DST,
-// downloads, uploads and fills of it are refused, and outputs are not NaN-poisoned.
+// the tensor, its views, or work that uses them exist. Wrap a buffer once and reuse the tensor:
+// plans cache their descriptor sets by the tensor's memory, and every wrap() is new memory to
+// them. Without UNIFORM_TEXEL_BUFFER usage the plans read it with scalar loads (forcing texel loads
+// is refused); without TRANSFER_SRC/DST, downloads, uploads and fills of it are refused, and outputs
+// are not NaN-poisoned.
 DeviceTensor wrap(Context& context, const VulkanBuffer& buffer, std::uint64_t offset, DType dtype,
                   const std::array<std::int64_t, 4>& shape, Layout layout = Layout::bhnd);
 
 // A batch that records into the caller's command buffer instead of one of the context's: every
 // operation of a Batch (uploads, plans, cache appends, downloads, fills) may be added, with the
 // barriers of the contract above. `commands` must be in the recording state, outside a render pass,
-// from a pool of a queue family with compute and transfer, and on the context's device. The batch
-// is ended with Batch::finish(), not submit(); the caller ends and submits the command buffer.
+// from a pool of a queue family with compute, and on the context's device. The batch is ended with
+// Batch::finish(), not submit(); the caller ends and submits the command buffer, once: the commands
+// are one run's (a cache append advances the cache's lengths once; complete() frees what they
+// used). The Context must outlive that run. A batch dropped before finish() hands what its commands
+// use to the context, which keeps it until it is destroyed.
+//
+// A caller holding VulkanDevice::queue_mutex must not call vkattn's blocking functions (a blocking
+// upload, attention on host memory, Batch::submit): they take that mutex.
 Batch record_into(Context& context, VkCommandBuffer commands);
 
 }  // namespace vkattn

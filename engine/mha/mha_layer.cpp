@@ -1,0 +1,306 @@
+// MhaLayer: a multi-head attention layer's weights on the device, its forward pass over device
+// tensors, and decode steps over a KV cache.
+#include "vkattn/mha_layer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "attention/io.hpp"
+#include "attention/problem.hpp"
+#include "mha/linear.hpp"
+#include "mha/mha_layer_state.hpp"
+#include "mha/mha_problem.hpp"
+#include "plan/plan_cache.hpp"
+#include "plan/plan_state.hpp"
+#include "runtime.hpp"
+#include "submit/batch_state.hpp"
+#include "tensor/storage.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn {
+namespace detail {
+
+std::vector<std::byte> in_dtype(const float* data, std::int64_t count, DType dtype) {
+    std::vector<std::byte> bytes(static_cast<std::size_t>(count) * size_of(dtype));
+    if (dtype == DType::f32) {
+        std::memcpy(bytes.data(), data, bytes.size());
+    } else {
+        auto* h = reinterpret_cast<std::uint16_t*>(bytes.data());
+        for (std::int64_t i = 0; i < count; ++i) h[i] = float_to_half(data[i]);
+    }
+    return bytes;
+}
+
+MhaLayerState::MhaLayerState(Context& ctx, const MultiHeadAttention& layer, DType dt)
+    : context(&ctx), runtime(&ContextAccess::runtime(ctx)), config(layer.config()), dtype(dt),
+      head_dim(config.embed_dim / config.num_heads) {
+    runtime->ensure_usable();
+    if (dtype != DType::f32 && dtype != DType::f16)
+        throw InvalidArgument("dtype", "the layer stores f32 or f16, not " + to_string(dtype) + ".");
+    if (dtype == DType::f16) vk::require_fp16_storage(runtime->device().caps(), "dtype");
+    Batch batch(ctx);
+    for (int i = 0; i < 4; ++i) {
+        const std::vector<float>& weight = layer.weight(i);
+        const auto count = static_cast<std::int64_t>(weight.size());
+        w[i] = DeviceTensor::empty(ctx, dtype, {1, 1, 1, count});
+        const std::vector<std::byte> bytes = in_dtype(weight.data(), count, dtype);
+        batch.upload(w[i], make_view(static_cast<const void*>(bytes.data()), dtype, Layout::bhnd, w[i].shape()));
+        weight_bytes += TensorAccess::storage(w[i])->buffer.size();
+        const std::vector<float>& bias = layer.bias(i);
+        if (bias.empty()) continue;
+        b[i] = DeviceTensor::empty(ctx, DType::f32, {1, 1, 1, static_cast<std::int64_t>(bias.size())});
+        batch.upload(b[i], make_view(static_cast<const void*>(bias.data()), DType::f32, Layout::bhnd, b[i].shape()));
+        weight_bytes += TensorAccess::storage(b[i])->buffer.size();
+    }
+    batch.submit().wait();
+}
+
+MhaLayerState::Scratch MhaLayerState::scratch(std::int64_t q_rows, std::int64_t kv_rows) const {
+    std::lock_guard lock(scratch_mutex_);
+    const std::int64_t E = config.embed_dim;
+    const std::uint64_t eb = size_of(dtype);
+    auto matrix = [&](std::int64_t r, const char* what) {
+        return allocate_storage(*runtime, static_cast<std::uint64_t>(r * E) * eb, what);
+    };
+    if (q_rows > q_rows_) {
+        scratch_.q = matrix(q_rows, "the layer's projected queries");
+        scratch_.o = matrix(q_rows, "the layer's attention output");
+        q_rows_ = q_rows;
+    }
+    if (kv_rows > kv_rows_) {
+        scratch_.k = matrix(kv_rows, "the layer's projected keys");
+        scratch_.v = matrix(kv_rows, "the layer's projected values");
+        kv_rows_ = kv_rows;
+    }
+    return scratch_;
+}
+
+DeviceTensor MhaLayerState::rows(const std::shared_ptr<Storage>& storage, std::int64_t r, std::int64_t cols) const {
+    const std::array<std::int64_t, 4> shape{1, 1, r, cols};
+    return TensorAccess::make(storage, 0, dtype, shape, dense_strides(Layout::bhnd, shape));
+}
+
+DeviceTensor MhaLayerState::heads(const std::shared_ptr<Storage>& storage, std::int64_t N, std::int64_t T) const {
+    return TensorAccess::make(storage, 0, dtype, {N, config.num_heads, T, head_dim},
+                              mha_head_strides(config.batch_first, N, T, config.embed_dim, head_dim));
+}
+
+namespace {
+
+std::int64_t hash_of(const std::string& text) { return static_cast<std::int64_t>(std::hash<std::string>{}(text)); }
+
+// Keeps every tensor's memory alive until the batch's submission completes.
+void keep_all(BatchState& batch, std::initializer_list<const DeviceTensor*> tensors) {
+    for (const DeviceTensor* t : tensors)
+        if (t->defined()) batch.keep(TensorAccess::storage(*t));
+}
+
+ProgramKey key_of(std::initializer_list<const DeviceTensor*> tensors, std::vector<std::int64_t> signature) {
+    ProgramKey key;
+    for (const DeviceTensor* t : tensors) {
+        key.storages.push_back(t->defined() ? TensorAccess::storage(*t) : nullptr);
+        key.offsets.push_back(t->defined() ? t->offset_bytes() : 0);
+    }
+    key.signature = std::move(signature);
+    return key;
+}
+
+}  // namespace
+
+AttentionReport record_forward(BatchState& batch, const std::shared_ptr<const MhaLayerState>& layer,
+                               const MhaForward& c, bool cache, bool timed) {
+    const MhaLayerState& l = *layer;
+    Runtime& runtime = *l.runtime;
+    const std::int64_t E = l.config.embed_dim, q_rows = c.L * c.N, kv_rows = c.S * c.N;
+    const MhaLayerState::Scratch s = l.scratch(q_rows, kv_rows);
+    const DeviceTensor q = l.rows(s.q, q_rows, E), k = l.rows(s.k, kv_rows, E), v = l.rows(s.v, kv_rows, E),
+                       o = l.rows(s.o, q_rows, E);
+    const DeviceAttentionInputs in{.q = l.heads(s.q, c.N, c.L), .k = l.heads(s.k, c.N, c.S),
+                                   .v = l.heads(s.v, c.N, c.S), .bool_mask = c.bool_mask, .float_mask = c.float_mask};
+    const DeviceAttentionOutputs out{.o = l.heads(s.o, c.N, c.L), .weights = c.weights};
+    const AttentionSpec spec = spec_of(in, out, c.options);
+    const std::shared_ptr<PlanState> core = runtime.plans().get(runtime, spec);
+
+    const ProgramKey key = key_of({&c.x_q, &c.x_k, &c.x_v, &c.out, &q, &k, &v, &o, &c.bool_mask, &c.float_mask, &c.weights},
+                                  {0, c.L, c.S, c.N, hash_of(spec.key())});
+    std::shared_ptr<Program> program = cache ? l.programs.find(key) : nullptr;
+    if (!program) {
+        program = std::make_shared<Program>(runtime);
+        auto bias = [&](int i) { return l.b[i].defined() ? &l.b[i] : nullptr; };
+        using P = MultiHeadAttention::Projection;
+        record_linear(*program, runtime, {&c.x_q, &l.w[P::q], bias(P::q), &q, q_rows, E, E}, l.dtype);
+        record_linear(*program, runtime, {&c.x_k, &l.w[P::k], bias(P::k), &k, kv_rows, l.config.kdim, E}, l.dtype);
+        record_linear(*program, runtime, {&c.x_v, &l.w[P::v], bias(P::v), &v, kv_rows, l.config.vdim, E}, l.dtype);
+        program->barrier();
+        core->record(*program, in, out);
+        program->barrier();
+        record_linear(*program, runtime, {&o, &l.w[P::o], bias(P::o), &c.out, q_rows, E, E}, l.dtype);
+        if (cache) l.programs.insert(key, program);
+    }
+    const Storage& out_storage = *TensorAccess::storage(c.out);
+    if (runtime.poison_outputs() && (out_storage.usage & VK_BUFFER_USAGE_TRANSFER_DST_BIT))
+        vkCmdFillBuffer(batch.begin_op(), out_storage.buffer.get(), c.out.offset_bytes(), span_bytes(c.out) / 4 * 4,
+                        nan_word(l.dtype));
+    core->prepare(batch);
+    const VkCommandBuffer commands = batch.begin_op();
+    if (timed) batch.time_begin();
+    program->replay(commands);
+    if (timed) batch.time_end();
+    batch.keep(program);
+    batch.keep(core);
+    batch.keep(core->placeholder);
+    if (core->head_terms) batch.keep(core->head_terms);
+    batch.keep(std::const_pointer_cast<MhaLayerState>(layer));
+    keep_all(batch, {&c.x_q, &c.x_k, &c.x_v, &c.out, &q, &k, &v, &o, &c.bool_mask, &c.float_mask, &c.weights});
+    return core->report;
+}
+
+namespace {
+
+// An activation tensor checked against the layer: {1, d1, d2, features} where (d1, d2) is
+// (T, N), or (N, T) batch first; dense, the layer's dtype, this context, bindable. Returns (T, N).
+std::pair<std::int64_t, std::int64_t> activation(const MhaLayerState& l, const DeviceTensor& t, std::int64_t features,
+                                                 const char* name) {
+    storage_of(t, *l.runtime, name);
+    if (t.dtype() != l.dtype)
+        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + " but the layer's is " + to_string(l.dtype) + ".");
+    const auto& sh = t.shape();
+    const std::string form = l.config.batch_first ? "{1, N, T, " : "{1, T, N, ";
+    if (sh[0] != 1 || sh[3] != features)
+        throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the layer takes " + form +
+                                        std::to_string(features) + "}.");
+    if (!t.contiguous()) throw InvalidArgument(name, "it must be dense (a contiguous {1, d1, d2, features} tensor).");
+    const std::uint64_t align = binding_alignment(l.runtime->device().caps());
+    if (t.offset_bytes() % align != 0)
+        throw InvalidArgument(name, "it starts at byte " + std::to_string(t.offset_bytes()) +
+                                        " of its memory; the device binds it at multiples of " + std::to_string(align) + ".");
+    return l.config.batch_first ? std::pair{sh[2], sh[1]} : std::pair{sh[1], sh[2]};
+}
+
+void check_batch(const BatchState& batch, const MhaLayerState& l) {
+    if (batch.runtime != l.runtime) throw InvalidArgument("batch", "the batch belongs to another Context than the layer.");
+}
+
+// A decode step over either cache: projections, append, attention over the cache, output projection.
+template <class Cache>
+void decode_over(const std::shared_ptr<const MhaLayerState>& layer, Batch& batch, Cache& cache, const DeviceTensor& x,
+                 const DeviceTensor& out, Impl impl) {
+    const MhaLayerState& l = *layer;
+    BatchState& state = BatchAccess::state(batch);
+    check_batch(state, l);
+    const std::int64_t E = l.config.embed_dim, H = l.config.num_heads;
+    const auto [T, N] = activation(l, x, E, "x");
+    if (l.config.kdim != E || l.config.vdim != E)
+        throw InvalidArgument("x", "decoding is self-attention: the layer's kdim and vdim must be embed_dim (they are " +
+                                       std::to_string(l.config.kdim) + " and " + std::to_string(l.config.vdim) + ").");
+    activation(l, out, E, "out");
+    if (out.shape() != x.shape())
+        throw InvalidArgument("out", "its shape is " + shape_text(out.shape()) + " but must be x's, " + shape_text(x.shape()) + ".");
+    const auto& o = cache.options();
+    if (o.batch != N || o.kv_heads != H || o.dim != l.head_dim || o.dim_v != l.head_dim || o.dtype != l.dtype)
+        throw InvalidArgument("cache", "it holds " + std::to_string(o.batch) + " sequences of " + std::to_string(o.kv_heads) +
+                                           " heads of " + std::to_string(o.dim) + "/" + std::to_string(o.dim_v) + " " +
+                                           to_string(o.dtype) + "; this layer decodes " + std::to_string(N) +
+                                           " sequences with " + std::to_string(H) + " heads of " +
+                                           std::to_string(l.head_dim) + " " + to_string(l.dtype) + " (cache_options()).");
+    Runtime& runtime = *l.runtime;
+    const std::int64_t rows = T * N;
+    const MhaLayerState::Scratch s = l.scratch(rows, rows);
+    const DeviceTensor q = l.rows(s.q, rows, E), k = l.rows(s.k, rows, E), v = l.rows(s.v, rows, E),
+                       o_rows = l.rows(s.o, rows, E);
+    using P = MultiHeadAttention::Projection;
+    auto bias = [&](int i) { return l.b[i].defined() ? &l.b[i] : nullptr; };
+    auto replay = [&](const ProgramKey& key, const std::function<void(Program&)>& record) {
+        std::shared_ptr<Program> program = l.programs.find(key);
+        if (!program) {
+            program = std::make_shared<Program>(runtime);
+            record(*program);
+            l.programs.insert(key, program);
+        }
+        program->replay(state.begin_op());
+        state.keep(program);
+    };
+    // 1. q, k and v of the new tokens only.
+    replay(key_of({&x, &q, &k, &v}, {1, T, N}), [&](Program& p) {
+        record_linear(p, runtime, {&x, &l.w[P::q], bias(P::q), &q, rows, E, E}, l.dtype);
+        record_linear(p, runtime, {&x, &l.w[P::k], bias(P::k), &k, rows, E, E}, l.dtype);
+        record_linear(p, runtime, {&x, &l.w[P::v], bias(P::v), &v, rows, E, E}, l.dtype);
+    });
+    // 2. Their keys and values into the cache, through head views of the projections.
+    cache.append(batch, l.heads(s.k, N, T), l.heads(s.v, N, T));
+    // 3. The new queries over the whole cache, each up to its own position.
+    const DeviceAttentionInputs in = cache.inputs(l.heads(s.q, N, T));
+    const DeviceAttentionOutputs core_out{.o = l.heads(s.o, N, T)};
+    const AttentionOptions options{.causal = Causal::bottom_right, .impl = impl};
+    runtime.plans().get(runtime, spec_of(in, core_out, options))->run(state, in, core_out, true);
+    // 4. The output projection.
+    replay(key_of({&o_rows, &out}, {2, T, N}), [&](Program& p) {
+        record_linear(p, runtime, {&o_rows, &l.w[P::o], bias(P::o), &out, rows, E, E}, l.dtype);
+    });
+    state.keep(std::const_pointer_cast<MhaLayerState>(layer));
+    keep_all(state, {&x, &out, &q, &k, &v, &o_rows});
+}
+
+}  // namespace
+}  // namespace detail
+
+MhaLayer::MhaLayer(Context& context, const MultiHeadAttention& layer, DType dtype)
+    : state_(std::make_shared<detail::MhaLayerState>(context, layer, dtype)) {}
+MhaLayer::~MhaLayer() = default;
+MhaLayer::MhaLayer(MhaLayer&&) noexcept = default;
+MhaLayer& MhaLayer::operator=(MhaLayer&&) noexcept = default;
+
+const MhaConfig& MhaLayer::config() const { return state_->config; }
+DType MhaLayer::dtype() const { return state_->dtype; }
+std::uint64_t MhaLayer::weight_bytes() const { return state_->weight_bytes; }
+
+void MhaLayer::forward(Batch& batch, const DeviceTensor& query, const DeviceTensor& key, const DeviceTensor& value,
+                       const DeviceTensor& out, const MhaLayerOptions& options) const {
+    const detail::MhaLayerState& l = *state_;
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    detail::check_batch(state, l);
+    const std::int64_t E = l.config.embed_dim;
+    const auto [L, N] = detail::activation(l, query, E, "query");
+    const auto [S, Nk] = detail::activation(l, key, l.config.kdim, "key");
+    const auto [Sv, Nv] = detail::activation(l, value, l.config.vdim, "value");
+    if (Nk != N) throw InvalidArgument("key", "its batch is " + std::to_string(Nk) + " but the query's is " + std::to_string(N) + ".");
+    if (Sv != S || Nv != N)
+        throw InvalidArgument("value", "its sequence and batch must be the key's (" + std::to_string(S) + ", " +
+                                           std::to_string(N) + ").");
+    detail::activation(l, out, E, "out");
+    if (out.shape() != query.shape())
+        throw InvalidArgument("out", "its shape is " + detail::shape_text(out.shape()) + " but must be the query's, " +
+                                         detail::shape_text(query.shape()) + ".");
+    auto flat = [](const DeviceTensor& t) {
+        const std::array<std::int64_t, 4> shape{1, 1, t.shape()[1] * t.shape()[2], t.shape()[3]};
+        return detail::TensorAccess::make(detail::TensorAccess::storage(t), t.offset_bytes(), t.dtype(), shape,
+                                          dense_strides(Layout::bhnd, shape));
+    };
+    detail::MhaForward call{.x_q = flat(query), .x_k = flat(key), .x_v = flat(value), .out = flat(out), .L = L, .S = S, .N = N};
+    call.options = {.causal = options.causal ? Causal::top_left : Causal::none, .impl = options.impl};
+    detail::record_forward(state, state_, call, true, false);
+}
+
+void MhaLayer::decode(Batch& batch, KvCache& cache, const DeviceTensor& x, const DeviceTensor& out, Impl impl) const {
+    detail::decode_over(state_, batch, cache, x, out, impl);
+}
+
+void MhaLayer::decode(Batch& batch, PagedKvCache& cache, const DeviceTensor& x, const DeviceTensor& out,
+                      Impl impl) const {
+    detail::decode_over(state_, batch, cache, x, out, impl);
+}
+
+KvCacheOptions MhaLayer::cache_options(std::int64_t batch, std::int64_t capacity) const {
+    return {.batch = batch, .kv_heads = state_->config.num_heads, .capacity = capacity, .dim = state_->head_dim,
+            .dim_v = state_->head_dim, .dtype = state_->dtype};
+}
+
+PagedKvCacheOptions MhaLayer::paged_cache_options(std::int64_t batch, std::int64_t num_blocks, std::int64_t block_size) const {
+    return {.batch = batch, .kv_heads = state_->config.num_heads, .num_blocks = num_blocks, .block_size = block_size,
+            .dim = state_->head_dim, .dim_v = state_->head_dim, .dtype = state_->dtype};
+}
+
+}  // namespace vkattn
