@@ -466,11 +466,17 @@ TEST_CASE("cli bench --plot: draws a PNG", "[cli]") {
     CHECK(std::string(magic + 1, 3) == "PNG");
 }
 
+// The tool's self-check, narrowed to one path and dtype: the GPU tests cover the kernels it runs
+// (the whole matrix takes minutes on a CPU device); this covers the command.
 TEST_CASE("cli check: passes on this device", "[cli]") {
-    const Result r = vk_attn("check");
+    const Result r = vk_attn("check --impl unfused,split --dtype f32");
     INFO(r.out << r.err);
     CHECK(r.status == 0);
-    CHECK_THAT(r.out, Catch::Contains(" 0 failed"));
+    CHECK_THAT(r.out, Catch::Contains(" 0 failed") && Catch::Contains("unfused") && Catch::Contains("split"));
+    CHECK_THAT(r.out, !Catch::Contains("  fused ") && !Catch::Contains(" f16 "));
+    const Result bad = vk_attn("check --impl auto");
+    CHECK(bad.status == 1);
+    CHECK_THAT(bad.err, Catch::Contains("--impl"));
 }
 
 TEST_CASE("cli decode --validate --json: the device loop and the host round trip, every step checked", "[cli][decode]") {

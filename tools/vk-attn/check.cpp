@@ -3,9 +3,12 @@
 // features and kernel variants, against the CPU reference; a pass/fail table, and exit status 1 on any failure.
 // A path the device cannot run at all is listed as unavailable, with the reason, not as a failure.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "output_table.hpp"
+#include "parse_impl.hpp"
 #include "vkattn/testing/attention_case.hpp"
 #include "vkattn/vkattn.hpp"
 
@@ -49,7 +52,15 @@ struct Variant {
     VariantOverrides overrides;
 };
 
-int check(const std::string& device) {
+// What to check: every path and dtype unless narrowed (--impl, --dtype).
+struct CheckFlags {
+    std::string device;
+    std::vector<std::string> impls{"unfused", "fused", "split"};
+    std::vector<std::string> dtypes;  // empty: every dtype the device stores
+};
+
+int check(const CheckFlags& flags) {
+    const std::string& device = flags.device;
     ContextOptions options;
     options.device = device;
     options.poison_outputs = true;
@@ -58,6 +69,16 @@ int check(const std::string& device) {
     const bool cpu = context.device().type == "cpu";
     std::vector<DType> dtypes{DType::f32};
     if (context.device().fp16_storage) dtypes.push_back(DType::f16);
+    if (!flags.dtypes.empty()) {
+        dtypes.clear();
+        for (const std::string& d : flags.dtypes) {
+            if (d == "f16" && !context.device().fp16_storage)
+                throw InvalidArgument("--dtype", "the device " + context.device().name + " does not store f16.");
+            dtypes.push_back(d == "f16" ? DType::f16 : DType::f32);
+        }
+    }
+    std::vector<Impl> impls;
+    for (const std::string& i : flags.impls) impls.push_back(parse_impl(i));
     const std::vector<Variant> variants{{"tuned", {}},
                                         {"scalar loads", {.texel_loads = false}},
                                         {"shared tiles", {.shared_tiles = true}},
@@ -66,7 +87,7 @@ int check(const std::string& device) {
     Printer printer(std::cout, Format::table);
     int failures = 0, total = 0;
     unsigned seed = 1;
-    for (const Impl impl : {Impl::unfused, Impl::fused, Impl::split})
+    for (const Impl impl : impls)
         for (const DType dtype : dtypes)
             for (const auto& variant : variants)
                 for (const auto& [name, base] : check_matrix()) {
@@ -81,10 +102,9 @@ int check(const std::string& device) {
                     c.dtype = dtype;
                     c.variant = variant.overrides;
                     Row r;
-                    r.add("impl", to_string(impl));
-                    r.add("dtype", to_string(dtype));
-                    r.add("variant", variant.name);
-                    r.add("case", name);
+                    for (auto& [field, text] : {std::pair<const char*, std::string>{"impl", to_string(impl)},
+                                                {"dtype", to_string(dtype)}, {"variant", variant.name}, {"case", name}})
+                        r.add(field, text);
                     std::string result = "pass";
                     try {
                         const auto outcome = testing::run_case(context, c, seed++);
@@ -113,9 +133,16 @@ int check(const std::string& device) {
 }  // namespace
 
 Action add_check(CLI::App& app) {
-    auto device = std::make_shared<std::string>();
-    app.add_option("--device", *device, "Device index or name substring");
-    return [device] { return check(*device); };
+    auto flags = std::make_shared<CheckFlags>();
+    app.add_option("--device", flags->device, "Device index or name substring");
+    app.add_option("--impl", flags->impls, "Paths to check (comma-separated): unfused, fused, split")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"unfused", "fused", "split"}))
+        ->capture_default_str();
+    app.add_option("--dtype", flags->dtypes, "Storage types to check (comma-separated; default: every one the device has)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"f32", "f16"}));
+    return [flags] { return check(*flags); };
 }
 
 }  // namespace vkattn::tool
