@@ -6,6 +6,7 @@
 // weigh nothing; if all do, O = 0, lse = −∞.
 // The head's attention sink, left out of every split, joins the sum here exactly once:
 //   lse = log(e^sink + Σ_s e^(lse_s)).
+// Varlen: O and LSE rows are packed (common/varlen.glsl); rows past a sequence are not stored.
 #extension GL_EXT_shader_16bit_storage : enable
 
 #include "common/combine_params.glsl"
@@ -25,6 +26,9 @@ layout(std430, set = 0, binding = 3) writeonly buffer OBuffer { float o_data[]; 
 #endif
 layout(std430, set = 0, binding = 4) writeonly buffer Lse { float lse[]; };
 layout(std430, set = 0, binding = 5) readonly buffer HeadTerms { float head_terms[]; };  // [Hq] slopes, [Hq] sinks
+layout(std430, set = 0, binding = 6) readonly buffer CuSeqlensQ { int cu_q[]; };
+layout(std430, set = 0, binding = 7) readonly buffer CuSeqlensK { int cu_k[]; };
+#include "common/varlen.glsl"
 
 void main() {
     // The grid is flash.comp's: unit = (b, key/value head), row ρ = g·Nq + i of its query heads.
@@ -32,6 +36,8 @@ void main() {
     const uint b = unit / P.shape.Hkv, hk = unit % P.shape.Hkv;
     const uint rho = P.chunk.first_row + gl_WorkGroupID.x;
     const uint h = hk * P.shape.group + rho / P.shape.Nq, i = rho % P.shape.Nq;
+    if (i >= q_length(b)) return;  // past a packed sequence (varlen): flash.comp computed nothing
+    const uint row = q_base(b) + i;  // O's and LSE's row: packed (varlen) or i
     const uint splits = P.splits, Dv = P.shape.Dv;
     const uint lse_row = tensor_index(P.partial_lse, b, h, i), o_part = tensor_index(P.partial_o, b, h, i);
 
@@ -56,7 +62,7 @@ void main() {
     }
     const float inv = empty || poisoned ? 0.0 : 1.0 / total;
 
-    const uint o_row = tensor_index(P.o, b, h, i);
+    const uint o_row = tensor_index(P.o, b, h, row);
     for (uint col = gl_LocalInvocationID.x; col < Dv; col += WG) {
         float acc = 0.0;
         if (!empty && !poisoned)
@@ -67,5 +73,5 @@ void main() {
         o_data[o_row + col] = OUT_TYPE(poisoned ? quiet_nan() : acc * inv);
     }
     if (gl_LocalInvocationID.x == 0u)
-        lse[tensor_index(P.lse, b, h, i)] = poisoned ? quiet_nan() : empty ? negative_infinity() : m + log(total);
+        lse[tensor_index(P.lse, b, h, row)] = poisoned ? quiet_nan() : empty ? negative_infinity() : m + log(total);
 }

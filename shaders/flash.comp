@@ -34,6 +34,10 @@
 // through the block table, the arithmetic is the dense kernel's, so the two agree bit for bit.
 // Streaming, a lane looks up the rows of its own keys and the P·V loop shuffles V's rows from their
 // owner, as it does the probabilities. Loads of masked keys are clamped to the last visible key.
+// Varlen (P.varlen, common/varlen.glsl): packed Q/O/LSE rows of sequence b start at cu_q[b] (batch
+// stride 0), rows i >= its length are neither loaded past the sequence nor stored; packed K/V rows
+// start at cu_k[b], the sequence's key length is its own, and masked keys' loads are clamped to the
+// last visible key as in PAGED.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -122,7 +126,10 @@ layout(std430, set = 0, binding = 6) readonly buffer KvLengths { int kv_lengths[
 layout(std430, set = 0, binding = 7) readonly buffer BoolMask { uint bool_words[]; };
 layout(std430, set = 0, binding = 8) readonly buffer FloatMask { float float_mask[]; };
 layout(std430, set = 0, binding = 9) readonly buffer HeadTerms { float head_terms[]; };
+layout(std430, set = 0, binding = 17) readonly buffer CuSeqlensQ { int cu_q[]; };
+layout(std430, set = 0, binding = 18) readonly buffer CuSeqlensK { int cu_k[]; };
 
+#define VARLEN
 #include "common/mask.glsl"
 #include "common/philox.glsl"
 
@@ -174,9 +181,13 @@ void main() {
     // heaviest workgroups first evens out the tail when workgroups outnumber the cores.
     const uint row_block = gl_NumWorkGroups.x - 1u - gl_WorkGroupID.x;
     const uint rho0 = P.chunk.first_row + (row_block * NSG + sg) * R;
-    // A subgroup past the chunk's rows has nothing to store. Streaming, it leaves (uniform per
-    // subgroup; nothing waits on it); staged, it still helps load the tiles and meets every barrier.
-    const bool has_rows = rho0 < rows_end;
+    // Varlen: the sequence's queries start at packed row q0 and number len_q (Nq otherwise).
+    const uint q0 = q_base(b), len_q = q_length(b);
+    // A subgroup past the chunk's rows (or the sequence's) has nothing to store. Streaming, it
+    // leaves (uniform per subgroup; nothing waits on it); staged, it still helps load the tiles and
+    // meets every barrier.
+    bool has_rows = false;
+    [[unroll]] for (uint r = 0u; r < R; ++r) has_rows = has_rows || (rho0 + r < rows_end && (rho0 + r) % Nq < len_q);
     if (!STAGE && !has_rows) return;
 
     // This workgroup's keys: all of them, or one split's slice. Splits may be bound a few at a time
@@ -190,14 +201,15 @@ void main() {
     }
     const uint k_last = max(k_end, 1u) - 1u;
 
-    // Rows: ρ -> (h, i); rows past the chunk repeat its last row and are never stored.
+    // Rows: ρ -> (h, i); rows past the chunk repeat its last row, rows past a packed sequence its
+    // last query; neither is stored. (A subgroup without rows loads no Q.)
     uint q_row[R];
     uint first[R], limit[R];  // row r sees keys [first[r], limit[r]): key length, causal, window, split
     uint lo_first = 0xffffffffu, hi_first = 0u, lo_limit = 0xffffffffu, hi_limit = 0u;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint rho = min(rho0 + r, rows_end - 1u);
-        const uint h = hk * group + rho / Nq, i = rho % Nq;
-        q_row[r] = tensor_index(P.q, b, h, i);
+        const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
+        q_row[r] = tensor_index(P.q, b, h, q0 + i);
         const RowMask mask = row_mask(b, h, i);
         first[r] = max(mask.first, k_begin);
         limit[r] = min(mask.limit, k_end);
@@ -235,10 +247,11 @@ void main() {
 #ifdef PAGED
     const uint key_last = max(k_end, 1u) - 1u;
 #else
-    const uint key_last = k_last;
+    const uint key_last = P.varlen.packed_k != 0u ? max(k_end, 1u) - 1u : k_last;  // packed: the next sequence's
 #endif
-    const uint k_head = tensor_index(P.k, b, hk, 0u), k_stride = P.k.stride.z;
-    const uint v_head = tensor_index(P.v, b, hk, 0u), v_stride = P.v.stride.z;
+    const uint k0 = k_base(b);  // varlen: the sequence's first packed key row
+    const uint k_head = tensor_index(P.k, b, hk, k0), k_stride = P.k.stride.z;
+    const uint v_head = tensor_index(P.v, b, hk, k0), v_stride = P.v.stride.z;
     const uint Dk4 = (Dk + 3u) / 4u;
     // Staged reads index the tiles by lane: keep them inside the tiles even on a device that ran us
     // at another subgroup size (whose result is written as NaN below).
@@ -334,7 +347,7 @@ void main() {
             RowMask mask;
             if (elementwise) {
                 const uint rho = min(rho0 + r, rows_end - 1u);
-                mask = row_mask(b, hk * group + rho / Nq, rho % Nq);
+                mask = row_mask(b, hk * group + rho / Nq, min(rho % Nq, max(len_q, 1u) - 1u));
                 mask.limit = limit[r];
             }
             [[unroll]] for (uint c = 0u; c < KL; ++c) {
@@ -404,9 +417,11 @@ void main() {
     // normalise; store O (or the split's partial) and lse.
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         float l_row = subgroupAdd(l[r]);
-        if (rho0 + r >= rows_end) continue;
+        if (rho0 + r >= rows_end || (rho0 + r) % Nq >= len_q) continue;
         const uint rho = rho0 + r;
         const uint h = hk * group + rho / Nq, i = rho % Nq;
+        // Packed rows (varlen) from the sequence's first; split partials stay padded (chunk-local).
+        const uint row = SPLIT ? i : q0 + i;
         float o_scale = 1.0, sink;
         if (!SPLIT && sink_logit(h, sink)) {
             sink *= LOG2E;
@@ -415,7 +430,7 @@ void main() {
             l_row = l_row * o_scale + exp2(sink - m_all);
             m[r] = m_all;
         }
-        const uint o_row = tensor_index(P.o, b, h, i) + split_index * P.o_split_stride;
+        const uint o_row = tensor_index(P.o, b, h, row) + split_index * P.o_split_stride;
         // A device that ran us at another subgroup size than SG (it could not be required) would
         // have computed garbage: make that loud (NaN) rather than quietly wrong.
         // NaN scores (NaN or inf in q or k) leave l NaN, while max() may have dropped the NaN from m:
@@ -429,7 +444,7 @@ void main() {
                 if (col + c < Dv) o_data[o_row + col + c] = OUT_TYPE(loud ? quiet_nan() : o[r][t][c] * inv);
         }
         if (lane == 0u && col_base == 0u)
-            lse[tensor_index(P.lse, b, h, i) + split_index * P.lse_split_stride] =
+            lse[tensor_index(P.lse, b, h, row) + split_index * P.lse_split_stride] =
                 poisoned ? quiet_nan() : m[r] == MASKED ? (SPLIT ? MASKED : negative_infinity()) : (m[r] + log2(l_row)) * LN2;
     }
 }

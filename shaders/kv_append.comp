@@ -9,6 +9,7 @@
 // n % block_size of block table[b][n / block_size], through the pool this dispatch binds (a pool
 // over several bindings takes one dispatch per binding; rows of other pools are skipped there). A
 // row whose table entry names no block is dropped (the host refuses such an append first).
+// Packed new rows (varlen): sequence b's rows start where the uploaded offsets say.
 // Workgroups: (t - first_new, unit) for rows, one invocation per sequence for ADVANCE; the lanes of a row's
 // workgroup walk its features.
 #extension GL_EXT_shader_16bit_storage : enable
@@ -52,6 +53,9 @@ layout(std430, set = 0, binding = 7) readonly buffer BlockTable { int block_tabl
 
 uint length_of(uint b) { return uint(clamp(lengths[b], 0, int(P.capacity))); }
 uint count_of(uint b) { return P.has_counts != 0u ? uint(clamp(counts[b], 0, int(P.new_rows))) : P.new_rows; }
+// Packed new rows (has_counts = 2, varlen): sequence b's start at row counts[B + b] of k_new and
+// v_new, whose batch stride is 0 (the host uploads offsets it checked).
+uint first_new_row(uint b) { return P.has_counts == 2u ? uint(max(counts[P.B + b], 0)) : 0u; }
 
 void main() {
 #ifdef ADVANCE
@@ -77,7 +81,8 @@ void main() {
     if (row >= P.capacity || row < P.chunk.first_row || row - P.chunk.first_row >= P.chunk.rows) return;
     const uint k_to = tensor_index(P.k_cache, b, h, row), v_to = tensor_index(P.v_cache, b, h, row);
 #endif
-    const uint k_from = tensor_index(P.k_new, b, h, t), v_from = tensor_index(P.v_new, b, h, t);
+    const uint from = first_new_row(b) + t;
+    const uint k_from = tensor_index(P.k_new, b, h, from), v_from = tensor_index(P.v_new, b, h, from);
     for (uint d = gl_LocalInvocationID.x; d < P.Dk; d += WG) k_cache[k_to + d] = STORED(k_new[k_from + d]);
     for (uint d = gl_LocalInvocationID.x; d < P.Dv; d += WG) v_cache[v_to + d] = STORED(v_new[v_from + d]);
 #endif

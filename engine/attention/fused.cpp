@@ -171,6 +171,26 @@ public:
     // when even one row's K/V (or mask row) exceeds a binding, the keys bound in slices, as many
     // splits per binding as fit (bit-identical to the unsliced split run with the same splits).
     Plan plan() const {
+        // Packed (varlen) tensors are bound whole: only the device knows where a sequence's rows lie.
+        if (p_.packed_q) {
+            const FusedSlices s = slices({0, 1, 0, 1});
+            const KeySlices k = key_slices({0, 1, 0, 1}, {0, p_.Nkv});
+            const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
+            auto check = [&](const Slice& slice, bool texel, const char* name) {
+                if (slice.range > limit_ || (texel && slice.range > texel_limit))
+                    throw ResourceLimit(std::string(name) + ": a packed (varlen) tensor is bound whole, and its " +
+                                        std::to_string(slice.range) + " bytes pass the device's binding limit of " +
+                                        std::to_string(texel ? std::min(limit_, texel_limit) : limit_) +
+                                        " bytes; run the sequences in several calls.");
+            };
+            check(s.q, config_.texel, "q");
+            check(s.o, false, "o");
+            check(s.lse, false, "lse");
+            if (p_.packed_k) {
+                check(k.k, config_.texel, "k");
+                check(k.v, config_.texel, "v");
+            }
+        }
         const std::int64_t key_block = config_.key_block();
         auto chunks_for = [&](const KeyPlan& keys) {
             return plan_chunks(p_.B * p_.Hkv, p_.group * p_.Nq, config_.rows_per_workgroup(),
@@ -208,6 +228,11 @@ private:
     const vk::DeviceCaps& caps_;
     std::uint64_t limit_, align_;
 };
+
+Varlen varlen(const Problem& p) {
+    return {.packed_q = p.packed_q ? 1u : 0u, .packed_k = p.packed_k ? 1u : 0u, .total_q = u32(p.total_q),
+            .total_k = u32(p.total_k)};
+}
 
 class FusedRun final : public PathRun {
 public:
@@ -261,7 +286,8 @@ public:
                                    .k = k.k.desc,
                                    .v = k.v.desc,
                                    .o = split ? chunk_local(c, p, p.Dv) : s.o.desc,
-                                   .lse = split ? chunk_local(c, p, 1) : s.lse.desc};
+                                   .lse = split ? chunk_local(c, p, 1) : s.lse.desc,
+                                   .varlen = varlen(p)};
                 params.mask.bool_mask = k.masks.bool_mask.desc;
                 params.mask.float_mask = k.masks.float_mask.desc;
                 Dispatch main{.kernel = &flash};
@@ -278,7 +304,8 @@ public:
                                  split ? bind(5, *lse_partial, lse_part) : bind(5, *d.lse, s.lse),
                                  bind(6, *d.lengths, d.lengths_slice), bind(7, *d.bool_mask, k.masks.bool_mask),
                                  bind(8, *d.float_mask, k.masks.float_mask),
-                                 bind(9, *d.head_terms, whole(d.head_terms_bytes))});
+                                 bind(9, *d.head_terms, whole(d.head_terms_bytes)), bind(17, *d.cu_q, d.cu_q_slice),
+                                 bind(18, *d.cu_k, d.cu_k_slice)});
                 main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()),
                                u32(c.units), keys.splits_in(binding)};
                 for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
@@ -300,9 +327,11 @@ public:
                                                    .partial_o = chunk_local(c, p, p.Dv),
                                                    .partial_lse = chunk_local(c, p, 1),
                                                    .o = s.o.desc,
-                                                   .lse = s.lse.desc}};
+                                                   .lse = s.lse.desc,
+                                                   .varlen = varlen(p)}};
             merge.bindings = {bind(1, *o_partial, o_part), bind(2, *lse_partial, lse_part), bind(3, *d.o, s.o),
-                              bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes))};
+                              bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes)),
+                              bind(6, *d.cu_q, d.cu_q_slice), bind(7, *d.cu_k, d.cu_k_slice)};
             merge.groups = {u32(c.rows), u32(c.units), 1};
             r.dispatch(merge);
             r.barrier();

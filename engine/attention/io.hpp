@@ -21,13 +21,22 @@ struct Operand {
     std::array<std::int64_t, 4> strides{};
     std::int64_t base = 0;
     std::uint64_t buffer_bytes = 0;  // how far a binding may reach
+    // A packed (varlen) tensor: strides[0] is 0 and a batch's rows start where cu_seqlens says, on
+    // the device only, so every slice covers all `packed_rows` rows of the heads it holds.
+    std::int64_t packed_rows = 0;
 
     Slice slice(std::int64_t row_length, const Box& box, std::uint64_t element_bytes, std::uint64_t alignment) const {
         return slice(Features{0, row_length}, box, element_bytes, alignment, Indexing::absolute);
     }
     Slice slice(Features features, const Box& box, std::uint64_t element_bytes, std::uint64_t alignment,
                 Indexing indexing) const {
-        return slice_of(strides, features, box, element_bytes, alignment, buffer_bytes, indexing, base);
+        Box rows = box;
+        if (packed_rows > 0) {
+            rows.b0 = rows.b1 = 0;
+            rows.n0 = 0;
+            rows.n1 = packed_rows - 1;
+        }
+        return slice_of(strides, features, rows, element_bytes, alignment, buffer_bytes, indexing, base);
     }
 };
 
@@ -66,6 +75,9 @@ struct DeviceBuffers {
     std::array<std::uint64_t, 4> k_pool_offsets{}, v_pool_offsets{};
     const vk::Buffer* block_table = nullptr;
     Slice table_slice;
+    // Varlen: cu_seqlens_q and cu_seqlens_k (a placeholder where absent).
+    const vk::Buffer *cu_q = nullptr, *cu_k = nullptr;
+    Slice cu_q_slice, cu_k_slice;
 };
 
 constexpr std::uint32_t kNanF32 = 0x7fc00000u;

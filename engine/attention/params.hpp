@@ -52,6 +52,13 @@ struct alignas(16) PagedKv {
     std::uint32_t block_units = 0, row_units = 0;
 };
 
+// Variable-length batches: Q/O/LSE (packed_q) and K/V (packed_k) hold every sequence's rows one
+// after another, sequence b's from row cu_seqlens[b] (batch stride 0); totals clamp the offsets.
+struct alignas(16) Varlen {
+    std::uint32_t packed_q = 0, packed_k = 0;
+    std::uint32_t total_q = 0, total_k = 0;
+};
+
 // flash.comp: units are (b, kv head), rows ρ = g·Nq + i over the group's query heads.
 struct alignas(16) FlashParams {
     static constexpr std::string_view shader = "flash";
@@ -66,6 +73,7 @@ struct alignas(16) FlashParams {
     std::uint32_t lse_split_stride = 0;
     TensorDesc q, k, v, o, lse;        // o, lse: split 0's partials in split mode
     PagedKv paged;                     // PAGED variants only
+    Varlen varlen;
 };
 
 // softmax.comp's modes (SoftmaxParams::mode; MODE_* in softmax_params.glsl).
@@ -105,13 +113,15 @@ struct alignas(16) CombineParams {
     std::uint32_t lse_split_stride = 0;  // elements between splits' partial lse
     std::uint32_t has_sinks = 0;         // 1 when the head terms hold sink logits
     TensorDesc partial_o, partial_lse, o, lse;
+    Varlen varlen;                       // flash.comp's: O and LSE packed by cu_seqlens_q
 };
 
 // kv_append.comp (both modes): units are (b, kv head), rows are the cache's.
 struct alignas(16) AppendParams {
     static constexpr std::string_view shader = "kv_append";
     std::uint32_t B = 0, Hkv = 0, capacity = 0, new_rows = 0, Dk = 0, Dv = 0;
-    std::uint32_t has_counts = 0;  // 1: sequence b appends counts[b] rows, else all new_rows
+    std::uint32_t has_counts = 0;  // 1: sequence b appends counts[b] rows, else all new_rows; 2: also packed
+                                   // (its rows start at row counts[B + b] of the new K/V)
     std::uint32_t first_new = 0;   // the new row of grid x = 0
     ChunkRange chunk;
     TensorDesc k_new, v_new, k_cache, v_cache;
@@ -166,7 +176,14 @@ static_assert(offsetof(FlashParams, v) == 256);
 static_assert(offsetof(FlashParams, o) == 288);
 static_assert(offsetof(FlashParams, lse) == 320);
 static_assert(offsetof(FlashParams, paged) == 352);
-static_assert(sizeof(FlashParams) == 384);
+static_assert(offsetof(FlashParams, varlen) == 384);
+static_assert(sizeof(FlashParams) == 400);
+
+static_assert(offsetof(Varlen, packed_q) == 0);
+static_assert(offsetof(Varlen, packed_k) == 4);
+static_assert(offsetof(Varlen, total_q) == 8);
+static_assert(offsetof(Varlen, total_k) == 12);
+static_assert(sizeof(Varlen) == 16);
 
 static_assert(offsetof(PagedKv, block_size) == 0);
 static_assert(offsetof(PagedKv, table_stride) == 4);
@@ -212,7 +229,8 @@ static_assert(offsetof(CombineParams, partial_o) == 64);
 static_assert(offsetof(CombineParams, partial_lse) == 96);
 static_assert(offsetof(CombineParams, o) == 128);
 static_assert(offsetof(CombineParams, lse) == 160);
-static_assert(sizeof(CombineParams) == 192);
+static_assert(offsetof(CombineParams, varlen) == 192);
+static_assert(sizeof(CombineParams) == 208);
 
 static_assert(offsetof(AppendParams, B) == 0);
 static_assert(offsetof(AppendParams, new_rows) == 12);

@@ -40,6 +40,15 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
             throw InvalidArgument("paged", "a paged K/V is read by the fused kernels only, which cannot run here: " +
                                                why_not_fused + ".");
     }
+    // Packed sequences (varlen) are addressed through cu_seqlens by the fused kernels only.
+    if (problem.packed_q) {
+        if (options.impl == Impl::unfused)
+            throw InvalidArgument("impl", "the three-stage path does not read packed sequences (varlen); use auto, fused "
+                                          "or split.");
+        if (!fused)
+            throw InvalidArgument("varlen", "packed sequences are read by the fused kernels only, which cannot run "
+                                            "here: " + why_not_fused + ".");
+    }
     switch (options.impl) {
         case Impl::automatic:
             // The weights exist only in the three-stage path; the fused kernels need subgroups and

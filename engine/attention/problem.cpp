@@ -233,9 +233,12 @@ Problem resolve(const AttentionSpec& spec) {
     check_layout(k, "k", p.dtype);
     check_layout(v, "v", p.dtype);
     check_layout(o, "o", p.dtype);
-    if (!elements_disjoint(o))
-        throw InvalidArgument("o", "the strides " + shape_text(o.strides) + " make distinct "
-                                   "elements of the output shape " + shape_text(o.shape) +
+    // A packed (varlen) output's own layout says whether its elements are distinct; its virtual
+    // one shares a batch stride of 0 by design.
+    const TensorLayout& o_memory = spec.varlen ? spec.varlen->o : o;
+    if (!elements_disjoint(o_memory))
+        throw InvalidArgument("o", "the strides " + shape_text(o_memory.strides) + " make distinct "
+                                   "elements of the output shape " + shape_text(o_memory.shape) +
                                    " share memory (a stride of 0 on a dimension larger than 1, or "
                                    "dimensions that overlap); every output element needs its own "
                                    "location.");
@@ -298,6 +301,18 @@ Problem resolve(const AttentionSpec& spec) {
 
     p.want_weights = spec.weights;
     p.want_lse = spec.lse;
+    if (spec.varlen) {
+        if (p.bool_mask.present() || p.float_mask.present())
+            throw InvalidArgument(p.bool_mask.present() ? "bool_mask" : "float_mask",
+                                  "masks are not taken with packed sequences (varlen); use the causal mask, a window "
+                                  "or the key lengths.");
+        if (p.want_weights)
+            throw InvalidArgument("weights", "the attention weights are not returned for packed sequences (varlen).");
+        p.packed_q = true;
+        p.total_q = spec.varlen->q.shape[2];
+        p.packed_k = spec.varlen->k.has_value();
+        p.total_k = p.packed_k ? spec.varlen->k->shape[2] : 0;
+    }
     checked_mul(checked_mul(checked_mul(p.B, p.Hq, "weights"), p.Nq, "weights"), p.Nkv, "weights");
     return p;
 }
@@ -357,6 +372,15 @@ std::string AttentionSpec::key() const {
     }
     put(paged.has_value());
     if (paged) put(*paged);
+    put(varlen.has_value());
+    if (varlen)
+        for (const TensorLayout* t : {&varlen->q, &varlen->o, varlen->k ? &*varlen->k : nullptr, varlen->v ? &*varlen->v : nullptr}) {
+            put(t != nullptr);
+            if (!t) continue;
+            put(t->dtype);
+            put(t->shape);
+            put(t->strides);
+        }
     put(kv_lengths);
     put(weights);
     put(lse);

@@ -47,6 +47,9 @@ struct Problem {
     // upper bound (flops() then counts every key).
     std::vector<std::int32_t> kv_len;
     bool has_kv_lengths = false;
+    // Varlen: Q/O/LSE (and K/V) packed; totals are their rows. Nq and Nkv are the max_seqlens.
+    bool packed_q = false, packed_k = false;
+    std::int64_t total_q = 0, total_k = 0;
     BroadcastMask bool_mask, float_mask;
     bool want_weights = false, want_lse = false;
 
@@ -136,9 +139,18 @@ struct PagedSpec {
     std::uint64_t k_pool_bytes = 0, v_pool_bytes = 0;  // the first (largest) pool's span
 };
 
+// A varlen call's packed tensors (vkattn::DeviceVarlen); the spec's q, o (and k, v when packed)
+// are then the virtual [B, H, max_seqlen, D] tensors with batch stride 0 they stand for: sequence
+// b's row i is packed row cu_seqlens[b] + i, which only the device knows.
+struct VarlenSpec {
+    TensorLayout q, o;                 // [1, Hq, total_q, D]
+    std::optional<TensorLayout> k, v;  // [1, Hkv, total_k, D], with cu_seqlens_k
+};
+
 struct AttentionSpec {
     TensorLayout q, k, v, o;
     std::optional<PagedSpec> paged;
+    std::optional<VarlenSpec> varlen;
     bool kv_lengths = false;
     std::optional<std::vector<std::int64_t>> bool_mask, float_mask;  // the masks' shapes
     bool weights = false, lse = false;

@@ -15,9 +15,16 @@
 namespace vkattn::detail {
 namespace {
 
-Operand operand_of(const DeviceTensor& t) {
-    return {t.strides(), static_cast<std::int64_t>(t.offset_bytes() / size_of(t.dtype())),
-            TensorAccess::storage(t)->buffer.size()};
+// Packed new rows (varlen) are bound whole, with batch stride 0: sequence b's first row comes
+// from the uploaded offsets.
+Operand operand_of(const DeviceTensor& t, bool packed = false) {
+    Operand op{t.strides(), static_cast<std::int64_t>(t.offset_bytes() / size_of(t.dtype())),
+               TensorAccess::storage(t)->buffer.size()};
+    if (packed) {
+        op.strides[0] = 0;
+        op.packed_rows = t.shape()[2];
+    }
+    return op;
 }
 
 // A pool (or the table) bound whole: its elements rounded up to 16 bytes, within its buffer.
@@ -27,8 +34,8 @@ Slice whole_tensor(const DeviceTensor& t) {
 }
 
 // The key of an append's program: the new rows' memory, shapes, strides and dtype, and whether
-// counts are read.
-ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, bool has_counts) {
+// counts are read (and how: AppendParams::has_counts), and the rows per sequence.
+ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, std::uint32_t mode, std::int64_t new_rows) {
     ProgramKey key;
     for (const DeviceTensor* t : {&k_new, &v_new}) {
         key.storages.push_back(TensorAccess::storage(*t));
@@ -37,7 +44,8 @@ ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, bool
         key.signature.insert(key.signature.end(), t->strides().begin(), t->strides().end());
     }
     key.signature.push_back(static_cast<std::int64_t>(k_new.dtype()));
-    key.signature.push_back(has_counts ? 1 : 0);
+    key.signature.push_back(mode);
+    key.signature.push_back(new_rows);
     return key;
 }
 
@@ -45,13 +53,14 @@ ProgramKey append_key(const DeviceTensor& k_new, const DeviceTensor& v_new, bool
 
 void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
     const auto& shape = t.k_new.shape();
-    const std::int64_t B = shape[0], Hkv = shape[1], T = shape[2], Dk = shape[3], Dv = t.v_new.shape()[3];
+    const std::int64_t B = t.lengths.elements(), Hkv = shape[1], T = t.new_rows, Dk = shape[3], Dv = t.v_new.shape()[3];
+    const bool packed = t.mode == 2;
     const AppendPools* pools = t.pools;
     const std::int64_t capacity = pools ? std::int64_t{pools->addressing.table_stride} * pools->addressing.block_size
                                         : t.k_cache.shape()[2];
     const auto& caps = runtime.device().caps();
     const std::uint64_t limit = runtime.max_binding_bytes(), align = binding_alignment(caps);
-    const Operand k_new = operand_of(t.k_new), v_new = operand_of(t.v_new);
+    const Operand k_new = operand_of(t.k_new, packed), v_new = operand_of(t.v_new, packed);
     // Paged: the pools are bound whole (the cache made each fit) and the chunks cut only the new
     // rows; the cache rows stay one range.
     const Operand k_cache = pools ? Operand{} : operand_of(t.k_cache), v_cache = pools ? Operand{} : operand_of(t.v_cache);
@@ -77,8 +86,8 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
     base.new_rows = static_cast<std::uint32_t>(T);
     base.Dk = static_cast<std::uint32_t>(Dk);
     base.Dv = static_cast<std::uint32_t>(Dv);
-    base.has_counts = t.has_counts ? 1u : 0u;
-    const Slice lengths = whole(static_cast<std::uint64_t>(B) * 4), counts = lengths;
+    base.has_counts = t.mode;
+    const Slice lengths = whole(static_cast<std::uint64_t>(B) * 4), counts = whole(static_cast<std::uint64_t>(2 * B) * 4);
 
     // New rows in runs of at most one grid's width, halved until some cut of the cache fits.
     std::int64_t run = std::min<std::int64_t>(T, caps.max_workgroup_count[0]);
@@ -140,16 +149,18 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
 }
 
 void run_append(Runtime& runtime, BatchState& batch, ProgramCache& programs, const AppendTensors& t,
-                std::span<const std::int32_t> counts) {
-    const ProgramKey key = append_key(t.k_new, t.v_new, t.has_counts);
+                std::span<const std::int32_t> values) {
+    const ProgramKey key = append_key(t.k_new, t.v_new, t.mode, t.new_rows);
     std::shared_ptr<Program> program = programs.find(key);
     if (!program) {
         program = std::make_shared<Program>(runtime);
         record_append(runtime, *program, t);
         programs.insert(key, program);
     }
-    if (t.has_counts)
-        batch.upload(t.counts, make_view(static_cast<const void*>(counts.data()), DType::i32, Layout::bhnd, t.counts.shape()));
+    if (t.mode != 0) {  // counts, then (packed) first rows: t.counts is [1, 1, 2, B]
+        const DeviceTensor target = values.size() == static_cast<std::size_t>(t.counts.elements()) ? t.counts : t.counts.seq(0, 1);
+        batch.upload(target, make_view(static_cast<const void*>(values.data()), DType::i32, Layout::bhnd, target.shape()));
+    }
     program->replay(batch.begin_op());
     batch.keep(program);
     std::vector<const DeviceTensor*> used{&t.k_new, &t.v_new, &t.lengths, &t.counts};

@@ -25,22 +25,24 @@ struct AppendPools {
 };
 
 struct AppendTensors {
-    DeviceTensor k_new, v_new;      // [B, Hkv, T, Dk], [B, Hkv, T, Dv]; one dtype
+    DeviceTensor k_new, v_new;      // [B, Hkv, T, Dk], [B, Hkv, T, Dv], or packed [1, Hkv, total, D]; one dtype
     DeviceTensor k_cache, v_cache;  // contiguous: [B, Hkv, capacity, Dk], [B, Hkv, capacity, Dv]
     const AppendPools* pools = nullptr;   // paged: instead of k_cache and v_cache
     DeviceTensor lengths;                 // i32 [B], alone in its memory
-    DeviceTensor counts;                  // i32 [B], alone in its memory (read when has_counts)
-    bool has_counts = false;
+    DeviceTensor counts;                  // i32 [1, 1, 2, B], alone in its memory: counts, then packed first rows
+    std::uint32_t mode = 0;               // AppendParams::has_counts (AppendRows::mode)
+    std::int64_t new_rows = 0;            // rows per sequence of the new tensors (the longest, packed)
 };
 
 // Appends the dispatches to `program`. Throws ResourceLimit when even one row of one head cannot
 // be bound.
 void record_append(Runtime& runtime, Program& program, const AppendTensors& tensors);
 
-// An append recorded into a batch, as both caches do it: the counts uploaded when given (B of
-// them, already checked), then the program `programs` holds for these new rows (recorded on a
-// miss); the batch keeps every tensor of `tensors` alive until its submission completes.
+// An append recorded into a batch, as both caches do it: the counts (and packed first rows)
+// uploaded when the mode reads them (already checked), then the program `programs` holds for these
+// new rows (recorded on a miss); the batch keeps every tensor of `tensors` alive until its
+// submission completes.
 void run_append(Runtime& runtime, BatchState& batch, ProgramCache& programs, const AppendTensors& tensors,
-                std::span<const std::int32_t> counts);
+                std::span<const std::int32_t> values);
 
 }  // namespace vkattn::detail

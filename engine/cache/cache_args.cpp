@@ -10,18 +10,28 @@
 namespace vkattn::detail {
 namespace {
 
-// The rows' tensor checked against the cache: [B, Hkv, T, dim], f32 or f16, on this context.
-void check_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& t, std::int64_t dim,
-                const char* name) {
+// The rows' tensor checked against the cache: [batch, Hkv, rows, dim] (B sequences' rows, or one
+// packed batch of them), f32 or f16, on this context.
+void check_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& t, std::int64_t batch,
+                const char* rows, std::int64_t dim, const char* name) {
     storage_of(t, runtime, name);
     if (t.dtype() != DType::f32 && t.dtype() != DType::f16)
         throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + "; new keys and values are f32 or f16.");
     if (t.dtype() == DType::f16) vk::require_fp16_storage(runtime.device().caps(), name);
     const auto& sh = t.shape();
-    if (sh[0] != cache.batch || sh[1] != cache.kv_heads || sh[3] != dim || sh[2] < 1)
-        throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the cache takes [" +
-                                        std::to_string(cache.batch) + ", " + std::to_string(cache.kv_heads) +
-                                        ", T >= 1, " + std::to_string(dim) + "].");
+    if (sh[0] != batch || sh[1] != cache.kv_heads || sh[3] != dim || sh[2] < 1)
+        throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the cache takes [" + std::to_string(batch) +
+                                        ", " + std::to_string(cache.kv_heads) + ", " + rows + " >= 1, " + std::to_string(dim) + "].");
+}
+
+// New keys and values: one dtype, the same rows.
+void check_pair(const DeviceTensor& k_new, const DeviceTensor& v_new) {
+    if (v_new.dtype() != k_new.dtype())
+        throw InvalidArgument("v_new", "its dtype is " + to_string(v_new.dtype()) + " but k_new's is " +
+                                           to_string(k_new.dtype()) + "; new keys and values share one dtype.");
+    if (v_new.shape()[2] != k_new.shape()[2])
+        throw InvalidArgument("v_new", "it holds " + std::to_string(v_new.shape()[2]) + " new rows but k_new holds " +
+                                           std::to_string(k_new.shape()[2]) + ".");
 }
 
 }  // namespace
@@ -31,19 +41,14 @@ void check_size(std::int64_t value, std::int64_t most, const char* name) {
         throw InvalidArgument(name, "must be in [1, " + std::to_string(most) + "], not " + std::to_string(value) + ".");
 }
 
-std::vector<std::int64_t> appended_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,
-                                        const DeviceTensor& v_new, std::span<const std::int32_t> counts) {
-    check_rows(runtime, cache, k_new, cache.dim, "k_new");
-    check_rows(runtime, cache, v_new, cache.dim_v, "v_new");
-    if (v_new.dtype() != k_new.dtype())
-        throw InvalidArgument("v_new", "its dtype is " + to_string(v_new.dtype()) + " but k_new's is " +
-                                           to_string(k_new.dtype()) + "; new keys and values share one dtype.");
+AppendRows appended_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,
+                         const DeviceTensor& v_new, std::span<const std::int32_t> counts) {
+    check_rows(runtime, cache, k_new, cache.batch, "T", cache.dim, "k_new");
+    check_rows(runtime, cache, v_new, cache.batch, "T", cache.dim_v, "v_new");
+    check_pair(k_new, v_new);
     const std::int64_t T = k_new.shape()[2];
-    if (v_new.shape()[2] != T)
-        throw InvalidArgument("v_new", "it holds " + std::to_string(v_new.shape()[2]) + " new rows but k_new holds " +
-                                           std::to_string(T) + ".");
     const auto B = static_cast<std::size_t>(cache.batch);
-    if (counts.empty()) return std::vector<std::int64_t>(B, T);
+    if (counts.empty()) return {std::vector<std::int64_t>(B, T), T, 0, {}};
     if (counts.size() != B)
         throw InvalidArgument("counts", "it holds " + std::to_string(counts.size()) + " counts but the cache has " +
                                             std::to_string(B) + " sequences.");
@@ -51,7 +56,33 @@ std::vector<std::int64_t> appended_rows(const Runtime& runtime, const CacheShape
         if (counts[b] < 0 || counts[b] > T)
             throw InvalidArgument("counts", "counts[" + std::to_string(b) + "] = " + std::to_string(counts[b]) +
                                                 " is outside [0, " + std::to_string(T) + "] (the new rows).");
-    return {counts.begin(), counts.end()};
+    return {{counts.begin(), counts.end()}, T, 1, {counts.begin(), counts.end()}};
+}
+
+AppendRows packed_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,
+                       const DeviceTensor& v_new, std::span<const std::int32_t> cu) {
+    check_rows(runtime, cache, k_new, 1, "total", cache.dim, "k_new");
+    check_rows(runtime, cache, v_new, 1, "total", cache.dim_v, "v_new");
+    check_pair(k_new, v_new);
+    const auto B = static_cast<std::size_t>(cache.batch);
+    const std::int64_t total = k_new.shape()[2];
+    if (cu.size() != B + 1)
+        throw InvalidArgument("cu_seqlens", "it holds " + std::to_string(cu.size()) + " offsets but the cache's " +
+                                                std::to_string(B) + " sequences need " + std::to_string(B + 1) + ".");
+    if (cu[0] != 0 || cu[B] != total)
+        throw InvalidArgument("cu_seqlens", "it runs from " + std::to_string(cu[0]) + " to " + std::to_string(cu[B]) +
+                                                " but must run from 0 to the " + std::to_string(total) + " packed rows.");
+    AppendRows rows{{}, 1, 2, std::vector<std::int32_t>(2 * B)};
+    for (std::size_t b = 0; b < B; ++b) {
+        if (cu[b + 1] < cu[b])
+            throw InvalidArgument("cu_seqlens", "it decreases from " + std::to_string(cu[b]) + " to " +
+                                                    std::to_string(cu[b + 1]) + " at sequence " + std::to_string(b) + ".");
+        rows.added.push_back(cu[b + 1] - cu[b]);
+        rows.new_rows = std::max<std::int64_t>(rows.new_rows, cu[b + 1] - cu[b]);
+        rows.values[b] = cu[b + 1] - cu[b];
+        rows.values[B + b] = cu[b];
+    }
+    return rows;
 }
 
 std::vector<std::int32_t> reset_lengths(const CacheShape& cache, std::span<const std::int32_t> lengths,

@@ -20,11 +20,26 @@ struct CacheShape {
 // InvalidArgument naming `name` unless value is in [1, most].
 void check_size(std::int64_t value, std::int64_t most, const char* name);
 
+// What an append writes: the rows each sequence gains, the rows per sequence of the new tensors,
+// and what the shader reads of them (AppendParams::has_counts: 0 all rows, 1 counts, 2 counts then
+// the packed rows' first rows) with the values uploaded for it.
+struct AppendRows {
+    std::vector<std::int64_t> added;
+    std::int64_t new_rows = 0;
+    std::uint32_t mode = 0;
+    std::vector<std::int32_t> values;  // B counts, then (mode 2) B first rows
+};
+
 // An append's k_new [B, Hkv, T, Dk] and v_new [B, Hkv, T, Dv] (f32 or f16, one dtype, this
-// context) and counts (each in [0, T]; empty: T for all) checked against the cache: the rows each
-// sequence gains. InvalidArgument naming the argument otherwise.
-std::vector<std::int64_t> appended_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,
-                                        const DeviceTensor& v_new, std::span<const std::int32_t> counts);
+// context) and counts (each in [0, T]; empty: T for all) checked against the cache.
+// InvalidArgument naming the argument otherwise.
+AppendRows appended_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,
+                         const DeviceTensor& v_new, std::span<const std::int32_t> counts);
+
+// Packed new rows (varlen): k_new [1, Hkv, total, Dk], v_new [1, Hkv, total, Dv], sequence b's at
+// rows [cu_seqlens[b], cu_seqlens[b + 1]) (B + 1 host offsets, 0 first, nondecreasing, total last).
+AppendRows packed_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,
+                       const DeviceTensor& v_new, std::span<const std::int32_t> cu_seqlens);
 
 // A reset's lengths checked (B of them, each in [0, capacity]; empty: all 0).
 std::vector<std::int32_t> reset_lengths(const CacheShape& cache, std::span<const std::int32_t> lengths,

@@ -52,7 +52,7 @@ KvCache::KvCache(Context& context, const KvCacheOptions& options) : state_(std::
     s.k = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim});
     s.v = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim_v});
     s.lengths = DeviceTensor::empty(context, DType::i32, {B, 1, 1, 1});
-    s.counts = DeviceTensor::empty(context, DType::i32, {B, 1, 1, 1});
+    s.counts = DeviceTensor::empty(context, DType::i32, {1, 1, 2, B});
     s.recorded.assign(static_cast<std::size_t>(B), 0);
     // Zero everything, whole buffers (their padding too): one submission, waited on.
     Batch batch(context);
@@ -90,9 +90,24 @@ DeviceAttentionInputs KvCache::inputs(const DeviceTensor& q) const {
 void KvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
                      std::span<const std::int32_t> counts) {
     detail::KvCacheState& s = *state_;
+    if (detail::BatchAccess::state(batch).runtime != s.runtime)
+        throw InvalidArgument("batch", "the batch belongs to another Context than the cache.");
+    append_rows(batch, k_new, v_new, detail::appended_rows(*s.runtime, detail::cache_shape(s.options), k_new, v_new, counts));
+}
+
+void KvCache::append_packed(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
+                            std::span<const std::int32_t> cu_seqlens) {
+    detail::KvCacheState& s = *state_;
+    if (detail::BatchAccess::state(batch).runtime != s.runtime)
+        throw InvalidArgument("batch", "the batch belongs to another Context than the cache.");
+    append_rows(batch, k_new, v_new, detail::packed_rows(*s.runtime, detail::cache_shape(s.options), k_new, v_new, cu_seqlens));
+}
+
+void KvCache::append_rows(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
+                          const detail::AppendRows& rows) {
+    detail::KvCacheState& s = *state_;
     detail::BatchState& state = detail::BatchAccess::state(batch);
-    if (state.runtime != s.runtime) throw InvalidArgument("batch", "the batch belongs to another Context than the cache.");
-    const std::vector<std::int64_t> added = detail::appended_rows(*s.runtime, detail::cache_shape(s.options), k_new, v_new, counts);
+    const std::vector<std::int64_t>& added = rows.added;
     const auto B = added.size();
 
     std::lock_guard lock(s.mutex);  // appends to one cache are recorded one at a time
@@ -110,8 +125,9 @@ void KvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor
                         .v_cache = s.v,
                         .lengths = s.lengths,
                         .counts = s.counts,
-                        .has_counts = !counts.empty()},
-                       counts);
+                        .mode = rows.mode,
+                        .new_rows = rows.new_rows},
+                       rows.values);
     for (std::size_t b = 0; b < B; ++b) s.recorded[b] += static_cast<std::int32_t>(added[b]);
 }
 

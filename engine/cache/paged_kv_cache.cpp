@@ -115,7 +115,7 @@ PagedKvCache::PagedKvCache(Context& context, const PagedKvCacheOptions& options)
     }
     s.table = DeviceTensor::empty(context, DType::i32, {o.batch, 1, 1, o.max_blocks_per_seq});
     s.lengths = DeviceTensor::empty(context, DType::i32, {o.batch, 1, 1, 1});
-    s.counts = DeviceTensor::empty(context, DType::i32, {o.batch, 1, 1, 1});
+    s.counts = DeviceTensor::empty(context, DType::i32, {1, 1, 2, o.batch});
     const auto B = static_cast<std::size_t>(o.batch);
     s.recorded.assign(B, 0);
     s.host_table.assign(B * static_cast<std::size_t>(o.max_blocks_per_seq), -1);
@@ -185,11 +185,22 @@ DeviceAttentionInputs PagedKvCache::inputs(const DeviceTensor& q) const {
 
 void PagedKvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
                           std::span<const std::int32_t> counts) {
+    detail::check_batch(*state_, detail::BatchAccess::state(batch));
+    append_rows(batch, k_new, v_new, detail::appended_rows(*state_->runtime, detail::cache_shape(state_->options), k_new, v_new, counts));
+}
+
+void PagedKvCache::append_packed(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
+                                 std::span<const std::int32_t> cu_seqlens) {
+    detail::check_batch(*state_, detail::BatchAccess::state(batch));
+    append_rows(batch, k_new, v_new,
+                detail::packed_rows(*state_->runtime, detail::cache_shape(state_->options), k_new, v_new, cu_seqlens));
+}
+
+void PagedKvCache::append_rows(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
+                               const detail::AppendRows& rows) {
     detail::PagedKvCacheState& s = *state_;
     detail::BatchState& state = detail::BatchAccess::state(batch);
-    detail::check_batch(s, state);
-    const std::vector<std::int64_t> added =
-        detail::appended_rows(*s.runtime, detail::cache_shape(s.options), k_new, v_new, counts);
+    const std::vector<std::int64_t>& added = rows.added;
     const std::size_t B = added.size();
 
     std::lock_guard lock(s.mutex);  // appends to one cache are recorded one at a time
@@ -237,8 +248,9 @@ void PagedKvCache::append(Batch& batch, const DeviceTensor& k_new, const DeviceT
                         .pools = &s.append_pools,
                         .lengths = s.lengths,
                         .counts = s.counts,
-                        .has_counts = !counts.empty()},
-                       counts);
+                        .mode = rows.mode,
+                        .new_rows = rows.new_rows},
+                       rows.values);
     for (std::size_t b = 0; b < B; ++b) s.recorded[b] += static_cast<std::int32_t>(added[b]);
 }
 

@@ -3,6 +3,7 @@
 
 #include "attention/kernels.hpp"
 #include "plan/paged_kv.hpp"
+#include "plan/varlen.hpp"
 #include "plan/plan_cache.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
@@ -25,8 +26,10 @@ struct Bound {
     Tensor q, k, v, o, kv_lengths, bool_mask, float_mask, weights, lse;
     Tensor block_table;                 // paged: the table and the pools (k and v absent)
     std::vector<Tensor> k_pools, v_pools;
+    Tensor cu_q, cu_k;                  // varlen
     std::vector<const Tensor*> all() const {
-        std::vector<const Tensor*> list{&q, &k, &v, &o, &kv_lengths, &bool_mask, &float_mask, &weights, &lse, &block_table};
+        std::vector<const Tensor*> list{&q, &k, &v, &o, &kv_lengths, &bool_mask, &float_mask, &weights, &lse, &block_table,
+                                        &cu_q, &cu_k};
         for (const auto* pools : {&k_pools, &v_pools})
             for (const Tensor& t : *pools) list.push_back(&t);
         return list;
@@ -100,11 +103,40 @@ void bind_paged(const PlanState& plan, const DevicePagedKv& paged, Bound& b) {
     }
 }
 
+// cu_seqlens: present exactly when the plan packs those rows; i32, B + 1 elements, contiguous, at an
+// offset the device binds.
+Bound::Tensor check_cu(const PlanState& plan, const DeviceTensor& t, bool expected, const char* name) {
+    const Bound::Tensor bound = check_optional(plan, t, expected, DType::i32, t.shape(), name);
+    if (!bound.tensor) return bound;
+    if (t.elements() != plan.problem.B + 1)
+        throw InvalidArgument(name, "it holds " + std::to_string(t.elements()) + " offsets but the plan was made for " +
+                                        std::to_string(plan.problem.B) + " sequences (B + 1 offsets).");
+    const std::uint64_t align = plan.runtime->device().caps().min_storage_offset_alignment;
+    if (t.offset_bytes() % align != 0)
+        throw InvalidArgument(name, "it starts at byte " + std::to_string(t.offset_bytes()) +
+                                        " of its memory; the device binds storage buffers at multiples of " +
+                                        std::to_string(align) + " bytes.");
+    return bound;
+}
+
 Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out) {
     const AttentionSpec& s = plan.spec;
     const Problem& p = plan.problem;
     Bound b;
-    b.q = check_tensor(plan, in.q, s.q, "q");
+    // Packed (varlen) tensors are checked against their own layouts, not the virtual ones.
+    const std::optional<VarlenSpec>& packed = s.varlen;
+    if (packed.has_value() != in.varlen.defined())
+        throw InvalidArgument("varlen", packed ? "the plan was made for packed sequences; this run must pass cu_seqlens."
+                                               : "the plan was made without packed sequences; make a plan with varlen.");
+    if (packed && in.varlen.max_seqlen_q != p.Nq)
+        throw InvalidArgument("varlen.max_seqlen_q", "it is " + std::to_string(in.varlen.max_seqlen_q) +
+                                                         " but the plan was made for " + std::to_string(p.Nq) + ".");
+    if (packed && packed->k && in.varlen.max_seqlen_k != p.Nkv)
+        throw InvalidArgument("varlen.max_seqlen_k", "it is " + std::to_string(in.varlen.max_seqlen_k) +
+                                                         " but the plan was made for " + std::to_string(p.Nkv) + ".");
+    b.cu_q = check_cu(plan, in.varlen.cu_seqlens_q, packed.has_value(), "varlen.cu_seqlens_q");
+    b.cu_k = check_cu(plan, in.varlen.cu_seqlens_k, packed && packed->k, "varlen.cu_seqlens_k");
+    b.q = check_tensor(plan, in.q, packed ? packed->q : s.q, "q");
     if (s.paged) {
         if (in.k.defined() || in.v.defined())
             throw InvalidArgument(in.k.defined() ? "k" : "v", "the plan reads a paged K/V from `paged`; leave k and v empty.");
@@ -113,10 +145,10 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
     } else {
         if (in.paged.defined())
             throw InvalidArgument("paged", "the plan was made for k and v tensors; make a plan for the paged K/V.");
-        b.k = check_tensor(plan, in.k, s.k, "k");
-        b.v = check_tensor(plan, in.v, s.v, "v");
+        b.k = check_tensor(plan, in.k, packed && packed->k ? *packed->k : s.k, "k");
+        b.v = check_tensor(plan, in.v, packed && packed->v ? *packed->v : s.v, "v");
     }
-    b.o = check_tensor(plan, out.o, s.o, "o");
+    b.o = check_tensor(plan, out.o, packed ? packed->o : s.o, "o");
     b.kv_lengths = check_optional(plan, in.kv_lengths, s.kv_lengths, DType::i32, in.kv_lengths.shape(), "kv_lengths");
     if (b.kv_lengths.tensor) {
         if (in.kv_lengths.elements() != p.B)
@@ -133,7 +165,9 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
     b.float_mask = check_optional(plan, in.float_mask, s.float_mask.has_value(), DType::f32,
                                   s.float_mask ? rank4(*s.float_mask) : in.float_mask.shape(), "float_mask");
     b.weights = check_optional(plan, out.weights, s.weights, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "weights");
-    b.lse = check_optional(plan, out.lse, s.lse, DType::f32, {p.B, p.Hq, p.Nq, 1}, "lse");
+    b.lse = check_optional(plan, out.lse, s.lse, DType::f32,
+                           p.packed_q ? std::array<std::int64_t, 4>{1, p.Hq, p.total_q, 1} : std::array<std::int64_t, 4>{p.B, p.Hq, p.Nq, 1},
+                           "lse");
     check_constants(in.alibi_slopes, s.alibi_slopes, "alibi_slopes");
     check_constants(in.sinks, s.sinks, "sinks");
     // Texel loads read vec4s: the rows must start at multiples of 4 elements, the strides (the
@@ -175,9 +209,10 @@ PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::mov
     choice = choose_path(rt, problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.options, spec.paged.has_value());
     Operands own = own_buffer_operands(problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.o.strides);
     if (spec.paged) own.paged = paged_operands(*spec.paged, problem);
+    if (spec.varlen) own_packed_operands(own, *spec.varlen, problem);
     const auto path = make_path(rt, problem, choice, own);  // refuses what cannot fit, before any allocation
     report = path->report;
-    scratch_bytes = path->scratch_bytes() + (problem.want_lse ? 0 : allocated_bytes(static_cast<std::uint64_t>(problem.B * problem.Hq * problem.Nq) * 4));
+    scratch_bytes = path->scratch_bytes() + (problem.want_lse ? 0 : allocated_bytes(lse_bytes(problem)));
     // Build the main pipelines now, so the first run records only.
     if (choice.impl == Impl::unfused) {
         bmm_kernel(rt, choice.unfused.scores, true, problem.dtype, problem.dtype, DType::f32);
@@ -213,7 +248,13 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
     const Problem& p = problem;
     Operands ops;
     DeviceBuffers buffers;
-    ops.q = operand(b.q, in.q.strides());
+    // Packed (varlen) tensors: their virtual strides (batch stride 0), every row bound.
+    auto packed = [](Operand op, std::int64_t rows) {
+        op.strides[0] = 0;
+        op.packed_rows = rows;
+        return op;
+    };
+    ops.q = p.packed_q ? packed(operand(b.q, in.q.strides()), p.total_q) : operand(b.q, in.q.strides());
     if (spec.paged) {
         ops.paged = paged_operands(*spec.paged, p);
         for (std::size_t i = 0; i < b.k_pools.size(); ++i) {
@@ -227,20 +268,21 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
         buffers.table_slice = {offset, std::min<std::uint64_t>((span_bytes(*b.block_table.tensor) + 15) / 16 * 16,
                                                                buffers.block_table->size() - offset), {}};
     } else {
-        ops.k = operand(b.k, in.k.strides());
-        ops.v = operand(b.v, in.v.strides());
+        ops.k = p.packed_k ? packed(operand(b.k, in.k.strides()), p.total_k) : operand(b.k, in.k.strides());
+        ops.v = p.packed_k ? packed(operand(b.v, in.v.strides()), p.total_k) : operand(b.v, in.v.strides());
         buffers.k = &b.k.storage->buffer;
         buffers.v = &b.v.storage->buffer;
     }
-    ops.o = operand(b.o, out.o.strides());
-    const std::array<std::int64_t, 4> lse_strides{p.Hq * p.Nq, p.Nq, 1, 0};
+    ops.o = p.packed_q ? packed(operand(b.o, out.o.strides()), p.total_q) : operand(b.o, out.o.strides());
+    const std::array<std::int64_t, 4> lse_layout = lse_strides(p);
     if (b.lse.tensor) {
-        ops.lse = operand(b.lse, lse_strides);
+        ops.lse = operand(b.lse, lse_layout);
         buffers.lse = &b.lse.storage->buffer;
     } else {
-        buffers.lse = &program.scratch(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4, "lse");
-        ops.lse = {lse_strides, 0, buffers.lse->size()};
+        buffers.lse = &program.scratch(lse_bytes(p), "lse");
+        ops.lse = {lse_layout, 0, buffers.lse->size()};
     }
+    if (p.packed_q) ops.lse.packed_rows = p.total_q;
     if (b.weights.tensor) {
         ops.weights = operand(b.weights, {p.Hq * p.Nq * p.Nkv, p.Nq * p.Nkv, p.Nkv, 1});
         buffers.weights = &b.weights.storage->buffer;
@@ -249,6 +291,17 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
     buffers.o = &b.o.storage->buffer;
     buffers.bool_mask = buffers.float_mask = buffers.lengths = buffers.head_terms = &placeholder->buffer;
     buffers.lengths_slice = whole(16);
+    buffers.cu_q = buffers.cu_k = &placeholder->buffer;
+    buffers.cu_q_slice = buffers.cu_k_slice = whole(16);
+    // cu_seqlens bound from their first offset, B + 1 of them.
+    for (auto [t, buffer, slice] : {std::tuple{&b.cu_q, &buffers.cu_q, &buffers.cu_q_slice},
+                                    std::tuple{&b.cu_k, &buffers.cu_k, &buffers.cu_k_slice}}) {
+        if (!t->tensor) continue;
+        *buffer = &t->storage->buffer;
+        const std::uint64_t offset = t->tensor->offset_bytes();
+        *slice = {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(p.B + 1) * 4 + 15) / 16 * 16,
+                                                  (*buffer)->size() - offset), {}};
+    }
     if (b.kv_lengths.tensor) {
         buffers.lengths = &b.kv_lengths.storage->buffer;
         const std::uint64_t offset = in.kv_lengths.offset_bytes();
@@ -331,9 +384,11 @@ AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutp
             throw InvalidArgument("kv_lengths", "attention over a paged K/V needs the key lengths (the table holds no length).");
         spec.paged = detail::paged_spec(in.paged);
         const std::int64_t B = in.paged.block_table.shape()[0];
-        if (B != in.q.shape()[0])
+        // Packed queries (varlen) count their sequences in cu_seqlens_q.
+        const std::int64_t q_batch = in.varlen.defined() ? in.varlen.cu_seqlens_q.elements() - 1 : in.q.shape()[0];
+        if (B != q_batch)
             throw InvalidArgument("paged.block_table", "it has " + std::to_string(B) + " sequences but q's batch is " +
-                                                           std::to_string(in.q.shape()[0]) + ".");
+                                                           std::to_string(q_batch) + ".");
         const DeviceTensor& k0 = in.paged.k_pools[0];
         spec.k = detail::paged_layout(*spec.paged, k0.dtype(), B, k0.shape()[2], k0.shape()[3]);
         spec.v = detail::paged_layout(*spec.paged, k0.dtype(), B, k0.shape()[2], in.paged.v_pools[0].shape()[3]);
@@ -342,6 +397,7 @@ AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutp
         spec.v = layout(in.v, "v");
     }
     spec.o = layout(out.o, "o");
+    if (in.varlen.defined()) apply_varlen(spec, in);
     spec.kv_lengths = in.kv_lengths.defined();
     if (in.bool_mask.defined()) spec.bool_mask = std::vector<std::int64_t>(in.bool_mask.shape().begin(), in.bool_mask.shape().end());
     if (in.float_mask.defined())

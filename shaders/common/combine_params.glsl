@@ -15,6 +15,7 @@ layout(std140, set = 0, binding = 0) uniform CombineParams {
     TensorDesc partial_lse;  // split 0's partial lse
     TensorDesc o;
     TensorDesc lse;
+    Varlen varlen;           // flash.comp's: O and LSE packed by cu_seqlens_q
 } P;
 
 #endif

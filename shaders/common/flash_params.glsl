@@ -21,6 +21,7 @@ layout(std140, set = 0, binding = 0) uniform FlashParams {
     TensorDesc o;            // O, or in SPLIT mode split 0's partial O (fp32, chunk-local)
     TensorDesc lse;          // the row log-sum-exp, or in SPLIT mode split 0's partial
     PagedKv paged;           // PAGED: how k and v address the pools
+    Varlen varlen;           // packed (variable-length) Q/O/LSE and K/V
 } P;
 
 #endif

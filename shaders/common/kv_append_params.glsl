@@ -12,7 +12,8 @@ layout(std140, set = 0, binding = 0) uniform AppendParams {
     uint new_rows;    // rows per (sequence, head) in the new K/V (the whole append)
     uint Dk;
     uint Dv;
-    uint has_counts;  // 1: sequence b appends counts[b] of its new rows (clamped to new_rows); 0: all
+    uint has_counts;  // 1: sequence b appends counts[b] of its new rows (clamped to new_rows); 0: all;
+                      // 2: the same, its rows packed from row counts[B + b] (varlen)
     uint first_new;   // the new row of grid x = 0: an append too long for one grid or binding is cut
     ChunkRange chunk; // units u = b·Hkv + h from first_unit (grid y); the cache rows
                       // [first_row, first_row + rows) this dispatch's bindings hold

@@ -2,13 +2,17 @@
 // (engine/attention/problem.hpp). Needs a parameter block P with `AttentionShape shape` and
 // `MaskParams mask` (common/params.glsl) and these bindings declared before inclusion:
 //   kv_lengths[] (int), bool_words[] (uint, 4 mask bytes per word), float_mask[] (float),
-//   head_terms[] (float: [Hq] ALiBi slopes, then [Hq] sink logits).
+//   head_terms[] (float: [Hq] ALiBi slopes, then [Hq] sink logits); with VARLEN defined, also
+//   cu_q[] and cu_k[] and P.varlen (common/varlen.glsl).
 // Every uniform is read once per row into a RowMask: on lavapipe each uniform-block read is a
 // scalar memory access, far too dear to repeat per score.
 #ifndef VKATTN_MASK_GLSL
 #define VKATTN_MASK_GLSL
 
 #include "float_bits.glsl"
+#ifdef VARLEN
+#include "varlen.glsl"
+#endif
 
 // P.mask.flags, as engine/attention/params.hpp names them (MaskFlag).
 const uint MASK_CAUSAL = 1u, MASK_LENGTHS = 2u, MASK_BOOL = 4u, MASK_FLOAT = 8u, MASK_BOTTOM_RIGHT = 16u,
@@ -30,11 +34,27 @@ struct RowMask {
 
 // Clamped to [0, Nkv]: lengths written on the device (a KV cache's, the caller's) are not checked
 // on the host, and a length past the keys bound must not read past them.
-int kv_length(uint b) { return has_flag(MASK_LENGTHS) ? clamp(kv_lengths[b], 0, int(P.shape.Nkv)) : int(P.shape.Nkv); }
+// Packed keys (varlen) have the length cu_seqlens_k gives them.
+int kv_length(uint b) {
+#ifdef VARLEN
+    if (P.varlen.packed_k != 0u) return int(k_packed_length(b));
+#endif
+    return has_flag(MASK_LENGTHS) ? clamp(kv_lengths[b], 0, int(P.shape.Nkv)) : int(P.shape.Nkv);
+}
 
-// The diagonal's offset: causal keeps key j for query i when j <= i + alignment(b).
+// The queries of batch b: Nq, or a packed sequence's own (varlen).
+int query_length(uint b) {
+#ifdef VARLEN
+    return int(q_length(b));
+#else
+    return int(P.shape.Nq);
+#endif
+}
+
+// The diagonal's offset: causal keeps key j for query i when j <= i + alignment(b). Bottom-right
+// aligns the batch's last query with its last key.
 int alignment(uint b) {
-    return P.mask.offset + (has_flag(MASK_BOTTOM_RIGHT) ? kv_length(b) - int(P.shape.Nq) : 0);
+    return P.mask.offset + (has_flag(MASK_BOTTOM_RIGHT) ? kv_length(b) - query_length(b) : 0);
 }
 
 RowMask row_mask(uint b, uint h, uint i) {

@@ -71,6 +71,16 @@ struct PagedKv {
     uint row_units;        // rows of D elements between a block's rows
 };
 
+// Variable-length batches (FlashAttention's varlen): Q, O and LSE (packed_q), and K and V
+// (packed_k), hold every sequence's rows one after another: sequence b's row i is row cu[b] + i of
+// the packed tensor, whose TensorDesc has batch stride 0 (common/varlen.glsl reads cu_seqlens).
+struct Varlen {
+    uint packed_q;  // 1: Q, O and LSE are packed by cu_seqlens_q
+    uint packed_k;  // 1: K and V are packed by cu_seqlens_k
+    uint total_q;   // rows of the packed Q (offsets and lengths are clamped to them)
+    uint total_k;   // rows of the packed K and V
+};
+
 uint tensor_index(TensorDesc t, uint b, uint h, uint n) {
     return (b - t.origin.x) * t.stride.x + (h - t.origin.y) * t.stride.y +
            (n - t.origin.z) * t.stride.z + t.origin.w;

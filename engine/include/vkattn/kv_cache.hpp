@@ -32,6 +32,7 @@ class Context;
 
 namespace detail {
 struct KvCacheState;
+struct AppendRows;
 }
 
 struct KvCacheOptions {
@@ -66,6 +67,12 @@ public:
     // sequence would pass the capacity.
     void append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
                 std::span<const std::int32_t> counts = {});
+    // The same with the sequences' new rows packed (varlen, FlashAttention's layout): k_new
+    // [1, Hkv, total, Dk] and v_new [1, Hkv, total, Dv] hold sequence b's rows at
+    // [cu_seqlens[b], cu_seqlens[b + 1]) (B + 1 host offsets: 0 first, nondecreasing, total last;
+    // uploaded in the batch). A batch of prompts of different lengths is one append.
+    void append_packed(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
+                       std::span<const std::int32_t> cu_seqlens);
     // Records into `batch`: the lengths become `lengths` (each in [0, capacity]; empty: all 0). The
     // rows stay; a later append overwrites them.
     void reset(Batch& batch, std::span<const std::int32_t> lengths = {});
@@ -79,6 +86,7 @@ public:
     DeviceAttentionInputs inputs(const DeviceTensor& q) const;
 
 private:
+    void append_rows(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new, const detail::AppendRows& rows);
     std::shared_ptr<detail::KvCacheState> state_;
 };
 

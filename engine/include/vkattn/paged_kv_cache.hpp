@@ -41,6 +41,7 @@ class Context;
 
 namespace detail {
 struct PagedKvCacheState;
+struct AppendRows;
 }
 
 struct PagedKvCacheOptions {
@@ -79,6 +80,12 @@ public:
     // block that another table entry also names (shared blocks are read-only; copy one first).
     void append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
                 std::span<const std::int32_t> counts = {});
+    // The same with the sequences' new rows packed (varlen, FlashAttention's layout): k_new
+    // [1, Hkv, total, Dk] and v_new [1, Hkv, total, Dv] hold sequence b's rows at
+    // [cu_seqlens[b], cu_seqlens[b + 1]) (B + 1 host offsets: 0 first, nondecreasing, total last;
+    // uploaded in the batch). A batch of prompts of different lengths is one append.
+    void append_packed(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,
+                       std::span<const std::int32_t> cu_seqlens);
     // Records into `batch`: the block table becomes `table` (B · max_blocks_per_seq entries, row
     // by row; each a block id in [0, num_blocks) or -1 for none). The blocks it names are taken,
     // the others free. Every key below a sequence's recorded length must have a block.
@@ -97,6 +104,7 @@ public:
     DeviceAttentionInputs inputs(const DeviceTensor& q) const;
 
 private:
+    void append_rows(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new, const detail::AppendRows& rows);
     std::shared_ptr<detail::PagedKvCacheState> state_;
 };
 

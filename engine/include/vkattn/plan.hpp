@@ -43,6 +43,26 @@ struct DevicePagedKv {
     bool defined() const { return block_table.defined(); }
 };
 
+// Variable-length batches, as FlashAttention's flash_attn_varlen_func takes them: B sequences
+// packed without padding. q and o are [1, Hq, total_q, D] (FlashAttention's [total_q, Hq, D] is
+// that shape in Layout::bnhd), lse [1, Hq, total_q, 1]; sequence b's queries are rows
+// [cu_seqlens_q[b], cu_seqlens_q[b + 1]). With cu_seqlens_k, k and v are packed the same way,
+// [1, Hkv, total_k, D]; without it they are per sequence, [B, Hkv, Nkv, D], as a KV cache holds
+// them (kv_lengths or a paged cache giving the lengths). cu_seqlens are i32 [B + 1] on the device,
+// 0 first and nondecreasing (they cannot be checked on the host: each offset is clamped to the
+// packed rows, never read or written past them); max_seqlen_q and max_seqlen_k bound every
+// sequence's length (rows past max_seqlen_q are not computed). Causal::bottom_right aligns each
+// sequence's last query with its last key (FlashAttention's causal); the window, softcap, ALiBi,
+// sinks and dropout apply per sequence. Masks and the attention weights are not taken with it, and
+// the three-stage path does not run it (fused and split do).
+struct DeviceVarlen {
+    DeviceTensor cu_seqlens_q;  // i32, B + 1 contiguous elements (any rank-4 shape)
+    DeviceTensor cu_seqlens_k;  // i32, B + 1; empty: k and v are per sequence
+    std::int64_t max_seqlen_q = 0;
+    std::int64_t max_seqlen_k = 0;  // with cu_seqlens_k
+    bool defined() const { return cu_seqlens_q.defined(); }
+};
+
 struct DeviceAttentionInputs {
     DeviceTensor q;  // [B, Hq, Nq, Dk]
     DeviceTensor k;  // [B, Hkv, Nkv, Dk]; empty when `paged` holds K and V
@@ -58,12 +78,13 @@ struct DeviceAttentionInputs {
     std::span<const float> alibi_slopes;  // [Hq]
     std::span<const float> sinks;         // [Hq]
     DevicePagedKv paged;                  // instead of k and v
+    DeviceVarlen varlen;                  // packed sequences of different lengths
 };
 
 struct DeviceAttentionOutputs {
     DeviceTensor o;        // [B, Hq, Nq, Dv], the dtype of q
     DeviceTensor weights;  // optional: f32, contiguous [B, Hq, Nq, Nkv]
-    DeviceTensor lse;      // optional: f32, contiguous [B, Hq, Nq, 1]
+    DeviceTensor lse;      // optional: f32, contiguous [B, Hq, Nq, 1] ([1, Hq, total_q, 1] varlen)
 };
 
 class AttentionPlan {

@@ -1,0 +1,316 @@
+// Variable-length batches (DeviceVarlen, FlashAttention's varlen): sequences of different lengths
+// packed without padding, queries and keys alike or queries over a KV cache. Every sequence's rows
+// are checked against the CPU reference run on that sequence alone; the outputs start as NaN (the
+// suite's context poisons them), so a row the kernels skip cannot pass.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <random>
+
+#include "support/cache_support.hpp"
+#include "support/gpu_context.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/host_kv_cache.hpp"
+#include "vkattn/testing/random.hpp"
+#include "vkattn/vkattn.hpp"
+
+using namespace vkattn;
+using namespace vkattn::testing;
+
+namespace {
+
+std::vector<std::int32_t> offsets_of(const std::vector<std::int64_t>& lengths) {
+    std::vector<std::int32_t> cu{0};
+    for (const std::int64_t n : lengths) cu.push_back(cu.back() + static_cast<std::int32_t>(n));
+    return cu;
+}
+
+DeviceTensor cu_tensor(Context& ctx, const std::vector<std::int32_t>& cu) {
+    return DeviceTensor::from_host(ctx, make_view(static_cast<const void*>(cu.data()), DType::i32, Layout::bhnd,
+                                                  {1, 1, 1, static_cast<std::int64_t>(cu.size())}));
+}
+
+// A packed host tensor [1, H, total, D] in FlashAttention's layout ([total, H, D]: bnhd).
+HostTensor packed(std::mt19937& rng, DType dtype, std::int64_t H, std::int64_t total, std::int64_t D) {
+    return random_tensor(rng, dtype, Layout::bnhd, {1, H, std::max<std::int64_t>(total, 1), D});
+}
+
+// Rows [first, first + n) of a packed host tensor as fp32 [1, H, n, D] (bhnd).
+HostTensor rows_f32(const HostTensor& t, std::int64_t first, std::int64_t n) {
+    HostTensor out = nan_tensor(DType::f32, Layout::bhnd, {1, t.shape[1], n, t.shape[3]});
+    for (std::int64_t h = 0; h < t.shape[1]; ++h)
+        for (std::int64_t i = 0; i < n; ++i)
+            for (std::int64_t d = 0; d < t.shape[3]; ++d)
+                out.f32[static_cast<std::size_t>(out.view().offset(0, h, i, d))] = t.at(0, h, first + i, d);
+    return out;
+}
+
+struct Downloaded {
+    HostTensor o, lse;
+};
+
+// Sequence b's output and lse rows (from packed row `first`) against the reference over its own
+// queries and keys; a sequence without keys gives zeros and an lse of -inf.
+void check_sequence(const Downloaded& got, const HostTensor& q, std::int64_t q_first, std::int64_t nq, const HostTensor& k,
+                    const HostTensor& v, std::int64_t nk, const AttentionOptions& options, const AttentionInputs& extra,
+                    DType dtype, const std::string& what) {
+    if (nq == 0) return;
+    const std::int64_t Hq = q.shape[1], Dv = v.shape[3];
+    std::vector<float> ref(static_cast<std::size_t>(Hq * nq * Dv), 0.0f), ref_lse(static_cast<std::size_t>(Hq * nq), -INFINITY);
+    const HostTensor q32 = rows_f32(q, q_first, nq);
+    if (nk > 0) {
+        AttentionInputs in = extra;
+        in.q = q32.view();
+        in.k = k.view();
+        in.v = v.view();
+        reference_attention(in,
+                            {.o = make_view<void*>(ref.data(), DType::f32, Layout::bhnd, {1, Hq, nq, Dv}),
+                             .lse = ref_lse.data()},
+                            options);
+    }
+    std::vector<double> o, lse;
+    for (std::int64_t h = 0; h < Hq; ++h)
+        for (std::int64_t i = 0; i < nq; ++i) {
+            for (std::int64_t d = 0; d < Dv; ++d) o.push_back(got.o.at(0, h, q_first + i, d));
+            lse.push_back(got.lse.at(0, h, q_first + i, 0));
+        }
+    // ref is [1, Hq, nq, Dv] bhnd: the same (h, i, d) order.
+    const Comparison co = compare(o, {ref.begin(), ref.end()}, tolerance_for(dtype));
+    INFO(what << " o: " << co.message);
+    REQUIRE(co.ok);
+    const Comparison cl = compare_lse(lse, {ref_lse.begin(), ref_lse.end()});
+    INFO(what << " lse: " << cl.message);
+    REQUIRE(cl.ok);
+}
+
+Downloaded download(const DeviceTensor& o, const DeviceTensor& lse) {
+    Downloaded d{nan_tensor(o.dtype(), Layout::bhnd, o.shape()), nan_tensor(DType::f32, Layout::bhnd, lse.shape())};
+    o.download(d.o.mutable_view());
+    lse.download(d.lse.mutable_view());
+    return d;
+}
+
+}  // namespace
+
+TEST_CASE("varlen: packed sequences of different lengths match the reference per sequence", "[gpu][varlen]") {
+    Context& ctx = test::gpu_context();
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    const Causal causal = GENERATE(Causal::none, Causal::top_left, Causal::bottom_right);
+    std::mt19937 rng(101);
+    // Sequence 1 has no queries, sequence 5 no keys; max_seqlen_q is above every length.
+    const std::vector<std::int64_t> len_q{7, 0, 19, 1, 33, 3}, len_k{9, 5, 19, 40, 33, 0};
+    const std::int64_t Hq = 6, Hkv = 2, Dk = 40, Dv = 24, max_q = 36, max_k = 40;
+    const auto cu_q = offsets_of(len_q), cu_k = offsets_of(len_k);
+    const HostTensor q = packed(rng, dtype, Hq, cu_q.back(), Dk);
+    const HostTensor k = packed(rng, dtype, Hkv, cu_k.back(), Dk), v = packed(rng, dtype, Hkv, cu_k.back(), Dv);
+    const DeviceTensor dq = DeviceTensor::from_host(ctx, q.view(), Layout::bnhd);
+    const DeviceTensor dk = DeviceTensor::from_host(ctx, k.view(), Layout::bnhd);
+    const DeviceTensor dv = DeviceTensor::from_host(ctx, v.view(), Layout::bnhd);
+    const DeviceTensor o = DeviceTensor::empty(ctx, dtype, {1, Hq, cu_q.back(), Dv}, Layout::bnhd);
+    const DeviceTensor lse = DeviceTensor::empty(ctx, DType::f32, {1, Hq, cu_q.back(), 1});
+    const DeviceAttentionInputs in{.q = dq, .k = dk, .v = dv,
+                                   .varlen = {.cu_seqlens_q = cu_tensor(ctx, cu_q), .cu_seqlens_k = cu_tensor(ctx, cu_k),
+                                              .max_seqlen_q = max_q, .max_seqlen_k = max_k}};
+    const AttentionOptions options{.causal = causal, .impl = impl};
+    const AttentionReport report = attention(ctx, in, {.o = o, .lse = lse}, options);
+    CHECK(report.path == impl);
+    const Downloaded got = download(o, lse);
+    for (std::size_t b = 0; b < len_q.size(); ++b) {
+        const HostTensor kb = rows_f32(k, cu_k[b], std::max<std::int64_t>(len_k[b], 1));
+        const HostTensor vb = rows_f32(v, cu_k[b], std::max<std::int64_t>(len_k[b], 1));
+        check_sequence(got, q, cu_q[b], len_q[b], kb, vb, len_k[b], options, {}, dtype,
+                       to_string(dtype) + " " + report.variant + " " + to_string(causal) + " sequence " + std::to_string(b));
+    }
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("varlen: windows, softcap, ALiBi and sinks apply per sequence", "[gpu][varlen]") {
+    Context& ctx = test::gpu_context();
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    std::mt19937 rng(102);
+    const std::vector<std::int64_t> lens{13, 70, 2, 41};  // self-attention: q and k alike
+    const std::int64_t H = 4, D = 32;
+    const auto cu = offsets_of(lens);
+    const HostTensor q = packed(rng, DType::f32, H, cu.back(), D), k = packed(rng, DType::f32, H, cu.back(), D),
+                     v = packed(rng, DType::f32, H, cu.back(), D);
+    const DeviceTensor offsets = cu_tensor(ctx, cu);
+    const std::vector<float> sinks{0.5f, -1.0f, 2.0f, -INFINITY};
+    const DeviceAttentionInputs in{.q = DeviceTensor::from_host(ctx, q.view(), Layout::bnhd),
+                                   .k = DeviceTensor::from_host(ctx, k.view(), Layout::bnhd),
+                                   .v = DeviceTensor::from_host(ctx, v.view(), Layout::bnhd),
+                                   .sinks = sinks,
+                                   .varlen = {.cu_seqlens_q = offsets, .cu_seqlens_k = offsets, .max_seqlen_q = 70,
+                                              .max_seqlen_k = 70}};
+    const DeviceTensor o = DeviceTensor::empty(ctx, DType::f32, {1, H, cu.back(), D}, Layout::bnhd);
+    const DeviceTensor lse = DeviceTensor::empty(ctx, DType::f32, {1, H, cu.back(), 1});
+    const AttentionOptions options{.causal = Causal::bottom_right, .window = {20, 0}, .softcap = 15.0,
+                                   .alibi_max_bias = 8.0, .impl = impl};
+    attention(ctx, in, {.o = o, .lse = lse}, options);
+    const Downloaded got = download(o, lse);
+    for (std::size_t b = 0; b < lens.size(); ++b)
+        check_sequence(got, q, cu[b], lens[b], rows_f32(k, cu[b], lens[b]), rows_f32(v, cu[b], lens[b]), lens[b], options,
+                       {.sinks = sinks}, DType::f32, "sequence " + std::to_string(b));
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("varlen: packed queries over a KV cache (chunked prefill), contiguous and paged", "[gpu][varlen][cache]") {
+    Context& ctx = test::gpu_context();
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    const bool paged = GENERATE(false, true);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    std::mt19937 rng(103);
+    const std::int64_t B = 3, Hq = 4, Hkv = 2, D = 16, capacity = 64;
+    HostKvCache host(dtype, B, Hkv, capacity, D, D);
+    std::optional<KvCache> contiguous;
+    std::optional<PagedKvCache> blocks;
+    if (paged) blocks.emplace(ctx, PagedKvCacheOptions{.batch = B, .kv_heads = Hkv, .num_blocks = 16, .block_size = 6, .dim = D, .dtype = dtype});
+    else contiguous.emplace(ctx, KvCacheOptions{.batch = B, .kv_heads = Hkv, .capacity = capacity, .dim = D, .dtype = dtype});
+    // Two chunks per sequence, each appended packed (the first leaves sequence 1 empty); the second
+    // chunk's queries attend over everything so far.
+    auto append_chunk = [&](const std::vector<std::int64_t>& lens) {
+        const auto cu = offsets_of(lens);
+        const HostTensor k_pack = packed(rng, dtype, Hkv, cu.back(), D), v_pack = packed(rng, dtype, Hkv, cu.back(), D);
+        Batch batch(ctx);
+        const DeviceTensor k_new = DeviceTensor::from_host(ctx, k_pack.view(), Layout::bnhd);
+        const DeviceTensor v_new = DeviceTensor::from_host(ctx, v_pack.view(), Layout::bnhd);
+        if (paged) blocks->append_packed(batch, k_new, v_new, cu);
+        else contiguous->append_packed(batch, k_new, v_new, cu);
+        batch.submit().wait();
+        // The host model takes [B, Hkv, longest, D] rows with counts.
+        const std::int64_t longest = *std::max_element(lens.begin(), lens.end());
+        HostTensor k_rows = zero_tensor(dtype, Layout::bhnd, {B, Hkv, longest, D}), v_rows = k_rows;
+        for (std::int64_t b = 0; b < B; ++b)
+            for (std::int64_t h = 0; h < Hkv; ++h)
+                for (std::int64_t t = 0; t < lens[static_cast<std::size_t>(b)]; ++t)
+                    for (std::int64_t d = 0; d < D; ++d)
+                        for (auto [to, from] : {std::pair{&k_rows, &k_pack}, std::pair{&v_rows, &v_pack}}) {
+                            const auto at = static_cast<std::size_t>(to->view().offset(b, h, t, d));
+                            const auto src = static_cast<std::size_t>(from->view().offset(0, h, cu[static_cast<std::size_t>(b)] + t, d));
+                            if (dtype == DType::f32) to->f32[at] = from->f32[src];
+                            else to->f16[at] = from->f16[src];
+                        }
+        const std::vector<std::int32_t> counts(lens.begin(), lens.end());
+        host.append(k_rows, v_rows, counts);
+    };
+    append_chunk({9, 0, 4});
+    const std::vector<std::int64_t> len_q{5, 17, 1};
+    append_chunk(len_q);
+    if (!paged) {  // the appends are exact
+        CHECK(test::download_floats(contiguous->k()) == test::floats_of(host.k));
+        CHECK(test::download_floats(contiguous->v()) == test::floats_of(host.v));
+    }
+    const auto cu_q = offsets_of(len_q);
+    const HostTensor q = packed(rng, dtype, Hq, cu_q.back(), D);
+    const DeviceTensor dq = DeviceTensor::from_host(ctx, q.view(), Layout::bnhd);
+    const DeviceTensor o = DeviceTensor::empty(ctx, dtype, {1, Hq, cu_q.back(), D}, Layout::bnhd);
+    const DeviceTensor lse = DeviceTensor::empty(ctx, DType::f32, {1, Hq, cu_q.back(), 1});
+    DeviceAttentionInputs in = paged ? blocks->inputs(dq) : contiguous->inputs(dq);
+    in.varlen = {.cu_seqlens_q = cu_tensor(ctx, cu_q), .max_seqlen_q = 17};
+    const AttentionOptions options{.causal = Causal::bottom_right, .impl = impl};
+    const AttentionPlan plan(ctx, in, {.o = o, .lse = lse}, options);
+    Batch batch(ctx);
+    plan.run(batch, in, {.o = o, .lse = lse});
+    batch.submit().wait();
+    const Downloaded got = download(o, lse);
+    for (std::int64_t b = 0; b < B; ++b) {
+        const std::int64_t n = host.lengths[static_cast<std::size_t>(b)];
+        HostTensor kb = nan_tensor(DType::f32, Layout::bhnd, {1, Hkv, n, D}), vb = kb;
+        for (std::int64_t h = 0; h < Hkv; ++h)
+            for (std::int64_t j = 0; j < n; ++j)
+                for (std::int64_t d = 0; d < D; ++d) {
+                    const auto at = static_cast<std::size_t>(kb.view().offset(0, h, j, d));
+                    kb.f32[at] = host.k.at(b, h, j, d);
+                    vb.f32[at] = host.v.at(b, h, j, d);
+                }
+        check_sequence(got, q, cu_q[static_cast<std::size_t>(b)], len_q[static_cast<std::size_t>(b)], kb, vb, n, options,
+                       {}, dtype, std::string(paged ? "paged " : "") + to_string(dtype) + " sequence " + std::to_string(b));
+    }
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("varlen: bad offsets, shapes and options name the argument", "[gpu][varlen]") {
+    Context& ctx = test::gpu_context();
+    const DeviceTensor q = DeviceTensor::empty(ctx, DType::f32, {1, 2, 10, 8}, Layout::bnhd);
+    const DeviceTensor o = DeviceTensor::empty(ctx, DType::f32, {1, 2, 10, 8}, Layout::bnhd);
+    const DeviceTensor cu = cu_tensor(ctx, {0, 4, 10});
+    auto argument = [&](DeviceAttentionInputs in, DeviceAttentionOutputs out, AttentionOptions options = {}) {
+        try {
+            AttentionPlan plan(ctx, in, out, options);
+        } catch (const InvalidArgument& e) {
+            return e.argument();
+        }
+        return std::string("(nothing thrown)");
+    };
+    const DeviceAttentionInputs good{.q = q, .k = q, .v = q,
+                                     .varlen = {.cu_seqlens_q = cu, .cu_seqlens_k = cu, .max_seqlen_q = 6, .max_seqlen_k = 6}};
+    CHECK(argument(good, {.o = o}) == "(nothing thrown)");
+    DeviceAttentionInputs in = good;
+    in.varlen.max_seqlen_q = 0;
+    CHECK(argument(in, {.o = o}) == "varlen.max_seqlen_q");
+    in = good;
+    in.varlen.cu_seqlens_k = cu_tensor(ctx, {0, 10});
+    CHECK(argument(in, {.o = o}) == "varlen.cu_seqlens_k");
+    in = good;
+    in.varlen.cu_seqlens_q = DeviceTensor::empty(ctx, DType::f32, {1, 1, 1, 3});
+    CHECK(argument(in, {.o = o}) == "varlen.cu_seqlens_q");
+    in = good;
+    in.q = DeviceTensor::empty(ctx, DType::f32, {2, 2, 5, 8});
+    CHECK(argument(in, {.o = o}) == "q");
+    CHECK(argument(good, {.o = DeviceTensor::empty(ctx, DType::f32, {1, 2, 9, 8})}) == "o");
+    in = good;
+    in.kv_lengths = DeviceTensor::empty(ctx, DType::i32, {2, 1, 1, 1});
+    CHECK(argument(in, {.o = o}) == "kv_lengths");
+    in = good;
+    in.bool_mask = DeviceTensor::empty(ctx, DType::u8, {1, 1, 6, 6});
+    CHECK(argument(in, {.o = o}) == "bool_mask");
+    CHECK(argument(good, {.o = o, .weights = DeviceTensor::empty(ctx, DType::f32, {2, 2, 6, 6})}) == "weights");
+    CHECK(argument(good, {.o = o}, {.impl = Impl::unfused}) == "impl");
+    // A plan for packed sequences refuses a run without them, and the other way round.
+    const AttentionPlan plan(ctx, good, {.o = o});
+    Batch batch(ctx);
+    try {
+        plan.run(batch, {.q = q, .k = q, .v = q}, {.o = o});
+        FAIL("a run without cu_seqlens was accepted");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "varlen");
+    }
+    DeviceAttentionInputs longer = good;
+    longer.varlen.max_seqlen_q = 7;
+    try {
+        plan.run(batch, longer, {.o = o});
+        FAIL("another max_seqlen_q was accepted");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "varlen.max_seqlen_q");
+    }
+    // Packed appends: the offsets must cover the packed rows, one per sequence and one more.
+    KvCache cache(ctx, {.batch = 2, .kv_heads = 2, .capacity = 8, .dim = 8});
+    const DeviceTensor rows = DeviceTensor::empty(ctx, DType::f32, {1, 2, 6, 8}, Layout::bnhd);
+    auto append_argument = [&](std::vector<std::int32_t> cu_seqlens) {
+        try {
+            cache.append_packed(batch, rows, rows, cu_seqlens);
+        } catch (const InvalidArgument& e) {
+            return e.argument();
+        }
+        return std::string("(nothing thrown)");
+    };
+    CHECK(append_argument({0, 6}) == "cu_seqlens");
+    CHECK(append_argument({0, 2, 5}) == "cu_seqlens");
+    CHECK(append_argument({1, 2, 6}) == "cu_seqlens");
+    CHECK(append_argument({0, 4, 2, 6}) == "cu_seqlens");
+    CHECK(append_argument({0, 5, 6}) == "(nothing thrown)");
+    CHECK(cache.recorded_lengths() == std::vector<std::int32_t>{5, 1});
+    const DeviceTensor padded_rows = DeviceTensor::empty(ctx, DType::f32, {2, 2, 3, 8});
+    try {
+        cache.append_packed(batch, padded_rows, padded_rows, std::vector<std::int32_t>{0, 3, 6});
+        FAIL("a [B, Hkv, T, D] tensor was taken as packed rows");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "k_new");
+    }
+    batch.submit().wait();
+    CHECK(test::take_validation_messages(ctx).empty());
+}
