@@ -60,6 +60,11 @@ void BatchState::time_end() {
 }
 
 const vk::Buffer& BatchState::host_buffer(std::uint64_t bytes, vk::MemoryIntent intent, const std::string& what) {
+    // The slot's own buffers first: a steady loop of small transfers allocates nothing.
+    if (!external) {
+        if (!slot) slot = runtime->acquire_slot();
+        if (std::shared_ptr<vk::Buffer> pooled = runtime->ring().host_buffer(*slot, bytes, intent, what)) return *pooled;
+    }
     const VkBufferUsageFlags usage =
         intent == vk::MemoryIntent::upload ? VK_BUFFER_USAGE_TRANSFER_SRC_BIT : VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     auto buffer = std::make_shared<vk::Buffer>(runtime->device(), bytes, usage, intent, true, what);

@@ -1,6 +1,7 @@
 #include "submit/command_ring.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 
 #include "vk/check.hpp"
@@ -9,7 +10,57 @@
 
 namespace vkattn::detail {
 
-CommandRing::CommandRing(const vk::Device& device) : device_(&device) { add_slot(); }
+FencePool::~FencePool() {
+    for (VkFence f : free_) vkDestroyFence(device_, f, nullptr);
+}
+
+vk::Handle<VkFence> FencePool::take(const std::shared_ptr<FencePool>& self) {
+    VkFence fence = VK_NULL_HANDLE;
+    {
+        std::lock_guard lock(mutex_);
+        if (!free_.empty()) {
+            fence = free_.back();
+            free_.pop_back();
+        }
+    }
+    if (fence != VK_NULL_HANDLE) {
+        VKATTN_CHECK(vkResetFences(device_, 1, &fence), "resetting a fence");
+    } else {
+        VkFenceCreateInfo info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+        VKATTN_CHECK(vkCreateFence(device_, &info, nullptr, &fence), "creating a fence");
+    }
+    return vk::Handle<VkFence>(fence, [pool = self](VkFence f) {
+        std::lock_guard lock(pool->mutex_);
+        pool->free_.push_back(f);
+    });
+}
+
+CommandRing::CommandRing(const vk::Device& device)
+    : device_(&device), fences_(std::make_shared<FencePool>(device.get())) {
+    add_slot();
+}
+
+std::shared_ptr<vk::Buffer> CommandRing::host_buffer(std::uint32_t index, std::uint64_t bytes, vk::MemoryIntent intent,
+                                                     const std::string& what) {
+    if (bytes > kPooledBytes) return nullptr;
+    std::lock_guard lock(mutex_);
+    Slot& slot = slots_[index];
+    Pooled* best = nullptr;  // the smallest free one that fits
+    for (Pooled& p : slot.host)
+        if (!p.in_use && p.intent == intent && p.buffer->size() >= bytes && (!best || p.buffer->size() < best->buffer->size()))
+            best = &p;
+    if (!best) {
+        if (slot.host.size() >= kPooledPerSlot) return nullptr;
+        // Powers of two from 4 KiB, so that sizes that vary a little share buffers.
+        const std::uint64_t size = std::max<std::uint64_t>(4096, std::bit_ceil(bytes));
+        const VkBufferUsageFlags usage =
+            intent == vk::MemoryIntent::upload ? VK_BUFFER_USAGE_TRANSFER_SRC_BIT : VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+        slot.host.push_back({std::make_shared<vk::Buffer>(*device_, size, usage, intent, true, what), intent, false});
+        best = &slot.host.back();
+    }
+    best->in_use = true;
+    return best->buffer;
+}
 
 void CommandRing::add_slot() {
     const VkDevice d = device_->get();
@@ -49,6 +100,7 @@ std::uint32_t CommandRing::acquire(std::chrono::milliseconds timeout) {
         Slot& slot = slots_[index];
         slot.recording = true;
         slot.pending.reset();
+        for (Pooled& p : slot.host) p.in_use = false;  // the last submission from this slot is complete
         VKATTN_CHECK(vkResetCommandBuffer(slot.commands, 0), "resetting a command buffer");
         VkCommandBufferBeginInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
         info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -100,11 +152,8 @@ std::shared_ptr<SubmissionState> CommandRing::submit(std::uint32_t index, InFlig
         state->simulated_timeout = simulate_timeout;
         state->work = std::move(work);
         state->queries = slot.queries.get();
-        const VkDevice d = device_->get();
-        VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-        VkFence fence = VK_NULL_HANDLE;
-        VKATTN_CHECK(vkCreateFence(d, &fence_info, nullptr, &fence), "creating a fence");
-        state->fence = vk::Handle<VkFence>(fence, [d](VkFence f) { vkDestroyFence(d, f, nullptr); });
+        state->fence = fences_->take(fences_);
+        const VkFence fence = state->fence.get();
         VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
         submit.commandBufferCount = 1;
         submit.pCommandBuffers = &slot.commands;

@@ -11,10 +11,12 @@
 #include <memory>
 #include <mutex>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include <vulkan/vulkan.h>
 
+#include "vk/buffer.hpp"
 #include "vk/handle.hpp"
 
 namespace vkattn::vk {
@@ -44,9 +46,27 @@ struct SubmissionState {
     InFlight work;
 };
 
+// Fences handed out unsignalled and taken back when their submission's state goes, so that a
+// steady loop of submissions creates none. Shared with the states it lends to (they may outlive the
+// ring by a moment in the runtime's teardown).
+class FencePool {
+public:
+    explicit FencePool(VkDevice device) : device_(device) {}
+    ~FencePool();
+    vk::Handle<VkFence> take(const std::shared_ptr<FencePool>& self);
+
+private:
+    VkDevice device_;
+    std::mutex mutex_;
+    std::vector<VkFence> free_;
+};
+
 class CommandRing {
 public:
     static constexpr std::size_t kMaxSlots = 32;
+    // Host buffers up to this size are kept by their slot and reused by its later batches.
+    static constexpr std::uint64_t kPooledBytes = std::uint64_t{1} << 20;
+    static constexpr std::size_t kPooledPerSlot = 8;
 
     explicit CommandRing(const vk::Device& device);
     ~CommandRing();
@@ -66,6 +86,11 @@ public:
     }
     // A slot acquired but not submitted (a Batch discarded): free again.
     void release(std::uint32_t slot);
+    // A host-visible buffer of at least `bytes` for the batch recording `slot` (a staging or readback
+    // buffer): one of the slot's own, free again once the slot's last submission completed, or a
+    // new one the slot keeps. Null above kPooledBytes or kPooledPerSlot: the batch allocates its own.
+    std::shared_ptr<vk::Buffer> host_buffer(std::uint32_t slot, std::uint64_t bytes, vk::MemoryIntent intent,
+                                            const std::string& what);
 
     // Ends and submits the slot's commands; the state is completed later by wait() or poll().
     std::shared_ptr<SubmissionState> submit(std::uint32_t slot, InFlight work, bool timed, bool simulate_timeout,
@@ -76,7 +101,13 @@ public:
     bool poll(SubmissionState& state);
 
 private:
+    struct Pooled {
+        std::shared_ptr<vk::Buffer> buffer;
+        vk::MemoryIntent intent;
+        bool in_use = false;
+    };
     struct Slot {
+        std::vector<Pooled> host;  // staging and readback buffers, reused batch after batch
         vk::Handle<VkCommandPool> pool;
         VkCommandBuffer commands = VK_NULL_HANDLE;
         vk::Handle<VkQueryPool> queries;
@@ -89,6 +120,7 @@ private:
     void add_slot();
 
     const vk::Device* device_;
+    std::shared_ptr<FencePool> fences_;
     mutable std::mutex mutex_;  // the slots' bookkeeping
     std::deque<Slot> slots_;  // deque: slots stay where they are as the ring grows
     std::uint64_t serial_ = 0;
