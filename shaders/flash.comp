@@ -204,12 +204,13 @@ void main() {
     // Rows: ρ -> (h, i); rows past the chunk repeat its last row, rows past a packed sequence its
     // last query; neither is stored. (A subgroup without rows loads no Q.)
     uint q_row[R];
+    const uint q_last = P.varlen.packed_q != 0u ? max(P.varlen.total_q, 1u) - 1u : 0xffffffffu;  // an empty last sequence
     uint first[R], limit[R];  // row r sees keys [first[r], limit[r]): key length, causal, window, split
     uint lo_first = 0xffffffffu, hi_first = 0u, lo_limit = 0xffffffffu, hi_limit = 0u;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint rho = min(rho0 + r, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
-        q_row[r] = tensor_index(P.q, b, h, q0 + i);
+        q_row[r] = tensor_index(P.q, b, h, min(q0 + i, q_last));
         const RowMask mask = row_mask(b, h, i);
         first[r] = max(mask.first, k_begin);
         limit[r] = min(mask.limit, k_end);

@@ -15,7 +15,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
     const auto& caps = runtime.device().caps();
     if (problem.dtype == DType::f16) vk::require_fp16_storage(caps, "dtype");
     std::string why_not_fused;
-    const auto fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, options.variant, &why_not_fused);
+    auto fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, options.variant, &why_not_fused);
     const unsigned threads = std::thread::hardware_concurrency();
     PathChoice choice;
     auto unfused = [&] {
@@ -40,7 +40,15 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
             throw InvalidArgument("paged", "a paged K/V is read by the fused kernels only, which cannot run here: " +
                                                why_not_fused + ".");
     }
-    // Packed sequences (varlen) are addressed through cu_seqlens by the fused kernels only.
+    // Packed sequences (varlen) are addressed through cu_seqlens by the fused kernels only, and bound
+    // whole: past the texel-buffer limit they are read with scalar loads (unless texels are forced,
+    // and then the planner says why it cannot).
+    if (problem.packed_q && fused && fused->texel && !options.variant.texel_loads.has_value()) {
+        const auto texel_elements = static_cast<std::int64_t>(caps.max_texel_buffer_elements) * 4;
+        const std::int64_t packed_elements = std::max(problem.Hq * problem.total_q * problem.Dk,
+                                                      problem.Hkv * problem.total_k * std::max(problem.Dk, problem.Dv));
+        if (packed_elements > texel_elements) fused->texel = false;
+    }
     if (problem.packed_q) {
         if (options.impl == Impl::unfused)
             throw InvalidArgument("impl", "the three-stage path does not read packed sequences (varlen); use auto, fused "

@@ -89,6 +89,14 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
     base.has_counts = t.mode;
     const Slice lengths = whole(static_cast<std::uint64_t>(B) * 4), counts = whole(static_cast<std::uint64_t>(2 * B) * 4);
 
+    // Packed new rows are bound whole (every run reads from each sequence's first row): refused at
+    // once, naming them, when they cannot be.
+    if (packed)
+        for (const auto& [op, dim, name] : {std::tuple{&k_new, Dk, "k_new"}, std::tuple{&v_new, Dv, "v_new"}})
+            if (const Slice whole_rows = op->slice(dim, new_box({0, 1, 0, 1}, 0, 1), in_bytes, align); whole_rows.range > limit)
+                throw ResourceLimit(std::string(name) + ": packed new rows are bound whole, and their " +
+                                    std::to_string(whole_rows.range) + " bytes pass the device's binding limit of " +
+                                    std::to_string(limit) + " bytes; append the sequences in several calls.");
     // New rows in runs of at most one grid's width, halved until some cut of the cache fits.
     std::int64_t run = std::min<std::int64_t>(T, caps.max_workgroup_count[0]);
     for (std::int64_t t0 = 0; t0 < T;) {

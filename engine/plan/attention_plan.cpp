@@ -131,6 +131,8 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
     if (packed && in.varlen.max_seqlen_q != p.Nq)
         throw InvalidArgument("varlen.max_seqlen_q", "it is " + std::to_string(in.varlen.max_seqlen_q) +
                                                          " but the plan was made for " + std::to_string(p.Nq) + ".");
+    if (packed && !packed->k && in.varlen.max_seqlen_k != 0)
+        throw InvalidArgument("varlen.max_seqlen_k", "it goes with cu_seqlens_k, which this plan has not.");
     if (packed && packed->k && in.varlen.max_seqlen_k != p.Nkv)
         throw InvalidArgument("varlen.max_seqlen_k", "it is " + std::to_string(in.varlen.max_seqlen_k) +
                                                          " but the plan was made for " + std::to_string(p.Nkv) + ".");

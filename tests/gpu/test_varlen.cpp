@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -101,31 +102,103 @@ TEST_CASE("varlen: packed sequences of different lengths match the reference per
     const DType dtype = GENERATE(DType::f32, DType::f16);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     const Causal causal = GENERATE(Causal::none, Causal::top_left, Causal::bottom_right);
+    const bool staged = GENERATE(false, true);  // the streamed and the shared-memory fused kernels
     std::mt19937 rng(101);
-    // Sequence 1 has no queries, sequence 5 no keys; max_seqlen_q is above every length.
+    // Sequence 1 has no queries, sequence 5 no keys; max_seqlen_q is above every length. Three spare
+    // query rows (two key rows) follow the last sequence: nothing may write them.
     const std::vector<std::int64_t> len_q{7, 0, 19, 1, 33, 3}, len_k{9, 5, 19, 40, 33, 0};
-    const std::int64_t Hq = 6, Hkv = 2, Dk = 40, Dv = 24, max_q = 36, max_k = 40;
+    const std::int64_t Hq = 6, Hkv = 2, Dk = 40, Dv = 24, max_q = 36, max_k = 40, spare_q = 3, spare_k = 2;
     const auto cu_q = offsets_of(len_q), cu_k = offsets_of(len_k);
-    const HostTensor q = packed(rng, dtype, Hq, cu_q.back(), Dk);
-    const HostTensor k = packed(rng, dtype, Hkv, cu_k.back(), Dk), v = packed(rng, dtype, Hkv, cu_k.back(), Dv);
-    const DeviceTensor dq = DeviceTensor::from_host(ctx, q.view(), Layout::bnhd);
-    const DeviceTensor dk = DeviceTensor::from_host(ctx, k.view(), Layout::bnhd);
-    const DeviceTensor dv = DeviceTensor::from_host(ctx, v.view(), Layout::bnhd);
-    const DeviceTensor o = DeviceTensor::empty(ctx, dtype, {1, Hq, cu_q.back(), Dv}, Layout::bnhd);
-    const DeviceTensor lse = DeviceTensor::empty(ctx, DType::f32, {1, Hq, cu_q.back(), 1});
-    const DeviceAttentionInputs in{.q = dq, .k = dk, .v = dv,
-                                   .varlen = {.cu_seqlens_q = cu_tensor(ctx, cu_q), .cu_seqlens_k = cu_tensor(ctx, cu_k),
-                                              .max_seqlen_q = max_q, .max_seqlen_k = max_k}};
-    const AttentionOptions options{.causal = causal, .impl = impl};
-    const AttentionReport report = attention(ctx, in, {.o = o, .lse = lse}, options);
-    CHECK(report.path == impl);
-    const Downloaded got = download(o, lse);
-    for (std::size_t b = 0; b < len_q.size(); ++b) {
-        const HostTensor kb = rows_f32(k, cu_k[b], std::max<std::int64_t>(len_k[b], 1));
-        const HostTensor vb = rows_f32(v, cu_k[b], std::max<std::int64_t>(len_k[b], 1));
-        check_sequence(got, q, cu_q[b], len_q[b], kb, vb, len_k[b], options, {}, dtype,
-                       to_string(dtype) + " " + report.variant + " " + to_string(causal) + " sequence " + std::to_string(b));
+    const std::int64_t rows_q = cu_q.back() + spare_q, rows_k = cu_k.back() + spare_k;
+    const HostTensor q = packed(rng, dtype, Hq, rows_q, Dk);
+    const HostTensor k = packed(rng, dtype, Hkv, rows_k, Dk), v = packed(rng, dtype, Hkv, rows_k, Dv);
+    const DeviceTensor o = DeviceTensor::empty(ctx, dtype, {1, Hq, rows_q, Dv}, Layout::bnhd);
+    const DeviceTensor lse = DeviceTensor::empty(ctx, DType::f32, {1, Hq, rows_q, 1});
+    const DeviceTensor offsets_q = cu_tensor(ctx, cu_q), offsets_k = cu_tensor(ctx, cu_k);
+    const DeviceAttentionInputs in{.q = DeviceTensor::from_host(ctx, q.view(), Layout::bnhd),
+                                   .k = DeviceTensor::from_host(ctx, k.view(), Layout::bnhd),
+                                   .v = DeviceTensor::from_host(ctx, v.view(), Layout::bnhd),
+                                   .varlen = {.cu_seqlens_q = offsets_q, .cu_seqlens_k = offsets_k, .max_seqlen_q = max_q,
+                                              .max_seqlen_k = max_k}};
+    const AttentionOptions options{.causal = causal, .impl = impl, .variant = {.shared_tiles = staged}};
+    const AttentionPlan plan(ctx, in, {.o = o, .lse = lse}, options);
+    CHECK(plan.report().path == impl);
+    // The same plan over other offsets, written into the same tensors: the offsets live on the device.
+    const std::vector<std::int64_t> len_q2{33, 3, 7, 0, 19, 1}, len_k2{33, 0, 9, 5, 19, 40};
+    for (const auto& [lq, lk] : {std::pair{len_q, len_k}, std::pair{len_q2, len_k2}}) {
+        const auto cq = offsets_of(lq), ck = offsets_of(lk);
+        Batch batch(ctx);
+        batch.upload(offsets_q, make_view(static_cast<const void*>(cq.data()), DType::i32, Layout::bhnd, offsets_q.shape()));
+        batch.upload(offsets_k, make_view(static_cast<const void*>(ck.data()), DType::i32, Layout::bhnd, offsets_k.shape()));
+        plan.run(batch, in, {.o = o, .lse = lse});
+        batch.submit().wait();
+        const Downloaded got = download(o, lse);
+        for (std::size_t b = 0; b < lq.size(); ++b) {
+            const HostTensor kb = rows_f32(k, ck[b], std::max<std::int64_t>(lk[b], 1));
+            const HostTensor vb = rows_f32(v, ck[b], std::max<std::int64_t>(lk[b], 1));
+            check_sequence(got, q, cq[b], lq[b], kb, vb, lk[b], options, {}, dtype,
+                           to_string(dtype) + " " + plan.report().variant + " " + to_string(causal) + " sequence " +
+                               std::to_string(b));
+        }
+        for (std::int64_t h = 0; h < Hq; ++h)
+            for (std::int64_t i = cq.back(); i < rows_q; ++i) {
+                INFO("spare row " << i << " of head " << h);
+                REQUIRE(std::isnan(got.o.at(0, h, i, 0)));
+                REQUIRE(std::isnan(got.lse.at(0, h, i, 0)));
+            }
     }
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("varlen: bit for bit the padded batch with key lengths", "[gpu][varlen]") {
+    Context& ctx = test::gpu_context();
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    const Causal causal = GENERATE(Causal::none, Causal::top_left);  // bottom-right aligns differently when padded
+    const double dropout = GENERATE(0.0, 0.3);  // drawn with the sequence as b and its own i and j
+    std::mt19937 rng(104);
+    const std::vector<std::int64_t> len_q{11, 3, 24}, len_k{30, 3, 17};
+    const std::int64_t B = 3, Hq = 4, Hkv = 2, D = 32, max_q = 24, max_k = 30;
+    const auto cu_q = offsets_of(len_q), cu_k = offsets_of(len_k);
+    const HostTensor q = packed(rng, DType::f32, Hq, cu_q.back(), D), k = packed(rng, DType::f32, Hkv, cu_k.back(), D),
+                     v = packed(rng, DType::f32, Hkv, cu_k.back(), D);
+    // The same rows padded into [B, max, H, D] (bnhd), zeros past each sequence.
+    auto pad = [&](const HostTensor& t, const std::vector<std::int32_t>& cu, const std::vector<std::int64_t>& lens, std::int64_t n) {
+        HostTensor out = zero_tensor(DType::f32, Layout::bnhd, {B, t.shape[1], n, D});
+        for (std::int64_t b = 0; b < B; ++b)
+            for (std::int64_t h = 0; h < t.shape[1]; ++h)
+                for (std::int64_t i = 0; i < lens[static_cast<std::size_t>(b)]; ++i)
+                    for (std::int64_t d = 0; d < D; ++d)
+                        out.f32[static_cast<std::size_t>(out.view().offset(b, h, i, d))] = t.at(0, h, cu[static_cast<std::size_t>(b)] + i, d);
+        return out;
+    };
+    const AttentionOptions options{.causal = causal, .dropout = dropout, .seed = 99, .impl = impl};
+    const DeviceTensor o = DeviceTensor::empty(ctx, DType::f32, {1, Hq, cu_q.back(), D}, Layout::bnhd);
+    attention(ctx,
+              {.q = DeviceTensor::from_host(ctx, q.view(), Layout::bnhd), .k = DeviceTensor::from_host(ctx, k.view(), Layout::bnhd),
+               .v = DeviceTensor::from_host(ctx, v.view(), Layout::bnhd),
+               .varlen = {.cu_seqlens_q = cu_tensor(ctx, cu_q), .cu_seqlens_k = cu_tensor(ctx, cu_k), .max_seqlen_q = max_q,
+                          .max_seqlen_k = max_k}},
+              {.o = o}, options);
+    std::vector<std::int32_t> lengths(len_k.begin(), len_k.end());
+    const DeviceTensor o_padded = DeviceTensor::empty(ctx, DType::f32, {B, Hq, max_q, D}, Layout::bnhd);
+    attention(ctx,
+              {.q = DeviceTensor::from_host(ctx, pad(q, cu_q, len_q, max_q).view(), Layout::bnhd),
+               .k = DeviceTensor::from_host(ctx, pad(k, cu_k, len_k, max_k).view(), Layout::bnhd),
+               .v = DeviceTensor::from_host(ctx, pad(v, cu_k, len_k, max_k).view(), Layout::bnhd),
+               .kv_lengths = DeviceTensor::from_host(ctx, make_view(static_cast<const void*>(lengths.data()), DType::i32,
+                                                                    Layout::bhnd, {B, 1, 1, 1}))},
+              {.o = o_padded}, options);
+    const Downloaded packed_o = download(o, DeviceTensor::empty(ctx, DType::f32, {1, 1, 1, 1}));
+    HostTensor padded_o = nan_tensor(DType::f32, Layout::bhnd, {B, Hq, max_q, D});
+    o_padded.download(padded_o.mutable_view());
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < Hq; ++h)
+            for (std::int64_t i = 0; i < len_q[static_cast<std::size_t>(b)]; ++i)
+                for (std::int64_t d = 0; d < D; ++d) {
+                    const float a = packed_o.o.at(0, h, cu_q[static_cast<std::size_t>(b)] + i, d), p = padded_o.at(b, h, i, d);
+                    INFO("sequence " << b << " head " << h << " row " << i << " column " << d);
+                    REQUIRE(std::memcmp(&a, &p, sizeof a) == 0);
+                }
     CHECK(test::take_validation_messages(ctx).empty());
 }
 
@@ -270,6 +343,9 @@ TEST_CASE("varlen: bad offsets, shapes and options name the argument", "[gpu][va
     CHECK(argument(in, {.o = o}) == "bool_mask");
     CHECK(argument(good, {.o = o, .weights = DeviceTensor::empty(ctx, DType::f32, {2, 2, 6, 6})}) == "weights");
     CHECK(argument(good, {.o = o}, {.impl = Impl::unfused}) == "impl");
+    in = good;
+    in.varlen.cu_seqlens_k = {};
+    CHECK(argument(in, {.o = o}) == "varlen.max_seqlen_k");  // max_seqlen_k goes with cu_seqlens_k
     // A plan for packed sequences refuses a run without them, and the other way round.
     const AttentionPlan plan(ctx, good, {.o = o});
     Batch batch(ctx);
