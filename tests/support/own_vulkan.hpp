@@ -12,6 +12,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include "vk/sanitizer_pin.hpp"
 #include "vkattn/vulkan.hpp"
 
 namespace vkattn::test {
@@ -57,6 +58,10 @@ public:
         info.enabledExtensionCount = 1;
         info.ppEnabledExtensionNames = &debug;
         vk_ok(vkCreateInstance(&info, nullptr, &instance), "vkCreateInstance");
+        // The drivers and layers this instance loaded stay mapped until exit in sanitizer builds, as
+        // vkattn's own instances do: a test that never makes a Context on it would otherwise see a
+        // driver's lifetime allocation reported from an unloaded "<unknown module>".
+        vk::pin_loaded_libraries();
         auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
             vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT"));
         vk_ok(create(instance, &messenger, nullptr, &messenger_), "vkCreateDebugUtilsMessengerEXT");
