@@ -15,6 +15,7 @@
 #include "state_dict.hpp"
 #include "support/expect_case.hpp"
 #include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
 
 using namespace vkattn;
@@ -23,13 +24,6 @@ using namespace vkattn::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<float> random_values(std::mt19937& rng, std::int64_t n, float amplitude) {
-    std::uniform_real_distribution<float> d(-amplitude, amplitude);
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (auto& x : v) x = d(rng);
-    return v;
-}
 
 struct LayerCase {
     std::int64_t E = 16, H = 4, kdim = 0, vdim = 0, L = 5, S = 7, N = 2;  // kdim, vdim 0: E

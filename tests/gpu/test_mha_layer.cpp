@@ -20,13 +20,6 @@ using namespace vkattn::testing;
 
 namespace {
 
-std::vector<float> random_values(std::mt19937& rng, std::int64_t n, float amplitude) {
-    std::uniform_real_distribution<float> d(-amplitude, amplitude);
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-
 // A random layer; its weights live in the returned vectors (MhaWeights are views).
 struct RandomLayer {
     std::vector<float> in_proj, wq, wk, wv, in_bias, wo, bo;

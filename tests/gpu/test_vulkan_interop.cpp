@@ -98,6 +98,20 @@ struct CallerTensors {
     }
 };
 
+// The caller's sequence around vkattn: a command buffer of its own, `record` (the caller's commands
+// and a batch recording into it), the contract's barrier to the host, submit, wait, and the
+// batch's work completed (downloads copied).
+template <class Record>
+void run_in_callers_commands(OwnVulkan& own, Context& ctx, Record&& record) {
+    const VkCommandBuffer commands = own.begin();
+    Batch batch = record_into(ctx, commands);
+    record(batch, commands);
+    RecordedWork work = batch.finish();
+    OwnVulkan::barrier_to_host(commands);
+    own.submit_and_wait(commands);
+    work.complete();
+}
+
 }  // namespace
 
 TEST_CASE("the caller's device: attention recorded into its command buffer matches the reference", "[gpu][vulkan]") {
@@ -111,16 +125,12 @@ TEST_CASE("the caller's device: attention recorded into its command buffer match
     const AttentionOptions options{.causal = Causal::bottom_right, .impl = impl};
     const AttentionPlan plan(ctx, t.inputs(ctx), t.outputs(ctx), options);
 
-    const VkCommandBuffer commands = own.begin();
-    // The caller's own write before vkattn's: O filled with NaN by a transfer (vkattn's first barrier
-    // orders it before the attention's writes).
-    vkCmdFillBuffer(commands, t.buffer.buffer, t.o_at, VK_WHOLE_SIZE, dtype == DType::f32 ? 0x7fc00000u : 0x7e007e00u);
-    Batch batch = record_into(ctx, commands);
-    plan.run(batch, t.inputs(ctx), t.outputs(ctx));
-    RecordedWork work = batch.finish();
-    OwnVulkan::barrier_to_host(commands);
-    own.submit_and_wait(commands);
-    work.complete();
+    run_in_callers_commands(own, ctx, [&](Batch& batch, VkCommandBuffer commands) {
+        // The caller's own write before vkattn's: O filled with NaN by a transfer (vkattn's first
+        // barrier orders it before the attention's writes).
+        vkCmdFillBuffer(commands, t.buffer.buffer, t.o_at, VK_WHOLE_SIZE, dtype == DType::f32 ? 0x7fc00000u : 0x7e007e00u);
+        plan.run(batch, t.inputs(ctx), t.outputs(ctx));
+    });
     t.check(options, to_string(dtype) + " " + plan.report().variant);
     CHECK(own.take_messages().empty());
 }
@@ -172,17 +182,13 @@ TEST_CASE("the caller's device: a decode step (cache append, attention, download
         const DeviceTensor v_new = test::rows_on_device(ctx, rng, dtype, B, Hkv, T, D, v_host);
         const HostTensor q_host = random_tensor(rng, dtype, Layout::bhnd, {B, Hq, 1, D});
         HostTensor o_host = nan_tensor(dtype, Layout::bhnd, {B, Hq, 1, D});
-        const VkCommandBuffer commands = own.begin();
-        Batch batch = record_into(ctx, commands);
-        batch.upload(q, q_host.view());
-        if (paged) blocks->append(batch, k_new, v_new);
-        else contiguous->append(batch, k_new, v_new);
-        plan.run(batch, inputs(), {.o = o});
-        batch.download(o, o_host.mutable_view());
-        RecordedWork work = batch.finish();
-        OwnVulkan::barrier_to_host(commands);
-        own.submit_and_wait(commands);
-        work.complete();  // the download's copy into o_host
+        run_in_callers_commands(own, ctx, [&](Batch& batch, VkCommandBuffer) {
+            batch.upload(q, q_host.view());
+            if (paged) blocks->append(batch, k_new, v_new);
+            else contiguous->append(batch, k_new, v_new);
+            plan.run(batch, inputs(), {.o = o});
+            batch.download(o, o_host.mutable_view());  // copied into o_host by complete()
+        });
         host.append(k_host, v_host);
         test::check_step(q_host, o_host, host, options, std::string(paged ? "paged " : "") + to_string(dtype));
     }
@@ -198,13 +204,7 @@ TEST_CASE("the caller's device: buffers without texel views or copies", "[gpu][v
     // Scalar loads where the buffer has no texel views, chosen by the plan.
     const AttentionPlan plan(ctx, t.inputs(ctx), t.outputs(ctx), options);
     CHECK(plan.report().variant.find("texel") == std::string::npos);
-    const VkCommandBuffer commands = own.begin();
-    Batch batch = record_into(ctx, commands);
-    plan.run(batch, t.inputs(ctx), t.outputs(ctx));
-    RecordedWork work = batch.finish();
-    OwnVulkan::barrier_to_host(commands);
-    own.submit_and_wait(commands);
-    work.complete();
+    run_in_callers_commands(own, ctx, [&](Batch& batch, VkCommandBuffer) { plan.run(batch, t.inputs(ctx), t.outputs(ctx)); });
     t.check(options, plan.report().variant);
 
     // Forcing texels on it is refused, naming the tensor; so is a copy the buffer cannot take.

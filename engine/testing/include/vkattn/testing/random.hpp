@@ -54,6 +54,14 @@ inline HostTensor random_tensor(std::mt19937& rng, DType dtype, Layout layout, s
     return t;
 }
 
+// n uniform values in [-amplitude, amplitude] (weights, activations).
+inline std::vector<float> random_values(std::mt19937& rng, std::int64_t n, float amplitude) {
+    std::uniform_real_distribution<float> d(-amplitude, amplitude);
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
 // A tensor of one value: `f32` in f32 storage, the bits `f16` in f16 storage.
 inline HostTensor filled_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape, float f32,
                                 std::uint16_t f16) {
