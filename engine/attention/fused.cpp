@@ -104,7 +104,8 @@ public:
     FusedPlanner(const Runtime& runtime, const Problem& p, const Operands& operands, const FusedConfig& config,
                  std::uint32_t splits)
         : p_(p), ops_(operands), config_(config), splits_(splits),
-          caps_(runtime.device().caps()), limit_(runtime.max_binding_bytes()), align_(binding_alignment(caps_)) {}
+          caps_(runtime.device().caps()), limit_(runtime.max_binding_bytes()), align_(binding_alignment(caps_)),
+          texel_limit_(caps_.max_texel_buffer_elements * (p.dtype == DType::f32 ? 16 : 8)) {}
 
     FusedSlices slices(const Chunk& c) const {
         const std::uint64_t eb = size_of(p_.dtype);
@@ -142,8 +143,7 @@ public:
         if (c.units > caps_.max_workgroup_count[1] || c.rows > caps_.max_workgroup_count[0]) return "the workgroup grid";
         if (keys.per_binding > caps_.max_workgroup_count[2]) return "the split count";
         if (keys.split_mode() && partial_o_bytes(c, keys) > limit_) return "the split partial outputs";
-        const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
-        auto over = [&](const Slice& slice, bool texel) { return slice.range > limit_ || (texel && slice.range > texel_limit); };
+        auto over = [&](const Slice& slice, bool texel) { return slice.range > limit_ || (texel && slice.range > texel_limit_); };
         const FusedSlices s = slices(c);
         if (over(s.q, config_.texel)) return "q";
         if (over(s.o, false)) return "o";
@@ -175,12 +175,11 @@ public:
         if (p_.packed_q) {
             const FusedSlices s = slices({0, 1, 0, 1});
             const KeySlices k = key_slices({0, 1, 0, 1}, {0, p_.Nkv});
-            const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
             auto check = [&](const Slice& slice, bool texel, const char* name) {
-                if (slice.range > limit_ || (texel && slice.range > texel_limit))
+                if (slice.range > limit_ || (texel && slice.range > texel_limit_))
                     throw ResourceLimit(std::string(name) + ": a packed (varlen) tensor is bound whole, and its " +
                                         std::to_string(slice.range) + " bytes pass the device's binding limit of " +
-                                        std::to_string(texel ? std::min(limit_, texel_limit) : limit_) +
+                                        std::to_string(texel ? std::min(limit_, texel_limit_) : limit_) +
                                         " bytes; run the sequences in several calls.");
             };
             check(s.q, config_.texel, "q");
@@ -227,6 +226,7 @@ private:
     std::uint32_t splits_;
     const vk::DeviceCaps& caps_;
     std::uint64_t limit_, align_;
+    std::uint64_t texel_limit_;  // bytes of the largest texel view (maxTexelBufferElements vec4s)
 };
 
 Varlen varlen(const Problem& p) {

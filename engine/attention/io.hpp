@@ -25,6 +25,14 @@ struct Operand {
     // the device only, so every slice covers all `packed_rows` rows of the heads it holds.
     std::int64_t packed_rows = 0;
 
+    // This tensor packed (varlen): batch stride 0, every one of its `rows` rows in each slice.
+    Operand packed(std::int64_t rows) const {
+        Operand op = *this;
+        op.strides[0] = 0;
+        op.packed_rows = rows;
+        return op;
+    }
+
     Slice slice(std::int64_t row_length, const Box& box, std::uint64_t element_bytes, std::uint64_t alignment) const {
         return slice(Features{0, row_length}, box, element_bytes, alignment, Indexing::absolute);
     }

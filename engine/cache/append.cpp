@@ -18,13 +18,9 @@ namespace {
 // Packed new rows (varlen) are bound whole, with batch stride 0: sequence b's first row comes
 // from the uploaded offsets.
 Operand operand_of(const DeviceTensor& t, bool packed = false) {
-    Operand op{t.strides(), static_cast<std::int64_t>(t.offset_bytes() / size_of(t.dtype())),
-               TensorAccess::storage(t)->buffer.size()};
-    if (packed) {
-        op.strides[0] = 0;
-        op.packed_rows = t.shape()[2];
-    }
-    return op;
+    const Operand op{t.strides(), static_cast<std::int64_t>(t.offset_bytes() / size_of(t.dtype())),
+                     TensorAccess::storage(t)->buffer.size()};
+    return packed ? op.packed(t.shape()[2]) : op;
 }
 
 // A pool (or the table) bound whole: its elements rounded up to 16 bytes, within its buffer.
@@ -159,12 +155,8 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
 void run_append(Runtime& runtime, BatchState& batch, ProgramCache& programs, const AppendTensors& t,
                 std::span<const std::int32_t> values) {
     const ProgramKey key = append_key(t.k_new, t.v_new, t.mode, t.new_rows);
-    std::shared_ptr<Program> program = programs.find(key);
-    if (!program) {
-        program = std::make_shared<Program>(runtime);
-        record_append(runtime, *program, t);
-        programs.insert(key, program);
-    }
+    const std::shared_ptr<Program> program =
+        programs.find_or_record(key, runtime, [&](Program& p) { record_append(runtime, p, t); });
     if (t.mode != 0) {  // counts, then (packed) first rows: t.counts is [1, 1, 2, B]
         const DeviceTensor target = values.size() == static_cast<std::size_t>(t.counts.elements()) ? t.counts : t.counts.seq(0, 1);
         batch.upload(target, make_view(static_cast<const void*>(values.data()), DType::i32, Layout::bhnd, target.shape()));

@@ -151,8 +151,7 @@ AttentionReport record_forward(BatchState& batch, const std::shared_ptr<const Mh
     if (timed) batch.time_end();
     batch.keep(program);
     batch.keep(core);
-    batch.keep(core->placeholder);
-    if (core->head_terms) batch.keep(core->head_terms);
+    core->keep_constants(batch);
     batch.keep(std::const_pointer_cast<MhaLayerState>(layer));
     keep_all(batch, {&c.x_q, &c.x_k, &c.x_v, &c.out, &q, &k, &v, &o, &c.bool_mask, &c.float_mask, &c.weights});
     return core->report;
@@ -173,10 +172,7 @@ std::pair<std::int64_t, std::int64_t> activation(const MhaLayerState& l, const D
         throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the layer takes " + form +
                                         std::to_string(features) + "}.");
     if (!t.contiguous()) throw InvalidArgument(name, "it must be dense (a contiguous {1, d1, d2, features} tensor).");
-    const std::uint64_t align = binding_alignment(l.runtime->device().caps());
-    if (t.offset_bytes() % align != 0)
-        throw InvalidArgument(name, "it starts at byte " + std::to_string(t.offset_bytes()) +
-                                        " of its memory; the device binds it at multiples of " + std::to_string(align) + ".");
+    require_aligned_offset(t, binding_alignment(l.runtime->device().caps()), name);
     return l.config.batch_first ? std::pair{sh[2], sh[1]} : std::pair{sh[1], sh[2]};
 }
 
@@ -214,12 +210,7 @@ void decode_over(const std::shared_ptr<const MhaLayerState>& layer, Batch& batch
     using P = MultiHeadAttention::Projection;
     auto bias = [&](int i) { return l.b[i].defined() ? &l.b[i] : nullptr; };
     auto replay = [&](const ProgramKey& key, const std::function<void(Program&)>& record) {
-        std::shared_ptr<Program> program = l.programs.find(key);
-        if (!program) {
-            program = std::make_shared<Program>(runtime);
-            record(*program);
-            l.programs.insert(key, program);
-        }
+        const std::shared_ptr<Program> program = l.programs.find_or_record(key, runtime, record);
         program->replay(state.begin_op());
         state.keep(program);
     };

@@ -90,10 +90,7 @@ void bind_paged(const PlanState& plan, const DevicePagedKv& paged, Bound& b) {
     const auto& caps = plan.runtime->device().caps();
     auto check = [&](const DeviceTensor& t, const std::string& name, std::uint64_t align) {
         Storage& storage = storage_of(t, *plan.runtime, name.c_str());
-        if (t.offset_bytes() % align != 0)
-            throw InvalidArgument(name.c_str(), "it starts at byte " + std::to_string(t.offset_bytes()) +
-                                                    " of its memory; the device binds it at multiples of " +
-                                                    std::to_string(align) + " bytes.");
+        require_aligned_offset(t, align, name.c_str());
         return Bound::Tensor{&t, &storage};
     };
     b.block_table = check(paged.block_table, "paged.block_table", caps.min_storage_offset_alignment);
@@ -103,19 +100,16 @@ void bind_paged(const PlanState& plan, const DevicePagedKv& paged, Bound& b) {
     }
 }
 
-// cu_seqlens: present exactly when the plan packs those rows; i32, B + 1 elements, contiguous, at an
-// offset the device binds.
-Bound::Tensor check_cu(const PlanState& plan, const DeviceTensor& t, bool expected, const char* name) {
+// Per-sequence integers (key lengths, cu_seqlens): present exactly when the plan expects them; i32,
+// `count` contiguous elements (`what`), at an offset the device binds as a storage buffer.
+Bound::Tensor check_ints(const PlanState& plan, const DeviceTensor& t, bool expected, std::int64_t count,
+                         const char* what, const char* name) {
     const Bound::Tensor bound = check_optional(plan, t, expected, DType::i32, t.shape(), name);
     if (!bound.tensor) return bound;
-    if (t.elements() != plan.problem.B + 1)
-        throw InvalidArgument(name, "it holds " + std::to_string(t.elements()) + " offsets but the plan was made for " +
-                                        std::to_string(plan.problem.B) + " sequences (B + 1 offsets).");
-    const std::uint64_t align = plan.runtime->device().caps().min_storage_offset_alignment;
-    if (t.offset_bytes() % align != 0)
-        throw InvalidArgument(name, "it starts at byte " + std::to_string(t.offset_bytes()) +
-                                        " of its memory; the device binds storage buffers at multiples of " +
-                                        std::to_string(align) + " bytes.");
+    if (t.elements() != count)
+        throw InvalidArgument(name, "it holds " + std::to_string(t.elements()) + " " + what + " but the plan's " +
+                                        std::to_string(plan.problem.B) + " sequences take " + std::to_string(count) + ".");
+    require_aligned_offset(t, plan.runtime->device().caps().min_storage_offset_alignment, name);
     return bound;
 }
 
@@ -136,8 +130,8 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
     if (packed && packed->k && in.varlen.max_seqlen_k != p.Nkv)
         throw InvalidArgument("varlen.max_seqlen_k", "it is " + std::to_string(in.varlen.max_seqlen_k) +
                                                          " but the plan was made for " + std::to_string(p.Nkv) + ".");
-    b.cu_q = check_cu(plan, in.varlen.cu_seqlens_q, packed.has_value(), "varlen.cu_seqlens_q");
-    b.cu_k = check_cu(plan, in.varlen.cu_seqlens_k, packed && packed->k, "varlen.cu_seqlens_k");
+    b.cu_q = check_ints(plan, in.varlen.cu_seqlens_q, packed.has_value(), p.B + 1, "offsets", "varlen.cu_seqlens_q");
+    b.cu_k = check_ints(plan, in.varlen.cu_seqlens_k, packed && packed->k, p.B + 1, "offsets", "varlen.cu_seqlens_k");
     b.q = check_tensor(plan, in.q, packed ? packed->q : s.q, "q");
     if (s.paged) {
         if (in.k.defined() || in.v.defined())
@@ -151,17 +145,7 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
         b.v = check_tensor(plan, in.v, packed && packed->v ? *packed->v : s.v, "v");
     }
     b.o = check_tensor(plan, out.o, packed ? packed->o : s.o, "o");
-    b.kv_lengths = check_optional(plan, in.kv_lengths, s.kv_lengths, DType::i32, in.kv_lengths.shape(), "kv_lengths");
-    if (b.kv_lengths.tensor) {
-        if (in.kv_lengths.elements() != p.B)
-            throw InvalidArgument("kv_lengths", "it holds " + std::to_string(in.kv_lengths.elements()) +
-                                                    " lengths but the batch size is " + std::to_string(p.B) + ".");
-        const std::uint64_t align = plan.runtime->device().caps().min_storage_offset_alignment;
-        if (in.kv_lengths.offset_bytes() % align != 0)
-            throw InvalidArgument("kv_lengths", "it starts at byte " + std::to_string(in.kv_lengths.offset_bytes()) +
-                                                    " of its memory; the device binds storage buffers at multiples of " +
-                                                    std::to_string(align) + " bytes.");
-    }
+    b.kv_lengths = check_ints(plan, in.kv_lengths, s.kv_lengths, p.B, "lengths", "kv_lengths");
     b.bool_mask = check_optional(plan, in.bool_mask, s.bool_mask.has_value(), DType::u8,
                                  s.bool_mask ? rank4(*s.bool_mask) : in.bool_mask.shape(), "bool_mask");
     b.float_mask = check_optional(plan, in.float_mask, s.float_mask.has_value(), DType::f32,
@@ -251,12 +235,7 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
     Operands ops;
     DeviceBuffers buffers;
     // Packed (varlen) tensors: their virtual strides (batch stride 0), every row bound.
-    auto packed = [](Operand op, std::int64_t rows) {
-        op.strides[0] = 0;
-        op.packed_rows = rows;
-        return op;
-    };
-    ops.q = p.packed_q ? packed(operand(b.q, in.q.strides()), p.total_q) : operand(b.q, in.q.strides());
+    ops.q = p.packed_q ? operand(b.q, in.q.strides()).packed(p.total_q) : operand(b.q, in.q.strides());
     if (spec.paged) {
         ops.paged = paged_operands(*spec.paged, p);
         for (std::size_t i = 0; i < b.k_pools.size(); ++i) {
@@ -270,12 +249,12 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
         buffers.table_slice = {offset, std::min<std::uint64_t>((span_bytes(*b.block_table.tensor) + 15) / 16 * 16,
                                                                buffers.block_table->size() - offset), {}};
     } else {
-        ops.k = p.packed_k ? packed(operand(b.k, in.k.strides()), p.total_k) : operand(b.k, in.k.strides());
-        ops.v = p.packed_k ? packed(operand(b.v, in.v.strides()), p.total_k) : operand(b.v, in.v.strides());
+        ops.k = p.packed_k ? operand(b.k, in.k.strides()).packed(p.total_k) : operand(b.k, in.k.strides());
+        ops.v = p.packed_k ? operand(b.v, in.v.strides()).packed(p.total_k) : operand(b.v, in.v.strides());
         buffers.k = &b.k.storage->buffer;
         buffers.v = &b.v.storage->buffer;
     }
-    ops.o = p.packed_q ? packed(operand(b.o, out.o.strides()), p.total_q) : operand(b.o, out.o.strides());
+    ops.o = p.packed_q ? operand(b.o, out.o.strides()).packed(p.total_q) : operand(b.o, out.o.strides());
     const std::array<std::int64_t, 4> lse_layout = lse_strides(p);
     if (b.lse.tensor) {
         ops.lse = operand(b.lse, lse_layout);
@@ -295,20 +274,15 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
     buffers.lengths_slice = whole(16);
     buffers.cu_q = buffers.cu_k = &placeholder->buffer;
     buffers.cu_q_slice = buffers.cu_k_slice = whole(16);
-    // cu_seqlens bound from their first offset, B + 1 of them.
-    for (auto [t, buffer, slice] : {std::tuple{&b.cu_q, &buffers.cu_q, &buffers.cu_q_slice},
-                                    std::tuple{&b.cu_k, &buffers.cu_k, &buffers.cu_k_slice}}) {
+    // Per-sequence integers (key lengths, cu_seqlens) bound from their first one, `count` of them.
+    for (auto [t, buffer, slice, count] : {std::tuple{&b.kv_lengths, &buffers.lengths, &buffers.lengths_slice, p.B},
+                                           std::tuple{&b.cu_q, &buffers.cu_q, &buffers.cu_q_slice, p.B + 1},
+                                           std::tuple{&b.cu_k, &buffers.cu_k, &buffers.cu_k_slice, p.B + 1}}) {
         if (!t->tensor) continue;
         *buffer = &t->storage->buffer;
         const std::uint64_t offset = t->tensor->offset_bytes();
-        *slice = {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(p.B + 1) * 4 + 15) / 16 * 16,
+        *slice = {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(count) * 4 + 15) / 16 * 16,
                                                   (*buffer)->size() - offset), {}};
-    }
-    if (b.kv_lengths.tensor) {
-        buffers.lengths = &b.kv_lengths.storage->buffer;
-        const std::uint64_t offset = in.kv_lengths.offset_bytes();
-        buffers.lengths_slice = {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(p.B) * 4 + 15) / 16 * 16,
-                                                                 buffers.lengths->size() - offset), {}};
     }
     if (b.bool_mask.tensor) {
         ops.bool_mask = operand(b.bool_mask, p.bool_mask.strides);
@@ -323,6 +297,11 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
         buffers.head_terms_bytes = head_terms_bytes;
     }
     make_path(*runtime, p, choice, ops)->record(program, buffers);
+}
+
+void PlanState::keep_constants(BatchState& batch) const {
+    batch.keep(placeholder);
+    if (head_terms) batch.keep(head_terms);
 }
 
 void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
@@ -359,8 +338,7 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
     // Everything the commands use lives until the submission completes, even if the caller drops
     // the plan or the tensors first.
     batch.keep(program);
-    batch.keep(placeholder);
-    if (head_terms) batch.keep(head_terms);
+    keep_constants(batch);
     for (auto& storage : key.storages)
         if (storage) batch.keep(std::move(storage));
 }

@@ -30,6 +30,9 @@ struct PlanState {
     void record(Program& program, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs) const;
     // Records what every replay of a program needs first (the per-head terms) into the batch.
     void prepare(BatchState& batch) const;
+    // Keeps what a program recorded by this plan binds besides the tensors (the plan's constant
+    // buffers) alive until the batch's submission completes.
+    void keep_constants(BatchState& batch) const;
     // prepare(), then record() into the batch: from the program cached for these tensors' memory when `cache`
     // (built on a miss), else a program of its own; outputs poisoned first when the runtime asks.
     void run(BatchState& batch, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs,

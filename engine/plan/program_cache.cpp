@@ -30,4 +30,15 @@ void ProgramCache::insert(const ProgramKey& key, std::shared_ptr<Program> progra
     if (entries_.size() > capacity_) entries_.pop_back();
 }
 
+std::shared_ptr<Program> ProgramCache::find_or_record(const ProgramKey& key, Runtime& runtime,
+                                                      const std::function<void(Program&)>& record) {
+    std::shared_ptr<Program> program = find(key);
+    if (!program) {
+        program = std::make_shared<Program>(runtime);
+        record(*program);
+        insert(key, program);
+    }
+    return program;
+}
+
 }  // namespace vkattn::detail

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,9 @@ public:
     std::shared_ptr<Program> find(const ProgramKey& key);
     // Caches `program` for `key`, dropping the least recently used entry beyond the capacity.
     void insert(const ProgramKey& key, std::shared_ptr<Program> program);
+    // The program cached for `key`, or a new one `record` fills, cached.
+    std::shared_ptr<Program> find_or_record(const ProgramKey& key, Runtime& runtime,
+                                            const std::function<void(Program&)>& record);
 
 private:
     struct Entry {

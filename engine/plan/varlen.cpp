@@ -19,6 +19,11 @@ std::int64_t sequences(const DeviceTensor& cu, const char* name) {
     return cu.elements() - 1;
 }
 
+// The virtual [B, H, max_seqlen, D] tensor a packed [1, H, total, D] one stands for: batch stride 0.
+TensorLayout virtual_layout(const TensorLayout& packed, std::int64_t B, std::int64_t max_seqlen) {
+    return {packed.dtype, {B, packed.shape[1], max_seqlen, packed.shape[3]}, {0, packed.strides[1], packed.strides[2], packed.strides[3]}};
+}
+
 void check_max(std::int64_t max, const char* name) {
     if (max < 1 || max > 0x7fffffff)
         throw InvalidArgument(name, "it is " + std::to_string(max) + "; the longest sequence's length is at least 1.");
@@ -44,8 +49,8 @@ void apply_varlen(AttentionSpec& spec, const DeviceAttentionInputs& in) {
         throw InvalidArgument("o", "it has " + std::to_string(spec.o.shape[2]) + " rows but q has " +
                                        std::to_string(total_q) + "; packed outputs match the packed queries.");
     VarlenSpec packed{.q = spec.q, .o = spec.o};
-    spec.q = {spec.q.dtype, {B, spec.q.shape[1], v.max_seqlen_q, spec.q.shape[3]}, virtual_strides(spec.q.strides)};
-    spec.o = {spec.o.dtype, {B, spec.o.shape[1], v.max_seqlen_q, spec.o.shape[3]}, virtual_strides(spec.o.strides)};
+    spec.q = virtual_layout(spec.q, B, v.max_seqlen_q);
+    spec.o = virtual_layout(spec.o, B, v.max_seqlen_q);
     if (v.cu_seqlens_k.defined()) {
         if (sequences(v.cu_seqlens_k, "varlen.cu_seqlens_k") != B)
             throw InvalidArgument("varlen.cu_seqlens_k", "it holds " + std::to_string(v.cu_seqlens_k.elements()) +
@@ -62,8 +67,8 @@ void apply_varlen(AttentionSpec& spec, const DeviceAttentionInputs& in) {
                                            std::to_string(spec.k.shape[2]) + ".");
         packed.k = spec.k;
         packed.v = spec.v;
-        spec.k = {spec.k.dtype, {B, spec.k.shape[1], v.max_seqlen_k, spec.k.shape[3]}, virtual_strides(spec.k.strides)};
-        spec.v = {spec.v.dtype, {B, spec.v.shape[1], v.max_seqlen_k, spec.v.shape[3]}, virtual_strides(spec.v.strides)};
+        spec.k = virtual_layout(spec.k, B, v.max_seqlen_k);
+        spec.v = virtual_layout(spec.v, B, v.max_seqlen_k);
     } else if (v.max_seqlen_k != 0) {
         throw InvalidArgument("varlen.max_seqlen_k", "it goes with cu_seqlens_k; keys per sequence take their length "
                                                      "from k's shape and kv_lengths.");
@@ -74,13 +79,12 @@ void apply_varlen(AttentionSpec& spec, const DeviceAttentionInputs& in) {
 void own_packed_operands(Operands& ops, const VarlenSpec& spec, const Problem& p) {
     auto packed = [&](const TensorLayout& t) {
         const std::int64_t span = TensorView{nullptr, t.dtype, t.shape, t.strides}.span();
-        return Operand{virtual_strides(t.strides), 0,
-                       allocated_bytes(static_cast<std::uint64_t>(checked_mul(span, static_cast<std::int64_t>(size_of(t.dtype)), "tensor size"))),
-                       t.shape[2]};
+        const std::int64_t bytes = checked_mul(span, static_cast<std::int64_t>(size_of(t.dtype)), "tensor size");
+        return Operand{t.strides, 0, allocated_bytes(static_cast<std::uint64_t>(bytes))}.packed(t.shape[2]);
     };
     ops.q = packed(spec.q);
     ops.o = packed(spec.o);
-    ops.lse = Operand{lse_strides(p), 0, allocated_bytes(lse_bytes(p)), p.total_q};
+    ops.lse = Operand{lse_strides(p), 0, allocated_bytes(lse_bytes(p))}.packed(p.total_q);
     if (spec.k) ops.k = packed(*spec.k);
     if (spec.v) ops.v = packed(*spec.v);
 }

@@ -27,9 +27,5 @@ std::array<std::int64_t, 4> lse_strides(const Problem& problem);
 // Bytes of the lse the kernels write.
 std::uint64_t lse_bytes(const Problem& problem);
 
-// The virtual strides of a packed [1, H, total, D] tensor: batch stride 0.
-inline std::array<std::int64_t, 4> virtual_strides(const std::array<std::int64_t, 4>& packed) {
-    return {0, packed[1], packed[2], packed[3]};
-}
 
 }  // namespace vkattn::detail

@@ -47,6 +47,13 @@ void require_usage(const Storage& storage, VkBufferUsageFlags needed, const char
                                     ", and the caller's buffer was created without it.");
 }
 
+void require_aligned_offset(const DeviceTensor& t, std::uint64_t alignment, const char* name) {
+    if (t.offset_bytes() % alignment != 0)
+        throw InvalidArgument(name, "it starts at byte " + std::to_string(t.offset_bytes()) +
+                                        " of its memory; the device binds it at multiples of " + std::to_string(alignment) +
+                                        " bytes.");
+}
+
 void check_shape(const std::array<std::int64_t, 4>& shape, const char* name) {
     for (int i = 0; i < 4; ++i)
         if (shape[i] <= 0)

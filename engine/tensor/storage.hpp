@@ -46,6 +46,10 @@ inline std::uint64_t allocated_bytes(std::uint64_t bytes) { return (bytes + 15) 
 // ResourceLimit naming `what`.
 std::shared_ptr<Storage> allocate_storage(Runtime& runtime, std::uint64_t bytes, const std::string& what);
 
+// InvalidArgument naming `name` unless the tensor starts at a multiple of `alignment` bytes of its
+// memory (where the device can bind it).
+void require_aligned_offset(const DeviceTensor& tensor, std::uint64_t alignment, const char* name);
+
 // InvalidArgument naming `name` unless every dimension is at least 1.
 void check_shape(const std::array<std::int64_t, 4>& shape, const char* name);
 
