@@ -1,29 +1,70 @@
 #include "vkattn/tensor.hpp"
 
 #include <bit>
+#include <stdexcept>
 
 #include "vkattn/attention.hpp"
+#include "vkattn/errors.hpp"
 
 namespace vkattn {
 
+namespace {
+
+struct TypeInfo {
+    DType dtype;
+    const char* name;
+    std::size_t block_elements, block_bytes;
+};
+
+// ggml's blocks: q8_0 {fp16 d; int8 qs[32]}, q4_0 {d; qs[16]}, q4_1 {d; m; qs[16]},
+// q5_0 {d; u32 qh; qs[16]}, q5_1 {d; m; qh; qs[16]}, iq4_nl {d; qs[16]}.
+constexpr TypeInfo kTypes[] = {
+    {DType::f32, "f32", 1, 4},        {DType::f16, "f16", 1, 2},       {DType::i32, "i32", 1, 4},
+    {DType::u8, "u8", 1, 1},          {DType::bf16, "bf16", 1, 2},     {DType::q8_0, "q8_0", 32, 34},
+    {DType::q4_0, "q4_0", 32, 18},    {DType::q4_1, "q4_1", 32, 20},   {DType::q5_0, "q5_0", 32, 22},
+    {DType::q5_1, "q5_1", 32, 24},    {DType::iq4_nl, "iq4_nl", 32, 18},
+};
+
+const TypeInfo& info(DType dtype) {
+    for (const TypeInfo& t : kTypes)
+        if (t.dtype == dtype) return t;
+    throw std::logic_error("vkattn: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+}  // namespace
+
+std::size_t block_elements(DType dtype) { return info(dtype).block_elements; }
+std::size_t block_bytes(DType dtype) { return info(dtype).block_bytes; }
+
 std::size_t size_of(DType dtype) {
-    switch (dtype) {
-        case DType::f32: return 4;
-        case DType::f16: return 2;
-        case DType::i32: return 4;
-        case DType::u8: return 1;
-    }
-    return 0;
+    const TypeInfo& t = info(dtype);
+    if (t.block_elements != 1)
+        throw std::logic_error(std::string("vkattn: size_of(") + t.name + "): a block type has no size per element");
+    return t.block_bytes;
+}
+
+std::uint64_t storage_bytes(DType dtype, std::int64_t elements) {
+    const TypeInfo& t = info(dtype);
+    const auto n = static_cast<std::uint64_t>(elements);
+    if (n % t.block_elements != 0)
+        throw std::logic_error(std::string("vkattn: ") + std::to_string(elements) + " elements of " + t.name +
+                               " are not whole blocks");
+    return n / t.block_elements * t.block_bytes;
 }
 
 std::string to_string(DType dtype) {
-    switch (dtype) {
-        case DType::f32: return "f32";
-        case DType::f16: return "f16";
-        case DType::i32: return "i32";
-        case DType::u8: return "u8";
-    }
+    for (const TypeInfo& t : kTypes)
+        if (t.dtype == dtype) return t.name;
     return "unknown dtype " + std::to_string(static_cast<int>(dtype));
+}
+
+DType dtype_from_string(const std::string& name, const char* argument) {
+    std::string names;
+    for (const TypeInfo& t : kTypes) {
+        if (name == t.name) return t.dtype;
+        names += names.empty() ? t.name : std::string(", ") + t.name;
+    }
+    throw InvalidArgument(argument, "\"" + name + "\" is not a dtype; the dtypes are " + names + ".");
 }
 
 std::string to_string(Layout layout) {
@@ -120,5 +161,13 @@ float half_to_float(std::uint16_t bits) {
     }
     return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
+
+std::uint16_t float_to_bf16(float value) {
+    const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+    return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
 }  // namespace vkattn

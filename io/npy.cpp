@@ -32,7 +32,8 @@ std::string escaped(std::string_view bytes, std::size_t limit = 40) {
 }
 
 const char* const supported_types =
-    "float32 <f4, float16 <f2, bool |b1, int32 <i4, int64 <i8; little- or big-endian (>f4 ...)";
+    "float32 <f4, float16 <f2, bool |b1, int32 <i4, int64 <i8, uint8 |u1, uint16 <u2; little- or big-endian "
+    "(>f4 ...)";
 
 // What the header says: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
 struct Header {
@@ -61,6 +62,8 @@ std::optional<Dtype> parse_descr(std::string_view descr) {
     else if (descr == "b1") d.type = ElementType::boolean;
     else if (descr == "i4") d.type = ElementType::i32;
     else if (descr == "i8") d.type = ElementType::i64;
+    else if (descr == "u1") d.type = ElementType::u8;
+    else if (descr == "u2") d.type = ElementType::u16;
     else return std::nullopt;
     if (order == '|' && element_size(d.type) != 1) return std::nullopt;
     d.big_endian = order == '>' || (order == '=' && std::endian::native == std::endian::big);
@@ -286,6 +289,8 @@ std::size_t element_size(ElementType type) {
         case ElementType::boolean: return 1;
         case ElementType::i32: return 4;
         case ElementType::i64: return 8;
+        case ElementType::u8: return 1;
+        case ElementType::u16: return 2;
     }
     return 1;
 }
@@ -297,6 +302,8 @@ std::string descr_of(ElementType type) {
         case ElementType::boolean: return "|b1";
         case ElementType::i32: return "<i4";
         case ElementType::i64: return "<i8";
+        case ElementType::u8: return "|u1";
+        case ElementType::u16: return "<u2";
     }
     return "?";
 }
@@ -308,6 +315,8 @@ std::string type_name(ElementType type) {
         case ElementType::boolean: return "bool";
         case ElementType::i32: return "int32";
         case ElementType::i64: return "int64";
+        case ElementType::u8: return "uint8";
+        case ElementType::u16: return "uint16";
     }
     return "?";
 }

@@ -1,6 +1,6 @@
 // NumPy .npy files. Reading: format 1.0, 2.0 (4-byte header length) and 3.0 (UTF-8 header); the
-// dtypes float32, float16, bool, int32 and int64 in either byte order ('<', '>', '=' or none; '|' for
-// bool), big-endian data swapped to native while loading; rank 0 to 8, C order or Fortran order
+// dtypes float32, float16, bool, int32, int64, uint8 and uint16 (bf16 bit patterns, quantized
+// rows' bytes) in either byte order ('<', '>', '=' or none; '|' for the one-byte types), big-endian data swapped to native while loading; rank 0 to 8, C order or Fortran order
 // (`fortran_order: True`, what np.save writes for a transposed array), Fortran order transposed
 // while loading, so an Array is always C order in native byte order. Every field is checked against the
 // file's real size; an error message quotes header bytes escaped (\x07, \xc3), never raw.
@@ -17,11 +17,11 @@
 
 namespace vkattn::npy {
 
-enum class ElementType : std::uint8_t { f32, f16, boolean, i32, i64 };
+enum class ElementType : std::uint8_t { f32, f16, boolean, i32, i64, u8, u16 };
 
 std::size_t element_size(ElementType type);
-std::string descr_of(ElementType type);  // "<f4", "<f2", "|b1", "<i4", "<i8"
-std::string type_name(ElementType type);  // "float32", "float16", "bool", "int32", "int64", for messages
+std::string descr_of(ElementType type);  // "<f4", "<f2", "|b1", "<i4", "<i8", "|u1", "<u2"
+std::string type_name(ElementType type);  // "float32", "float16", "bool", "int32", ..., "uint16", for messages
 std::string shape_text(const std::vector<std::int64_t>& shape);  // "[2, 3]", for messages
 
 struct Array {

@@ -34,8 +34,9 @@ constexpr Dtype dtypes[] = {
     {"F32", npy::ElementType::f32, 4},       {"F16", npy::ElementType::f16, 2},
     {"BOOL", npy::ElementType::boolean, 1},  {"I32", npy::ElementType::i32, 4},
     {"I64", npy::ElementType::i64, 8},       bf16,
+    {"U8", npy::ElementType::u8, 1},         {"U16", npy::ElementType::u16, 2},
 };
-constexpr std::string_view supported = "F32, F16, BF16, BOOL, I32, I64";
+constexpr std::string_view supported = "F32, F16, BF16, BOOL, I32, I64, U8, U16";
 
 std::string_view dtype_name(npy::ElementType type) {
     for (const Dtype& d : dtypes)

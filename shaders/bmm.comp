@@ -10,10 +10,11 @@
 // Each invocation owns TM rows × 4·TN4 columns in registers, fed by vec4 loads along K so that one
 // load serves 4·TN4 (or TM) FMAs. Variants (see engine/attention/tuning.cpp):
 //   TEXEL (define)       A and B through uniform texel buffers (RGBA32F / RGBA16F views): the
-//                        vectorised sampler path; needs 4-aligned rows. Otherwise scalar SSBO loads.
-//   A_F16/B_F16/C_F16    16-bit storage of the SSBO operands / of C.
+//                        vectorised sampler path; needs 4-aligned rows. Otherwise SSBO words decoded
+//                        by type (A_TYPE, B_TYPE spec constants: common/typed_load.glsl), any
+//                        storage type (B = K or V may be one of ggml's blocks).
+//   OUT_F16/OUT_BF16     C's storage (common/typed_store.glsl).
 //   SHARED_TILES (spec)  stage K-slices of A and B through shared memory (GPUs gain; lavapipe loses).
-#extension GL_EXT_shader_16bit_storage : enable
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/bmm_params.glsl"
@@ -40,37 +41,20 @@ layout(set = 0, binding = 2) uniform samplerBuffer b_texels;
 vec4 load_a4(uint index, uint valid) { return texelFetch(a_texels, int(index >> 2)); }
 vec4 load_b4(uint index, uint valid) { return texelFetch(b_texels, int(index >> 2)); }
 #else
-#ifdef A_F16
-layout(std430, set = 0, binding = 1) readonly buffer ABuffer { float16_t a_data[]; };
-#else
-layout(std430, set = 0, binding = 1) readonly buffer ABuffer { float a_data[]; };
-#endif
-#ifdef B_F16
-layout(std430, set = 0, binding = 2) readonly buffer BBuffer { float16_t b_data[]; };
-#else
-layout(std430, set = 0, binding = 2) readonly buffer BBuffer { float b_data[]; };
-#endif
-vec4 load_a4(uint index, uint valid) {
-    vec4 v = vec4(0.0);
-    [[unroll]] for (uint c = 0u; c < 4u; ++c)
-        if (c < valid) v[c] = float(a_data[index + c]);
-    return v;
-}
-vec4 load_b4(uint index, uint valid) {
-    vec4 v = vec4(0.0);
-    [[unroll]] for (uint c = 0u; c < 4u; ++c)
-        if (c < valid) v[c] = float(b_data[index + c]);
-    return v;
-}
+layout(constant_id = 9) const uint A_TYPE = 0;   // common/storage_types.glsl
+layout(constant_id = 10) const uint B_TYPE = 0;
+#define TL_NAME load_a4
+#define TL_SLOT 1
+#define TL_TYPE A_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_b4
+#define TL_SLOT 2
+#define TL_TYPE B_TYPE
+#include "common/typed_load.glsl"
 #endif
 
-#ifdef C_F16
-layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float16_t c_data[]; };
-#define C_TYPE float16_t
-#else
-#define C_TYPE float
-layout(std430, set = 0, binding = 3) writeonly buffer CBuffer { float c_data[]; };
-#endif
+#define OUT_SLOT 3
+#include "common/typed_store.glsl"
 
 layout(std430, set = 0, binding = 4) readonly buffer Addend { float addend[]; };  // fp32 bias or residual
 
@@ -172,7 +156,7 @@ void main() {
         [[unroll]] for (uint j = 0u; j < TN; ++j) {
             const uint col = col0 + j;
             const float add = ADD == 1u ? addend[col] : ADD == 2u ? addend[r_row + col] : 0.0;
-            if (col < N) c_data[c_row + col] = C_TYPE(alpha * acc[i][j / 4u][j % 4u] + add);
+            if (col < N) store_out(c_row + col, alpha * acc[i][j / 4u][j % 4u] + add);
         }
     }
 }

@@ -7,7 +7,6 @@
 // The head's attention sink, left out of every split, joins the sum here exactly once:
 //   lse = log(e^sink + Σ_s e^(lse_s)).
 // Varlen: O and LSE rows are packed (common/varlen.glsl); rows past a sequence are not stored.
-#extension GL_EXT_shader_16bit_storage : enable
 
 #include "common/combine_params.glsl"
 
@@ -17,13 +16,8 @@ layout(constant_id = 0) const uint WG = 64;
 
 layout(std430, set = 0, binding = 1) readonly buffer PartialO { float partial_o[]; };
 layout(std430, set = 0, binding = 2) readonly buffer PartialLse { float partial_lse[]; };
-#ifdef OUT_F16
-layout(std430, set = 0, binding = 3) writeonly buffer OBuffer { float16_t o_data[]; };
-#define OUT_TYPE float16_t
-#else
-layout(std430, set = 0, binding = 3) writeonly buffer OBuffer { float o_data[]; };
-#define OUT_TYPE float
-#endif
+#define OUT_SLOT 3
+#include "common/typed_store.glsl"
 layout(std430, set = 0, binding = 4) writeonly buffer Lse { float lse[]; };
 layout(std430, set = 0, binding = 5) readonly buffer HeadTerms { float head_terms[]; };  // [Hq] slopes, [Hq] sinks
 layout(std430, set = 0, binding = 6) readonly buffer CuSeqlensQ { int cu_q[]; };
@@ -70,7 +64,7 @@ void main() {
                 const float x = partial_lse[lse_row + s * P.lse_split_stride];
                 if (x != MASKED) acc += exp(x - m) * partial_o[o_part + s * P.o_split_stride + col];
             }
-        o_data[o_row + col] = OUT_TYPE(poisoned ? quiet_nan() : acc * inv);
+        store_out(o_row + col, poisoned ? quiet_nan() : acc * inv);
     }
     if (gl_LocalInvocationID.x == 0u)
         lse[tensor_index(P.lse, b, h, row)] = poisoned ? quiet_nan() : empty ? negative_infinity() : m + log(total);

@@ -42,7 +42,6 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : enable
-#extension GL_EXT_shader_16bit_storage : enable
 
 #include "common/flash_params.glsl"
 
@@ -65,38 +64,72 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 #endif
 
 // K and V are read as (pool, element index): the pool is 0 unless PAGED binds several. K's pools 1-3
-// are bindings 10-12, V's 13-15.
+// are bindings 10-12, V's 13-15. TEXEL variants read f32/f16 Q, K, V through float texel views (the
+// view's format converts); the others read 32-bit words and decode any storage type, each operand's
+// own (Q_TYPE, K_TYPE, V_TYPE: common/typed_load.glsl), so bf16 and ggml's blocks dequantize in
+// registers as they load.
 #ifdef TEXEL
-#define LOADER(name, slot)                                            \
+#define LOADER(name, slot, type)                                      \
     layout(set = 0, binding = slot) uniform samplerBuffer name##_texels; \
     vec4 name(uint index, uint valid) { return texelFetch(name##_texels, int(index >> 2)); }
 #else
-#ifdef IN_F16
-#define IN_TYPE float16_t
-#else
-#define IN_TYPE float
+layout(constant_id = 11) const uint Q_TYPE = 0;
+layout(constant_id = 12) const uint K_TYPE = 0;
+layout(constant_id = 13) const uint V_TYPE = 0;
 #endif
-#define LOADER(name, slot)                                                  \
-    layout(std430, set = 0, binding = slot) readonly buffer name##_buffer { \
-        IN_TYPE name##_data[];                                              \
-    };                                                                      \
-    vec4 name(uint index, uint valid) {                                     \
-        vec4 v = vec4(0.0);                                                 \
-        [[unroll]] for (uint c = 0u; c < 4u; ++c)                           \
-            if (c < valid) v[c] = float(name##_data[index + c]);            \
-        return v;                                                           \
-    }
-#endif
-LOADER(load_q4, 1)
-LOADER(load_k4_0, 2)
-LOADER(load_v4_0, 3)
+#ifdef TEXEL
+LOADER(load_q4, 1, Q_TYPE)
+LOADER(load_k4_0, 2, K_TYPE)
+LOADER(load_v4_0, 3, V_TYPE)
 #ifdef PAGED
-LOADER(load_k4_1, 10)
-LOADER(load_k4_2, 11)
-LOADER(load_k4_3, 12)
-LOADER(load_v4_1, 13)
-LOADER(load_v4_2, 14)
-LOADER(load_v4_3, 15)
+LOADER(load_k4_1, 10, K_TYPE)
+LOADER(load_k4_2, 11, K_TYPE)
+LOADER(load_k4_3, 12, K_TYPE)
+LOADER(load_v4_1, 13, V_TYPE)
+LOADER(load_v4_2, 14, V_TYPE)
+LOADER(load_v4_3, 15, V_TYPE)
+#endif
+#else
+#define TL_NAME load_q4
+#define TL_SLOT 1
+#define TL_TYPE Q_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_k4_0
+#define TL_SLOT 2
+#define TL_TYPE K_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_v4_0
+#define TL_SLOT 3
+#define TL_TYPE V_TYPE
+#include "common/typed_load.glsl"
+#ifdef PAGED
+#define TL_NAME load_k4_1
+#define TL_SLOT 10
+#define TL_TYPE K_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_k4_2
+#define TL_SLOT 11
+#define TL_TYPE K_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_k4_3
+#define TL_SLOT 12
+#define TL_TYPE K_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_v4_1
+#define TL_SLOT 13
+#define TL_TYPE V_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_v4_2
+#define TL_SLOT 14
+#define TL_TYPE V_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_v4_3
+#define TL_SLOT 15
+#define TL_TYPE V_TYPE
+#include "common/typed_load.glsl"
+#endif
+#endif
+#ifdef PAGED
 vec4 load_k4(uint pool, uint index, uint valid) {
     if (POOLS == 1u || pool == 0u) return load_k4_0(index, valid);
     if (pool == 1u) return load_k4_1(index, valid);
@@ -114,13 +147,8 @@ vec4 load_k4(uint pool, uint index, uint valid) { return load_k4_0(index, valid)
 vec4 load_v4(uint pool, uint index, uint valid) { return load_v4_0(index, valid); }
 #endif
 
-#ifdef OUT_F16
-layout(std430, set = 0, binding = 4) writeonly buffer OBuffer { float16_t o_data[]; };
-#define OUT_TYPE float16_t
-#else
-layout(std430, set = 0, binding = 4) writeonly buffer OBuffer { float o_data[]; };
-#define OUT_TYPE float
-#endif
+#define OUT_SLOT 4
+#include "common/typed_store.glsl"
 layout(std430, set = 0, binding = 5) writeonly buffer Lse { float lse[]; };
 layout(std430, set = 0, binding = 6) readonly buffer KvLengths { int kv_lengths[]; };
 layout(std430, set = 0, binding = 7) readonly buffer BoolMask { uint bool_words[]; };
@@ -442,7 +470,7 @@ void main() {
         [[unroll]] for (uint t = 0u; t < DV4; ++t) {
             const uint col = col_base + 4u * (lane + SG * t);
             [[unroll]] for (uint c = 0u; c < 4u; ++c)
-                if (col + c < Dv) o_data[o_row + col + c] = OUT_TYPE(loud ? quiet_nan() : o[r][t][c] * inv);
+                if (col + c < Dv) store_out(o_row + col + c, loud ? quiet_nan() : o[r][t][c] * inv);
         }
         if (lane == 0u && col_base == 0u)
             lse[tensor_index(P.lse, b, h, row) + split_index * P.lse_split_stride] =

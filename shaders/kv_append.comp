@@ -10,45 +10,87 @@
 // over several bindings takes one dispatch per binding; rows of other pools are skipped there). A
 // row whose table entry names no block is dropped (the host refuses such an append first).
 // Packed new rows (varlen): sequence b's rows start where the uploaded offsets say.
-// Workgroups: (t - first_new, unit) for rows, one invocation per sequence for ADVANCE; the lanes of a row's
-// workgroup walk its features.
-#extension GL_EXT_shader_16bit_storage : enable
+// Workgroups: (t - first_new, unit) for rows, one invocation per sequence for ADVANCE.
+// Types: the new rows are any float type (IN_TYPE, read as words: common/typed_load.glsl); the cache
+// is f32 (the default variant: 32-bit stores) or any 16-bit-aligned type (HALVES: f16, bf16 and
+// ggml's blocks, stored as 16-bit halves, which needs storageBuffer16BitAccess), OUT_TYPE. The lanes
+// of a row's workgroup walk its features; for a block type each lane quantizes whole blocks of 32
+// with ggml's reference rounding (common/quantize.glsl), so rows come out bit for bit the blocks
+// vkattn::quantize_row writes. Every block starts on an even byte, so no two lanes share a half.
 
 #include "common/kv_append_params.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 
-#ifdef IN_F16
-#define IN_TYPE float16_t
-#else
-#define IN_TYPE float
-#endif
-#ifdef OUT_F16
-#define OUT_TYPE float16_t
-#else
-#define OUT_TYPE float
-#endif
-
-// A conversion only between different types (glslang would emit an invalid half-to-half FConvert).
-#if defined(IN_F16) == defined(OUT_F16)
-#define STORED(x) (x)
-#else
-#define STORED(x) OUT_TYPE(x)
-#endif
-
 #ifdef ADVANCE
 layout(std430, set = 0, binding = 5) buffer Lengths { int lengths[]; };
 #else
-layout(std430, set = 0, binding = 1) readonly buffer KNew { IN_TYPE k_new[]; };
-layout(std430, set = 0, binding = 2) readonly buffer VNew { IN_TYPE v_new[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer KCache { OUT_TYPE k_cache[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer VCache { OUT_TYPE v_cache[]; };
+layout(constant_id = 1) const uint IN_TYPE = 0;   // common/storage_types.glsl
+layout(constant_id = 2) const uint OUT_TYPE = 0;
+#define TL_NAME load_k_new
+#define TL_SLOT 1
+#define TL_TYPE IN_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_v_new
+#define TL_SLOT 2
+#define TL_TYPE IN_TYPE
+#include "common/typed_load.glsl"
+#ifdef HALVES
+#extension GL_EXT_shader_16bit_storage : require
+#include "common/float_bits.glsl"
+#include "common/quantize.glsl"
+layout(std430, set = 0, binding = 3) writeonly buffer KCache { uint16_t k_cache[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer VCache { uint16_t v_cache[]; };
+#else
+layout(std430, set = 0, binding = 3) writeonly buffer KCache { float k_cache[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer VCache { float v_cache[]; };
+#endif
 layout(std430, set = 0, binding = 5) readonly buffer Lengths { int lengths[]; };
 #endif
 layout(std430, set = 0, binding = 6) readonly buffer Counts { int counts[]; };
 #if defined(PAGED) && !defined(ADVANCE)
 layout(std430, set = 0, binding = 7) readonly buffer BlockTable { int block_table[]; };
+#endif
+
+#ifndef ADVANCE
+float load_new(bool v, uint index) { return v ? load_v_new(index, 1u).x : load_k_new(index, 1u).x; }
+
+// One row of D features from element `from` of the new rows into element `to` of the cache.
+void store_row(bool v, uint to, uint from, uint D) {
+#ifdef HALVES
+    if (OUT_TYPE == TYPE_F16 || OUT_TYPE == TYPE_BF16) {
+        for (uint d = gl_LocalInvocationID.x; d < D; d += WG) {
+            const float x = load_new(v, from + d);
+            const uint h = OUT_TYPE == TYPE_F16 ? half_bits(x) : bf16_bits(x);
+            if (v) v_cache[to + d] = uint16_t(h);
+            else k_cache[to + d] = uint16_t(h);
+        }
+        return;
+    }
+    const uint halves_per_block = block_halves(OUT_TYPE);
+    for (uint blk = gl_LocalInvocationID.x; blk < D / 32u; blk += WG) {
+        float x[32];
+        [[unroll]] for (uint j = 0u; j < 32u; j += 4u) {
+            const vec4 x4 = v ? load_v_new(from + 32u * blk + j, 4u) : load_k_new(from + 32u * blk + j, 4u);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) x[j + c] = x4[c];
+        }
+        uint halves[17];
+        quantize_block(OUT_TYPE, x, halves);
+        const uint at = ((to >> 5) + blk) * halves_per_block;  // `to` starts a block: D is whole blocks
+        [[unroll]] for (uint i = 0u; i < 17u; ++i)
+            if (i < halves_per_block) {
+                if (v) v_cache[at + i] = uint16_t(halves[i]);
+                else k_cache[at + i] = uint16_t(halves[i]);
+            }
+    }
+#else
+    for (uint d = gl_LocalInvocationID.x; d < D; d += WG) {
+        if (v) v_cache[to + d] = load_new(true, from + d);
+        else k_cache[to + d] = load_new(false, from + d);
+    }
+#endif
+}
 #endif
 
 uint length_of(uint b) { return uint(clamp(lengths[b], 0, int(P.capacity))); }
@@ -83,7 +125,7 @@ void main() {
 #endif
     const uint from = first_new_row(b) + t;
     const uint k_from = tensor_index(P.k_new, b, h, from), v_from = tensor_index(P.v_new, b, h, from);
-    for (uint d = gl_LocalInvocationID.x; d < P.Dk; d += WG) k_cache[k_to + d] = STORED(k_new[k_from + d]);
-    for (uint d = gl_LocalInvocationID.x; d < P.Dv; d += WG) v_cache[v_to + d] = STORED(v_new[v_from + d]);
+    store_row(false, k_to, k_from, P.Dk);
+    store_row(true, v_to, v_from, P.Dv);
 #endif
 }

@@ -105,14 +105,13 @@ public:
                  std::uint32_t splits)
         : p_(p), ops_(operands), config_(config), splits_(splits),
           caps_(runtime.device().caps()), limit_(runtime.max_binding_bytes()), align_(binding_alignment(caps_)),
-          texel_limit_(caps_.max_texel_buffer_elements * (p.dtype == DType::f32 ? 16 : 8)) {}
+          texel_elements_(caps_.max_texel_buffer_elements) {}
 
     FusedSlices slices(const Chunk& c) const {
-        const std::uint64_t eb = size_of(p_.dtype);
         const Box qb = fused_query_box(c, p_);
         FusedSlices s;
-        s.q = ops_.q.slice(p_.Dk, qb, eb, align_);
-        s.o = ops_.o.slice(p_.Dv, qb, eb, align_);
+        s.q = ops_.q.slice(p_.Dk, qb, unit_of(p_.dtype), align_);
+        s.o = ops_.o.slice(p_.Dv, qb, unit_of(p_.dtype), align_);
         s.lse = ops_.lse.slice(1, qb, 4, align_);
         return s;
     }
@@ -120,11 +119,10 @@ public:
     // K, V and the masks' columns for one binding's keys; the kernel indexes all of them by absolute
     // key index.
     KeySlices key_slices(const Chunk& c, Features keys) const {
-        const std::uint64_t eb = size_of(p_.dtype);
         const Box kb = fused_kv_box(c, p_, keys);
         KeySlices s;
-        s.k = ops_.k.slice(p_.Dk, kb, eb, align_);
-        s.v = ops_.v.slice(p_.Dv, kb, eb, align_);
+        s.k = ops_.k.slice(p_.Dk, kb, unit_of(p_.k_dtype), align_);
+        s.v = ops_.v.slice(p_.Dv, kb, unit_of(p_.v_dtype), align_);
         s.masks = mask_slices(p_, ops_, fused_query_box(c, p_), align_, keys);
         return s;
     }
@@ -143,21 +141,23 @@ public:
         if (c.units > caps_.max_workgroup_count[1] || c.rows > caps_.max_workgroup_count[0]) return "the workgroup grid";
         if (keys.per_binding > caps_.max_workgroup_count[2]) return "the split count";
         if (keys.split_mode() && partial_o_bytes(c, keys) > limit_) return "the split partial outputs";
-        auto over = [&](const Slice& slice, bool texel) { return slice.range > limit_ || (texel && slice.range > texel_limit_); };
+        auto over = [&](const Slice& slice, std::optional<DType> texel) {
+            return slice.range > limit_ || (texel && slice.range > texel_limit(*texel));
+        };
         const FusedSlices s = slices(c);
-        if (over(s.q, config_.texel)) return "q";
-        if (over(s.o, false)) return "o";
-        if (over(s.lse, false)) return "lse";
+        if (over(s.q, q_texel())) return "q";
+        if (over(s.o, {})) return "o";
+        if (over(s.lse, {})) return "lse";
         if (ops_.paged) {  // each pool is bound whole
-            if (over(whole(ops_.paged->k_pool_bytes), config_.texel)) return "k_pools";
-            if (over(whole(ops_.paged->v_pool_bytes), config_.texel)) return "v_pools";
+            if (over(whole(ops_.paged->k_pool_bytes), k_texel())) return "k_pools";
+            if (over(whole(ops_.paged->v_pool_bytes), v_texel())) return "v_pools";
         }
         for (std::uint32_t binding = 0; binding < keys.bindings(); ++binding) {
             const KeySlices k = key_slices(c, keys.keys(binding, p_.Nkv));
-            if (!ops_.paged && over(k.k, config_.texel)) return "k";
-            if (!ops_.paged && over(k.v, config_.texel)) return "v";
-            if (over(k.masks.bool_mask, false)) return "bool_mask";
-            if (over(k.masks.float_mask, false)) return "float_mask";
+            if (!ops_.paged && over(k.k, k_texel())) return "k";
+            if (!ops_.paged && over(k.v, v_texel())) return "v";
+            if (over(k.masks.bool_mask, {})) return "bool_mask";
+            if (over(k.masks.float_mask, {})) return "float_mask";
         }
         return nullptr;
     }
@@ -175,19 +175,19 @@ public:
         if (p_.packed_q) {
             const FusedSlices s = slices({0, 1, 0, 1});
             const KeySlices k = key_slices({0, 1, 0, 1}, {0, p_.Nkv});
-            auto check = [&](const Slice& slice, bool texel, const char* name) {
-                if (slice.range > limit_ || (texel && slice.range > texel_limit_))
+            auto check = [&](const Slice& slice, std::optional<DType> texel, const char* name) {
+                const std::uint64_t most = texel ? std::min(limit_, texel_limit(*texel)) : limit_;
+                if (slice.range > most)
                     throw ResourceLimit(std::string(name) + ": a packed (varlen) tensor is bound whole, and its " +
                                         std::to_string(slice.range) + " bytes pass the device's binding limit of " +
-                                        std::to_string(texel ? std::min(limit_, texel_limit_) : limit_) +
-                                        " bytes; run the sequences in several calls.");
+                                        std::to_string(most) + " bytes; run the sequences in several calls.");
             };
-            check(s.q, config_.texel, "q");
-            check(s.o, false, "o");
-            check(s.lse, false, "lse");
+            check(s.q, q_texel(), "q");
+            check(s.o, {}, "o");
+            check(s.lse, {}, "lse");
             if (p_.packed_k) {
-                check(k.k, config_.texel, "k");
-                check(k.v, config_.texel, "v");
+                check(k.k, k_texel(), "k");
+                check(k.v, v_texel(), "v");
             }
         }
         const std::int64_t key_block = config_.key_block();
@@ -220,13 +220,20 @@ public:
     }
 
 private:
+    // The view format of an operand the config reads through texels (none when it reads words).
+    std::optional<DType> q_texel() const { return config_.texel ? std::optional(p_.dtype) : std::nullopt; }
+    std::optional<DType> k_texel() const { return config_.texel ? std::optional(p_.k_dtype) : std::nullopt; }
+    std::optional<DType> v_texel() const { return config_.texel ? std::optional(p_.v_dtype) : std::nullopt; }
+    // Bytes of the largest texel view of a dtype: maxTexelBufferElements vec4s.
+    std::uint64_t texel_limit(DType t) const { return texel_elements_ * (t == DType::f32 ? 16 : 8); }
+
     const Problem& p_;
     Operands ops_;
     const FusedConfig& config_;
     std::uint32_t splits_;
     const vk::DeviceCaps& caps_;
     std::uint64_t limit_, align_;
-    std::uint64_t texel_limit_;  // bytes of the largest texel view (maxTexelBufferElements vec4s)
+    std::uint64_t texel_elements_;
 };
 
 Varlen varlen(const Problem& p) {
@@ -263,7 +270,7 @@ public:
         const bool split = keys.split_mode();
         const Problem& p = p_;
         const std::optional<PagedOperands>& paged = planner_.paged();
-        const vk::Kernel& flash = flash_kernel(runtime_, config_, p.dtype, split, paged ? paged->pools : 0);
+        const vk::Kernel& flash = flash_kernel(runtime_, config_, operand_types(p), split, paged ? paged->pools : 0);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);
@@ -297,7 +304,7 @@ public:
                     params.paged = paged->addressing;
                     bind_pools(main, d, *paged);
                 } else {
-                    main.bindings = {bind(2, *d.k, k.k, p.dtype), bind(3, *d.v, k.v, p.dtype)};
+                    main.bindings = {bind(2, *d.k, k.k, p.k_dtype), bind(3, *d.v, k.v, p.v_dtype)};
                 }
                 main.bindings.insert(main.bindings.end(), {bind(1, *d.q, s.q, p.dtype),
                                  split ? bind(4, *o_partial, o_part) : bind(4, *d.o, s.o),
@@ -346,8 +353,8 @@ private:
             const std::uint32_t pool = i < paged.pools ? i : 0;
             const Slice k{d.k_pool_offsets[pool], whole(paged.k_pool_bytes).range, {}};
             const Slice v{d.v_pool_offsets[pool], whole(paged.v_pool_bytes).range, {}};
-            dispatch.bindings.push_back(bind(i == 0 ? 2 : 9 + i, *d.k_pools[pool], clamp_to(k, *d.k_pools[pool]), p_.dtype));
-            dispatch.bindings.push_back(bind(i == 0 ? 3 : 12 + i, *d.v_pools[pool], clamp_to(v, *d.v_pools[pool]), p_.dtype));
+            dispatch.bindings.push_back(bind(i == 0 ? 2 : 9 + i, *d.k_pools[pool], clamp_to(k, *d.k_pools[pool]), p_.k_dtype));
+            dispatch.bindings.push_back(bind(i == 0 ? 3 : 12 + i, *d.v_pools[pool], clamp_to(v, *d.v_pools[pool]), p_.v_dtype));
         }
         dispatch.bindings.push_back(bind(16, *d.block_table, d.table_slice));
     }

@@ -10,20 +10,17 @@ namespace vkattn::detail {
 Operands own_buffer_operands(const Problem& p, const std::array<std::int64_t, 4>& q_strides,
                              const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
                              const std::array<std::int64_t, 4>& o_strides) {
-    const auto eb = static_cast<std::int64_t>(size_of(p.dtype));
     auto operand = [&](const std::array<std::int64_t, 4>& strides, const std::array<std::int64_t, 4>& shape,
-                       std::int64_t element_bytes) {
-        const std::int64_t span = TensorView{nullptr, p.dtype, shape, strides}.span();
-        const auto bytes = static_cast<std::uint64_t>(checked_mul(span, element_bytes, "tensor size"));
-        return Operand{strides, 0, allocated_bytes(bytes)};
+                       DType dtype) {
+        return Operand{strides, 0, allocated_bytes(span_bytes(dtype, shape, strides))};
     };
     Operands ops;
-    ops.q = operand(q_strides, {p.B, p.Hq, p.Nq, p.Dk}, eb);
-    ops.k = operand(k_strides, {p.B, p.Hkv, p.Nkv, p.Dk}, eb);
-    ops.v = operand(v_strides, {p.B, p.Hkv, p.Nkv, p.Dv}, eb);
-    ops.o = operand(o_strides, {p.B, p.Hq, p.Nq, p.Dv}, eb);
-    ops.lse = operand({p.Hq * p.Nq, p.Nq, 1, 0}, {p.B, p.Hq, p.Nq, 1}, 4);
-    ops.weights = operand({p.Hq * p.Nq * p.Nkv, p.Nq * p.Nkv, p.Nkv, 1}, {p.B, p.Hq, p.Nq, p.Nkv}, 4);
+    ops.q = operand(q_strides, {p.B, p.Hq, p.Nq, p.Dk}, p.dtype);
+    ops.k = operand(k_strides, {p.B, p.Hkv, p.Nkv, p.Dk}, p.k_dtype);
+    ops.v = operand(v_strides, {p.B, p.Hkv, p.Nkv, p.Dv}, p.v_dtype);
+    ops.o = operand(o_strides, {p.B, p.Hq, p.Nq, p.Dv}, p.dtype);
+    ops.lse = operand({p.Hq * p.Nq, p.Nq, 1, 0}, {p.B, p.Hq, p.Nq, 1}, DType::f32);
+    ops.weights = operand({p.Hq * p.Nq * p.Nkv, p.Nq * p.Nkv, p.Nkv, 1}, {p.B, p.Hq, p.Nq, p.Nkv}, DType::f32);
     ops.bool_mask = {p.bool_mask.strides, 0, allocated_bytes(static_cast<std::uint64_t>(p.bool_mask.elements))};
     ops.float_mask = {p.float_mask.strides, 0, allocated_bytes(static_cast<std::uint64_t>(p.float_mask.elements) * 4)};
     return ops;

@@ -33,10 +33,10 @@ struct Operand {
         return op;
     }
 
-    Slice slice(std::int64_t row_length, const Box& box, std::uint64_t element_bytes, std::uint64_t alignment) const {
-        return slice(Features{0, row_length}, box, element_bytes, alignment, Indexing::absolute);
+    Slice slice(std::int64_t row_length, const Box& box, Unit unit, std::uint64_t alignment) const {
+        return slice(Features{0, row_length}, box, unit, alignment, Indexing::absolute);
     }
-    Slice slice(Features features, const Box& box, std::uint64_t element_bytes, std::uint64_t alignment,
+    Slice slice(Features features, const Box& box, Unit unit, std::uint64_t alignment,
                 Indexing indexing) const {
         Box rows = box;
         if (packed_rows > 0) {
@@ -44,7 +44,7 @@ struct Operand {
             rows.n0 = 0;
             rows.n1 = packed_rows - 1;
         }
-        return slice_of(strides, features, rows, element_bytes, alignment, buffer_bytes, indexing, base);
+        return slice_of(strides, features, rows, unit, alignment, buffer_bytes, indexing, base);
     }
 };
 

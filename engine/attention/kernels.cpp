@@ -9,24 +9,47 @@ namespace vkattn::detail {
 namespace {
 
 // bmm.comp's constant_ids.
-enum BmmConstant : std::uint32_t { kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd };
+enum BmmConstant : std::uint32_t {
+    kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType
+};
 
-std::string bmm_variant(bool texel, DType a, DType b, DType c) {
-    auto bits = [](DType t) { return t == DType::f32 ? "32" : "16"; };
-    if (texel) return std::string("bmm_texel_c") + bits(c);
-    const std::string name = std::string("bmm_ssbo_a") + bits(a) + "b" + bits(b) + "c" + bits(c);
-    if (name != "bmm_ssbo_a32b32c32" && name != "bmm_ssbo_a16b16c32" && name != "bmm_ssbo_a32b16c16" &&
-        name != "bmm_ssbo_a32b16c32" && name != "bmm_ssbo_a16b16c16")
-        throw Error("internal: no bmm variant " + name + ".");
-    return name;
+// An output's storage in a variant's name: "32", "16", "bf16".
+std::string out_suffix(DType t) {
+    if (t == DType::f32) return "32";
+    if (t == DType::f16) return "16";
+    if (t == DType::bf16) return "bf16";
+    throw Error("internal: no shader writes " + to_string(t) + ".");
+}
+
+// Texel variants read float views: only f32 and f16.
+void check_texel_inputs(std::initializer_list<DType> inputs) {
+    for (const DType t : inputs)
+        if (t != DType::f32 && t != DType::f16) throw Error("internal: a texel variant cannot read " + to_string(t) + ".");
 }
 
 }  // namespace
 
+std::uint32_t shader_type_code(DType t) {
+    switch (t) {  // common/storage_types.glsl
+        case DType::f32: return 0;
+        case DType::f16: return 1;
+        case DType::bf16: return 2;
+        case DType::q8_0: return 3;
+        case DType::q4_0: return 4;
+        case DType::q4_1: return 5;
+        case DType::q5_0: return 6;
+        case DType::q5_1: return 7;
+        case DType::iq4_nl: return 8;
+        default: break;
+    }
+    throw Error("internal: no shader reads " + to_string(t) + ".");
+}
+
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, bool b_transposed, DType a, DType b, DType out,
                              BmmAdd add) {
-    const vk::KernelKey key{
-        .shader = bmm_variant(c.texel, a, b, out),
+    if (c.texel) check_texel_inputs({a, b});
+    vk::KernelKey key{
+        .shader = std::string(c.texel ? "bmm_texel_c" : "bmm_words_c") + out_suffix(out),
         .constants = {
             {.id = kWorkgroup, .value = c.wg_m * c.wg_n},
             {.id = kWgM, .value = c.wg_m},
@@ -38,6 +61,9 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, bool b_transp
             {.id = kKs4, .value = c.ks4},
             {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
         }};
+    if (!c.texel)
+        key.constants.insert(key.constants.end(), {{.id = kAType, .value = shader_type_code(a)},
+                                                   {.id = kBType, .value = shader_type_code(b)}});
     return runtime.kernels().get(key);
 }
 
@@ -49,19 +75,19 @@ const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& c) {
     return runtime.kernels().get(key);
 }
 
-const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dtype, bool split,
+const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
                                std::uint32_t paged_pools) {
     // flash.comp's constant_ids.
     enum FlashConstant : std::uint32_t {
-        kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups, kStage, kKd4, kVw4, kPools
+        kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups, kStage, kKd4, kVw4, kPools,
+        kQType, kKType, kVType
     };
     if (paged_pools > kMaxPagedPools) throw Error("internal: flash.comp binds at most 4 pools.");
-    const bool out16 = dtype == DType::f16 && !split;  // split partials are fp32
+    if (c.texel) check_texel_inputs({types.q, types.k, types.v});
+    const DType out = split ? DType::f32 : types.q;  // split partials are fp32
     std::string shader = paged_pools > 0 ? "flash_paged_" : "flash_";
-    if (c.texel) shader += out16 ? "texel_o16" : "texel_o32";
-    else if (dtype == DType::f32) shader += "ssbo_in32_o32";
-    else shader += out16 ? "ssbo_in16_o16" : "ssbo_in16_o32";
-    const vk::KernelKey key{
+    shader += (c.texel ? "texel_o" : "words_o") + out_suffix(out);
+    vk::KernelKey key{
         .shader = shader,
         .constants = {
             {.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
@@ -77,25 +103,27 @@ const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, DType dty
             {.id = kPools, .value = std::max(paged_pools, 1u)},
         },
         .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+    if (!c.texel)
+        key.constants.insert(key.constants.end(), {{.id = kQType, .value = shader_type_code(types.q)},
+                                                   {.id = kKType, .value = shader_type_code(types.k)},
+                                                   {.id = kVType, .value = shader_type_code(types.v)}});
     return runtime.kernels().get(key);
 }
 
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     const vk::KernelKey key{
-        .shader = dtype == DType::f32 ? "combine_o32" : "combine_o16",
+        .shader = "combine_o" + out_suffix(dtype),
         .constants = {{.id = 0, .value = 64}},  // WG, also the local size: columns of one row
     };
     return runtime.kernels().get(key);
 }
 
 const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out, bool paged) {
-    auto bits = [](DType t) {
-        if (t != DType::f32 && t != DType::f16) throw Error("internal: no kv_append variant for " + to_string(t) + ".");
-        return t == DType::f32 ? "32" : "16";
-    };
     const vk::KernelKey key{
-        .shader = std::string(paged ? "kv_append_paged_in" : "kv_append_in") + bits(in) + "_out" + bits(out),
-        .constants = {{.id = 0, .value = 64}},  // WG, also the local size: features of one row
+        .shader = std::string(paged ? "kv_append_paged" : "kv_append") + (out == DType::f32 ? "" : "_halves"),
+        .constants = {{.id = 0, .value = 64},  // WG, also the local size: features (or blocks) of one row
+                      {.id = 1, .value = shader_type_code(in)},
+                      {.id = 2, .value = shader_type_code(out)}},
     };
     return runtime.kernels().get(key);
 }

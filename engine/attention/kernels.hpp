@@ -2,6 +2,7 @@
 // place per shader with a named constant per field.
 #pragma once
 
+#include "attention/problem.hpp"
 #include "attention/tuning.hpp"
 #include "vk/pipeline.hpp"
 
@@ -14,16 +15,25 @@ class Runtime;
 // BmmParams::residual.
 enum class BmmAdd : std::uint32_t { none = 0, bias = 1, residual = 2 };
 
-// bmm.comp: A and B dtypes (the SSBO variants' storage), C dtype.
+// The code of a storage type in the shaders (common/storage_types.glsl).
+std::uint32_t shader_type_code(DType dtype);
+
+// bmm.comp: A's and B's storage types (texel variants: f32/f16 only), C's.
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, bool b_transposed, DType a, DType b,
                              DType c, BmmAdd add = BmmAdd::none);
 const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
 // The pools (bindings) of K and of V that the paged flash variants can read.
 constexpr std::uint32_t kMaxPagedPools = 4;
 
+// The storage types of an attention call's operands: o has q's.
+struct OperandTypes {
+    DType q = DType::f32, k = DType::f32, v = DType::f32;
+};
+inline OperandTypes operand_types(const Problem& p) { return {p.dtype, p.k_dtype, p.v_dtype}; }
+
 // flash.comp; `split` writes fp32 partials for combine.comp; `paged_pools` > 0 reads K and V from
-// that many pools of a paged cache through its block table.
-const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, DType dtype, bool split,
+// that many pools of a paged cache through its block table. Texel configs read f32/f16 only.
+const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
                                std::uint32_t paged_pools = 0);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 // kv_append.comp: rows of `in` dtype into a cache of `out` dtype (contiguous or paged); and the

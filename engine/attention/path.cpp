@@ -13,7 +13,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
                        const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
                        const AttentionOptions& options, bool paged) {
     const auto& caps = runtime.device().caps();
-    if (problem.dtype == DType::f16) vk::require_fp16_storage(caps, "dtype");
+    if (problem.dtype != DType::f32) vk::require_fp16_storage(caps, "o", problem.dtype);  // O's 16-bit stores
     std::string why_not_fused;
     auto fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, options.variant, &why_not_fused);
     const unsigned threads = std::thread::hardware_concurrency();

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "tensor/storage_rules.hpp"
 #include "vkattn/dropout.hpp"
 #include "vkattn/errors.hpp"
 
@@ -33,10 +34,10 @@ bool span_fits_64_bits(const TensorLayout& view) {
             return false;
     }
     std::int64_t bytes = 0;
-    return !__builtin_mul_overflow(end, static_cast<std::int64_t>(size_of(view.dtype)), &bytes);
+    return !__builtin_mul_overflow(end, static_cast<std::int64_t>(block_bytes(view.dtype)), &bytes);
 }
 
-void check_layout(const TensorLayout& view, const char* name, DType dtype) {
+void check_layout(const TensorLayout& view, const char* name) {
     for (int i = 0; i < 4; ++i) {
         if (view.shape[i] <= 0)
             throw InvalidArgument(name, "every dimension must be at least 1, but the shape is " +
@@ -48,9 +49,7 @@ void check_layout(const TensorLayout& view, const char* name, DType dtype) {
     if (view.strides[3] != 1)
         throw InvalidArgument(name, "the feature dimension must be contiguous (stride 1), but its "
                                     "stride is " + std::to_string(view.strides[3]) + ".");
-    if (view.dtype != dtype)
-        throw InvalidArgument(name, "its dtype is " + to_string(view.dtype) + " but q is " +
-                                        to_string(dtype) + "; q, k, v and o share one dtype.");
+    check_block_rows(name, view.dtype, view.shape, view.strides);
     if (!span_fits_64_bits(view))
         throw InvalidArgument(name, "the shape " + shape_text(view.shape) + " with strides " +
                                         shape_text(view.strides) + " spans more than 2^63 - 1 "
@@ -227,12 +226,21 @@ Problem resolve(const AttentionSpec& spec) {
     const AttentionOptions& options = spec.options;
     Problem p;
     p.dtype = q.dtype;
-    if (p.dtype != DType::f32 && p.dtype != DType::f16)
-        throw InvalidArgument("q", "its dtype is " + to_string(p.dtype) + "; attention runs on f32 or f16 tensors.");
-    check_layout(q, "q", p.dtype);
-    check_layout(k, "k", p.dtype);
-    check_layout(v, "v", p.dtype);
-    check_layout(o, "o", p.dtype);
+    p.k_dtype = k.dtype;
+    p.v_dtype = v.dtype;
+    if (!is_activation_type(p.dtype))
+        throw InvalidArgument("q", "its dtype is " + to_string(p.dtype) + "; q and o are f32, f16 or bf16.");
+    if (o.dtype != p.dtype)
+        throw InvalidArgument("o", "its dtype is " + to_string(o.dtype) + " but q's is " + to_string(p.dtype) +
+                                       "; o has q's dtype.");
+    for (const auto& [view, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}})
+        if (!is_kv_type(view->dtype))
+            throw InvalidArgument(name, "its dtype is " + to_string(view->dtype) + "; k and v are float (f32, f16, "
+                                        "bf16) or quantized (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl).");
+    check_layout(q, "q");
+    check_layout(k, "k");
+    check_layout(v, "v");
+    check_layout(o, "o");
     // A packed (varlen) output's own layout says whether its elements are distinct; its virtual
     // one shares a batch stride of 0 by design.
     const TensorLayout& o_memory = spec.varlen ? spec.varlen->o : o;

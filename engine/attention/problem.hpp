@@ -33,7 +33,8 @@ struct Problem {
     std::int64_t B = 0, Hq = 0, Hkv = 0, Nq = 0, Nkv = 0, Dk = 0, Dv = 0;
     std::int64_t group = 1;  // Hq / Hkv: query head h reads key/value head h / group
     double scale = 1.0;
-    DType dtype = DType::f32;
+    DType dtype = DType::f32;  // q's and o's (f32, f16, bf16)
+    DType k_dtype = DType::f32, v_dtype = DType::f32;  // any float or block type, each
     Causal causal = Causal::none;  // none, or on: top_left (a = offset) / bottom_right (a = len - Nq + offset)
     std::int64_t offset = 0;       // added to the alignment (options.causal_offset)
     Window window;

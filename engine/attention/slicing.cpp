@@ -1,19 +1,24 @@
 #include "attention/slicing.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 namespace vkattn::detail {
 
-Slice slice_of(const std::array<std::int64_t, 4>& strides, Features features, const Box& box,
-               std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes, Indexing indexing,
-               std::int64_t base) {
+Unit unit_of(DType dtype) { return Unit(block_bytes(dtype), block_elements(dtype)); }
+
+Slice slice_of(const std::array<std::int64_t, 4>& strides, Features features, const Box& box, Unit unit,
+               std::uint64_t alignment, std::uint64_t buffer_bytes, Indexing indexing, std::int64_t base) {
     const std::int64_t first = base + box.b0 * strides[0] + box.h0 * strides[1] + box.n0 * strides[2] +
                                features.begin * strides[3];
     const std::int64_t last = base + box.b1 * strides[0] + box.h1 * strides[1] + box.n1 * strides[2] +
                               (features.begin + features.length - 1) * strides[3];
-    const std::uint64_t first_byte = static_cast<std::uint64_t>(first) * element_bytes;
-    const std::uint64_t aligned = first_byte - first_byte % alignment;
-    const std::uint64_t end = (static_cast<std::uint64_t>(last) + 1) * element_bytes;
+    // The binding starts at the last element before `first` that begins a block on an aligned byte:
+    // every `step` elements, as `step` elements take a multiple of `alignment` bytes.
+    const std::uint64_t step = unit.elements * (alignment / std::gcd(unit.bytes, alignment));
+    const std::uint64_t start = static_cast<std::uint64_t>(first) / step * step;
+    const std::uint64_t aligned = start / unit.elements * unit.bytes;
+    const std::uint64_t end = (static_cast<std::uint64_t>(last) / unit.elements + 1) * unit.bytes;
     Slice s;
     s.offset = aligned;
     // Ranges are rounded to 16 bytes (a vec4 texel); buffers are allocated with that slack.
@@ -21,7 +26,7 @@ Slice slice_of(const std::array<std::int64_t, 4>& strides, Features features, co
     for (int i = 0; i < 4; ++i) s.desc.stride[i] = static_cast<std::uint32_t>(strides[i]);
     // origin.w is where feature 0 of row (b0, h0, n0) would be: absolute feature indices land on the
     // range's elements (the unsigned sum wraps exactly, as params.glsl says).
-    const auto begin_in_binding = static_cast<std::uint32_t>((first_byte - aligned) / element_bytes);
+    const auto begin_in_binding = static_cast<std::uint32_t>(static_cast<std::uint64_t>(first) - start);
     const auto row0 = static_cast<std::uint32_t>(box.n0);
     const auto feature0 = static_cast<std::uint32_t>(features.begin * strides[3]);
     s.desc.origin = {static_cast<std::uint32_t>(box.b0), static_cast<std::uint32_t>(box.h0),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/params.hpp"
+#include "vkattn/tensor.hpp"
 
 namespace vkattn::detail {
 
@@ -42,16 +43,27 @@ enum class Indexing : std::uint8_t {
     relative_features,
 };
 
+// How elements take bytes: `elements` consecutive elements (1, or a block of 32 for ggml's types)
+// take `bytes` bytes. A plain number is the bytes of one element.
+struct Unit {
+    std::uint64_t bytes = 4, elements = 1;
+    Unit(std::uint64_t element_bytes) : bytes(element_bytes) {}  // NOLINT: an element's bytes
+    Unit(std::uint64_t block_bytes, std::uint64_t block_elements) : bytes(block_bytes), elements(block_elements) {}
+};
+Unit unit_of(DType dtype);
+
 // strides: element strides of (b, h, n, feature); `features`: the part of each row bound.
-// `alignment`: the device's binding offset alignment; `buffer_bytes`: the buffer's size.
+// `alignment`: the device's binding offset alignment; `buffer_bytes`: the buffer's size. A block
+// type's binding starts on a block (and the alignment), so element i of the binding is in its
+// block i / 32, wherever the slice begins.
 // `base`: the element index of (0, 0, 0, 0) in the buffer, for a buffer that holds only part of a
 // tensor (a chunk's score scratch): may be negative, as long as the box lies in the buffer.
 Slice slice_of(const std::array<std::int64_t, 4>& strides, Features features, const Box& box,
-               std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes,
+               Unit unit, std::uint64_t alignment, std::uint64_t buffer_bytes,
                Indexing indexing = Indexing::absolute, std::int64_t base = 0);
 inline Slice slice_of(const std::array<std::int64_t, 4>& strides, std::int64_t row_length, const Box& box,
-                      std::uint64_t element_bytes, std::uint64_t alignment, std::uint64_t buffer_bytes) {
-    return slice_of(strides, Features{0, row_length}, box, element_bytes, alignment, buffer_bytes);
+                      Unit unit, std::uint64_t alignment, std::uint64_t buffer_bytes) {
+    return slice_of(strides, Features{0, row_length}, box, unit, alignment, buffer_bytes);
 }
 
 // Key slices: [0, total) cut into pieces of `length` (the last may be shorter).

@@ -7,8 +7,11 @@ namespace {
 
 bool is_cpu(const vk::DeviceCaps& caps) { return caps.kind == vk::DeviceKind::cpu; }
 
+// Texel variants read float views (RGBA32F, RGBA16F); every other type is read as words and decoded.
 bool texel_supported(const vk::DeviceCaps& caps, DType dtype) {
-    return dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
+    if (dtype == DType::f32) return caps.texel_rgba32f;
+    if (dtype == DType::f16) return caps.texel_rgba16f;
+    return false;
 }
 
 BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverrides& overrides) {
@@ -49,7 +52,7 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 }
 
 std::string BmmConfig::describe() const {
-    return std::string(texel ? "texel" : "ssbo") + (shared_tiles ? "/shared" : "/regs") + " " +
+    return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);
 }
 
@@ -66,14 +69,14 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
                              const std::array<std::int64_t, 4>& v_strides,
                              const VariantOverrides& overrides) {
     UnfusedConfig c;
-    const bool texel_ok = texel_supported(caps, p.dtype);
     const bool want_texel = overrides.texel_loads.value_or(true);
     // Stage 1 reads Q and K rows along Dk; stage 3 reads P rows along Nkv and V rows along Dv.
-    // A stage whose rows are not 4-aligned falls back to scalar loads; describe() reports it.
-    const bool scores_texel = want_texel && texel_ok && texel_aligned(q_strides, p.Dk) &&
-                              texel_aligned(k_strides, p.Dk);
-    const bool output_texel = want_texel && texel_ok && caps.texel_rgba32f && p.Nkv % 4 == 0 &&
-                              texel_aligned(v_strides, p.Dv);
+    // A stage whose rows are not 4-aligned, or whose operands are not f32/f16, reads words instead;
+    // describe() reports it.
+    const bool scores_texel = want_texel && texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
+                              texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk);
+    const bool output_texel = want_texel && texel_supported(caps, p.v_dtype) && caps.texel_rgba32f &&
+                              p.Nkv % 4 == 0 && texel_aligned(v_strides, p.Dv);
     c.scores = base_bmm(caps, scores_texel, overrides);
     c.output = base_bmm(caps, output_texel, overrides);
     // Subgroup reductions where the device has them; the shared-memory tree otherwise.
@@ -85,7 +88,7 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
 }
 
 std::string FusedConfig::describe() const {
-    return std::string("fused[") + (texel ? "texel" : "ssbo") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
+    return std::string("fused[") + (texel ? "texel" : "words") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
            "x" + std::to_string(subgroups) + " rows" + std::to_string(rows) + " keys" + std::to_string(key_block()) +
            " dv4=" + std::to_string(dv4) + (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") +
            (staged ? " staged kd4=" + std::to_string(kd4) : " streamed") + "]";
@@ -155,9 +158,9 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     }
     c.column_passes = (slots + c.dv4 - 1) / c.dv4;
     c.rows = std::clamp<std::uint32_t>(32 / c.dv4, 1, 8);
-    const bool texel_ok = (p.dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f) &&
-                          texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) &&
-                          texel_aligned(v_strides, p.Dv);
+    const bool texel_ok = texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
+                          texel_supported(caps, p.v_dtype) && texel_aligned(q_strides, p.Dk) &&
+                          texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
     c.texel = overrides.texel_loads.value_or(true) && texel_ok;
     return c;
 }

@@ -53,11 +53,10 @@ public:
     }
 
     ChunkSlices slices(const Chunk& c) const {
-        const std::uint64_t eb = size_of(p_.dtype);
         const Box qb = query_box(c, p_.Hq);
         ChunkSlices s;
-        s.q = ops_.q.slice(p_.Dk, qb, eb, align_);
-        s.o = ops_.o.slice(p_.Dv, qb, eb, align_);
+        s.q = ops_.q.slice(p_.Dk, qb, unit_of(p_.dtype), align_);
+        s.o = ops_.o.slice(p_.Dv, qb, unit_of(p_.dtype), align_);
         s.lse = ops_.lse.slice(1, qb, 4, align_);
         return s;
     }
@@ -72,13 +71,12 @@ public:
     }
 
     KeySliceBindings key_slice(const Chunk& c, Features keys, std::uint64_t scratch_bytes, bool whole_rows) const {
-        const std::uint64_t eb = size_of(p_.dtype);
         Box kb = kv_box(c, p_.Hq, p_.group, p_.Nkv);
         kb.n0 = keys.begin;
         kb.n1 = keys.begin + std::max<std::int64_t>(keys.length, 1) - 1;
         KeySliceBindings s;
-        s.k = ops_.k.slice(Features{0, p_.Dk}, kb, eb, align_, Indexing::relative_rows);
-        s.v = ops_.v.slice(Features{0, p_.Dv}, kb, eb, align_, Indexing::relative_rows);
+        s.k = ops_.k.slice(Features{0, p_.Dk}, kb, unit_of(p_.k_dtype), align_, Indexing::relative_rows);
+        s.v = ops_.v.slice(Features{0, p_.Dv}, kb, unit_of(p_.v_dtype), align_, Indexing::relative_rows);
         s.scores_bmm = scores(c, keys, Indexing::relative_features, scratch_bytes);
         const Features row_keys = whole_rows ? Features{0, p_.Nkv} : keys;
         s.scores_softmax = scores(c, row_keys, Indexing::absolute, scratch_bytes);
@@ -89,18 +87,19 @@ public:
     bool fits(const Chunk& c, const KeyCut& cut) const {
         if (c.units > caps_.max_workgroup_count[2] || c.units > caps_.max_workgroup_count[1]) return false;
         if (c.rows > caps_.max_workgroup_count[0]) return false;  // softmax: one workgroup per row
-        const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (p_.dtype == DType::f32 ? 16 : 8);
-        auto ok = [&](const Slice& slice, bool texel) {
+        // A texel operand's view holds maxTexelBufferElements vec4s of its dtype (texels: f32/f16).
+        auto ok = [&](const Slice& slice, bool texel, DType dtype = DType::f32) {
+            const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (dtype == DType::f32 ? 16 : 8);
             return slice.range <= limit_ && (!texel || slice.range <= texel_limit);
         };
         const std::uint64_t any = std::numeric_limits<std::uint64_t>::max();
         const ChunkSlices s = slices(c);
-        if (!ok(s.q, config_.scores.texel) || !ok(s.o, false) || !ok(s.lse, false)) return false;
+        if (!ok(s.q, config_.scores.texel, p_.dtype) || !ok(s.o, false) || !ok(s.lse, false)) return false;
         if (cut.slices.size() > 1 && accumulator_bytes(c) > limit_) return false;
         if (!cut.whole_rows && stats_bytes(c, cut) > limit_) return false;
         for (std::size_t i = 0; i < cut.slices.size(); ++i) {
             const KeySliceBindings k = key_slice(c, cut.slices[i], any, cut.whole_rows);
-            if (!ok(k.k, config_.scores.texel) || !ok(k.v, config_.output.texel) ||
+            if (!ok(k.k, config_.scores.texel, p_.k_dtype) || !ok(k.v, config_.output.texel, p_.v_dtype) ||
                 !ok(k.scores_bmm, config_.output.texel))
                 return false;
             // With whole rows the softmax's scores and masks are the same for every slice: check once.
@@ -204,7 +203,7 @@ public:
         const vk::Buffer* stats = &r.scratch(z.stats, "the softmax row statistics over key slices");
         const Problem& p = p_;
         const KeyCut& cut = plan_.cut;
-        const vk::Kernel& scores_kernel = bmm_kernel(runtime_, config_.scores, true, p.dtype, p.dtype, DType::f32);
+        const vk::Kernel& scores_kernel = bmm_kernel(runtime_, config_.scores, true, p.dtype, p.k_dtype, DType::f32);
         const vk::Kernel& softmax = softmax_kernel(runtime_, config_.softmax);
         const std::size_t n_slices = cut.slices.size();
         for (const Chunk& c : plan_.chunks) {
@@ -219,7 +218,7 @@ public:
                 params.b = keys[i].k.desc;
                 params.c = keys[i].scores_bmm.desc;
                 Dispatch stage1{.kernel = &scores_kernel, .params = params};
-                stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, keys[i].k, p.dtype),
+                stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, keys[i].k, p.k_dtype),
                                    bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend, whole(16))};
                 stage1.groups = {ceil_div(cut.slices[i].length, config_.scores.block_cols()),
                                  ceil_div(c.rows, config_.scores.block_rows()), u32(c.units)};
@@ -268,7 +267,7 @@ public:
                 const vk::Buffer& into = *accumulators[i % 2];
                 const vk::Buffer& from = *accumulators[(i + 1) % 2];
                 const DType out = last ? p.dtype : DType::f32;
-                const vk::Kernel& kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.dtype, out,
+                const vk::Kernel& kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.v_dtype, out,
                                                       first ? BmmAdd::none : BmmAdd::residual);
                 const Slice acc = whole(planner_.accumulator_bytes(c));
                 const TensorDesc acc_desc = accumulator_desc(c);
@@ -278,7 +277,7 @@ public:
                 params.c = last ? s.o.desc : acc_desc;
                 params.residual = acc_desc;
                 Dispatch stage3{.kernel = &kernel, .params = params};
-                stage3.bindings = {bind(1, scores, keys[i].scores_bmm, DType::f32), bind(2, *d.v, keys[i].v, p.dtype),
+                stage3.bindings = {bind(1, scores, keys[i].scores_bmm, DType::f32), bind(2, *d.v, keys[i].v, p.v_dtype),
                                    last ? bind(3, *d.o, s.o) : bind(3, into, acc),
                                    first ? bind(4, *no_addend, whole(16)) : bind(4, from, acc)};
                 stage3.groups = {ceil_div(p.Dv, config_.output.block_cols()),

@@ -18,8 +18,7 @@ namespace {
 // Packed new rows (varlen) are bound whole, with batch stride 0: sequence b's first row comes
 // from the uploaded offsets.
 Operand operand_of(const DeviceTensor& t, bool packed = false) {
-    const Operand op{t.strides(), static_cast<std::int64_t>(t.offset_bytes() / size_of(t.dtype())),
-                     TensorAccess::storage(t)->buffer.size()};
+    const Operand op{t.strides(), element_base(t), TensorAccess::storage(t)->buffer.size()};
     return packed ? op.packed(t.shape()[2]) : op;
 }
 
@@ -61,7 +60,7 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
     // rows; the cache rows stay one range.
     const Operand k_cache = pools ? Operand{} : operand_of(t.k_cache), v_cache = pools ? Operand{} : operand_of(t.v_cache);
     const DType cache_dtype = pools ? pools->k[0].dtype() : t.k_cache.dtype();
-    const std::uint64_t in_bytes = size_of(t.k_new.dtype()), out_bytes = size_of(cache_dtype);
+    const Unit in_bytes = unit_of(t.k_new.dtype()), out_bytes = unit_of(cache_dtype);
 
     // The new rows [t0, t0 + tn) of a chunk's units, and the chunk's cache rows.
     auto new_box = [&](const Chunk& c, std::int64_t t0, std::int64_t tn) { return query_box({c.u0, c.units, t0, tn}, Hkv); };

@@ -5,19 +5,20 @@
 #include "attention/problem.hpp"
 #include "runtime.hpp"
 #include "tensor/storage.hpp"
+#include "tensor/storage_rules.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
 namespace {
 
 // The rows' tensor checked against the cache: [batch, Hkv, rows, dim] (B sequences' rows, or one
-// packed batch of them), f32 or f16, on this context.
+// packed batch of them), f32, f16 or bf16, on this context.
 void check_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& t, std::int64_t batch,
                 const char* rows, std::int64_t dim, const char* name) {
     storage_of(t, runtime, name);
-    if (t.dtype() != DType::f32 && t.dtype() != DType::f16)
-        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + "; new keys and values are f32 or f16.");
-    if (t.dtype() == DType::f16) vk::require_fp16_storage(runtime.device().caps(), name);
+    if (!is_activation_type(t.dtype()))
+        throw InvalidArgument(name, "its dtype is " + to_string(t.dtype()) + "; new keys and values are f32, f16 or bf16 "
+                                    "(the cache quantizes them to its own type).");
     const auto& sh = t.shape();
     if (sh[0] != batch || sh[1] != cache.kv_heads || sh[3] != dim || sh[2] < 1)
         throw InvalidArgument(name, "its shape is " + shape_text(sh) + " but the cache takes [" + std::to_string(batch) +
@@ -35,6 +36,19 @@ void check_pair(const DeviceTensor& k_new, const DeviceTensor& v_new) {
 }
 
 }  // namespace
+
+void check_cache_dtype(const Runtime& runtime, DType dtype, std::int64_t dim, std::int64_t dim_v) {
+    if (!is_kv_type(dtype))
+        throw InvalidArgument("dtype", "a KV cache stores a float type (f32, f16, bf16) or one of ggml's blocks (q8_0, "
+                                       "q4_0, q4_1, q5_0, q5_1, iq4_nl), not " + to_string(dtype) + ".");
+    const auto block = static_cast<std::int64_t>(block_elements(dtype));
+    for (const auto& [d, name] : {std::pair{dim, "dim"}, std::pair{dim_v, "dim_v"}})
+        if (d % block != 0)
+            throw InvalidArgument(name, "it is " + std::to_string(d) + "; a " + to_string(dtype) + " cache stores blocks of " +
+                                            std::to_string(block) + " features, so it must be a multiple of " +
+                                            std::to_string(block) + ".");
+    if (dtype != DType::f32) vk::require_fp16_storage(runtime.device().caps(), "dtype", dtype);
+}
 
 void check_size(std::int64_t value, std::int64_t most, const char* name) {
     if (value < 1 || value > most)

@@ -30,7 +30,12 @@ struct AppendRows {
     std::vector<std::int32_t> values;  // B counts, then (mode 2) B first rows
 };
 
-// An append's k_new [B, Hkv, T, Dk] and v_new [B, Hkv, T, Dv] (f32 or f16, one dtype, this
+// A cache's storage type: any float or block type (a block type's dim and dim_v multiples of 32),
+// and 16-bit storage for all but f32 (the append stores 16-bit halves). InvalidArgument naming
+// "dtype", "dim" or "dim_v" otherwise.
+void check_cache_dtype(const Runtime& runtime, DType dtype, std::int64_t dim, std::int64_t dim_v);
+
+// An append's k_new [B, Hkv, T, Dk] and v_new [B, Hkv, T, Dv] (f32, f16 or bf16, one dtype, this
 // context) and counts (each in [0, T]; empty: T for all) checked against the cache.
 // InvalidArgument naming the argument otherwise.
 AppendRows appended_rows(const Runtime& runtime, const CacheShape& cache, const DeviceTensor& k_new,

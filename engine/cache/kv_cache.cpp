@@ -45,9 +45,7 @@ KvCache::KvCache(Context& context, const KvCacheOptions& options) : state_(std::
     detail::check_size(s.options.capacity, kMost, "capacity");
     detail::check_size(s.options.dim, kMost, "dim");
     detail::check_size(s.options.dim_v, kMost, "dim_v");
-    if (s.options.dtype != DType::f32 && s.options.dtype != DType::f16)
-        throw InvalidArgument("dtype", "a KV cache stores f32 or f16, not " + to_string(s.options.dtype) + ".");
-    if (s.options.dtype == DType::f16) vk::require_fp16_storage(detail::ContextAccess::runtime(context).device().caps(), "dtype");
+    detail::check_cache_dtype(detail::ContextAccess::runtime(context), s.options.dtype, s.options.dim, s.options.dim_v);
     const std::int64_t B = s.options.batch, H = s.options.kv_heads, N = s.options.capacity;
     s.k = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim});
     s.v = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim_v});

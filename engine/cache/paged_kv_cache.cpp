@@ -59,11 +59,13 @@ CacheShape cache_shape(const PagedKvCacheOptions& o) { return {o.batch, o.kv_hea
 // Blocks per pool: as many as one binding holds (storage range and, for the texel loads, the
 // texel count), then whole pools of them.
 std::int64_t blocks_per_pool(const Runtime& runtime, const PagedKvCacheOptions& o) {
-    const auto eb = static_cast<std::uint64_t>(size_of(o.dtype));
     const auto& caps = runtime.device().caps();
+    // Texel views exist for f32 (16 bytes per texel) and f16 (8); other types are read as words.
+    const std::uint64_t texel_bytes = o.dtype == DType::f32 ? 16 : o.dtype == DType::f16 ? 8 : 0;
     const std::uint64_t limit =
-        std::min(runtime.max_binding_bytes(), caps.max_texel_buffer_elements * 4 * eb) / 16 * 16;
-    const auto block = static_cast<std::uint64_t>(o.block_size * o.kv_heads * std::max(o.dim, o.dim_v)) * eb;
+        (texel_bytes ? std::min(runtime.max_binding_bytes(), caps.max_texel_buffer_elements * texel_bytes)
+                     : runtime.max_binding_bytes()) / 16 * 16;
+    const std::uint64_t block = storage_bytes(o.dtype, o.block_size * o.kv_heads * std::max(o.dim, o.dim_v));
     if (block > limit)
         throw ResourceLimit("block_size: one block of K or V (" + std::to_string(block) +
                             " bytes) passes the device's binding limit of " + std::to_string(limit) +
@@ -102,9 +104,7 @@ PagedKvCache::PagedKvCache(Context& context, const PagedKvCacheOptions& options)
     detail::check_size(o.max_blocks_per_seq, kMost / o.block_size, "max_blocks_per_seq");
     detail::check_size(o.dim, kMost, "dim");
     detail::check_size(o.dim_v, kMost, "dim_v");
-    if (o.dtype != DType::f32 && o.dtype != DType::f16)
-        throw InvalidArgument("dtype", "a KV cache stores f32 or f16, not " + to_string(o.dtype) + ".");
-    if (o.dtype == DType::f16) vk::require_fp16_storage(s.runtime->device().caps(), "dtype");
+    detail::check_cache_dtype(*s.runtime, o.dtype, o.dim, o.dim_v);
     const std::int64_t per_pool = detail::blocks_per_pool(*s.runtime, o);
     for (std::int64_t first = 0; first < o.num_blocks; first += per_pool) {
         const std::int64_t blocks = std::min(per_pool, o.num_blocks - first);

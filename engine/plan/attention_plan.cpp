@@ -163,7 +163,7 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
     for (const auto& [tensor, texel, name] : {std::tuple{&in.q, texel_qk, "q"}, std::tuple{&in.k, texel_qk, "k"},
                                               std::tuple{&in.v, texel_v, "v"}}) {
         if (!tensor->defined()) continue;  // paged: the pools' offsets are checked above
-        const std::uint64_t first = tensor->offset_bytes() / size_of(tensor->dtype());
+        const std::int64_t first = element_base(*tensor);
         if (texel && first % 4 != 0)
             throw InvalidArgument(name, "the plan reads it as vec4 texels, so it must start at a multiple of 4 "
                                         "elements of its memory, not at element " + std::to_string(first) +
@@ -184,8 +184,7 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
 }
 
 Operand operand(const Bound::Tensor& t, const std::array<std::int64_t, 4>& strides) {
-    return {strides, static_cast<std::int64_t>(t.tensor->offset_bytes() / size_of(t.tensor->dtype())),
-            t.storage->buffer.size()};
+    return {strides, element_base(*t.tensor), t.storage->buffer.size()};
 }
 
 }  // namespace
@@ -201,11 +200,11 @@ PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::mov
     scratch_bytes = path->scratch_bytes() + (problem.want_lse ? 0 : allocated_bytes(lse_bytes(problem)));
     // Build the main pipelines now, so the first run records only.
     if (choice.impl == Impl::unfused) {
-        bmm_kernel(rt, choice.unfused.scores, true, problem.dtype, problem.dtype, DType::f32);
+        bmm_kernel(rt, choice.unfused.scores, true, problem.dtype, problem.k_dtype, DType::f32);
         softmax_kernel(rt, choice.unfused.softmax);
-        bmm_kernel(rt, choice.unfused.output, false, DType::f32, problem.dtype, problem.dtype);
+        bmm_kernel(rt, choice.unfused.output, false, DType::f32, problem.v_dtype, problem.dtype);
     } else {
-        flash_kernel(rt, choice.fused, problem.dtype, choice.impl == Impl::split,
+        flash_kernel(rt, choice.fused, operand_types(problem), choice.impl == Impl::split,
                      spec.paged ? static_cast<std::uint32_t>(spec.paged->pools) : 0);
         if (choice.impl == Impl::split) combine_kernel(rt, problem.dtype);
     }
@@ -371,7 +370,7 @@ AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutp
                                                            std::to_string(q_batch) + ".");
         const DeviceTensor& k0 = in.paged.k_pools[0];
         spec.k = detail::paged_layout(*spec.paged, k0.dtype(), B, k0.shape()[2], k0.shape()[3]);
-        spec.v = detail::paged_layout(*spec.paged, k0.dtype(), B, k0.shape()[2], in.paged.v_pools[0].shape()[3]);
+        spec.v = detail::paged_layout(*spec.paged, in.paged.v_pools[0].dtype(), B, k0.shape()[2], in.paged.v_pools[0].shape()[3]);
     } else {
         spec.k = layout(in.k, "k");
         spec.v = layout(in.v, "v");
@@ -395,7 +394,7 @@ AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutp
     for (std::size_t i = 0; i < in.paged.v_pools.size(); ++i) read.emplace_back(&in.paged.v_pools[i], "paged.v_pools[" + std::to_string(i) + "]");
     for (const auto& [t, name] : read) {
         if (!t->defined()) continue;
-        if ((t->offset_bytes() / size_of(t->dtype())) % 4 != 0 && !spec.options.variant.texel_loads)
+        if (detail::element_base(*t) % 4 != 0 && !spec.options.variant.texel_loads)
             spec.options.variant.texel_loads = false;
         const auto& storage = detail::TensorAccess::storage(*t);
         if (!storage->texel_views()) {

@@ -57,8 +57,8 @@ void read_back(BatchState& batch, const DeviceTensor& tensor, const MutableTenso
 HostTensors::HostTensors(Runtime& runtime, const Problem& p, const AttentionInputs& in, const AttentionOutputs& out)
     : runtime_(&runtime), p_(&p), in_(&in), out_(&out) {
     q_ = allocated_bytes(span_bytes(p.dtype, in.q.shape, in.q.strides));
-    k_ = allocated_bytes(span_bytes(p.dtype, in.k.shape, in.k.strides));
-    v_ = allocated_bytes(span_bytes(p.dtype, in.v.shape, in.v.strides));
+    k_ = allocated_bytes(span_bytes(p.k_dtype, in.k.shape, in.k.strides));
+    v_ = allocated_bytes(span_bytes(p.v_dtype, in.v.shape, in.v.strides));
     o_ = allocated_bytes(span_bytes(p.dtype, out.o.shape, out.o.strides));
     masks_ = (p.bool_mask.present() ? allocated_bytes(u64(p.bool_mask.elements)) : 0) +
              (p.float_mask.present() ? allocated_bytes(u64(4 * p.float_mask.elements)) : 0) +

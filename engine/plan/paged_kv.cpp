@@ -49,7 +49,8 @@ PagedSpec paged_spec(const DevicePagedKv& paged) {
             const std::int64_t D = is_v ? dim_v : dim_k, blocks = paged.k_pools[i].shape()[0];
             const auto& st = pool.strides();
             std::string why;
-            if (pool.dtype() != first.dtype()) why = "its dtype is " + to_string(pool.dtype()) + ", not " + to_string(first.dtype());
+            const DType dtype = (is_v ? paged.v_pools[0] : first).dtype();  // K and V may differ
+            if (pool.dtype() != dtype) why = "its dtype is " + to_string(pool.dtype()) + ", not " + to_string(dtype);
             else if (s[1] != spec.block_size || s[2] != kv_heads) why = "its block size and heads differ from paged.k_pools[0]'s";
             else if (s[3] != D) why = "its head dimension differs from the first pool's";
             else if (s[0] != blocks) why = "it holds another number of blocks than paged.k_pools[" + std::to_string(i) + "]";

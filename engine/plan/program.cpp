@@ -90,10 +90,11 @@ void Program::dispatch(const Dispatch& dispatch) {
     Block& block = blocks_.back();
     const VkDevice d = runtime_->device().get();
     const vk::Kernel& kernel = *dispatch.kernel;
-    // The parameter block must be the one of the kernel's shader ("flash" for "flash_texel_o32").
+    // The parameter block must be the one of the kernel's shader ("flash" for "flash_texel_o32",
+    // "kv_append" for "kv_append" itself).
     const auto [params, params_bytes, shader] = std::visit(
         [](const auto& p) { return std::tuple{static_cast<const void*>(&p), sizeof(p), p.shader}; }, dispatch.params);
-    if (!kernel.name().starts_with(std::string(shader) + "_"))
+    if (kernel.name() != shader && !kernel.name().starts_with(std::string(shader) + "_"))
         throw Error("internal: " + kernel.name() + " was given the parameter block of " + std::string(shader) + ".");
     const std::uint64_t slot = block.used++ * slot_bytes_;
     std::memcpy(static_cast<char*>(block.params.mapped()) + slot, params, params_bytes);

@@ -78,9 +78,7 @@ void apply_varlen(AttentionSpec& spec, const DeviceAttentionInputs& in) {
 
 void own_packed_operands(Operands& ops, const VarlenSpec& spec, const Problem& p) {
     auto packed = [&](const TensorLayout& t) {
-        const std::int64_t span = TensorView{nullptr, t.dtype, t.shape, t.strides}.span();
-        const std::int64_t bytes = checked_mul(span, static_cast<std::int64_t>(size_of(t.dtype)), "tensor size");
-        return Operand{t.strides, 0, allocated_bytes(static_cast<std::uint64_t>(bytes))}.packed(t.shape[2]);
+        return Operand{t.strides, 0, allocated_bytes(span_bytes(t.dtype, t.shape, t.strides))}.packed(t.shape[2]);
     };
     ops.q = packed(spec.q);
     ops.o = packed(spec.o);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/problem.hpp"
+#include "vkattn/quantize.hpp"
 
 namespace vkattn {
 namespace {
@@ -29,9 +30,7 @@ struct Row {
 };
 
 double load(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) {
-    const std::int64_t at = t.offset(b, h, n, d);
-    if (t.dtype == DType::f16) return half_to_float(static_cast<const std::uint16_t*>(t.data)[at]);
-    return static_cast<const float*>(t.data)[at];
+    return load_element(t.data, t.dtype, t.offset(b, h, n, d));
 }
 
 void store(const MutableTensorView& t, std::int64_t b, std::int64_t h, std::int64_t n,
@@ -40,8 +39,27 @@ void store(const MutableTensorView& t, std::int64_t b, std::int64_t h, std::int6
     const auto f = static_cast<float>(value);
     if (t.dtype == DType::f16)
         static_cast<std::uint16_t*>(t.data)[at] = float_to_half(f);
+    else if (t.dtype == DType::bf16)
+        static_cast<std::uint16_t*>(t.data)[at] = float_to_bf16(f);
     else
         static_cast<float*>(t.data)[at] = f;
+}
+
+// A block-typed K or V dequantized once into dense fp32 (the stages read every element Nq times,
+// and each read of a block element would decode its block): the values the kernels see.
+TensorView dequantized(const TensorView& t, std::vector<float>& storage) {
+    if (!is_block_type(t.dtype)) return t;
+    const auto [B, H, N, D] = t.shape;
+    storage.resize(static_cast<std::size_t>(B * H * N * D));
+    const TensorView dense = make_view<const void*>(storage.data(), DType::f32, Layout::bhnd, t.shape);
+    const std::uint64_t bytes = row_bytes(t.dtype, D);
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < H; ++h)
+            for (std::int64_t n = 0; n < N; ++n) {
+                const auto* row = static_cast<const std::uint8_t*>(t.data) + storage_bytes(t.dtype, t.offset(b, h, n, 0));
+                dequantize_row(t.dtype, {row, bytes}, {storage.data() + dense.offset(b, h, n, 0), static_cast<std::size_t>(D)});
+            }
+    return dense;
 }
 
 // Stage 1: the unmasked scaled scores of one row, scores[j] for j in [0, Nkv).
@@ -110,7 +128,11 @@ void weighted_sum_row(const Problem& p, const AttentionInputs& in, Row r,
 // Runs the three stages on every row in [B, Hq, Nq] order and hands each row's results to `sink`
 // as sink(row_index, row, scores, weights, lse, out).
 template <class Sink>
-void for_each_row(const Problem& p, const AttentionInputs& in, Sink&& sink) {
+void for_each_row(const Problem& p, const AttentionInputs& inputs, Sink&& sink) {
+    std::vector<float> k_values, v_values;
+    AttentionInputs in = inputs;
+    in.k = dequantized(inputs.k, k_values);
+    in.v = dequantized(inputs.v, v_values);
     std::vector<double> scores(static_cast<std::size_t>(p.Nkv));
     std::vector<double> weights(static_cast<std::size_t>(p.Nkv));
     std::vector<double> out(static_cast<std::size_t>(p.Dv));

@@ -7,6 +7,7 @@
 #include "submit/batch_state.hpp"
 #include "submit/host_copy.hpp"
 #include "tensor/storage.hpp"
+#include "tensor/storage_rules.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
 
@@ -88,6 +89,7 @@ void check_transfer(const DeviceTensor& device, DType host_dtype, const std::arr
         throw InvalidArgument(host_name, "the host view's feature dimension must be contiguous (stride 1).");
     for (int i = 0; i < 4; ++i)
         if (host_strides[i] < 0) throw InvalidArgument(host_name, "the host view's strides must not be negative.");
+    detail::check_block_rows(host_name, host_dtype, host_shape, host_strides);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ std::vector<CopyRun> row_runs(const DeviceTensor& tensor, const std::array<std::
 
 // Bytes of the tensor's elements packed densely.
 inline std::uint64_t packed_bytes(const DeviceTensor& t) {
-    return static_cast<std::uint64_t>(t.elements()) * size_of(t.dtype());
+    return storage_bytes(t.dtype(), t.elements());
 }
 
 }  // namespace vkattn::detail

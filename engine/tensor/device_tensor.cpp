@@ -6,6 +6,7 @@
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
 #include "tensor/storage.hpp"
+#include "tensor/storage_rules.hpp"
 #include "vkattn/batch.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
@@ -78,9 +79,10 @@ DeviceTensor DeviceTensor::empty(Context& context, DType dtype, const std::array
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     const std::int64_t elements = detail::checked_mul(
         detail::checked_mul(detail::checked_mul(shape[0], shape[1], "shape"), shape[2], "shape"), shape[3], "shape");
-    const std::int64_t bytes = detail::checked_mul(elements, static_cast<std::int64_t>(size_of(dtype)), "shape");
-    auto storage = detail::allocate_storage(runtime, static_cast<std::uint64_t>(bytes), "a " + to_string(dtype) +
-                                                                                           " device tensor");
+    detail::checked_mul(elements, static_cast<std::int64_t>(block_bytes(dtype)), "shape");
+    detail::check_block_rows("shape", dtype, shape, dense_strides(layout, shape));
+    auto storage = detail::allocate_storage(runtime, storage_bytes(dtype, elements), "a " + to_string(dtype) +
+                                                                                         " device tensor");
     return DeviceTensor(std::move(storage), 0, dtype, shape, dense_strides(layout, shape));
 }
 
@@ -104,7 +106,7 @@ DeviceTensor DeviceTensor::slice(int dim, std::int64_t first, std::int64_t count
         throw InvalidArgument(name, "the range [" + std::to_string(first) + ", " + std::to_string(first + count) +
                                         ") is not a non-empty part of [0, " + std::to_string(shape_[dim]) + ").");
     DeviceTensor view = *this;
-    view.offset_ += static_cast<std::uint64_t>(first * strides_[dim]) * size_of(dtype_);
+    view.offset_ += storage_bytes(dtype_, first * strides_[dim]);
     view.shape_[dim] = count;
     return view;
 }

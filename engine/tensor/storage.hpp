@@ -71,8 +71,14 @@ Storage& storage_of(const DeviceTensor& tensor, const Runtime& runtime, const ch
 // The bytes from a tensor's first element to one past its last (BasicTensorView::span, in bytes).
 inline std::uint64_t span_bytes(DType dtype, const std::array<std::int64_t, 4>& shape,
                                 const std::array<std::int64_t, 4>& strides) {
-    return static_cast<std::uint64_t>(TensorView{nullptr, dtype, shape, strides}.span()) * size_of(dtype);
+    return storage_bytes(dtype, TensorView{nullptr, dtype, shape, strides}.span());
 }
 inline std::uint64_t span_bytes(const DeviceTensor& t) { return span_bytes(t.dtype(), t.shape(), t.strides()); }
+
+// The element index of the tensor's element (0, 0, 0, 0) in its memory (its offset is always a
+// whole number of blocks: wrap() checks it and views move by whole rows).
+inline std::int64_t element_base(const DeviceTensor& t) {
+    return static_cast<std::int64_t>(t.offset_bytes() / block_bytes(t.dtype()) * block_elements(t.dtype()));
+}
 
 }  // namespace vkattn::detail

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "vkattn/errors.hpp"
+#include "vkattn/tensor.hpp"
 
 namespace vkattn::vk {
 
@@ -51,14 +52,19 @@ struct DeviceCaps {
     std::uint32_t max_loop_iterations = 0;
 };
 
-// Refuses f16 data (InvalidArgument naming `argument`) on a device that cannot bind it, saying
-// whether the device lacks 16-bit storage or its creator did not enable it (the caller's device).
-inline void require_fp16_storage(const DeviceCaps& caps, const char* argument) {
+// Refuses `dtype` (f16 or bf16) data that a kernel writes with 16-bit stores (InvalidArgument naming
+// `argument`) on a device that cannot, saying whether the device lacks 16-bit storage or its
+// creator did not enable it (the caller's device). Reading 16-bit data needs nothing: the kernels
+// read words or texels.
+inline void require_fp16_storage(const DeviceCaps& caps, const char* argument, DType dtype = DType::f16) {
     if (caps.fp16_storage) return;
+    const std::string what = to_string(dtype);
     if (caps.fp16_storage_supported)
-        throw InvalidArgument(argument, "f16 needs storageBuffer16BitAccess, which the device " + caps.name +
-                                            " offers but was created without (enable it in VkPhysicalDeviceVulkan11Features); use f32.");
-    throw InvalidArgument(argument, "the device " + caps.name + " does not support 16-bit storage buffers; use f32.");
+        throw InvalidArgument(argument, what + " is written with 16-bit stores, which need storageBuffer16BitAccess: the device " +
+                                            caps.name + " offers it but was created without it (enable it in "
+                                            "VkPhysicalDeviceVulkan11Features); use f32.");
+    throw InvalidArgument(argument, what + " is written with 16-bit stores, and the device " + caps.name +
+                                        " does not support 16-bit storage buffers; use f32.");
 }
 
 }  // namespace vkattn::vk

@@ -16,5 +16,10 @@ bool is_negative_infinity(float x) { return floatBitsToUint(x) == 0xff800000u; }
 // Written, never computed: the lse of an empty row (−∞), a poisoned row (NaN).
 float negative_infinity() { return uintBitsToFloat(0xff800000u); }
 float quiet_nan() { return uintBitsToFloat(0x7fc00000u); }
+// bfloat16's bits of x: round to nearest even, a NaN stays a quiet NaN (vkattn::float_to_bf16).
+uint bf16_bits(float x) {
+    const uint u = floatBitsToUint(x);
+    return is_nan(x) ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
 
 #endif

@@ -455,6 +455,27 @@ TEST_CASE("cli bench --shared-tiles: forces the fused kernel's staged or streame
     CHECK_THAT(bad.err, Catch::Contains("--shared-tiles"));
 }
 
+TEST_CASE("cli bench --dtype bf16 --kv-dtype: storage types, validated, texels or words as forced", "[cli]") {
+    const Result r = vk_attn("bench --heads 4 --kv-heads 2 --seq 37 --kv-seq 70 --dim 64 --repeat 1 --warmup 0 --impl split "
+                             "--validate --json --dtype bf16 --kv-dtype q5_0");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+    CHECK(j["valid"] == true);
+    CHECK(j["kv_dtype"] == "q5_0");
+    CHECK_THAT(j["variant"].get<std::string>(), Catch::Contains("words"));
+    for (const auto& [flag, ran] : {std::pair<std::string, std::string>{"on", "fused[texel"}, {"off", "fused[words"}}) {
+        const Result t = vk_attn("bench --heads 2 --seq 33 --dim 32 --repeat 1 --warmup 0 --impl fused --validate --json "
+                                 "--dtype f32 --kv-dtype f16 --texel-loads " + flag);
+        INFO(t.err);
+        REQUIRE(t.status == 0);
+        CHECK_THAT(t.out, Catch::Contains(ran));
+    }
+    const Result bad = vk_attn("bench --seq 16 --dim 40 --kv-dtype q8_0");
+    CHECK(bad.status == 1);
+    CHECK_THAT(bad.err, Catch::Contains("multiple of 32"));
+}
+
 TEST_CASE("cli bench --plot: draws a PNG", "[cli]") {
     Workdir dir;
     const Result r = vk_attn("bench --seq 16,32 --dim 8 --repeat 1 --warmup 0 --plot " + dir / "g.png");

@@ -103,8 +103,8 @@ TEST_CASE("unfused: every kernel variant in both dtypes", "[gpu][unfused][varian
     const std::string tiles = shared ? "/shared" : "/regs";
     const bool scores_texel = texel && texel_format;
     const bool output_texel = scores_texel && caps.texel_rgba32f && nkv % 4 == 0;  // P is fp32
-    CHECK_THAT(report.variant, Catch::Contains("scores[" + std::string(scores_texel ? "texel" : "ssbo") + tiles));
-    CHECK_THAT(report.variant, Catch::Contains("output[" + std::string(output_texel ? "texel" : "ssbo") + tiles));
+    CHECK_THAT(report.variant, Catch::Contains("scores[" + std::string(scores_texel ? "texel" : "words") + tiles));
+    CHECK_THAT(report.variant, Catch::Contains("output[" + std::string(output_texel ? "texel" : "words") + tiles));
     CHECK_THAT(report.variant, Catch::Contains(subgroup && caps.subgroup_arithmetic ? "softmax[subgroup]"
                                                                                     : "softmax[shared-tree]"));
 }

@@ -247,7 +247,7 @@ TEST_CASE("plans: tensors that do not fit the plan are named", "[gpu][device][pl
     extra.kv_lengths = DeviceTensor::empty(ctx, DType::i32, {1, 1, 1, 1});
     CHECK_THROWS_WITH(plan.run(batch, extra, out), Catch::Contains("kv_lengths") && Catch::Contains("without"));
     CHECK_THROWS_WITH(AttentionPlan(ctx, with_q(DeviceTensor::empty(ctx, DType::i32, {1, 2, 3, 8})), out),
-                      Catch::Contains("f32 or f16"));
+                      Catch::Contains("f32, f16 or bf16"));
     CHECK_THROWS_AS(AttentionPlan(ctx, with_q(DeviceTensor()), out), InvalidArgument);
     CHECK(test::take_validation_messages(ctx).empty());
 }

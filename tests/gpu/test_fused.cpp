@@ -125,7 +125,7 @@ TEST_CASE("fused: every kernel variant", "[gpu][fused][variants]") {
     // What was asked for ran (FusedConfig::describe()), where the device has the texel format.
     const auto& caps = detail::ContextAccess::runtime(gpu_context()).device().caps();
     const bool texel_format = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
-    const std::string ran = std::string("fused[") + (texel && texel_format ? "texel" : "ssbo");
+    const std::string ran = std::string("fused[") + (texel && texel_format ? "texel" : "words");
     const std::string kv = staged ? " staged" : " streamed";
     for (const std::string& variant : {expect_path(c, Impl::fused).variant, expect_path(c, Impl::split, 3).variant}) {
         CHECK_THAT(variant, Catch::StartsWith(ran));

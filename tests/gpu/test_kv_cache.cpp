@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "support/cache_support.hpp"
@@ -28,15 +29,17 @@ void check_cache(const KvCache& cache, const HostKvCache& want) {
     CHECK(cache.recorded_lengths() == want.lengths);
     CHECK(download_floats(cache.k()) == floats_of(want.k));  // exact: a copy (and one rounding to the cache's dtype)
     CHECK(download_floats(cache.v()) == floats_of(want.v));
+    test::check_same_bytes(cache.k(), want.k);  // bf16 and blocks: byte for byte the host's (ggml's) encoding
+    test::check_same_bytes(cache.v(), want.v);
 }
 
 HostKvCache host_cache(const KvCacheOptions& o) {
     return HostKvCache(o.dtype, o.batch, o.kv_heads, o.capacity, o.dim, o.dim_v ? o.dim_v : o.dim);
 }
 
-void append_and_check(Context& ctx, DType in, DType stored) {
+void append_and_check(Context& ctx, DType in, DType stored, std::int64_t dim = 24, std::int64_t dim_v = 20) {
     std::mt19937 rng(static_cast<unsigned>(in) * 3 + static_cast<unsigned>(stored) + 17);
-    const KvCacheOptions o{.batch = 3, .kv_heads = 2, .capacity = 37, .dim = 24, .dim_v = 20, .dtype = stored};
+    const KvCacheOptions o{.batch = 3, .kv_heads = 2, .capacity = 37, .dim = dim, .dim_v = dim_v, .dtype = stored};
     KvCache cache(ctx, o);
     HostKvCache want = host_cache(o);
     check_cache(cache, want);  // zero at creation
@@ -82,6 +85,16 @@ TEST_CASE("kv cache: appends land at each sequence's length, exactly, and advanc
     CHECK(messages.empty());
 }
 
+TEST_CASE("kv cache: appends quantize to bf16 and ggml's blocks on the device, bit for bit the host's blocks",
+          "[gpu][cache][storage_types]") {
+    Context& ctx = test::gpu_context();
+    const DType in = GENERATE(DType::f32, DType::f16, DType::bf16);
+    const DType stored = GENERATE(DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::iq4_nl);
+    INFO("new rows " << to_string(in) << ", cache " << to_string(stored));
+    append_and_check(ctx, in, stored, 96, 32);
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
 TEST_CASE("kv cache: bad options and appends name the argument and record nothing", "[gpu][cache]") {
     Context& ctx = test::gpu_context();
     CHECK_THROWS_WITH(KvCache(ctx, {.batch = 1, .kv_heads = 1, .capacity = 0, .dim = 8}), Catch::Contains("capacity"));
@@ -120,9 +133,9 @@ namespace {
 // Prompts of uneven lengths prefilled, then decode steps: append one token per sequence, attend
 // with the newest query (bottom-right causal), compare with the reference over the host model.
 void decode_and_check(Context& ctx, DType dtype, Impl impl, const KvCacheOptions& base, std::int64_t Hq,
-                      std::vector<std::int32_t> prompts, int steps, unsigned seed) {
+                      std::vector<std::int32_t> prompts, int steps, unsigned seed, std::optional<DType> stored = {}) {
     KvCacheOptions o = base;
-    o.dtype = dtype;
+    o.dtype = stored.value_or(dtype);  // the cache's; q and the new rows are `dtype`
     std::mt19937 rng(seed);
     KvCache cache(ctx, o);
     HostKvCache want = host_cache(o);
@@ -173,6 +186,20 @@ TEST_CASE("kv cache: a decode loop over the cache matches the reference on every
     INFO(to_string(dtype) << " " << to_string(impl));
     decode_and_check(ctx, dtype, impl, {.batch = 3, .kv_heads = 2, .capacity = 70, .dim = 32, .dim_v = 24}, 6,
                      {23, 1, 61}, 5, 40 + static_cast<unsigned>(impl));
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("kv cache: decoding over a bf16 or quantized cache matches the reference on its values", "[gpu][cache][storage_types]") {
+    Context& ctx = test::gpu_context();
+    // One path and query dtype per cache type (each set of types compiles pipelines of its own).
+    const auto [stored, dtype, impl] = GENERATE(table<DType, DType, Impl>({{DType::bf16, DType::bf16, Impl::unfused},
+                                                                          {DType::q8_0, DType::f32, Impl::split},
+                                                                          {DType::q4_1, DType::f16, Impl::fused},
+                                                                          {DType::q5_0, DType::f32, Impl::unfused},
+                                                                          {DType::iq4_nl, DType::bf16, Impl::split}}));
+    INFO(to_string(dtype) << " over a " << to_string(stored) << " cache, " << to_string(impl));
+    decode_and_check(ctx, dtype, impl, {.batch = 2, .kv_heads = 2, .capacity = 90, .dim = 64, .dim_v = 32}, 4,
+                     {33, 70}, 3, 90 + static_cast<unsigned>(impl), stored);
     CHECK(test::take_validation_messages(ctx).empty());
 }
 

@@ -86,11 +86,12 @@ HostKvCache host_cache(const PagedKvCache& cache) {
     return HostKvCache(o.dtype, o.batch, o.kv_heads, cache.capacity(), o.dim, o.dim_v);
 }
 
-void append_and_check(Context& ctx, DType in, DType stored, std::int64_t block_size, bool given_table) {
+void append_and_check(Context& ctx, DType in, DType stored, std::int64_t block_size, bool given_table,
+                      std::int64_t dim = 24, std::int64_t dim_v = 20) {
     std::mt19937 rng(static_cast<unsigned>(in) * 5 + static_cast<unsigned>(stored) * 3 + static_cast<unsigned>(block_size));
     const std::int64_t max_blocks = (37 + block_size - 1) / block_size;
     const PagedKvCacheOptions o{.batch = 3, .kv_heads = 2, .num_blocks = 3 * max_blocks + 2, .block_size = block_size,
-                                .max_blocks_per_seq = max_blocks, .dim = 24, .dim_v = 20, .dtype = stored};
+                                .max_blocks_per_seq = max_blocks, .dim = dim, .dim_v = dim_v, .dtype = stored};
     PagedKvCache cache(ctx, o);
     HostKvCache want = host_cache(cache);
     CHECK(cache.free_blocks() == o.num_blocks);
@@ -145,6 +146,16 @@ TEST_CASE("paged kv cache: appends land through the block table, exactly", "[gpu
     const std::string messages = test::take_validation_messages(ctx);
     INFO(messages);
     CHECK(messages.empty());
+}
+
+TEST_CASE("paged kv cache: appends quantize to bf16 and ggml's blocks through the block table", "[gpu][cache][paged][storage_types]") {
+    Context& ctx = test::gpu_context();
+    const DType in = GENERATE(DType::f32, DType::bf16);
+    const DType stored = GENERATE(DType::bf16, DType::q8_0, DType::q4_0, DType::q5_1, DType::iq4_nl);
+    const std::int64_t block_size = GENERATE(5, 16);
+    INFO("new rows " << to_string(in) << ", cache " << to_string(stored) << ", block size " << block_size);
+    append_and_check(ctx, in, stored, block_size, block_size == 5, 64, 32);
+    CHECK(test::take_validation_messages(ctx).empty());
 }
 
 TEST_CASE("paged kv cache: bad options, appends, tables and plans name the argument and record nothing",

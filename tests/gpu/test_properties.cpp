@@ -44,7 +44,24 @@ Case random_case(std::mt19937& rng) {
     c.Nkv = uniform(1, 200);
     c.Dk = chance(0.3) ? 4 * uniform(1, 32) : uniform(1, 130);
     c.Dv = chance(0.5) ? c.Dk : uniform(1, 130);
+    // Storage types: q's for all, f32 or f16, or one of four mixes that between them hold every
+    // type. Every mix compiles pipelines of its own (about 4 s each on lavapipe, where shaders are
+    // compiled at their first dispatch), so the mixes are few and a block-typed V has Dv = 64 (one
+    // register layout); the [storage_types] tests take the types one by one.
+    struct Types {
+        DType q, k, v;
+    };
+    constexpr Types mixes[] = {{DType::f32, DType::q8_0, DType::q4_0}, {DType::bf16, DType::q4_1, DType::q5_0},
+                               {DType::f16, DType::q5_1, DType::iq4_nl}, {DType::f32, DType::bf16, DType::f16}};
     c.dtype = chance(0.5) ? DType::f32 : DType::f16;
+    if (chance(0.2)) {
+        const Types& m = mixes[uniform(0, 3)];
+        c.dtype = m.q;
+        c.k_dtype = m.k;
+        c.v_dtype = m.v;
+        if (is_block_type(m.k)) c.Dk = 32 * uniform(1, 4);
+        if (is_block_type(m.v)) c.Dv = 64;
+    }
     c.layout = chance(0.5) ? Layout::bhnd : Layout::bnhd;
     const int impl = static_cast<int>(uniform(0, 3));
     c.impl = impl == 0 ? Impl::automatic : impl == 1 ? Impl::unfused : impl == 2 ? Impl::fused : Impl::split;

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -25,6 +26,16 @@ inline std::vector<float> download_floats(const DeviceTensor& t) {
             for (std::int64_t n = 0; n < t.shape()[2]; ++n)
                 for (std::int64_t d = 0; d < t.shape()[3]; ++d) out.push_back(host.at(b, h, n, d));
     return out;
+}
+
+// A tensor of bf16 or a block type holds exactly the host model's bytes (f32 and f16 are compared
+// as floats).
+inline void check_same_bytes(const DeviceTensor& t, const testing::HostTensor& want) {
+    if (want.bytes.empty()) return;
+    testing::HostTensor got = testing::zero_tensor(t.dtype(), Layout::bhnd, t.shape());
+    if (!is_block_type(t.dtype())) got.bytes.assign(want.bytes.size(), 0xa5);
+    t.download(got.mutable_view());
+    CHECK(got.bytes == want.bytes);
 }
 
 // A contiguous i32 tensor's elements (lengths, a block table).
@@ -57,7 +68,8 @@ inline DeviceTensor rows_on_device(Context& ctx, std::mt19937& rng, DType dtype,
                     const auto at = static_cast<std::size_t>(host.view().offset(b, h, t, d));
                     const auto from = static_cast<std::size_t>(all.view().offset(b, h, t + 1, d));
                     if (dtype == DType::f32) host.f32[at] = all.f32[from];
-                    else host.f16[at] = all.f16[from];
+                    else if (dtype == DType::f16) host.f16[at] = all.f16[from];
+                    else std::memcpy(&host.bytes[2 * at], &all.bytes[2 * from], 2);  // bf16
                 }
     return DeviceTensor::from_host(ctx, all.view(), Layout::bnhd).seq(1, T);
 }
@@ -66,7 +78,7 @@ inline DeviceTensor rows_on_device(Context& ctx, std::mt19937& rng, DType dtype,
 inline void check_step(const testing::HostTensor& q, const testing::HostTensor& o, const testing::HostKvCache& cache,
                        const AttentionOptions& options, const std::string& what) {
     std::vector<float> q32(static_cast<std::size_t>(q.count()));
-    for (std::size_t i = 0; i < q32.size(); ++i) q32[i] = q.dtype == DType::f32 ? q.f32[i] : half_to_float(q.f16[i]);
+    for (std::size_t i = 0; i < q32.size(); ++i) q32[i] = load_element(q.data(), q.dtype, static_cast<std::int64_t>(i));
     std::vector<float> k32 = floats_of(cache.k), v32 = floats_of(cache.v);
     std::vector<float> ref32(static_cast<std::size_t>(o.count()));
     reference_attention({.q = make_view<const void*>(q32.data(), DType::f32, Layout::bhnd, q.shape),

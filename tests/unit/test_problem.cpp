@@ -128,17 +128,19 @@ TEST_CASE("resolve rejects bad q, k, v and o views, naming the tensor", "[proble
             CHECK(t.rejected() == name);
         }
     }
-    SECTION("dtype mismatch") {
+    SECTION("dtypes: k and v have their own, o has q's") {
         s.in.k.dtype = DType::f16;
-        CHECK(s.rejected() == "k");
-        s.in.k.dtype = DType::f32;
-        s.in.v.dtype = DType::f16;
-        CHECK(s.rejected() == "v");
-        s.in.v.dtype = DType::f32;
+        s.in.v.dtype = DType::bf16;
+        CHECK(s.rejected() == "<accepted>");
         s.out.o.dtype = DType::f16;
         CHECK(s.rejected() == "o");
-        s.in.q.dtype = DType::f16;  // now only o agrees with q
+        s.in.q.dtype = DType::f16;  // now o agrees with q
+        CHECK(s.rejected() == "<accepted>");
+        s.in.k.dtype = DType::i32;
         CHECK(s.rejected() == "k");
+        s.in.k.dtype = DType::f32;
+        s.in.q.dtype = s.out.o.dtype = DType::q8_0;  // a block type is for k and v only
+        CHECK(s.rejected() == "q");
     }
 }
 

@@ -20,6 +20,7 @@
 #include "plot.hpp"
 #include "vkattn/testing/benchmark.hpp"
 #include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
 
 namespace vkattn::tool {
@@ -32,7 +33,9 @@ struct BenchOptions {
     int repeat = 10, warmup = 2;
     bool validate = false;
     std::string dtype = "f32", layout = "bhnd", impl = "auto", device;
+    std::string kv_dtype;               // K's and V's storage; empty: --dtype
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
+    std::string texel_loads = "auto";   // on / off: force texel or word loads
     bool gemm = false;
     std::int64_t gemm_size = 2048;
     bool json = false, csv = false;
@@ -75,7 +78,8 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     const auto heads = parse_sweep(sweeps[1], "--heads");
     const auto seqs = parse_sweep(sweeps[2], "--seq");
     const auto dims = parse_sweep(sweeps[3], "--dim");
-    const DType dtype = o.dtype == "f16" ? DType::f16 : DType::f32;
+    const DType dtype = dtype_from_string(o.dtype, "--dtype");
+    const DType kv_dtype = o.kv_dtype.empty() ? dtype : dtype_from_string(o.kv_dtype, "--kv-dtype");
     const Layout layout = o.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
     const Impl impl = parse_impl(o.impl);
     const Features features = load_features(o.features);
@@ -129,30 +133,22 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             std::cerr << "\r[" << std::string(done, '#') << std::string(width - done, ' ') << "] " << index + 1 << "/"
                       << points.size() << "  B=" << p.B << " H=" << p.Hq << " N=" << p.Nq << " D=" << p.Dk << "   " << std::flush;
         }
-        auto fill = [&](std::array<std::int64_t, 4> shape, std::vector<float>& f32, std::vector<std::uint16_t>& f16) {
-            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-            const auto n = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]);
-            if (dtype == DType::f32) {
-                f32.resize(n);
-                for (auto& x : f32) x = dist(rng);
-                return make_view<const void*>(f32.data(), dtype, layout, shape);
-            }
-            f16.resize(n);
-            for (auto& x : f16) x = float_to_half(dist(rng));
-            return make_view<const void*>(f16.data(), dtype, layout, shape);
-        };
-        std::vector<float> q32, k32, v32, o32;
-        std::vector<std::uint16_t> q16, k16, v16, o16;
-        AttentionInputs in{.q = fill({p.B, p.Hq, p.Nq, p.Dk}, q32, q16), .k = fill({p.B, p.Hkv, p.Nkv, p.Dk}, k32, k16),
-                           .v = fill({p.B, p.Hkv, p.Nkv, p.Dv}, v32, v16)};
-        const std::array<std::int64_t, 4> o_shape{p.B, p.Hq, p.Nq, p.Dv};
+        if (is_block_type(kv_dtype))
+            for (const auto& [d, flag] : {std::pair{p.Dk, "--dim"}, std::pair{p.Dv, "--dim-v"}})
+                if (d % static_cast<std::int64_t>(block_elements(kv_dtype)) != 0)
+                    throw InvalidArgument(flag, std::to_string(d) + " is not a multiple of 32, the features of one " +
+                                                    to_string(kv_dtype) + " block.");
+        // Uniform values in [-1, 1], stored in each tensor's type (K and V quantized as ggml does).
+        const testing::HostTensor q = testing::random_tensor(rng, dtype, layout, {p.B, p.Hq, p.Nq, p.Dk});
+        const testing::HostTensor k = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dk});
+        const testing::HostTensor v = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dv});
+        testing::HostTensor o_host = testing::nan_tensor(dtype, layout, {p.B, p.Hq, p.Nq, p.Dv});
+        AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+        AttentionOutputs out{.o = o_host.mutable_view()};
         const auto o_count = static_cast<std::size_t>(p.B * p.Hq * p.Nq * p.Dv);
-        o32.resize(dtype == DType::f32 ? o_count : 0);
-        o16.resize(dtype == DType::f16 ? o_count : 0);
-        AttentionOutputs out{.o = make_view<void*>(dtype == DType::f32 ? static_cast<void*>(o32.data()) : o16.data(),
-                                                   dtype, layout, o_shape)};
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
         if (o.shared_tiles != "auto") options.variant.shared_tiles = o.shared_tiles == "on";
+        if (o.texel_loads != "auto") options.variant.texel_loads = o.texel_loads == "on";
         features.apply(options, in);
 
         // --validate: the first run is compared with the reference before anything is timed.
@@ -162,10 +158,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             for (std::int64_t b = 0; b < p.B; ++b)
                 for (std::int64_t h = 0; h < p.Hq; ++h)
                     for (std::int64_t n = 0; n < p.Nq; ++n)
-                        for (std::int64_t d = 0; d < p.Dv; ++d) {
-                            const auto off = static_cast<std::size_t>(out.o.offset(b, h, n, d));
-                            got.push_back(dtype == DType::f32 ? o32[off] : half_to_float(o16[off]));
-                        }
+                        for (std::int64_t d = 0; d < p.Dv; ++d) got.push_back(o_host.at(b, h, n, d));
             return testing::compare(got, reference_stages(in, options, false).output, testing::tolerance_for(dtype));
         };
         std::optional<testing::Comparison> validation;
@@ -180,7 +173,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                     if (tty && points.size() > 1) std::cerr << '\n';  // off the progress bar's line
                     std::cerr << "vk-attn: validation failed at B=" << p.B << " Hq=" << p.Hq << " Hkv=" << p.Hkv
                               << " Nq=" << p.Nq << " Nkv=" << p.Nkv << " Dk=" << p.Dk << " Dv=" << p.Dv << " "
-                              << to_string(dtype) << ": " << validation->message << '\n';
+                              << to_string(dtype) << "/" << to_string(kv_dtype) << ": " << validation->message << '\n';
                 }
             }
             for (int w = 0; w < o.warmup; ++w) attention(context, in, out, options);
@@ -191,11 +184,12 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         });
         const testing::Timing t = testing::summarize(samples);
         const double flops = report.flops;
-        const double bytes = static_cast<double>(size_of(dtype)) *
-                             static_cast<double>(p.B * p.Hq * p.Nq * (p.Dk + p.Dv) + p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv));
+        const double bytes = static_cast<double>(storage_bytes(dtype, p.B * p.Hq * p.Nq * (p.Dk + p.Dv)) +
+                                                 storage_bytes(kv_dtype, p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv)));
         Row r;
         r.add("impl", to_string(report.path));
         r.add("dtype", to_string(dtype));
+        r.add("kv_dtype", to_string(kv_dtype));
         r.add("batch", p.B);
         r.add("heads", p.Hq);
         r.add("kv_heads", p.Hkv);
@@ -243,7 +237,14 @@ Action add_bench(CLI::App& app) {
     app.add_option("--repeat", o->repeat, "Timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--warmup", o->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_flag("--validate", o->validate, "Compare each point's first run with the CPU reference before timing it; exit 1 when over tolerance");
-    app.add_option("--dtype", o->dtype, "Storage type of Q, K, V, O")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+    app.add_option("--dtype", o->dtype, "Storage type of Q and O (and of K and V without --kv-dtype)")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+    app.add_option("--kv-dtype", o->kv_dtype, "Storage type of K and V: f32, f16, bf16, or one of ggml's blocks (q8_0, "
+                                              "q4_0, q4_1, q5_0, q5_1, iq4_nl; --dim a multiple of 32)")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}));
+    app.add_option("--texel-loads", o->texel_loads, "Force texel loads (on; f32/f16 only) or word loads (off), or let the "
+                                                    "tuning choose (auto)")
+        ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
     app.add_option("--layout", o->layout, "Memory layout: bhnd, or bnhd (interleaved heads)")
         ->check(CLI::IsMember({"bhnd", "bnhd"}))->capture_default_str();
     app.add_option("--impl", o->impl, "auto, unfused, fused or split")->capture_default_str();

@@ -41,7 +41,11 @@ struct KvCacheOptions {
     std::int64_t capacity = 0;  // rows per (sequence, head)
     std::int64_t dim = 0;       // Dk
     std::int64_t dim_v = 0;     // Dv; 0 = dim
-    DType dtype = DType::f32;   // f32 or f16: the cache's storage (new rows of either are converted)
+    // The cache's storage: f32, f16, bf16 or one of ggml's blocks (q8_0, q4_0, q4_1, q5_0, q5_1,
+    // iq4_nl: dim and dim_v multiples of 32). New rows of any float type are rounded or quantized on
+    // the device as vkattn::quantize_row does (ggml's reference), bit for bit. All but f32 need
+    // storageBuffer16BitAccess (the append stores 16-bit halves).
+    DType dtype = DType::f32;
 };
 
 class KvCache {
@@ -62,7 +66,7 @@ public:
 
     // Records into `batch`: row t < count[b] of sequence b's new keys and values (every head) goes to
     // cache row length[b] + t, then length[b] += count[b]. k_new [B, Hkv, T, Dk] and v_new
-    // [B, Hkv, T, Dv] are f32 or f16 (one dtype for both), any strides; counts[b] in [0, T] (empty:
+    // [B, Hkv, T, Dv] are f32, f16 or bf16 (one dtype for both), any strides; counts[b] in [0, T] (empty:
     // T for every sequence). Throws InvalidArgument, recording nothing, for a bad tensor or when a
     // sequence would pass the capacity.
     void append(Batch& batch, const DeviceTensor& k_new, const DeviceTensor& v_new,

@@ -52,7 +52,7 @@ struct PagedKvCacheOptions {
     std::int64_t max_blocks_per_seq = 0;  // block-table entries per sequence; 0 = num_blocks
     std::int64_t dim = 0;                 // Dk
     std::int64_t dim_v = 0;               // Dv; 0 = dim
-    DType dtype = DType::f32;             // f32 or f16 (new rows of either are converted)
+    DType dtype = DType::f32;             // as KvCacheOptions::dtype: any float or block type
 };
 
 class PagedKvCache {

@@ -9,15 +9,33 @@
 
 namespace vkattn {
 
-// Attention's q, k, v and o are f32 or f16; i32 holds key lengths, u8 boolean masks.
-enum class DType : std::uint8_t { f32, f16, i32, u8 };
+// Storage types. Attention's q and o are f32, f16 or bf16; k and v any of the float types or one of
+// ggml's quantized block formats (docs/SEMANTICS.md, "Storage types"); i32 holds key lengths and
+// offsets, u8 boolean masks. Arithmetic is always fp32.
+//   q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's blocks of 32 consecutive features, bit for bit
+//   (vkattn/quantize.hpp); a tensor of these types has D a multiple of 32 and every row starting on
+//   a block, and its element strides count elements as for any other type.
+enum class DType : std::uint8_t { f32, f16, i32, u8, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl };
 
+// Consecutive features that share one block (1 for the scalar types) and the block's bytes.
+std::size_t block_elements(DType dtype);
+std::size_t block_bytes(DType dtype);
+inline bool is_block_type(DType dtype) { return block_elements(dtype) > 1; }
+// Bytes of one element of a scalar type; a block type has none (throws std::logic_error).
 std::size_t size_of(DType dtype);
+// Bytes that `elements` consecutive elements take (a multiple of block_elements for block types).
+std::uint64_t storage_bytes(DType dtype, std::int64_t elements);
 std::string to_string(DType dtype);
+// The dtype named `name` ("f32", "bf16", "q4_0", ...); throws InvalidArgument naming `argument`.
+DType dtype_from_string(const std::string& name, const char* argument);
 
 // IEEE binary16 <-> binary32, round-to-nearest-even; fp16 host data is held as its bit pattern.
 std::uint16_t float_to_half(float value);
 float half_to_float(std::uint16_t bits);
+// bfloat16 (the top half of a binary32) <-> binary32: round-to-nearest-even, a NaN stays a quiet NaN
+// (ggml's and PyTorch's conversion). bf16 host data is held as its bit pattern.
+std::uint16_t float_to_bf16(float value);
+float bf16_to_float(std::uint16_t bits);
 
 template <class Pointer>
 struct BasicTensorView {

@@ -11,5 +11,6 @@
 #include "vkattn/mha_layer.hpp"
 #include "vkattn/paged_kv_cache.hpp"
 #include "vkattn/plan.hpp"
+#include "vkattn/quantize.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/tensor.hpp"

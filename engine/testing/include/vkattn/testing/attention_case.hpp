@@ -20,7 +20,8 @@ namespace vkattn::testing {
 
 struct Case {
     std::int64_t B = 1, Hq = 1, Hkv = 1, Nq = 1, Nkv = 1, Dk = 8, Dv = 8;
-    DType dtype = DType::f32;
+    DType dtype = DType::f32;  // q's and o's, and k's and v's unless given
+    std::optional<DType> k_dtype, v_dtype;
     Layout layout = Layout::bhnd;
     Causal causal = Causal::none;
     bool kv_lengths = false;                          // random lengths in [0, Nkv]
@@ -45,7 +46,8 @@ struct Case {
     std::string describe(unsigned seed) const {
         std::ostringstream s;
         s << "seed " << seed << ": B=" << B << " Hq=" << Hq << " Hkv=" << Hkv << " Nq=" << Nq << " Nkv=" << Nkv
-          << " Dk=" << Dk << " Dv=" << Dv << " dtype=" << to_string(dtype) << " layout=" << to_string(layout)
+          << " Dk=" << Dk << " Dv=" << Dv << " dtype=" << to_string(dtype) << " k_dtype=" << to_string(k_dtype.value_or(dtype))
+          << " v_dtype=" << to_string(v_dtype.value_or(dtype)) << " layout=" << to_string(layout)
           << " causal=" << to_string(causal) << " kv_lengths=" << kv_lengths;
         auto shape = [&](const char* name, const std::optional<std::vector<std::int64_t>>& m) {
             if (!m) return;
@@ -86,8 +88,8 @@ inline std::int64_t mask_elements(const std::vector<std::int64_t>& shape) {
 inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     std::mt19937 rng(seed);
     HostTensor q = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dk}, c.amplitude);
-    HostTensor k = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude);
-    HostTensor v = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dv});
+    HostTensor k = random_tensor(rng, c.k_dtype.value_or(c.dtype), c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude);
+    HostTensor v = random_tensor(rng, c.v_dtype.value_or(c.dtype), c.layout, {c.B, c.Hkv, c.Nkv, c.Dv});
     HostTensor o = nan_tensor(c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dv});
 
     AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};

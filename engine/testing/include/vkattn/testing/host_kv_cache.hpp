@@ -22,21 +22,22 @@ struct HostKvCache {
           lengths(static_cast<std::size_t>(batch), 0) {}
 
     // Row t < counts[b] (every row when counts is empty) of sequence b's new rows goes to row
-    // lengths[b] + t, rounded once to the cache's dtype; then lengths[b] += counts[b].
+    // lengths[b] + t, stored once in the cache's dtype (rounded, or quantized as ggml does, by
+    // vkattn::quantize_row); then lengths[b] += counts[b].
     void append(const HostTensor& k_new, const HostTensor& v_new, std::span<const std::int32_t> counts = {}) {
         for (std::int64_t b = 0; b < k.shape[0]; ++b) {
             const auto bi = static_cast<std::size_t>(b);
             const std::int64_t count = counts.empty() ? k_new.shape[2] : counts[bi];
             for (auto [to, from] : {std::pair{&k, &k_new}, std::pair{&v, &v_new}})
                 for (std::int64_t h = 0; h < to->shape[1]; ++h)
-                    for (std::int64_t t = 0; t < count; ++t)
-                        for (std::int64_t d = 0; d < to->shape[3]; ++d) {
-                            const auto at = static_cast<std::size_t>(to->view().offset(b, h, lengths[bi] + t, d));
-                            const float x = from->at(b, h, t, d);
-                            if (to->dtype == DType::f32) to->f32[at] = x;
-                            else if (from->dtype == DType::f16) to->f16[at] = from->f16[static_cast<std::size_t>(from->view().offset(b, h, t, d))];
-                            else to->f16[at] = float_to_half(x);
-                        }
+                    for (std::int64_t t = 0; t < count; ++t) {
+                        const std::int64_t D = to->shape[3];
+                        std::vector<float> row(static_cast<std::size_t>(D));
+                        for (std::int64_t d = 0; d < D; ++d) row[static_cast<std::size_t>(d)] = from->at(b, h, t, d);
+                        const std::int64_t at = to->view().offset(b, h, lengths[bi] + t, 0);
+                        auto* base = static_cast<std::uint8_t*>(const_cast<void*>(to->data()));
+                        quantize_row(to->dtype, row, {base + storage_bytes(to->dtype, at), row_bytes(to->dtype, D)});
+                    }
             lengths[bi] += static_cast<std::int32_t>(count);
         }
     }

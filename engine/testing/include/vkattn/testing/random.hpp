@@ -7,35 +7,37 @@
 #include <random>
 #include <vector>
 
+#include "vkattn/quantize.hpp"
 #include "vkattn/tensor.hpp"
 
 namespace vkattn::testing {
 
-// A host tensor that owns its storage (fp32 values, or fp16 bits) and views it in a layout.
+// A host tensor that owns its storage (fp32 values, fp16 bits, or the bytes of any other type:
+// bf16 bits, ggml's blocks) and views it in a layout.
 struct HostTensor {
     DType dtype = DType::f32;
     Layout layout = Layout::bhnd;
     std::array<std::int64_t, 4> shape{};
     std::vector<float> f32;
     std::vector<std::uint16_t> f16;
+    std::vector<std::uint8_t> bytes;  // every other dtype
 
     std::int64_t count() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
-    TensorView view() const {
-        return make_view<const void*>(dtype == DType::f32 ? static_cast<const void*>(f32.data())
-                                                          : static_cast<const void*>(f16.data()),
-                                      dtype, layout, shape);
+    const void* data() const {
+        if (dtype == DType::f32) return f32.data();
+        if (dtype == DType::f16) return f16.data();
+        return bytes.data();
     }
-    MutableTensorView mutable_view() {
-        return make_view<void*>(dtype == DType::f32 ? static_cast<void*>(f32.data()) : static_cast<void*>(f16.data()),
-                                dtype, layout, shape);
-    }
-    // Logical element (b, h, n, d) as float.
+    TensorView view() const { return make_view<const void*>(data(), dtype, layout, shape); }
+    MutableTensorView mutable_view() { return make_view<void*>(const_cast<void*>(data()), dtype, layout, shape); }
+    // Logical element (b, h, n, d) as float (a block type's dequantized value).
     float at(std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) const {
-        const auto off = static_cast<std::size_t>(view().offset(b, h, n, d));
-        return dtype == DType::f32 ? f32[off] : half_to_float(f16[off]);
+        return load_element(data(), dtype, view().offset(b, h, n, d));
     }
 };
 
+// Uniform values in [-amplitude, amplitude] stored in `dtype`: rounded to f16/bf16, or quantized row
+// by row as ggml does (vkattn/quantize.hpp) for the block types.
 inline HostTensor random_tensor(std::mt19937& rng, DType dtype, Layout layout, std::array<std::int64_t, 4> shape,
                                 float amplitude = 1.0f) {
     HostTensor t;
@@ -47,9 +49,21 @@ inline HostTensor random_tensor(std::mt19937& rng, DType dtype, Layout layout, s
     if (dtype == DType::f32) {
         t.f32.resize(n);
         for (auto& x : t.f32) x = dist(rng);
-    } else {
+    } else if (dtype == DType::f16) {
         t.f16.resize(n);
         for (auto& x : t.f16) x = float_to_half(dist(rng));
+    } else {
+        t.bytes.resize(storage_bytes(dtype, static_cast<std::int64_t>(n)));
+        const auto D = static_cast<std::size_t>(shape[3]);
+        std::vector<float> row(D);
+        const TensorView v = t.view();
+        for (std::int64_t b = 0; b < shape[0]; ++b)
+            for (std::int64_t h = 0; h < shape[1]; ++h)
+                for (std::int64_t r = 0; r < shape[2]; ++r) {
+                    for (auto& x : row) x = dist(rng);
+                    const std::uint64_t at = storage_bytes(dtype, v.offset(b, h, r, 0));
+                    quantize_row(dtype, row, {t.bytes.data() + at, row_bytes(dtype, shape[3])});
+                }
     }
     return t;
 }
@@ -62,22 +76,34 @@ inline std::vector<float> random_values(std::mt19937& rng, std::int64_t n, float
     return v;
 }
 
-// A tensor of one value: `f32` in f32 storage, the bits `f16` in f16 storage.
+// A tensor of one value: `f32` in f32 storage, the bits `bits16` in f16 or bf16 storage.
 inline HostTensor filled_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape, float f32,
-                                std::uint16_t f16) {
+                                std::uint16_t bits16) {
     HostTensor t;
     t.dtype = dtype;
     t.layout = layout;
     t.shape = shape;
     const auto n = static_cast<std::size_t>(t.count());
-    if (dtype == DType::f32) t.f32.assign(n, f32);
-    else t.f16.assign(n, f16);
+    if (dtype == DType::f32) {
+        t.f32.assign(n, f32);
+    } else if (dtype == DType::f16) {
+        t.f16.assign(n, bits16);
+    } else if (is_block_type(dtype)) {  // zeros only: a block of zero bytes stands for 32 zeros
+        t.bytes.assign(storage_bytes(dtype, static_cast<std::int64_t>(n)), 0);
+    } else {
+        t.bytes.resize(2 * n);
+        for (std::size_t i = 0; i < n; ++i) {
+            t.bytes[2 * i] = static_cast<std::uint8_t>(bits16 & 0xff);
+            t.bytes[2 * i + 1] = static_cast<std::uint8_t>(bits16 >> 8);
+        }
+    }
     return t;
 }
 
-// An output tensor filled with NaN, so an element nobody writes cannot pass.
+// An output tensor (f32, f16 or bf16) filled with NaN, so an element nobody writes cannot pass.
 inline HostTensor nan_tensor(DType dtype, Layout layout, std::array<std::int64_t, 4> shape) {
-    return filled_tensor(dtype, layout, shape, std::numeric_limits<float>::quiet_NaN(), 0x7e00);
+    return filled_tensor(dtype, layout, shape, std::numeric_limits<float>::quiet_NaN(),
+                         dtype == DType::bf16 ? 0x7fc0 : 0x7e00);
 }
 
 // A tensor of zeros (a KV cache's rows before any append).

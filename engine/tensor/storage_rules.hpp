@@ -1,0 +1,25 @@
+// Which dtypes may hold what, and how a block type's rows must lie: the one place these rules live
+// (attention's resolve(), device tensors, the caches and the tool all ask here).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "vkattn/tensor.hpp"
+
+namespace vkattn::detail {
+
+// Q, O and activations: the float types.
+inline bool is_activation_type(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+// K and V: a float type or a block type.
+inline bool is_kv_type(DType t) { return is_activation_type(t) || is_block_type(t); }
+// Read by the shaders as 32-bit words and decoded (common/typed_load.glsl), not as floats.
+inline bool is_word_type(DType t) { return t != DType::f32 && t != DType::f16; }
+
+// A block type's tensor: D a multiple of the block (32) and every row starting on a block, so that
+// element index i always lies in block i / 32 (strides[0..2] multiples of 32, strides[3] = 1).
+// Throws InvalidArgument naming `name`; nothing to check for scalar types.
+void check_block_rows(const char* name, DType dtype, const std::array<std::int64_t, 4>& shape,
+                      const std::array<std::int64_t, 4>& strides);
+
+}  // namespace vkattn::detail

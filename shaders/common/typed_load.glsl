@@ -1,0 +1,99 @@
+// A typed loader of 4 consecutive elements from 32-bit words, for every storage type
+// (common/storage_types.glsl). Included once per operand, with
+//   TL_NAME  the function to define: vec4 TL_NAME(uint index, uint valid)
+//   TL_SLOT  the binding of the operand's storage buffer (declared here as uint words)
+//   TL_TYPE  the operand's type code, a specialization constant: every other branch is dead code
+//            once the pipeline is created
+// `index` is an element index into the binding (for a block type, element i lies in block i / 32,
+// which slicing guarantees, engine/attention/slicing.hpp) and `valid` how many of the 4 elements
+// exist (the rest read as 0 and are not loaded). Block types are read 4 elements at a time from
+// index % 4 == 0 (D is a multiple of 32), so the 4 never straddle a block.
+// Reading words needs no 8- or 16-bit storage feature. Block headers are 2-byte aligned, so a
+// block's bytes are read as whole words and shifted: the reads past a block's last byte stay within
+// the binding's 16-byte rounding.
+#extension GL_EXT_control_flow_attributes : enable
+#include "common/storage_types.glsl"
+
+#define TL_CAT2(a, b) a##b
+#define TL_CAT(a, b) TL_CAT2(a, b)
+#define TL_W TL_CAT(TL_NAME, _words)
+
+layout(std430, set = 0, binding = TL_SLOT) readonly buffer TL_CAT(TL_NAME, _buffer) { uint TL_W[]; };
+
+// The 4 bytes at byte address `at` (any alignment), little-endian.
+uint TL_CAT(TL_NAME, _bytes4)(uint at) {
+    const uint shift = (at & 3u) * 8u;
+    uint w = TL_W[at >> 2];
+    if (shift != 0u) w = (w >> shift) | (TL_W[(at >> 2) + 1u] << (32u - shift));
+    return w;
+}
+// The fp16 at the 2-aligned byte address `at`, as a float.
+float TL_CAT(TL_NAME, _half)(uint at) { return unpackHalf2x16(TL_W[at >> 2] >> ((at & 2u) * 8u)).x; }
+// The 4 nibbles (low, or high when `high`) of the 4 bytes at `at`, as 4 integers.
+uvec4 TL_CAT(TL_NAME, _nibbles)(uint at, bool high) {
+    const uint q = TL_CAT(TL_NAME, _bytes4)(at) >> (high ? 4u : 0u);
+    return uvec4(q & 15u, (q >> 8) & 15u, (q >> 16) & 15u, (q >> 24) & 15u);
+}
+
+vec4 TL_NAME(uint index, uint valid) {
+    if (TL_TYPE == TYPE_F32) {
+        vec4 v = vec4(0.0);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)
+            if (c < valid) v[c] = uintBitsToFloat(TL_W[index + c]);
+        return v;
+    }
+    if (TL_TYPE == TYPE_F16 || TL_TYPE == TYPE_BF16) {
+        uvec4 h = uvec4(0u);
+        if ((index & 1u) == 0u) {  // two words hold the 4 elements
+            const uint w0 = TL_W[index >> 1], w1 = valid > 2u ? TL_W[(index >> 1) + 1u] : 0u;
+            h = uvec4(w0 & 0xffffu, w0 >> 16, w1 & 0xffffu, w1 >> 16);
+        } else {
+            [[unroll]] for (uint c = 0u; c < 4u; ++c)
+                if (c < valid) h[c] = (TL_W[(index + c) >> 1] >> (((index + c) & 1u) * 16u)) & 0xffffu;
+        }
+        vec4 v;
+        if (TL_TYPE == TYPE_BF16) v = uintBitsToFloat(h << 16);
+        else v = vec4(unpackHalf2x16(h.x).x, unpackHalf2x16(h.y).x, unpackHalf2x16(h.z).x, unpackHalf2x16(h.w).x);
+        [[unroll]] for (uint c = 1u; c < 4u; ++c)
+            if (c >= valid) v[c] = 0.0;
+        return v;
+    }
+    const uint block = index >> 5, j = index & 31u, jl = j & 15u;
+    const bool high = j >= 16u;
+    if (TL_TYPE == TYPE_Q8_0) {
+        const uint at = block * 34u;
+        const int q = int(TL_CAT(TL_NAME, _bytes4)(at + 2u + j));
+        return vec4(bitfieldExtract(q, 0, 8), bitfieldExtract(q, 8, 8), bitfieldExtract(q, 16, 8),
+                    bitfieldExtract(q, 24, 8)) * TL_CAT(TL_NAME, _half)(at);
+    }
+    if (TL_TYPE == TYPE_Q4_0) {
+        const uint at = block * 18u;
+        return (vec4(TL_CAT(TL_NAME, _nibbles)(at + 2u + jl, high)) - 8.0) * TL_CAT(TL_NAME, _half)(at);
+    }
+    if (TL_TYPE == TYPE_Q4_1) {  // 20-byte blocks: d and m are one aligned word
+        const uint at = block * 20u;
+        const vec2 dm = unpackHalf2x16(TL_W[at >> 2]);
+        return vec4(TL_CAT(TL_NAME, _nibbles)(at + 4u + jl, high)) * dm.x + dm.y;
+    }
+    if (TL_TYPE == TYPE_Q5_0 || TL_TYPE == TYPE_Q5_1) {
+        const bool affine = TL_TYPE == TYPE_Q5_1;
+        const uint at = block * (affine ? 24u : 22u);
+        const uint qh = TL_CAT(TL_NAME, _bytes4)(at + (affine ? 4u : 2u)) >> j;
+        const uvec4 q = TL_CAT(TL_NAME, _nibbles)(at + (affine ? 8u : 6u) + jl, high) |
+                        (uvec4(qh, qh >> 1, qh >> 2, qh >> 3) & 1u) << 4;
+        if (affine) {
+            const vec2 dm = unpackHalf2x16(TL_W[at >> 2]);
+            return vec4(q) * dm.x + dm.y;
+        }
+        return (vec4(q) - 16.0) * TL_CAT(TL_NAME, _half)(at);
+    }
+    // TYPE_IQ4_NL
+    const uint at = block * 18u;
+    const uvec4 q = TL_CAT(TL_NAME, _nibbles)(at + 2u + jl, high);
+    return vec4(iq4nl_value(q.x), iq4nl_value(q.y), iq4nl_value(q.z), iq4nl_value(q.w)) * TL_CAT(TL_NAME, _half)(at);
+}
+
+#undef TL_W
+#undef TL_NAME
+#undef TL_SLOT
+#undef TL_TYPE

@@ -1,0 +1,207 @@
+// Storage types (issue #17): bf16 for q, k, v and o, and ggml's quantized blocks for k and v, read
+// by every path. The kernels decode as they load and dequantization is exact, so each case is held to
+// its output dtype's tolerance against the reference run on the values the tensors stand for
+// (vkattn/quantize.hpp's decoding, itself checked against ggml's own in [quantize]). Outputs start
+// as NaN.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "support/expect_case.hpp"
+#include "support/gpu_context.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/quantize.hpp"
+#include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/random.hpp"
+#include "vkattn/vkattn.hpp"
+
+using namespace vkattn;
+using namespace vkattn::testing;
+using vkattn::test::gpu_context;
+using vkattn::test::take_validation_messages;
+
+namespace {
+
+constexpr Impl kPaths[] = {Impl::unfused, Impl::fused, Impl::split};
+
+Case shaped(DType q, DType k, DType v, Impl impl) {
+    Case c;
+    c.B = 2;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 19;
+    c.Nkv = 101;
+    c.Dk = 64;
+    c.Dv = 32;
+    c.dtype = q;
+    c.k_dtype = k;
+    c.v_dtype = v;
+    c.impl = impl;
+    c.splits = impl == Impl::split ? 3 : 0;
+    c.weights = impl == Impl::unfused;
+    c.causal = Causal::bottom_right;
+    c.kv_lengths = true;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 q, k, v and o on every path and layout", "[storage_types]") {
+    for (const Impl impl : kPaths)
+        for (const Layout layout : {Layout::bhnd, Layout::bnhd}) {
+            Case c = shaped(DType::bf16, DType::bf16, DType::bf16, impl);
+            c.Dk = 40;  // not a multiple of the vec4 or of a block: the word loads' odd elements
+            c.Dv = 27;
+            c.layout = layout;
+            c.sinks = true;
+            c.softcap = 20.0;
+            const AttentionReport report = vkattn::test::expect_pass(c, impl);
+            CHECK_THAT(report.variant, Catch::Contains("words"));  // bf16 is never a texel format
+        }
+}
+
+// Each distinct set of types is a pipeline of its own, compiled at its first dispatch (seconds on
+// lavapipe): the types go in pairs, each type once as K and once as V over the two tests below.
+TEST_CASE("ggml's quantized K and V on every path", "[storage_types]") {
+    const std::pair<DType, DType> pairs[] = {{DType::q8_0, DType::q4_0}, {DType::q4_1, DType::q5_0}, {DType::q5_1, DType::iq4_nl}};
+    for (const auto& [k, v] : pairs)
+        for (const Impl impl : kPaths) {
+            Case c = shaped(DType::f32, k, v, impl);
+            c.window = {30, -1};
+            vkattn::test::expect_pass(c, impl);
+        }
+}
+
+TEST_CASE("K and V of other storage types than q's, texels asked for", "[storage_types]") {
+    // q f16 and bf16 over block types (every block type as V and as K, with the test above), and the
+    // float mixes, f32 with f16 reading texels.
+    const std::tuple<DType, DType, DType> sets[] = {{DType::f16, DType::q4_0, DType::q8_0}, {DType::bf16, DType::q5_0, DType::q4_1},
+                                                    {DType::bf16, DType::iq4_nl, DType::q5_1}, {DType::f32, DType::f32, DType::f16},
+                                                    {DType::f16, DType::bf16, DType::f16}};
+    for (const auto& [q, k, v] : sets)
+        for (const Impl impl : {Impl::fused, Impl::split}) {  // the three-stage path: the test above
+            Case c = shaped(q, k, v, impl);
+            c.layout = q == DType::f16 ? Layout::bnhd : Layout::bhnd;
+            c.Hq = 6;
+            c.Hkv = 3;
+            c.Nq = 1;  // decode: one query row per head
+            c.variant.texel_loads = true;  // f32 with f16 reads texels; any other type reads words
+            const AttentionReport report = vkattn::test::expect_pass(c, impl);
+            const bool texel = q == DType::f32 && k == DType::f32 && v == DType::f16;
+            CHECK_THAT(report.variant, Catch::Contains(texel ? "fused[texel" : "fused[words"));
+        }
+}
+
+TEST_CASE("f32 and f16 read as words give the texel loads' result bit for bit", "[storage_types]") {
+    Context& ctx = gpu_context();
+    std::mt19937 rng(1707);
+    for (const DType dtype : {DType::f32, DType::f16})
+        for (const Impl impl : {Impl::fused, Impl::split}) {
+            const HostTensor q = random_tensor(rng, dtype, Layout::bhnd, {1, 4, 33, 64});
+            const HostTensor k = random_tensor(rng, dtype, Layout::bhnd, {1, 2, 150, 64});
+            const HostTensor v = random_tensor(rng, dtype, Layout::bhnd, {1, 2, 150, 48});
+            std::vector<HostTensor> outs;
+            for (const bool texel : {true, false}) {
+                outs.push_back(nan_tensor(dtype, Layout::bhnd, {1, 4, 33, 48}));
+                AttentionOptions options{.causal = Causal::top_left, .impl = impl, .splits = impl == Impl::split ? 2u : 0u};
+                options.variant.texel_loads = texel;
+                const AttentionReport r = attention(ctx, {.q = q.view(), .k = k.view(), .v = v.view()},
+                                                    {.o = outs.back().mutable_view()}, options);
+                CHECK_THAT(r.variant, Catch::Contains(texel ? "texel" : "words"));
+            }
+            INFO(to_string(dtype) << " " << to_string(impl));
+            CHECK(outs[0].f32 == outs[1].f32);
+            CHECK(outs[0].f16 == outs[1].f16);
+        }
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("quantized device tensors: uploads, views and a plan", "[storage_types]") {
+    Context& ctx = gpu_context();
+    std::mt19937 rng(4242);
+    const std::int64_t B = 1, Hq = 4, Hkv = 2, Nkv = 70, D = 64;
+    const HostTensor q = random_tensor(rng, DType::f16, Layout::bnhd, {B, Hq, 5, D});
+    const HostTensor k = random_tensor(rng, DType::q4_0, Layout::bnhd, {B, Hkv, Nkv, D});
+    const HostTensor v = random_tensor(rng, DType::q8_0, Layout::bnhd, {B, Hkv, Nkv, D});
+    const DeviceTensor dk = DeviceTensor::from_host(ctx, k.view(), Layout::bnhd);
+    const DeviceTensor dv = DeviceTensor::from_host(ctx, v.view(), Layout::bhnd);  // another layout on the device
+    // Keys 3..69 through views that start inside the memory (on a block: rows are whole blocks).
+    const DeviceTensor k_view = dk.seq(3, Nkv - 3), v_view = dv.seq(3, Nkv - 3);
+    const DeviceTensor dq = DeviceTensor::from_host(ctx, q.view());
+    const DeviceTensor o = DeviceTensor::empty(ctx, DType::f16, {B, Hq, 5, D});
+    for (const Impl impl : kPaths) {
+        const AttentionOptions options{.causal = Causal::bottom_right, .impl = impl};
+        const AttentionPlan plan(ctx, {.q = dq, .k = k_view, .v = v_view}, {.o = o}, options);
+        Batch batch(ctx);
+        batch.fill(o, 0x7e007e00u);  // NaN
+        plan.run(batch, {.q = dq, .k = k_view, .v = v_view}, {.o = o});
+        batch.submit().wait();
+        HostTensor got = nan_tensor(DType::f16, Layout::bhnd, {B, Hq, 5, D});
+        o.download(got.mutable_view());
+
+        // The reference over the same keys: the host blocks from row 3 on.
+        TensorView kr = k.view(), vr = v.view();
+        kr.shape[2] = vr.shape[2] = Nkv - 3;
+        kr.data = static_cast<const std::uint8_t*>(k.view().data) + storage_bytes(DType::q4_0, 3 * k.view().strides[2]);
+        vr.data = static_cast<const std::uint8_t*>(v.view().data) + storage_bytes(DType::q8_0, 3 * v.view().strides[2]);
+        const ReferenceStages ref = reference_stages({.q = q.view(), .k = kr, .v = vr}, options, false);
+        std::vector<double> g;
+        for (std::int64_t h = 0; h < Hq; ++h)
+            for (std::int64_t i = 0; i < 5; ++i)
+                for (std::int64_t d = 0; d < D; ++d) g.push_back(got.at(0, h, i, d));
+        const Comparison cmp = compare(g, ref.output, tolerance_for(DType::f16));
+        INFO(to_string(impl) << ": " << cmp.message << " [" << plan.report().variant << "]");
+        CHECK(cmp.ok);
+    }
+    // The bytes come back as they went.
+    HostTensor back = k;
+    std::fill(back.bytes.begin(), back.bytes.end(), 0);
+    dk.download(back.mutable_view());
+    CHECK(back.bytes == k.bytes);
+    CHECK(take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("storage types: what cannot be stored so is refused, naming the argument", "[storage_types][errors]") {
+    Context& ctx = gpu_context();
+    std::mt19937 rng(99);
+    auto refused = [&](TensorView q, TensorView k, TensorView v, MutableTensorView o, const char* name, const char* words) {
+        try {
+            attention(ctx, {.q = q, .k = k, .v = v}, {.o = o});
+            FAIL("accepted");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == name);
+            CHECK_THAT(e.what(), Catch::Contains(words));
+        }
+    };
+    const HostTensor q = random_tensor(rng, DType::f32, Layout::bhnd, {1, 2, 3, 64});
+    const HostTensor k = random_tensor(rng, DType::q8_0, Layout::bhnd, {1, 2, 9, 64});
+    const HostTensor v = random_tensor(rng, DType::q4_0, Layout::bhnd, {1, 2, 9, 64});
+    HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 3, 64});
+    HostTensor o16 = nan_tensor(DType::bf16, Layout::bhnd, {1, 2, 3, 64});
+    // q of a block type; o of another dtype than q; k of an integer type.
+    refused(k.view(), k.view(), v.view(), o.mutable_view(), "q", "q and o are f32, f16 or bf16");
+    refused(q.view(), k.view(), v.view(), o16.mutable_view(), "o", "o has q's dtype");
+    TensorView ints = q.view();
+    ints.dtype = DType::i32;
+    refused(q.view(), ints, v.view(), o.mutable_view(), "k", "k and v are float");
+    // A block type's head dimension is whole blocks.
+    const HostTensor q40 = random_tensor(rng, DType::f32, Layout::bhnd, {1, 2, 3, 40});
+    HostTensor o40 = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 3, 40});
+    TensorView k40 = random_tensor(rng, DType::f32, Layout::bhnd, {1, 2, 9, 40}).view();
+    k40.dtype = DType::q8_0;  // never read: refused first
+    refused(q40.view(), k40, q40.view(), o40.mutable_view(), "k", "multiple of 32");
+    CHECK_THROWS_AS(DeviceTensor::empty(ctx, DType::q5_1, {1, 1, 4, 48}), InvalidArgument);
+    const DeviceTensor dk = DeviceTensor::empty(ctx, DType::q8_0, {1, 2, 9, 64});
+    TensorView strided = k.view();
+    strided.strides = {2 * 9 * 80, 9 * 80, 80, 1};  // rows 80 elements apart: not on blocks
+    try {
+        dk.upload(strided);
+        FAIL("accepted");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "from");
+        CHECK_THAT(e.what(), Catch::Contains("start on a block of 32"));
+    }
+    CHECK(take_validation_messages(ctx).empty());
+}
