@@ -10,6 +10,7 @@
 #include "plan/program.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
+#include "tensor/storage_rules.hpp"
 
 namespace vkattn::detail {
 namespace {
@@ -225,7 +226,7 @@ private:
     std::optional<DType> k_texel() const { return config_.texel ? std::optional(p_.k_dtype) : std::nullopt; }
     std::optional<DType> v_texel() const { return config_.texel ? std::optional(p_.v_dtype) : std::nullopt; }
     // Bytes of the largest texel view of a dtype: maxTexelBufferElements vec4s.
-    std::uint64_t texel_limit(DType t) const { return texel_elements_ * (t == DType::f32 ? 16 : 8); }
+    std::uint64_t texel_limit(DType t) const { return texel_elements_ * texel_bytes(t); }
 
     const Problem& p_;
     Operands ops_;

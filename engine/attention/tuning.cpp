@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tensor/storage_rules.hpp"
+
 namespace vkattn::detail {
 namespace {
 
@@ -218,9 +220,8 @@ BmmConfig choose_linear(const vk::DeviceCaps& caps, DType dtype, std::int64_t in
                         const VariantOverrides& overrides) {
     // Y = X·Wᵀ reads rows of X and of W along the input features: texels need them 4-aligned, and
     // every operand within the device's texel-buffer limit.
-    const std::uint64_t texel_bytes = caps.max_texel_buffer_elements * (dtype == DType::f32 ? 16 : 8);
     const bool texel = overrides.texel_loads.value_or(true) && texel_supported(caps, dtype) && in_features % 4 == 0 &&
-                       largest_operand_bytes <= texel_bytes;
+                       largest_operand_bytes <= caps.max_texel_buffer_elements * texel_bytes(dtype);
     return base_bmm(caps, texel, overrides);
 }
 

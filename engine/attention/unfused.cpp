@@ -14,6 +14,7 @@
 #include "plan/program.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
+#include "tensor/storage_rules.hpp"
 
 namespace vkattn::detail {
 namespace {
@@ -89,7 +90,7 @@ public:
         if (c.rows > caps_.max_workgroup_count[0]) return false;  // softmax: one workgroup per row
         // A texel operand's view holds maxTexelBufferElements vec4s of its dtype (texels: f32/f16).
         auto ok = [&](const Slice& slice, bool texel, DType dtype = DType::f32) {
-            const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * (dtype == DType::f32 ? 16 : 8);
+            const std::uint64_t texel_limit = caps_.max_texel_buffer_elements * texel_bytes(dtype);
             return slice.range <= limit_ && (!texel || slice.range <= texel_limit);
         };
         const std::uint64_t any = std::numeric_limits<std::uint64_t>::max();

@@ -17,6 +17,7 @@
 #include "vk/device.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
+#include "tensor/storage_rules.hpp"
 
 namespace vkattn {
 namespace detail {
@@ -60,11 +61,11 @@ CacheShape cache_shape(const PagedKvCacheOptions& o) { return {o.batch, o.kv_hea
 // texel count), then whole pools of them.
 std::int64_t blocks_per_pool(const Runtime& runtime, const PagedKvCacheOptions& o) {
     const auto& caps = runtime.device().caps();
-    // Texel views exist for f32 (16 bytes per texel) and f16 (8); other types are read as words.
-    const std::uint64_t texel_bytes = o.dtype == DType::f32 ? 16 : o.dtype == DType::f16 ? 8 : 0;
+    // Types read only as words have no texel views to fit.
+    const std::uint64_t texel = texel_bytes(o.dtype);
     const std::uint64_t limit =
-        (texel_bytes ? std::min(runtime.max_binding_bytes(), caps.max_texel_buffer_elements * texel_bytes)
-                     : runtime.max_binding_bytes()) / 16 * 16;
+        (texel ? std::min(runtime.max_binding_bytes(), caps.max_texel_buffer_elements * texel) : runtime.max_binding_bytes()) /
+        16 * 16;
     const std::uint64_t block = storage_bytes(o.dtype, o.block_size * o.kv_heads * std::max(o.dim, o.dim_v));
     if (block > limit)
         throw ResourceLimit("block_size: one block of K or V (" + std::to_string(block) +

@@ -10,6 +10,7 @@
 #include "vk/device.hpp"
 #include "tensor/storage.hpp"
 #include "vkattn/errors.hpp"
+#include "tensor/storage_rules.hpp"
 
 namespace vkattn::detail {
 
@@ -137,7 +138,7 @@ void Program::dispatch(const Dispatch& dispatch) {
             view_info.format = b->texel_dtype == DType::f32 ? VK_FORMAT_R32G32B32A32_SFLOAT
                                                             : VK_FORMAT_R16G16B16A16_SFLOAT;
             view_info.offset = b->offset;
-            const std::uint64_t texel = b->texel_dtype == DType::f32 ? 16 : 8;
+            const std::uint64_t texel = texel_bytes(b->texel_dtype);
             view_info.range = b->range / texel * texel;
             VkBufferView view = VK_NULL_HANDLE;
             VKATTN_CHECK(vkCreateBufferView(d, &view_info, nullptr, &view), "creating a texel view for " + kernel.name());

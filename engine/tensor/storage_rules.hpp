@@ -13,8 +13,10 @@ namespace vkattn::detail {
 inline bool is_activation_type(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 // K and V: a float type or a block type.
 inline bool is_kv_type(DType t) { return is_activation_type(t) || is_block_type(t); }
-// Read by the shaders as 32-bit words and decoded (common/typed_load.glsl), not as floats.
-inline bool is_word_type(DType t) { return t != DType::f32 && t != DType::f16; }
+// Bytes of one texel of the float views the texel variants read (RGBA32F, RGBA16F); 0 for the types
+// read only as 32-bit words and decoded (common/typed_load.glsl).
+inline std::uint64_t texel_bytes(DType t) { return t == DType::f32 ? 16 : t == DType::f16 ? 8 : 0; }
+inline bool is_word_type(DType t) { return texel_bytes(t) == 0; }
 
 // A block type's tensor: D a multiple of the block (32) and every row starting on a block, so that
 // element index i always lies in block i / 32 (strides[0..2] multiples of 32, strides[3] = 1).
