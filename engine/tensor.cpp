@@ -22,7 +22,8 @@ constexpr TypeInfo kTypes[] = {
     {DType::f32, "f32", 1, 4},        {DType::f16, "f16", 1, 2},       {DType::i32, "i32", 1, 4},
     {DType::u8, "u8", 1, 1},          {DType::bf16, "bf16", 1, 2},     {DType::q8_0, "q8_0", 32, 34},
     {DType::q4_0, "q4_0", 32, 18},    {DType::q4_1, "q4_1", 32, 20},   {DType::q5_0, "q5_0", 32, 22},
-    {DType::q5_1, "q5_1", 32, 24},    {DType::iq4_nl, "iq4_nl", 32, 18},
+    {DType::q5_1, "q5_1", 32, 24},    {DType::iq4_nl, "iq4_nl", 32, 18}, {DType::fp8_e4m3, "fp8_e4m3", 1, 1},
+    {DType::fp8_e5m2, "fp8_e5m2", 1, 1},
 };
 
 const TypeInfo& info(DType dtype) {

@@ -12,7 +12,8 @@
 //   TEXEL (define)       A and B through uniform texel buffers (RGBA32F / RGBA16F views): the
 //                        vectorised sampler path; needs 4-aligned rows. Otherwise SSBO words decoded
 //                        by type (A_TYPE, B_TYPE spec constants: common/typed_load.glsl), any
-//                        storage type (B = K or V may be one of ggml's blocks).
+//                        storage type (B = K or V may be one of ggml's blocks, or fp8 with its
+//                        head's scale from binding 5).
 //   OUT_F16/OUT_BF16     C's storage (common/typed_store.glsl).
 //   SHARED_TILES (spec)  stage K-slices of A and B through shared memory (GPUs gain; lavapipe loses).
 #extension GL_EXT_control_flow_attributes : enable
@@ -43,6 +44,10 @@ vec4 load_b4(uint index, uint valid) { return texelFetch(b_texels, int(index >> 
 #else
 layout(constant_id = 9) const uint A_TYPE = 0;   // common/storage_types.glsl
 layout(constant_id = 10) const uint B_TYPE = 0;
+// An fp8 B's per-head scales (the attention's head terms, vkattn::detail::head_terms_of); read only
+// when B is fp8 (bind a placeholder otherwise).
+layout(std430, set = 0, binding = 5) readonly buffer Scales { float scales[]; };
+float b_scale = 1.0;  // B's head's, set once in main
 #define TL_NAME load_a4
 #define TL_SLOT 1
 #define TL_TYPE A_TYPE
@@ -50,6 +55,7 @@ layout(constant_id = 10) const uint B_TYPE = 0;
 #define TL_NAME load_b4
 #define TL_SLOT 2
 #define TL_TYPE B_TYPE
+#define TL_SCALE b_scale
 #include "common/typed_load.glsl"
 #endif
 
@@ -73,6 +79,9 @@ void main() {
     const uint tile_row = row_begin + gl_WorkGroupID.y * BM;
     const uint tile_col = gl_WorkGroupID.x * BN;
     const uint col0 = tile_col + tx * TN;
+#ifndef TEXEL
+    if (is_fp8(B_TYPE)) b_scale = scales[P.b_scale_at + hb];
+#endif
 
     // Clamped addresses: out-of-range rows and columns load valid memory and are never stored.
     uint a_row[TM];

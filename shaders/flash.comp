@@ -66,8 +66,8 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 // K and V are read as (pool, element index): the pool is 0 unless PAGED binds several. K's pools 1-3
 // are bindings 10-12, V's 13-15. TEXEL variants read f32/f16 Q, K, V through float texel views (the
 // view's format converts); the others read 32-bit words and decode any storage type, each operand's
-// own (Q_TYPE, K_TYPE, V_TYPE: common/typed_load.glsl), so bf16 and ggml's blocks dequantize in
-// registers as they load.
+// own (Q_TYPE, K_TYPE, V_TYPE: common/typed_load.glsl), so bf16, ggml's blocks and fp8 (times its
+// head's scale) dequantize in registers as they load.
 #ifdef TEXEL
 #define LOADER(name, slot, type)                                      \
     layout(set = 0, binding = slot) uniform samplerBuffer name##_texels; \
@@ -76,6 +76,9 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
+// An fp8 K's and V's scales for this workgroup's head (the head terms' [2·Hq + hk] and
+// [2·Hq + Hkv + hk]), set once in main; the loaders multiply by them.
+float k_scale = 1.0, v_scale = 1.0;
 #endif
 #ifdef TEXEL
 LOADER(load_q4, 1, Q_TYPE)
@@ -97,35 +100,43 @@ LOADER(load_v4_3, 15, V_TYPE)
 #define TL_NAME load_k4_0
 #define TL_SLOT 2
 #define TL_TYPE K_TYPE
+#define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_0
 #define TL_SLOT 3
 #define TL_TYPE V_TYPE
+#define TL_SCALE v_scale
 #include "common/typed_load.glsl"
 #ifdef PAGED
 #define TL_NAME load_k4_1
 #define TL_SLOT 10
 #define TL_TYPE K_TYPE
+#define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_k4_2
 #define TL_SLOT 11
 #define TL_TYPE K_TYPE
+#define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_k4_3
 #define TL_SLOT 12
 #define TL_TYPE K_TYPE
+#define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_1
 #define TL_SLOT 13
 #define TL_TYPE V_TYPE
+#define TL_SCALE v_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_2
 #define TL_SLOT 14
 #define TL_TYPE V_TYPE
+#define TL_SCALE v_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_3
 #define TL_SLOT 15
 #define TL_TYPE V_TYPE
+#define TL_SCALE v_scale
 #include "common/typed_load.glsl"
 #endif
 #endif
@@ -204,6 +215,10 @@ void main() {
     const uint Nq = P.shape.Nq, Nkv = P.shape.Nkv, Dk = P.shape.Dk, Dv = P.shape.Dv;
     const uint unit = P.chunk.first_unit + gl_WorkGroupID.y;
     const uint b = unit / Hkv, hk = unit % Hkv;
+#ifndef TEXEL
+    if (is_fp8(K_TYPE)) k_scale = head_terms[2u * P.shape.Hq + hk];
+    if (is_fp8(V_TYPE)) v_scale = head_terms[2u * P.shape.Hq + Hkv + hk];
+#endif
     const uint rows_end = P.chunk.first_row + P.chunk.rows;
     // Row blocks in reverse: under a causal mask the last rows see the most keys, and starting the
     // heaviest workgroups first evens out the tail when workgroups outnumber the cores.

@@ -11,12 +11,15 @@
 // row whose table entry names no block is dropped (the host refuses such an append first).
 // Packed new rows (varlen): sequence b's rows start where the uploaded offsets say.
 // Workgroups: (t - first_new, unit) for rows, one invocation per sequence for ADVANCE.
-// Types: the new rows are any float type (IN_TYPE, read as words: common/typed_load.glsl); the cache
-// is f32 (the default variant: 32-bit stores) or any 16-bit-aligned type (HALVES: f16, bf16 and
-// ggml's blocks, stored as 16-bit halves, which needs storageBuffer16BitAccess), OUT_TYPE. The lanes
-// of a row's workgroup walk its features; for a block type each lane quantizes whole blocks of 32
-// with ggml's reference rounding (common/quantize.glsl), so rows come out bit for bit the blocks
-// vkattn::quantize_row writes. Every block starts on an even byte, so no two lanes share a half.
+// Types: the new rows are any float type (IN_TYPE, read as words: common/typed_load.glsl); K's and
+// V's caches each have their own type (K_OUT, V_OUT). The default variant stores f32 into f32 caches
+// (32-bit stores); HALVES stores every type as 16-bit halves (which needs storageBuffer16BitAccess):
+// f32 as two, f16 and bf16 as one, fp8 two elements (fp8(x / scale), the head's scale from binding
+// 8) per half, and ggml's blocks whole: for a block type each lane quantizes whole blocks of 32 with
+// ggml's reference rounding (common/quantize.glsl), so rows come out bit for bit the blocks
+// vkattn::quantize_row writes. The lanes of a row's workgroup walk its features (pairs of them,
+// blocks); every block starts on an even byte and fp8 rows hold an even number of bytes, so no two
+// lanes share a half.
 
 #include "common/kv_append_params.glsl"
 
@@ -27,7 +30,8 @@ layout(constant_id = 0) const uint WG = 64;
 layout(std430, set = 0, binding = 5) buffer Lengths { int lengths[]; };
 #else
 layout(constant_id = 1) const uint IN_TYPE = 0;   // common/storage_types.glsl
-layout(constant_id = 2) const uint OUT_TYPE = 0;
+layout(constant_id = 2) const uint K_OUT = 0;
+layout(constant_id = 3) const uint V_OUT = 0;
 #define TL_NAME load_k_new
 #define TL_SLOT 1
 #define TL_TYPE IN_TYPE
@@ -42,6 +46,8 @@ layout(constant_id = 2) const uint OUT_TYPE = 0;
 #include "common/quantize.glsl"
 layout(std430, set = 0, binding = 3) writeonly buffer KCache { uint16_t k_cache[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer VCache { uint16_t v_cache[]; };
+// fp8 caches' scales, [Hkv] K's then [Hkv] V's (1 for the other types).
+layout(std430, set = 0, binding = 8) readonly buffer Scales { float scales[]; };
 #else
 layout(std430, set = 0, binding = 3) writeonly buffer KCache { float k_cache[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer VCache { float v_cache[]; };
@@ -56,19 +62,43 @@ layout(std430, set = 0, binding = 7) readonly buffer BlockTable { int block_tabl
 #ifndef ADVANCE
 float load_new(bool v, uint index) { return v ? load_v_new(index, 1u).x : load_k_new(index, 1u).x; }
 
-// One row of D features from element `from` of the new rows into element `to` of the cache.
-void store_row(bool v, uint to, uint from, uint D) {
 #ifdef HALVES
-    if (OUT_TYPE == TYPE_F16 || OUT_TYPE == TYPE_BF16) {
+void store_half(bool v, uint at, uint half_bits) {
+    if (v) v_cache[at] = uint16_t(half_bits);
+    else k_cache[at] = uint16_t(half_bits);
+}
+#endif
+
+// One row of D features from element `from` of the new rows into element `to` of the cache; `h` is
+// the row's head (an fp8 cache's scale).
+void store_row(bool v, uint to, uint from, uint D, uint h) {
+#ifdef HALVES
+    const uint type = v ? V_OUT : K_OUT;
+    if (type == TYPE_F32) {
         for (uint d = gl_LocalInvocationID.x; d < D; d += WG) {
-            const float x = load_new(v, from + d);
-            const uint h = OUT_TYPE == TYPE_F16 ? half_bits(x) : bf16_bits(x);
-            if (v) v_cache[to + d] = uint16_t(h);
-            else k_cache[to + d] = uint16_t(h);
+            const uint bits = floatBitsToUint(load_new(v, from + d));
+            store_half(v, 2u * (to + d), bits & 0xffffu);
+            store_half(v, 2u * (to + d) + 1u, bits >> 16);
         }
         return;
     }
-    const uint halves_per_block = block_halves(OUT_TYPE);
+    if (type == TYPE_F16 || type == TYPE_BF16) {
+        for (uint d = gl_LocalInvocationID.x; d < D; d += WG) {
+            const float x = load_new(v, from + d);
+            store_half(v, to + d, type == TYPE_F16 ? half_bits(x) : bf16_bits(x));
+        }
+        return;
+    }
+    if (is_fp8(type)) {  // vLLM's fp8(x / scale), two bytes per half (D is even, so `to` is)
+        const float scale = scales[(v ? P.Hkv : 0u) + h];
+        for (uint pair = gl_LocalInvocationID.x; pair < D / 2u; pair += WG) {
+            const uint lo = fp8_bits(div_rn(load_new(v, from + 2u * pair), scale), type);
+            const uint hi = fp8_bits(div_rn(load_new(v, from + 2u * pair + 1u), scale), type);
+            store_half(v, (to >> 1) + pair, lo | (hi << 8));
+        }
+        return;
+    }
+    const uint halves_per_block = block_halves(type);
     for (uint blk = gl_LocalInvocationID.x; blk < D / 32u; blk += WG) {
         float x[32];
         [[unroll]] for (uint j = 0u; j < 32u; j += 4u) {
@@ -76,13 +106,10 @@ void store_row(bool v, uint to, uint from, uint D) {
             [[unroll]] for (uint c = 0u; c < 4u; ++c) x[j + c] = x4[c];
         }
         uint halves[17];
-        quantize_block(OUT_TYPE, x, halves);
+        quantize_block(type, x, halves);
         const uint at = ((to >> 5) + blk) * halves_per_block;  // `to` starts a block: D is whole blocks
         [[unroll]] for (uint i = 0u; i < 17u; ++i)
-            if (i < halves_per_block) {
-                if (v) v_cache[at + i] = uint16_t(halves[i]);
-                else k_cache[at + i] = uint16_t(halves[i]);
-            }
+            if (i < halves_per_block) store_half(v, at + i, halves[i]);
     }
 #else
     for (uint d = gl_LocalInvocationID.x; d < D; d += WG) {
@@ -125,7 +152,7 @@ void main() {
 #endif
     const uint from = first_new_row(b) + t;
     const uint k_from = tensor_index(P.k_new, b, h, from), v_from = tensor_index(P.v_new, b, h, from);
-    store_row(false, k_to, k_from, P.Dk);
-    store_row(true, v_to, v_from, P.Dv);
+    store_row(false, k_to, k_from, P.Dk, h);
+    store_row(true, v_to, v_from, P.Dv, h);
 #endif
 }

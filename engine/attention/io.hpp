@@ -75,7 +75,7 @@ Operands own_buffer_operands(const Problem& problem, const std::array<std::int64
 struct DeviceBuffers {
     const vk::Buffer *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr, *weights = nullptr;
     const vk::Buffer *lengths = nullptr, *bool_mask = nullptr, *float_mask = nullptr;
-    const vk::Buffer* head_terms = nullptr;  // [Hq] ALiBi slopes then [Hq] sinks (mask.glsl)
+    const vk::Buffer* head_terms = nullptr;  // head_terms_of(): slopes, sinks, fp8 scales (mask.glsl)
     Slice lengths_slice;                     // [B] int32 key lengths (a placeholder when absent)
     std::uint64_t head_terms_bytes = 16;
     // Paged: the pools (k and v unused) and the block table, each bound whole.

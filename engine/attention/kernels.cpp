@@ -40,6 +40,8 @@ std::uint32_t shader_type_code(DType t) {
         case DType::q5_0: return 6;
         case DType::q5_1: return 7;
         case DType::iq4_nl: return 8;
+        case DType::fp8_e4m3: return 9;
+        case DType::fp8_e5m2: return 10;
         default: break;
     }
     throw Error("internal: no shader reads " + to_string(t) + ".");
@@ -118,12 +120,14 @@ const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     return runtime.kernels().get(key);
 }
 
-const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out, bool paged) {
+const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType k_out, DType v_out, bool paged) {
+    const bool halves = k_out != DType::f32 || v_out != DType::f32;
     const vk::KernelKey key{
-        .shader = std::string(paged ? "kv_append_paged" : "kv_append") + (out == DType::f32 ? "" : "_halves"),
+        .shader = std::string(paged ? "kv_append_paged" : "kv_append") + (halves ? "_halves" : ""),
         .constants = {{.id = 0, .value = 64},  // WG, also the local size: features (or blocks) of one row
                       {.id = 1, .value = shader_type_code(in)},
-                      {.id = 2, .value = shader_type_code(out)}},
+                      {.id = 2, .value = shader_type_code(k_out)},
+                      {.id = 3, .value = shader_type_code(v_out)}},
     };
     return runtime.kernels().get(key);
 }

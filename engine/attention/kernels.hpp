@@ -36,9 +36,9 @@ inline OperandTypes operand_types(const Problem& p) { return {p.dtype, p.k_dtype
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
                                std::uint32_t paged_pools = 0);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
-// kv_append.comp: rows of `in` dtype into a cache of `out` dtype (contiguous or paged); and the
-// lengths' advance.
-const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType out, bool paged = false);
+// kv_append.comp: rows of `in` dtype into K and V caches of `k_out` and `v_out` dtypes (contiguous
+// or paged); and the lengths' advance.
+const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType k_out, DType v_out, bool paged = false);
 const vk::Kernel& kv_advance_kernel(Runtime& runtime);
 
 }  // namespace vkattn::detail

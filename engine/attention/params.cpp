@@ -1,5 +1,6 @@
 #include "attention/params.hpp"
 
+#include <algorithm>
 #include <bit>
 
 #include "attention/problem.hpp"
@@ -31,6 +32,19 @@ MaskParams mask_params(const Problem& p) {
             .keep_scale = static_cast<float>(p.keep_scale()),
             .drop_threshold = p.drop_threshold,
             .seed = {static_cast<std::uint32_t>(p.seed), static_cast<std::uint32_t>(p.seed >> 32)}};
+}
+
+std::vector<float> head_terms_of(const Problem& p) {
+    if (p.alibi.empty() && p.sinks.empty() && p.k_scale.empty() && p.v_scale.empty()) return {};
+    const auto hq = static_cast<std::size_t>(p.Hq), hkv = static_cast<std::size_t>(p.Hkv);
+    std::vector<float> terms(2 * hq + 2 * hkv, 0.0f);
+    std::copy(p.alibi.begin(), p.alibi.end(), terms.begin());
+    std::copy(p.sinks.begin(), p.sinks.end(), terms.begin() + hq);
+    for (const auto& [scales, at] : {std::pair{&p.k_scale, 2 * hq}, std::pair{&p.v_scale, 2 * hq + hkv}}) {
+        if (scales->empty()) std::fill_n(terms.begin() + at, hkv, 1.0f);
+        else std::copy(scales->begin(), scales->end(), terms.begin() + at);
+    }
+    return terms;
 }
 
 }  // namespace vkattn::detail

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace vkattn::detail {
 
@@ -100,6 +101,7 @@ struct alignas(16) BmmParams {
     float alpha = 0.0f;
     std::uint32_t heads = 0;  // heads of A and C per batch
     std::uint32_t group = 0;  // heads of A per head of B
+    std::uint32_t b_scale_at = 0;  // an fp8 B: head hb's scale is binding 5's [b_scale_at + hb]
     TensorDesc a, b, c, residual;  // residual: read with BmmAdd::residual only
 };
 
@@ -213,6 +215,7 @@ static_assert(offsetof(BmmParams, K) == 24);
 static_assert(offsetof(BmmParams, alpha) == 28);
 static_assert(offsetof(BmmParams, heads) == 32);
 static_assert(offsetof(BmmParams, group) == 36);
+static_assert(offsetof(BmmParams, b_scale_at) == 40);
 static_assert(offsetof(BmmParams, a) == 48);
 static_assert(offsetof(BmmParams, b) == 80);
 static_assert(offsetof(BmmParams, c) == 112);
@@ -262,5 +265,9 @@ AttentionShape attention_shape(const Problem& problem);
 // Every mask and model feature of a problem, the same for every kernel; the mask tensors
 // (bool_mask, float_mask) are left for the caller, which knows the slice it binds.
 MaskParams mask_params(const Problem& problem);
+// The per-head terms buffer (common/mask.glsl's head_terms): [Hq] ALiBi slopes, [Hq] sink logits,
+// [Hkv] fp8 K scales, [Hkv] fp8 V scales; zeros (scales: ones) for those not given, empty when the
+// problem has none of them.
+std::vector<float> head_terms_of(const Problem& problem);
 
 }  // namespace vkattn::detail

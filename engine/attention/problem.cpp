@@ -218,6 +218,25 @@ void resolve_features(Problem& p, std::span<const float> slopes, std::span<const
 
 }  // namespace
 
+std::vector<float> resolve_fp8_scale(std::span<const float> given, DType dtype, std::int64_t Hkv, const char* name,
+                                 const char* tensor) {
+    if (!is_fp8(dtype)) {
+        if (!given.empty())
+            throw InvalidArgument(name, std::string("a scale applies to an fp8 ") + tensor + " only; " + tensor +
+                                            " is " + to_string(dtype) + ".");
+        return {};
+    }
+    if (given.empty()) return std::vector<float>(static_cast<std::size_t>(Hkv), 1.0f);
+    if (given.size() != 1 && static_cast<std::int64_t>(given.size()) != Hkv)
+        throw InvalidArgument(name, "it holds " + std::to_string(given.size()) + " scales; give 1 (the tensor's) or Hkv = " +
+                                        std::to_string(Hkv) + " (one per head).");
+    for (const float s : given)
+        if (!(std::isfinite(s) && s > 0.0f))
+            throw InvalidArgument(name, "an fp8 scale is a finite number above 0, not " + std::to_string(s) + ".");
+    if (given.size() == 1) return std::vector<float>(static_cast<std::size_t>(Hkv), given[0]);
+    return {given.begin(), given.end()};
+}
+
 Problem resolve(const AttentionSpec& spec) {
     const TensorLayout& q = spec.q;
     const TensorLayout& k = spec.k;
@@ -236,7 +255,8 @@ Problem resolve(const AttentionSpec& spec) {
     for (const auto& [view, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}})
         if (!is_kv_type(view->dtype))
             throw InvalidArgument(name, "its dtype is " + to_string(view->dtype) + "; k and v are float (f32, f16, "
-                                        "bf16) or quantized (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl).");
+                                        "bf16), ggml's blocks (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) or fp8 "
+                                        "(fp8_e4m3, fp8_e5m2).");
     check_layout(q, "q");
     check_layout(k, "k");
     check_layout(v, "v");
@@ -306,6 +326,8 @@ Problem resolve(const AttentionSpec& spec) {
     if (spec.float_mask) p.float_mask = broadcast(*spec.float_mask, "float_mask", scores);
 
     resolve_features(p, spec.alibi_slopes, spec.sinks, options);
+    p.k_scale = resolve_fp8_scale(spec.k_scale, p.k_dtype, p.Hkv, "k_scale", "k");
+    p.v_scale = resolve_fp8_scale(spec.v_scale, p.v_dtype, p.Hkv, "v_scale", "v");
 
     p.want_weights = spec.weights;
     p.want_lse = spec.lse;
@@ -338,6 +360,8 @@ AttentionSpec spec_of(const AttentionInputs& in, const AttentionOutputs& out, co
     spec.lse = out.lse != nullptr;
     spec.alibi_slopes.assign(in.alibi_slopes.begin(), in.alibi_slopes.end());
     spec.sinks.assign(in.sinks.begin(), in.sinks.end());
+    spec.k_scale.assign(in.k_scale.begin(), in.k_scale.end());
+    spec.v_scale.assign(in.v_scale.begin(), in.v_scale.end());
     spec.options = options;
     return spec;
 }
@@ -399,7 +423,7 @@ std::string AttentionSpec::key() const {
             for (const std::int64_t d : **mask) put(d);
         }
     }
-    for (const auto* values : {&alibi_slopes, &sinks}) {
+    for (const auto* values : {&alibi_slopes, &sinks, &k_scale, &v_scale}) {
         put(values->size());
         for (const float x : *values) put(x);
     }

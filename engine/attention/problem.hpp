@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@ struct Problem {
     double softcap = 0.0;          // 0 = none
     std::vector<float> alibi;      // [Hq] slopes; empty = none
     std::vector<float> sinks;      // [Hq] sink logits; empty = none
+    // [Hkv] scales of an fp8 k / v (1 where not given); empty for every other type.
+    std::vector<float> k_scale, v_scale;
     double dropout = 0.0;
     std::uint32_t drop_threshold = 0;  // dropout_threshold(dropout); 0 = nothing dropped
     std::uint64_t seed = 0;
@@ -156,11 +159,18 @@ struct AttentionSpec {
     std::optional<std::vector<std::int64_t>> bool_mask, float_mask;  // the masks' shapes
     bool weights = false, lse = false;
     std::vector<float> alibi_slopes, sinks;
+    std::vector<float> k_scale, v_scale;  // [1] or [Hkv]; empty = 1
     AttentionOptions options;
 
     // Every field, serialised: equal keys, equal plans.
     std::string key() const;
 };
+
+// An fp8 tensor's scales (vLLM's k_scale / v_scale), [1] or [Hkv] given, [Hkv] resolved (1 where
+// none is given; empty for other types); each finite and above 0. A scale for another type is
+// refused rather than ignored. InvalidArgument naming `name` (`tensor` is "k" or "v").
+std::vector<float> resolve_fp8_scale(std::span<const float> given, DType dtype, std::int64_t Hkv, const char* name,
+                                     const char* tensor);
 
 // "[a, b, c, d]": a shape or strides in an error message.
 std::string shape_text(const std::array<std::int64_t, 4>& shape);

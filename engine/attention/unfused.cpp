@@ -217,10 +217,12 @@ public:
                 params.alpha = static_cast<float>(p.scale);
                 params.a = s.q.desc;
                 params.b = keys[i].k.desc;
+                params.b_scale_at = u32(2 * p.Hq);  // head_terms_of: K's scales
                 params.c = keys[i].scores_bmm.desc;
                 Dispatch stage1{.kernel = &scores_kernel, .params = params};
                 stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, keys[i].k, p.k_dtype),
-                                   bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend, whole(16))};
+                                   bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend, whole(16)),
+                                   bind(5, *d.head_terms, whole(d.head_terms_bytes))};
                 stage1.groups = {ceil_div(cut.slices[i].length, config_.scores.block_cols()),
                                  ceil_div(c.rows, config_.scores.block_rows()), u32(c.units)};
                 r.dispatch(stage1);
@@ -275,12 +277,14 @@ public:
                 BmmParams params = bmm_params(p, c, p.Nq, p.Dv, cut.slices[i].length);
                 params.a = keys[i].scores_bmm.desc;
                 params.b = keys[i].v.desc;
+                params.b_scale_at = u32(2 * p.Hq + p.Hkv);  // head_terms_of: V's scales
                 params.c = last ? s.o.desc : acc_desc;
                 params.residual = acc_desc;
                 Dispatch stage3{.kernel = &kernel, .params = params};
                 stage3.bindings = {bind(1, scores, keys[i].scores_bmm, DType::f32), bind(2, *d.v, keys[i].v, p.v_dtype),
                                    last ? bind(3, *d.o, s.o) : bind(3, into, acc),
-                                   first ? bind(4, *no_addend, whole(16)) : bind(4, from, acc)};
+                                   first ? bind(4, *no_addend, whole(16)) : bind(4, from, acc),
+                                   bind(5, *d.head_terms, whole(d.head_terms_bytes))};
                 stage3.groups = {ceil_div(p.Dv, config_.output.block_cols()),
                                  ceil_div(c.rows, config_.output.block_rows()), u32(c.units)};
                 r.dispatch(stage3);

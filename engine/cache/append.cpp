@@ -59,8 +59,9 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
     // Paged: the pools are bound whole (the cache made each fit) and the chunks cut only the new
     // rows; the cache rows stay one range.
     const Operand k_cache = pools ? Operand{} : operand_of(t.k_cache), v_cache = pools ? Operand{} : operand_of(t.v_cache);
-    const DType cache_dtype = pools ? pools->k[0].dtype() : t.k_cache.dtype();
-    const Unit in_bytes = unit_of(t.k_new.dtype()), out_bytes = unit_of(cache_dtype);
+    const DType k_dtype = pools ? pools->k[0].dtype() : t.k_cache.dtype();
+    const DType v_dtype = pools ? pools->v[0].dtype() : t.v_cache.dtype();
+    const Unit in_bytes = unit_of(t.k_new.dtype()), k_bytes = unit_of(k_dtype), v_bytes = unit_of(v_dtype);
 
     // The new rows [t0, t0 + tn) of a chunk's units, and the chunk's cache rows.
     auto new_box = [&](const Chunk& c, std::int64_t t0, std::int64_t tn) { return query_box({c.u0, c.units, t0, tn}, Hkv); };
@@ -69,11 +70,11 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
         if (c.units > caps.max_workgroup_count[1]) return false;
         const Box nb = new_box(c, t0, tn), cb = cache_box(c);
         return k_new.slice(Dk, nb, in_bytes, align).range <= limit && v_new.slice(Dv, nb, in_bytes, align).range <= limit &&
-               (pools || (k_cache.slice(Dk, cb, out_bytes, align).range <= limit &&
-                          v_cache.slice(Dv, cb, out_bytes, align).range <= limit));
+               (pools || (k_cache.slice(Dk, cb, k_bytes, align).range <= limit &&
+                          v_cache.slice(Dv, cb, v_bytes, align).range <= limit));
     };
 
-    const vk::Kernel& rows_kernel = kv_append_kernel(runtime, t.k_new.dtype(), cache_dtype, pools != nullptr);
+    const vk::Kernel& rows_kernel = kv_append_kernel(runtime, t.k_new.dtype(), k_dtype, v_dtype, pools != nullptr);
     AppendParams base;
     base.B = static_cast<std::uint32_t>(B);
     base.Hkv = static_cast<std::uint32_t>(Hkv);
@@ -117,11 +118,12 @@ void record_append(Runtime& runtime, Program& program, const AppendTensors& t) {
             Dispatch dispatch{&rows_kernel, params,
                               {bind(1, TensorAccess::storage(t.k_new)->buffer, kn),
                                bind(2, TensorAccess::storage(t.v_new)->buffer, vn), bind(5, TensorAccess::storage(t.lengths)->buffer, lengths),
-                               bind(6, TensorAccess::storage(t.counts)->buffer, counts)},
+                               bind(6, TensorAccess::storage(t.counts)->buffer, counts),
+                               bind(8, TensorAccess::storage(t.scales)->buffer, whole_tensor(t.scales))},
                               {static_cast<std::uint32_t>(tn), static_cast<std::uint32_t>(c.units), 1}};
             if (!pools) {
                 const Box cb = cache_box(c);
-                const Slice kc = k_cache.slice(Dk, cb, out_bytes, align), vc = v_cache.slice(Dv, cb, out_bytes, align);
+                const Slice kc = k_cache.slice(Dk, cb, k_bytes, align), vc = v_cache.slice(Dv, cb, v_bytes, align);
                 std::get<AppendParams>(dispatch.params).k_cache = kc.desc;
                 std::get<AppendParams>(dispatch.params).v_cache = vc.desc;
                 dispatch.bindings.push_back(bind(3, TensorAccess::storage(t.k_cache)->buffer, kc));
@@ -162,7 +164,7 @@ void run_append(Runtime& runtime, BatchState& batch, ProgramCache& programs, con
     }
     program->replay(batch.begin_op());
     batch.keep(program);
-    std::vector<const DeviceTensor*> used{&t.k_new, &t.v_new, &t.lengths, &t.counts};
+    std::vector<const DeviceTensor*> used{&t.k_new, &t.v_new, &t.lengths, &t.counts, &t.scales};
     if (t.pools) {
         used.push_back(&t.pools->table);
         for (const auto* pools : {&t.pools->k, &t.pools->v})

@@ -30,6 +30,7 @@ struct AppendTensors {
     const AppendPools* pools = nullptr;   // paged: instead of k_cache and v_cache
     DeviceTensor lengths;                 // i32 [B], alone in its memory
     DeviceTensor counts;                  // i32 [1, 1, 2, B], alone in its memory: counts, then packed first rows
+    DeviceTensor scales;                  // f32 [1, 1, 1, 2·Hkv]: fp8 K's scales, then V's (1 for other types)
     std::uint32_t mode = 0;               // AppendParams::has_counts (AppendRows::mode)
     std::int64_t new_rows = 0;            // rows per sequence of the new tensors (the longest, packed)
 };

@@ -1,6 +1,7 @@
 #include "cache/cache_args.hpp"
 
 #include <string>
+#include <tuple>
 
 #include "attention/problem.hpp"
 #include "runtime.hpp"
@@ -37,17 +38,31 @@ void check_pair(const DeviceTensor& k_new, const DeviceTensor& v_new) {
 
 }  // namespace
 
-void check_cache_dtype(const Runtime& runtime, DType dtype, std::int64_t dim, std::int64_t dim_v) {
-    if (!is_kv_type(dtype))
-        throw InvalidArgument("dtype", "a KV cache stores a float type (f32, f16, bf16) or one of ggml's blocks (q8_0, "
-                                       "q4_0, q4_1, q5_0, q5_1, iq4_nl), not " + to_string(dtype) + ".");
-    const auto block = static_cast<std::int64_t>(block_elements(dtype));
-    for (const auto& [d, name] : {std::pair{dim, "dim"}, std::pair{dim_v, "dim_v"}})
+CacheTypes check_cache_types(const Runtime& runtime, DType dtype, std::optional<DType> dtype_v, std::int64_t kv_heads,
+                             std::int64_t dim, std::int64_t dim_v, std::span<const float> k_scale,
+                             std::span<const float> v_scale) {
+    CacheTypes types{dtype, dtype_v.value_or(dtype), {}};
+    for (const auto& [t, d, name, dim_name] : {std::tuple{types.k, dim, "dtype", "dim"}, std::tuple{types.v, dim_v, "dtype_v", "dim_v"}}) {
+        if (!is_kv_type(t))
+            throw InvalidArgument(name, "a KV cache stores a float type (f32, f16, bf16), one of ggml's blocks (q8_0, q4_0, "
+                                        "q4_1, q5_0, q5_1, iq4_nl) or fp8 (fp8_e4m3, fp8_e5m2), not " + to_string(t) + ".");
+        const auto block = static_cast<std::int64_t>(block_elements(t));
         if (d % block != 0)
-            throw InvalidArgument(name, "it is " + std::to_string(d) + "; a " + to_string(dtype) + " cache stores blocks of " +
-                                            std::to_string(block) + " features, so it must be a multiple of " +
-                                            std::to_string(block) + ".");
-    if (dtype != DType::f32) vk::require_fp16_storage(runtime.device().caps(), "dtype", dtype);
+            throw InvalidArgument(dim_name, "it is " + std::to_string(d) + "; a " + to_string(t) + " cache stores blocks of " +
+                                                std::to_string(block) + " features, so it must be a multiple of " +
+                                                std::to_string(block) + ".");
+        if (is_fp8(t) && d % 2 != 0)
+            throw InvalidArgument(dim_name, "it is " + std::to_string(d) + "; a " + to_string(t) + " cache stores its rows "
+                                            "two bytes at a time, so it must be even.");
+    }
+    if (types.k != DType::f32) vk::require_fp16_storage(runtime.device().caps(), "dtype", types.k);
+    if (types.v != DType::f32) vk::require_fp16_storage(runtime.device().caps(), "dtype_v", types.v);
+    types.scales = resolve_fp8_scale(k_scale, types.k, kv_heads, "k_scale", "k");
+    const std::vector<float> v_scales = resolve_fp8_scale(v_scale, types.v, kv_heads, "v_scale", "v");
+    types.scales.resize(static_cast<std::size_t>(kv_heads), 1.0f);  // a non-fp8 K's: 1
+    types.scales.insert(types.scales.end(), v_scales.begin(), v_scales.end());
+    types.scales.resize(static_cast<std::size_t>(2 * kv_heads), 1.0f);
+    return types;
 }
 
 void check_size(std::int64_t value, std::int64_t most, const char* name) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -30,10 +31,20 @@ struct AppendRows {
     std::vector<std::int32_t> values;  // B counts, then (mode 2) B first rows
 };
 
-// A cache's storage type: any float or block type (a block type's dim and dim_v multiples of 32),
-// and 16-bit storage for all but f32 (the append stores 16-bit halves). InvalidArgument naming
-// "dtype", "dim" or "dim_v" otherwise.
-void check_cache_dtype(const Runtime& runtime, DType dtype, std::int64_t dim, std::int64_t dim_v);
+// A cache's storage, resolved: K's and V's types and the scales the append divides fp8 rows by.
+struct CacheTypes {
+    DType k = DType::f32, v = DType::f32;
+    std::vector<float> scales;  // [2·Hkv]: K's per head, then V's (1 for a type without scales)
+};
+
+// K's type `dtype` and V's `dtype_v` (unset: dtype): each any float, block or fp8 type (a block
+// type's dim multiple of 32, an fp8 type's even: its rows are stored two bytes at a time); 16-bit
+// storage unless both are f32 (the append stores 16-bit halves); the fp8 scales as attention takes
+// them (resolve_fp8_scale). InvalidArgument naming "dtype", "dtype_v", "dim", "dim_v", "k_scale" or
+// "v_scale" otherwise.
+CacheTypes check_cache_types(const Runtime& runtime, DType dtype, std::optional<DType> dtype_v, std::int64_t kv_heads,
+                             std::int64_t dim, std::int64_t dim_v, std::span<const float> k_scale,
+                             std::span<const float> v_scale);
 
 // An append's k_new [B, Hkv, T, Dk] and v_new [B, Hkv, T, Dv] (f32, f16 or bf16, one dtype, this
 // context) and counts (each in [0, T]; empty: T for all) checked against the cache.

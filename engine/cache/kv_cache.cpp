@@ -27,6 +27,7 @@ struct KvCacheState {
     Runtime* runtime = nullptr;
     KvCacheOptions options;
     DeviceTensor k, v, lengths, counts;  // counts: [B] i32, the per-sequence counts of the last append that had them
+    DeviceTensor scales;                // f32 [2·Hkv]: the append's fp8 scales (cache_args.hpp's CacheTypes)
     std::mutex mutex;                   // guards recorded
     std::vector<std::int32_t> recorded;
     ProgramCache appends{4};  // per new-row tensors' memory, shape and strides
@@ -45,10 +46,14 @@ KvCache::KvCache(Context& context, const KvCacheOptions& options) : state_(std::
     detail::check_size(s.options.capacity, kMost, "capacity");
     detail::check_size(s.options.dim, kMost, "dim");
     detail::check_size(s.options.dim_v, kMost, "dim_v");
-    detail::check_cache_dtype(detail::ContextAccess::runtime(context), s.options.dtype, s.options.dim, s.options.dim_v);
+    const detail::CacheTypes types =
+        detail::check_cache_types(*s.runtime, s.options.dtype, s.options.dtype_v, s.options.kv_heads, s.options.dim,
+                                  s.options.dim_v, s.options.k_scale, s.options.v_scale);
+    s.options.dtype_v = types.v;
     const std::int64_t B = s.options.batch, H = s.options.kv_heads, N = s.options.capacity;
-    s.k = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim});
-    s.v = DeviceTensor::empty(context, s.options.dtype, {B, H, N, s.options.dim_v});
+    s.k = DeviceTensor::empty(context, types.k, {B, H, N, s.options.dim});
+    s.v = DeviceTensor::empty(context, types.v, {B, H, N, s.options.dim_v});
+    s.scales = DeviceTensor::empty(context, DType::f32, {1, 1, 1, 2 * H});
     s.lengths = DeviceTensor::empty(context, DType::i32, {B, 1, 1, 1});
     s.counts = DeviceTensor::empty(context, DType::i32, {1, 1, 2, B});
     s.recorded.assign(static_cast<std::size_t>(B), 0);
@@ -59,6 +64,7 @@ KvCache::KvCache(Context& context, const KvCacheOptions& options) : state_(std::
         state.keep(detail::TensorAccess::storage(*t));
         vkCmdFillBuffer(state.begin_op(), detail::TensorAccess::storage(*t)->buffer.get(), 0, VK_WHOLE_SIZE, 0);
     }
+    state.upload(s.scales, make_view(static_cast<const void*>(types.scales.data()), DType::f32, Layout::bhnd, s.scales.shape()));
     batch.submit().wait();
 }
 
@@ -82,6 +88,8 @@ DeviceAttentionInputs KvCache::inputs(const DeviceTensor& q) const {
     in.k = state_->k;
     in.v = state_->v;
     in.kv_lengths = state_->lengths;
+    in.k_scale = state_->options.k_scale;
+    in.v_scale = state_->options.v_scale;
     return in;
 }
 
@@ -123,6 +131,7 @@ void KvCache::append_rows(Batch& batch, const DeviceTensor& k_new, const DeviceT
                         .v_cache = s.v,
                         .lengths = s.lengths,
                         .counts = s.counts,
+                        .scales = s.scales,
                         .mode = rows.mode,
                         .new_rows = rows.new_rows},
                        rows.values);

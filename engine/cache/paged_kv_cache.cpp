@@ -27,6 +27,7 @@ struct PagedKvCacheState {
     PagedKvCacheOptions options;
     std::vector<DeviceTensor> k_pools, v_pools;
     DeviceTensor table, lengths, counts;  // counts: [B] i32, the per-sequence counts of the last append that had them
+    DeviceTensor scales;                  // f32 [2·Hkv]: the append's fp8 scales (cache_args.hpp's CacheTypes)
     AppendPools append_pools;             // the pools and table as the append shader binds them
     ProgramCache appends{4};              // per new-row tensors' memory, shape and strides
 
@@ -58,15 +59,16 @@ namespace {
 CacheShape cache_shape(const PagedKvCacheOptions& o) { return {o.batch, o.kv_heads, o.dim, o.dim_v}; }
 
 // Blocks per pool: as many as one binding holds (storage range and, for the texel loads, the
-// texel count), then whole pools of them.
-std::int64_t blocks_per_pool(const Runtime& runtime, const PagedKvCacheOptions& o) {
+// texel count), of K's and V's alike (their pools pair up), then whole pools of them.
+std::int64_t blocks_per_pool(const Runtime& runtime, const PagedKvCacheOptions& o, const CacheTypes& types) {
     const auto& caps = runtime.device().caps();
-    // Types read only as words have no texel views to fit.
-    const std::uint64_t texel = texel_bytes(o.dtype);
-    const std::uint64_t limit =
-        (texel ? std::min(runtime.max_binding_bytes(), caps.max_texel_buffer_elements * texel) : runtime.max_binding_bytes()) /
-        16 * 16;
-    const std::uint64_t block = storage_bytes(o.dtype, o.block_size * o.kv_heads * std::max(o.dim, o.dim_v));
+    std::uint64_t limit = runtime.max_binding_bytes(), block = 0;
+    for (const auto& [t, dim] : {std::pair{types.k, o.dim}, std::pair{types.v, o.dim_v}}) {
+        // Types read only as words have no texel views to fit.
+        if (const std::uint64_t texel = texel_bytes(t)) limit = std::min(limit, caps.max_texel_buffer_elements * texel);
+        block = std::max(block, storage_bytes(t, o.block_size * o.kv_heads * dim));
+    }
+    limit = limit / 16 * 16;
     if (block > limit)
         throw ResourceLimit("block_size: one block of K or V (" + std::to_string(block) +
                             " bytes) passes the device's binding limit of " + std::to_string(limit) +
@@ -105,18 +107,21 @@ PagedKvCache::PagedKvCache(Context& context, const PagedKvCacheOptions& options)
     detail::check_size(o.max_blocks_per_seq, kMost / o.block_size, "max_blocks_per_seq");
     detail::check_size(o.dim, kMost, "dim");
     detail::check_size(o.dim_v, kMost, "dim_v");
-    detail::check_cache_dtype(*s.runtime, o.dtype, o.dim, o.dim_v);
-    const std::int64_t per_pool = detail::blocks_per_pool(*s.runtime, o);
+    const detail::CacheTypes types =
+        detail::check_cache_types(*s.runtime, o.dtype, o.dtype_v, o.kv_heads, o.dim, o.dim_v, o.k_scale, o.v_scale);
+    o.dtype_v = types.v;
+    const std::int64_t per_pool = detail::blocks_per_pool(*s.runtime, o, types);
     for (std::int64_t first = 0; first < o.num_blocks; first += per_pool) {
         const std::int64_t blocks = std::min(per_pool, o.num_blocks - first);
         // Head-major within a block (Layout::bnhd of [blocks, block_size, Hkv, D]): one head's rows
         // of a block lie together, as a kernel streaming one head reads them.
-        s.k_pools.push_back(DeviceTensor::empty(context, o.dtype, {blocks, o.block_size, o.kv_heads, o.dim}, Layout::bnhd));
-        s.v_pools.push_back(DeviceTensor::empty(context, o.dtype, {blocks, o.block_size, o.kv_heads, o.dim_v}, Layout::bnhd));
+        s.k_pools.push_back(DeviceTensor::empty(context, types.k, {blocks, o.block_size, o.kv_heads, o.dim}, Layout::bnhd));
+        s.v_pools.push_back(DeviceTensor::empty(context, types.v, {blocks, o.block_size, o.kv_heads, o.dim_v}, Layout::bnhd));
     }
     s.table = DeviceTensor::empty(context, DType::i32, {o.batch, 1, 1, o.max_blocks_per_seq});
     s.lengths = DeviceTensor::empty(context, DType::i32, {o.batch, 1, 1, 1});
     s.counts = DeviceTensor::empty(context, DType::i32, {1, 1, 2, o.batch});
+    s.scales = DeviceTensor::empty(context, DType::f32, {1, 1, 1, 2 * o.kv_heads});
     const auto B = static_cast<std::size_t>(o.batch);
     s.recorded.assign(B, 0);
     s.host_table.assign(B * static_cast<std::size_t>(o.max_blocks_per_seq), -1);
@@ -147,6 +152,7 @@ PagedKvCache::PagedKvCache(Context& context, const PagedKvCacheOptions& options)
     fill(s.table, 0xffffffffu);
     fill(s.lengths, 0);
     fill(s.counts, 0);
+    state.upload(s.scales, make_view(static_cast<const void*>(types.scales.data()), DType::f32, Layout::bhnd, s.scales.shape()));
     batch.submit().wait();
 }
 
@@ -181,6 +187,8 @@ DeviceAttentionInputs PagedKvCache::inputs(const DeviceTensor& q) const {
     in.q = q;
     in.paged = {state_->k_pools, state_->v_pools, state_->table};
     in.kv_lengths = state_->lengths;
+    in.k_scale = state_->options.k_scale;
+    in.v_scale = state_->options.v_scale;
     return in;
 }
 
@@ -249,6 +257,7 @@ void PagedKvCache::append_rows(Batch& batch, const DeviceTensor& k_new, const De
                         .pools = &s.append_pools,
                         .lengths = s.lengths,
                         .counts = s.counts,
+                        .scales = s.scales,
                         .mode = rows.mode,
                         .new_rows = rows.new_rows},
                        rows.values);

@@ -50,7 +50,9 @@ void record_linear(Program& program, Runtime& runtime, const Linear& l, DType dt
     params.c.stride = {0, 0, u32(l.out), 1};
     Dispatch d{.kernel = &kernel, .params = params};
     // Without a bias the shader never reads binding 4; the weight stands in for it.
-    d.bindings = {bound(1, *l.x, dtype), bound(2, *l.w, dtype), bound(3, *l.y), bound(4, l.b ? *l.b : *l.w)};
+    // Nor binding 5 (an fp8 B's scales): the weight again.
+    d.bindings = {bound(1, *l.x, dtype), bound(2, *l.w, dtype), bound(3, *l.y), bound(4, l.b ? *l.b : *l.w),
+                  bound(5, *l.w)};
     d.groups = {u32((l.out + config.block_cols() - 1) / config.block_cols()), u32(row_blocks), 1};
     program.dispatch(d);
 }

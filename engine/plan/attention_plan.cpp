@@ -2,6 +2,7 @@
 #include <string>
 
 #include "attention/kernels.hpp"
+#include "attention/params.hpp"
 #include "plan/paged_kv.hpp"
 #include "plan/varlen.hpp"
 #include "plan/plan_cache.hpp"
@@ -156,6 +157,8 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
                            "lse");
     check_constants(in.alibi_slopes, s.alibi_slopes, "alibi_slopes");
     check_constants(in.sinks, s.sinks, "sinks");
+    check_constants(in.k_scale, s.k_scale, "k_scale");
+    check_constants(in.v_scale, s.v_scale, "v_scale");
     // Texel loads read vec4s: the rows must start at multiples of 4 elements, the strides (the
     // plan's) and the first element (this run's) alike.
     const bool texel_qk = plan.choice.impl == Impl::unfused ? plan.choice.unfused.scores.texel : plan.choice.fused.texel;
@@ -208,16 +211,15 @@ PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::mov
                      spec.paged ? static_cast<std::uint32_t>(spec.paged->pools) : 0);
         if (choice.impl == Impl::split) combine_kernel(rt, problem.dtype);
     }
-    // A placeholder for unused bindings (never read), and the per-head terms (ALiBi slopes then
-    // sinks, each [Hq]; zeros for the one not given), which every run writes into the batch before
-    // its dispatches (2·Hq floats inside the command buffer): a plan never submits on its own.
+    // A placeholder for unused bindings (never read), and the per-head terms (mask.glsl's layout:
+    // ALiBi slopes and sinks, each [Hq], then fp8 K's and V's scales, each [Hkv]; zeros and ones for
+    // those not given), which every run writes into the batch before its dispatches (inside the
+    // command buffer): a plan never submits on its own.
     placeholder = allocate_storage(rt, 16, "a placeholder binding");
-    if (!problem.alibi.empty() || !problem.sinks.empty()) {
-        head_terms_values.assign(static_cast<std::size_t>(2 * problem.Hq), 0.0f);
-        std::copy(problem.alibi.begin(), problem.alibi.end(), head_terms_values.begin());
-        std::copy(problem.sinks.begin(), problem.sinks.end(), head_terms_values.begin() + problem.Hq);
+    head_terms_values = head_terms_of(problem);
+    if (!head_terms_values.empty()) {
         head_terms_bytes = head_terms_values.size() * 4;
-        head_terms = allocate_storage(rt, head_terms_bytes, "the ALiBi slopes and sinks");
+        head_terms = allocate_storage(rt, head_terms_bytes, "the per-head terms (ALiBi slopes, sinks, fp8 scales)");
     }
 }
 
@@ -385,6 +387,8 @@ AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutp
     spec.lse = out.lse.defined();
     spec.alibi_slopes.assign(in.alibi_slopes.begin(), in.alibi_slopes.end());
     spec.sinks.assign(in.sinks.begin(), in.sinks.end());
+    spec.k_scale.assign(in.k_scale.begin(), in.k_scale.end());
+    spec.v_scale.assign(in.v_scale.begin(), in.v_scale.end());
     spec.options = options;
     // Texel loads need rows at multiples of 4 elements; tensors that start elsewhere get the
     // scalar loads unless the caller forces texels (then the run says why it cannot).

@@ -98,6 +98,8 @@ void HostTensors::upload(BatchState& batch, DeviceAttentionInputs& din, DeviceAt
     if (in.float_mask) din.float_mask = own_mask(rt, batch, *in.float_mask, DType::f32, "float_mask");
     din.alibi_slopes = in.alibi_slopes;
     din.sinks = in.sinks;
+    din.k_scale = in.k_scale;
+    din.v_scale = in.v_scale;
     if (p.want_lse) dout.lse = own_dense(rt, DType::f32, {p.B, p.Hq, p.Nq, 1}, "lse");
     if (p.want_weights) dout.weights = own_dense(rt, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "weights");
 }

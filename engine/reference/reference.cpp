@@ -45,10 +45,11 @@ void store(const MutableTensorView& t, std::int64_t b, std::int64_t h, std::int6
         static_cast<float*>(t.data)[at] = f;
 }
 
-// A block-typed K or V dequantized once into dense fp32 (the stages read every element Nq times,
-// and each read of a block element would decode its block): the values the kernels see.
-TensorView dequantized(const TensorView& t, std::vector<float>& storage) {
-    if (!is_block_type(t.dtype)) return t;
+// A block-typed or fp8 K or V dequantized once into dense fp32 (the stages read every element Nq
+// times, and each read of a block element would decode its block): the values the kernels see, an
+// fp8 element times its head's scale (`scales`, [H]) in one fp32 rounding as the kernels take it.
+TensorView dequantized(const TensorView& t, const std::vector<float>& scales, std::vector<float>& storage) {
+    if (!is_block_type(t.dtype) && !is_fp8(t.dtype)) return t;
     const auto [B, H, N, D] = t.shape;
     storage.resize(static_cast<std::size_t>(B * H * N * D));
     const TensorView dense = make_view<const void*>(storage.data(), DType::f32, Layout::bhnd, t.shape);
@@ -57,7 +58,8 @@ TensorView dequantized(const TensorView& t, std::vector<float>& storage) {
         for (std::int64_t h = 0; h < H; ++h)
             for (std::int64_t n = 0; n < N; ++n) {
                 const auto* row = static_cast<const std::uint8_t*>(t.data) + storage_bytes(t.dtype, t.offset(b, h, n, 0));
-                dequantize_row(t.dtype, {row, bytes}, {storage.data() + dense.offset(b, h, n, 0), static_cast<std::size_t>(D)});
+                dequantize_row(t.dtype, {row, bytes}, {storage.data() + dense.offset(b, h, n, 0), static_cast<std::size_t>(D)},
+                               scales.empty() ? 1.0f : scales[static_cast<std::size_t>(h)]);
             }
     return dense;
 }
@@ -131,8 +133,8 @@ template <class Sink>
 void for_each_row(const Problem& p, const AttentionInputs& inputs, Sink&& sink) {
     std::vector<float> k_values, v_values;
     AttentionInputs in = inputs;
-    in.k = dequantized(inputs.k, k_values);
-    in.v = dequantized(inputs.v, v_values);
+    in.k = dequantized(inputs.k, p.k_scale, k_values);
+    in.v = dequantized(inputs.v, p.v_scale, v_values);
     std::vector<double> scores(static_cast<std::size_t>(p.Nkv));
     std::vector<double> weights(static_cast<std::size_t>(p.Nkv));
     std::vector<double> out(static_cast<std::size_t>(p.Dv));

@@ -11,8 +11,8 @@ namespace vkattn::detail {
 
 // Q, O and activations: the float types.
 inline bool is_activation_type(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
-// K and V: a float type or a block type.
-inline bool is_kv_type(DType t) { return is_activation_type(t) || is_block_type(t); }
+// K and V: a float type, a block type or an fp8 type (with its scales).
+inline bool is_kv_type(DType t) { return is_activation_type(t) || is_block_type(t) || is_fp8(t); }
 // Bytes of one texel of the float views the texel variants read (RGBA32F, RGBA16F); 0 for the types
 // read only as 32-bit words and decoded (common/typed_load.glsl).
 inline std::uint64_t texel_bytes(DType t) { return t == DType::f32 ? 16 : t == DType::f16 ? 8 : 0; }

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "tensor/storage_rules.hpp"
@@ -220,12 +221,66 @@ void check_row(DType dtype, std::size_t features, std::size_t bytes, const char*
                                               std::to_string(expected) + ".");
 }
 
+// An fp8 type's layout: mantissa bits and exponent bias.
+struct Fp8Format {
+    int mantissa, bias;
+    std::uint8_t max_code, nan_code;  // the largest finite magnitude's code; a quiet NaN's
+};
+Fp8Format fp8_format(DType dtype) {
+    if (dtype == DType::fp8_e4m3) return {3, 7, 0x7e, 0x7f};
+    if (dtype == DType::fp8_e5m2) return {2, 15, 0x7b, 0x7e};
+    throw InvalidArgument("dtype", to_string(dtype) + " is not an fp8 type.");
+}
+
+void check_scale(DType dtype, float scale) {
+    if (is_fp8(dtype)) {
+        if (!(std::isfinite(scale) && scale > 0.0f))
+            throw InvalidArgument("scale", "an fp8 scale is a finite number above 0, not " + std::to_string(scale) + ".");
+    } else if (scale != 1.0f) {
+        throw InvalidArgument("scale", "only fp8 rows have a scale; " + to_string(dtype) + " takes 1.");
+    }
+}
+
 }  // namespace
+
+float fp8_max(DType dtype) { return fp8_to_float(dtype, fp8_format(dtype).max_code); }
+
+std::uint8_t float_to_fp8(DType dtype, float value) {
+    const Fp8Format f = fp8_format(dtype);
+    const std::uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+    if (std::isnan(value)) return sign | f.nan_code;
+    const float a = std::fabs(value);
+    if (a >= fp8_max(dtype)) return sign | f.max_code;  // saturate, infinities too
+    // The grid's spacing at a: 2^(e - mantissa), e the exponent of a, at least the smallest normal's.
+    const int e = std::max(std::ilogb(a == 0.0f ? 1.0f : a), 1 - f.bias);
+    const float quantum = std::ldexp(1.0f, e - f.mantissa);
+    const float rounded = std::nearbyint(a / quantum) * quantum;  // exact: a power-of-two scaling
+    if (rounded == 0.0f) return sign;
+    if (rounded > fp8_max(dtype)) return sign | f.max_code;
+    const int re = std::ilogb(rounded);
+    if (re < 1 - f.bias)  // subnormal: the code is the multiple of the smallest step
+        return sign | static_cast<std::uint8_t>(std::ldexp(rounded, f.bias - 1 + f.mantissa));
+    const auto mantissa = static_cast<int>(std::ldexp(rounded, f.mantissa - re)) - (1 << f.mantissa);
+    return sign | static_cast<std::uint8_t>(((re + f.bias) << f.mantissa) | mantissa);
+}
+
+float fp8_to_float(DType dtype, std::uint8_t bits) {
+    const Fp8Format f = fp8_format(dtype);
+    const float sign = (bits & 0x80) != 0 ? -1.0f : 1.0f;
+    const int magnitude = bits & 0x7f;
+    const int exponent = magnitude >> f.mantissa, mantissa = magnitude & ((1 << f.mantissa) - 1);
+    if (dtype == DType::fp8_e4m3 && magnitude == 0x7f) return std::numeric_limits<float>::quiet_NaN();
+    if (dtype == DType::fp8_e5m2 && exponent == 31)
+        return mantissa == 0 ? sign * std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+    if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), 1 - f.bias - f.mantissa);
+    return sign * std::ldexp(static_cast<float>(mantissa + (1 << f.mantissa)), exponent - f.bias - f.mantissa);
+}
 
 std::uint64_t row_bytes(DType dtype, std::int64_t features) { return storage_bytes(dtype, features); }
 
-void quantize_row(DType dtype, std::span<const float> in, std::span<std::uint8_t> out) {
+void quantize_row(DType dtype, std::span<const float> in, std::span<std::uint8_t> out, float scale) {
     check_row(dtype, in.size(), out.size(), "out");
+    check_scale(dtype, scale);
     std::uint8_t* y = out.data();
     const float* x = in.data();
     for (std::size_t i = 0; i < in.size(); ++i)
@@ -233,6 +288,8 @@ void quantize_row(DType dtype, std::span<const float> in, std::span<std::uint8_t
             case DType::f32: std::memcpy(y + 4 * i, x + i, 4); break;
             case DType::f16: write_half(y + 2 * i, x[i]); break;
             case DType::bf16: write_u16(y + 2 * i, float_to_bf16(x[i])); break;
+            case DType::fp8_e4m3:
+            case DType::fp8_e5m2: y[i] = float_to_fp8(dtype, x[i] / scale); break;  // vLLM's x / scale
             default: i = in.size(); break;  // block types below
         }
     if (!is_block_type(dtype)) return;
@@ -249,10 +306,12 @@ void quantize_row(DType dtype, std::span<const float> in, std::span<std::uint8_t
         }
 }
 
-void dequantize_row(DType dtype, std::span<const std::uint8_t> in, std::span<float> out) {
+void dequantize_row(DType dtype, std::span<const std::uint8_t> in, std::span<float> out, float scale) {
     check_row(dtype, out.size(), in.size(), "in");
+    check_scale(dtype, scale);
     if (!is_block_type(dtype)) {
-        for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_element(in.data(), dtype, static_cast<std::int64_t>(i));
+        for (std::size_t i = 0; i < out.size(); ++i)
+            out[i] = load_element(in.data(), dtype, static_cast<std::int64_t>(i)) * scale;  // exact for scale 1
         return;
     }
     const std::size_t bb = block_bytes(dtype);
@@ -270,6 +329,8 @@ float load_element(const void* data, DType dtype, std::int64_t index) {
         }
         case DType::f16: return read_half(bytes + 2 * i);
         case DType::bf16: return bf16_to_float(read_u16(bytes + 2 * i));
+        case DType::fp8_e4m3:
+        case DType::fp8_e5m2: return fp8_to_float(dtype, bytes[i]);
         case DType::i32:
         case DType::u8: throw InvalidArgument("dtype", to_string(dtype) + " holds no float values.");
         default: break;

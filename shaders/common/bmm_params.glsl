@@ -12,6 +12,7 @@ layout(std140, set = 0, binding = 0) uniform BmmParams {
     float alpha;             // C = alpha·A·op(B) (+ the addend)
     uint heads;              // heads of A and C: unit u is (b, h) = (u / heads, u % heads)
     uint group;              // heads of A per head of B: B's head is h / group (GQA by indexing)
+    uint b_scale_at;         // an fp8 B: head hb's scale is scales[b_scale_at + hb] (binding 5)
     TensorDesc a;
     TensorDesc b;            // [K][N], or [N][K] when B_TRANSPOSED
     TensorDesc c;

@@ -2,7 +2,8 @@
 // (engine/attention/problem.hpp). Needs a parameter block P with `AttentionShape shape` and
 // `MaskParams mask` (common/params.glsl) and these bindings declared before inclusion:
 //   kv_lengths[] (int), bool_words[] (uint, 4 mask bytes per word), float_mask[] (float),
-//   head_terms[] (float: [Hq] ALiBi slopes, then [Hq] sink logits); with VARLEN defined, also
+//   head_terms[] (float: [Hq] ALiBi slopes, then [Hq] sink logits, then [Hkv] fp8 K scales and
+//   [Hkv] fp8 V scales that the loaders read, vkattn::detail::head_terms_of); with VARLEN defined, also
 //   cu_q[] and cu_k[] and P.varlen (common/varlen.glsl).
 // Every uniform is read once per row into a RowMask: on lavapipe each uniform-block read is a
 // scalar memory access, far too dear to repeat per score.

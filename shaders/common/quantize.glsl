@@ -190,6 +190,24 @@ void quantize_block(uint type, float x[32], out uint halves[17]) {
         halves[head + j / 2u] = ((q[j] & 15u) | ((q[j + 16u] & 15u) << 4)) | (((q[j + 1u] & 15u) | ((q[j + 17u] & 15u) << 4)) << 8);
 }
 
+// The fp8 byte of x (vkattn::float_to_fp8): rounded to nearest even on the type's grid, saturated
+// to ±max (infinities too), NaN kept. The grid's spacing at |x| is 2^(e − mantissa bits), e the
+// exponent of |x| but at least the smallest normal's; the scaling by it is exact, roundEven too.
+uint fp8_bits(float x, uint type) {
+    const bool e4m3 = type == TYPE_FP8_E4M3;
+    const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    const uint max_code = e4m3 ? 0x7eu : 0x7bu;
+    const uint u = floatBitsToUint(x), abs_bits = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+    if (abs_bits > 0x7f800000u) return sign | (e4m3 ? 0x7fu : 0x7eu);  // NaN (by its bits)
+    const float a = uintBitsToFloat(abs_bits);
+    if (a >= (e4m3 ? 448.0 : 57344.0)) return sign | max_code;
+    const int e = max(int(abs_bits >> 23) - 127, 1 - bias);
+    const uint q = uint(roundEven(ldexp(a, mbits - e)));  // a / spacing: at most 2^(mbits + 1)
+    // Normal: ((e + bias) << mbits) + q − 2^mbits, a carry bumping the exponent; subnormal (e =
+    // 1 − bias): q itself. One formula for both.
+    return sign | min(max_code, (uint(e + bias - 1) << uint(mbits)) + q);
+}
+
 // Halves of a block of `type`.
 uint block_halves(uint type) {
     return type == TYPE_Q8_0 ? 17u : type == TYPE_Q4_1 ? 10u : type == TYPE_Q5_0 ? 11u : type == TYPE_Q5_1 ? 12u : 9u;

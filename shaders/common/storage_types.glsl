@@ -13,6 +13,26 @@ const uint TYPE_Q5_0 = 6u;    // {d; u32 qh; nibbles[16]}, 22 bytes: (q - 16)·d
 const uint TYPE_Q5_1 = 7u;    // {d; m; qh; nibbles[16]}, 24 bytes: q·d + m
 const uint TYPE_IQ4_NL = 8u;  // {d; nibbles[16]}, 18 bytes: d·values[q]
 // In every 4-bit type, element j < 16 is the low nibble of byte j and element j + 16 its high nibble.
+const uint TYPE_FP8_E4M3 = 9u;   // one byte: e4m3fn (bias 7, no infinities, S.1111.111 NaN), × the tensor's scale
+const uint TYPE_FP8_E5M2 = 10u;  // one byte: e5m2 (bias 15, binary16's top byte), × the tensor's scale
+
+bool is_fp8(uint type) { return type == TYPE_FP8_E4M3 || type == TYPE_FP8_E5M2; }
+
+// An fp8 byte's value (vkattn::fp8_to_float), built from its fields so that no subnormal passes
+// through a conversion that could flush it.
+float fp8_value(uint bits, uint type) {
+    const bool e4m3 = type == TYPE_FP8_E4M3;
+    const uint mbits = e4m3 ? 3u : 2u, bias = e4m3 ? 7u : 15u;
+    const uint magnitude = bits & 0x7fu, e = magnitude >> mbits, m = magnitude & ((1u << mbits) - 1u);
+    float v;
+    if (e4m3 ? magnitude == 0x7fu : e == 31u)
+        v = uintBitsToFloat(e4m3 || m != 0u ? 0x7fc00000u : 0x7f800000u);  // NaN, or e5m2's infinity
+    else if (e == 0u)
+        v = float(m) * (e4m3 ? 1.0 / 512.0 : 1.0 / 65536.0);  // subnormal: m·2^(1 − bias − mbits)
+    else
+        v = uintBitsToFloat(((e + 127u - bias) << 23) | (m << (23u - mbits)));
+    return (bits & 0x80u) != 0u ? -v : v;
+}
 
 // ggml's iq4_nl values (kvalues_iq4nl), four signed bytes per word.
 int iq4nl_value(uint q) {

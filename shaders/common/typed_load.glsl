@@ -4,6 +4,8 @@
 //   TL_SLOT  the binding of the operand's storage buffer (declared here as uint words)
 //   TL_TYPE  the operand's type code, a specialization constant: every other branch is dead code
 //            once the pipeline is created
+//   TL_SCALE (optional) an fp8 operand's scale, an expression the includer keeps current (its
+//            head's): fp8 values are fp8 · TL_SCALE, one fp32 rounding as vkattn::dequantize_row
 // `index` is an element index into the binding (for a block type, element i lies in block i / 32,
 // which slicing guarantees, engine/attention/slicing.hpp) and `valid` how many of the 4 elements
 // exist (the rest read as 0 and are not loaded). Block types are read 4 elements at a time from
@@ -14,6 +16,9 @@
 #extension GL_EXT_control_flow_attributes : enable
 #include "common/storage_types.glsl"
 
+#ifndef TL_SCALE
+#define TL_SCALE 1.0
+#endif
 #define TL_CAT2(a, b) a##b
 #define TL_CAT(a, b) TL_CAT2(a, b)
 #define TL_W TL_CAT(TL_NAME, _words)
@@ -58,6 +63,17 @@ vec4 TL_NAME(uint index, uint valid) {
             if (c >= valid) v[c] = 0.0;
         return v;
     }
+    if (is_fp8(TL_TYPE)) {  // one byte per element; missing ones read as byte 0 (+0)
+        uint w = 0u;
+        if (valid >= 4u) {
+            w = TL_CAT(TL_NAME, _bytes4)(index);
+        } else {
+            [[unroll]] for (uint c = 0u; c < 4u; ++c)
+                if (c < valid) w |= ((TL_W[(index + c) >> 2] >> (((index + c) & 3u) * 8u)) & 0xffu) << (8u * c);
+        }
+        return vec4(fp8_value(w & 0xffu, TL_TYPE), fp8_value((w >> 8) & 0xffu, TL_TYPE),
+                    fp8_value((w >> 16) & 0xffu, TL_TYPE), fp8_value(w >> 24, TL_TYPE)) * TL_SCALE;
+    }
     const uint block = index >> 5, j = index & 31u, jl = j & 15u;
     const bool high = j >= 16u;
     if (TL_TYPE == TYPE_Q8_0) {
@@ -97,3 +113,4 @@ vec4 TL_NAME(uint index, uint valid) {
 #undef TL_NAME
 #undef TL_SLOT
 #undef TL_TYPE
+#undef TL_SCALE

@@ -476,6 +476,19 @@ TEST_CASE("cli bench --dtype bf16 --kv-dtype: storage types, validated, texels o
     CHECK_THAT(bad.err, Catch::Contains("multiple of 32"));
 }
 
+TEST_CASE("cli bench --kv-dtype fp8 --kv-scale: validated; a scale for another type names the flag", "[cli]") {
+    const Result r = vk_attn("bench --heads 2 --seq 9 --kv-seq 40 --dim 24 --repeat 1 --warmup 0 --impl fused --validate "
+                             "--json --kv-dtype fp8_e4m3 --kv-scale 0.25");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+    CHECK(j["valid"] == true);
+    CHECK(j["kv_dtype"] == "fp8_e4m3");
+    const Result bad = vk_attn("bench --seq 16 --dim 32 --kv-dtype f16 --kv-scale 2");
+    CHECK(bad.status == 1);
+    CHECK_THAT(bad.err, Catch::Contains("--kv-scale") && Catch::Contains("fp8"));
+}
+
 TEST_CASE("cli bench --plot: draws a PNG", "[cli]") {
     Workdir dir;
     const Result r = vk_attn("bench --seq 16,32 --dim 8 --repeat 1 --warmup 0 --plot " + dir / "g.png");

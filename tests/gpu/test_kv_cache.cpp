@@ -34,12 +34,14 @@ void check_cache(const KvCache& cache, const HostKvCache& want) {
 }
 
 HostKvCache host_cache(const KvCacheOptions& o) {
-    return HostKvCache(o.dtype, o.batch, o.kv_heads, o.capacity, o.dim, o.dim_v ? o.dim_v : o.dim);
+    return HostKvCache(o.dtype, o.batch, o.kv_heads, o.capacity, o.dim, o.dim_v ? o.dim_v : o.dim, o.dtype_v, o.k_scale, o.v_scale);
 }
 
-void append_and_check(Context& ctx, DType in, DType stored, std::int64_t dim = 24, std::int64_t dim_v = 20) {
+void append_and_check(Context& ctx, DType in, DType stored, std::int64_t dim = 24, std::int64_t dim_v = 20,
+                      std::optional<DType> stored_v = {}, std::vector<float> k_scale = {}, std::vector<float> v_scale = {}) {
     std::mt19937 rng(static_cast<unsigned>(in) * 3 + static_cast<unsigned>(stored) + 17);
-    const KvCacheOptions o{.batch = 3, .kv_heads = 2, .capacity = 37, .dim = dim, .dim_v = dim_v, .dtype = stored};
+    const KvCacheOptions o{.batch = 3, .kv_heads = 2, .capacity = 37, .dim = dim, .dim_v = dim_v, .dtype = stored,
+                           .dtype_v = stored_v, .k_scale = k_scale, .v_scale = v_scale};
     KvCache cache(ctx, o);
     HostKvCache want = host_cache(o);
     check_cache(cache, want);  // zero at creation
@@ -95,11 +97,27 @@ TEST_CASE("kv cache: appends quantize to bf16 and ggml's blocks on the device, b
     CHECK(test::take_validation_messages(ctx).empty());
 }
 
+TEST_CASE("kv cache: fp8 caches divide by their scales, and K and V may have different types", "[gpu][cache][storage_types]") {
+    Context& ctx = test::gpu_context();
+    // vLLM's fp8(x / scale) per head and per tensor, beside a block type, a float and each other.
+    append_and_check(ctx, DType::f32, DType::fp8_e4m3, 64, 32, DType::q8_0, {0.5f, 2.0f});
+    append_and_check(ctx, DType::f16, DType::f32, 24, 20, DType::fp8_e5m2, {}, {0.25f});
+    append_and_check(ctx, DType::bf16, DType::fp8_e5m2, 24, 20, DType::fp8_e4m3);
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
 TEST_CASE("kv cache: bad options and appends name the argument and record nothing", "[gpu][cache]") {
     Context& ctx = test::gpu_context();
     CHECK_THROWS_WITH(KvCache(ctx, {.batch = 1, .kv_heads = 1, .capacity = 0, .dim = 8}), Catch::Contains("capacity"));
     CHECK_THROWS_WITH(KvCache(ctx, {.batch = 1, .kv_heads = 1, .capacity = 4, .dim = 8, .dtype = DType::i32}),
                       Catch::Contains("dtype"));
+    CHECK_THROWS_WITH(KvCache(ctx, {.batch = 1, .kv_heads = 1, .capacity = 4, .dim = 8, .dim_v = 7, .dtype_v = DType::fp8_e4m3}),
+                      Catch::StartsWith("dim_v: ") && Catch::Contains("even"));
+    CHECK_THROWS_WITH(KvCache(ctx, {.batch = 1, .kv_heads = 2, .capacity = 4, .dim = 8, .dtype = DType::fp8_e4m3,
+                                    .k_scale = {1.0f, 2.0f, 3.0f}}),
+                      Catch::StartsWith("k_scale: ") && Catch::Contains("Hkv = 2"));
+    CHECK_THROWS_WITH(KvCache(ctx, {.batch = 1, .kv_heads = 1, .capacity = 4, .dim = 8, .v_scale = {2.0f}}),
+                      Catch::StartsWith("v_scale: ") && Catch::Contains("fp8 v only"));
     const KvCacheOptions o{.batch = 2, .kv_heads = 2, .capacity = 6, .dim = 8};
     KvCache cache(ctx, o);
     std::mt19937 rng(3);
@@ -200,6 +218,18 @@ TEST_CASE("kv cache: decoding over a bf16 or quantized cache matches the referen
     INFO(to_string(dtype) << " over a " << to_string(stored) << " cache, " << to_string(impl));
     decode_and_check(ctx, dtype, impl, {.batch = 2, .kv_heads = 2, .capacity = 90, .dim = 64, .dim_v = 32}, 4,
                      {33, 70}, 3, 90 + static_cast<unsigned>(impl), stored);
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("kv cache: decoding over fp8 caches with their scales, K and V of different types", "[gpu][cache][storage_types]") {
+    Context& ctx = test::gpu_context();
+    const auto [k_type, v_type, dtype, impl] = GENERATE(table<DType, DType, DType, Impl>(
+        {{DType::fp8_e4m3, DType::fp8_e5m2, DType::f32, Impl::split}, {DType::f16, DType::fp8_e4m3, DType::f16, Impl::unfused}}));
+    INFO(to_string(dtype) << " over a " << to_string(k_type) << " / " << to_string(v_type) << " cache, " << to_string(impl));
+    KvCacheOptions o{.batch = 2, .kv_heads = 2, .capacity = 90, .dim = 40, .dim_v = 26, .dtype_v = v_type};
+    if (is_fp8(k_type)) o.k_scale = {0.5f, 3.0f};
+    o.v_scale = {0.125f};
+    decode_and_check(ctx, dtype, impl, o, 4, {33, 70}, 3, 95 + static_cast<unsigned>(impl), k_type);
     CHECK(test::take_validation_messages(ctx).empty());
 }
 

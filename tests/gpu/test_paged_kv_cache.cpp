@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "support/cache_support.hpp"
@@ -83,15 +84,17 @@ std::vector<std::int32_t> shuffled_table(std::mt19937& rng, const PagedKvCacheOp
 
 HostKvCache host_cache(const PagedKvCache& cache) {
     const PagedKvCacheOptions& o = cache.options();
-    return HostKvCache(o.dtype, o.batch, o.kv_heads, cache.capacity(), o.dim, o.dim_v);
+    return HostKvCache(o.dtype, o.batch, o.kv_heads, cache.capacity(), o.dim, o.dim_v, o.dtype_v, o.k_scale, o.v_scale);
 }
 
 void append_and_check(Context& ctx, DType in, DType stored, std::int64_t block_size, bool given_table,
-                      std::int64_t dim = 24, std::int64_t dim_v = 20) {
+                      std::int64_t dim = 24, std::int64_t dim_v = 20, std::optional<DType> stored_v = {},
+                      std::vector<float> k_scale = {}, std::vector<float> v_scale = {}) {
     std::mt19937 rng(static_cast<unsigned>(in) * 5 + static_cast<unsigned>(stored) * 3 + static_cast<unsigned>(block_size));
     const std::int64_t max_blocks = (37 + block_size - 1) / block_size;
     const PagedKvCacheOptions o{.batch = 3, .kv_heads = 2, .num_blocks = 3 * max_blocks + 2, .block_size = block_size,
-                                .max_blocks_per_seq = max_blocks, .dim = dim, .dim_v = dim_v, .dtype = stored};
+                                .max_blocks_per_seq = max_blocks, .dim = dim, .dim_v = dim_v, .dtype = stored,
+                                .dtype_v = stored_v, .k_scale = k_scale, .v_scale = v_scale};
     PagedKvCache cache(ctx, o);
     HostKvCache want = host_cache(cache);
     CHECK(cache.free_blocks() == o.num_blocks);
@@ -155,6 +158,13 @@ TEST_CASE("paged kv cache: appends quantize to bf16 and ggml's blocks through th
     const std::int64_t block_size = GENERATE(5, 16);
     INFO("new rows " << to_string(in) << ", cache " << to_string(stored) << ", block size " << block_size);
     append_and_check(ctx, in, stored, block_size, block_size == 5, 64, 32);
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("paged kv cache: fp8 pools with their scales, K's and V's of different types", "[gpu][cache][paged][storage_types]") {
+    Context& ctx = test::gpu_context();
+    append_and_check(ctx, DType::f16, DType::fp8_e5m2, 5, true, 64, 32, DType::q4_0, {4.0f});
+    append_and_check(ctx, DType::f32, DType::bf16, 16, false, 24, 20, DType::fp8_e4m3, {}, {0.5f, 0.25f});
     CHECK(test::take_validation_messages(ctx).empty());
 }
 
@@ -228,7 +238,9 @@ TEST_CASE("paged kv cache: bad options, appends, tables and plans name the argum
 namespace {
 
 struct DecodeCase {
-    DType dtype = DType::f32;
+    DType dtype = DType::f32;                // q's, o's and the new rows'
+    std::optional<DType> k_type, v_type;     // the caches'; unset = dtype
+    std::vector<float> k_scale, v_scale;     // fp8 caches' scales
     Impl impl = Impl::automatic;
     std::int64_t batch = 3, heads = 6, kv_heads = 2, block_size = 16, max_blocks = 6, num_blocks = 20, dim = 32, dim_v = 24;
     std::vector<std::int32_t> prompts{23, 1, 61};
@@ -243,10 +255,12 @@ void decode_twice(Context& ctx, const DecodeCase& c, bool identical) {
     std::mt19937 rng(c.seed);
     const PagedKvCacheOptions po{.batch = c.batch, .kv_heads = c.kv_heads, .num_blocks = c.num_blocks,
                                  .block_size = c.block_size, .max_blocks_per_seq = c.max_blocks, .dim = c.dim,
-                                 .dim_v = c.dim_v, .dtype = c.dtype};
+                                 .dim_v = c.dim_v, .dtype = c.k_type.value_or(c.dtype), .dtype_v = c.v_type.value_or(c.dtype),
+                                 .k_scale = c.k_scale, .v_scale = c.v_scale};
     PagedKvCache paged(ctx, po);
     KvCache contiguous(ctx, {.batch = c.batch, .kv_heads = c.kv_heads, .capacity = paged.capacity(), .dim = c.dim,
-                             .dim_v = c.dim_v, .dtype = c.dtype});
+                             .dim_v = c.dim_v, .dtype = po.dtype, .dtype_v = po.dtype_v, .k_scale = c.k_scale,
+                             .v_scale = c.v_scale});
     HostKvCache want = host_cache(paged);
     std::vector<std::int64_t> entries;
     for (const std::int32_t p : c.prompts) entries.push_back((p + c.steps + c.block_size - 1) / c.block_size);
@@ -318,6 +332,24 @@ TEST_CASE("paged kv cache: decoding over shuffled blocks matches the reference a
     const std::string messages = test::take_validation_messages(ctx);
     INFO(messages);
     CHECK(messages.empty());
+}
+
+TEST_CASE("paged kv cache: decoding over fp8 pools matches the reference and the contiguous cache bit for bit",
+          "[gpu][cache][paged][storage_types]") {
+    Context& ctx = test::gpu_context();
+    DecodeCase c;
+    c.dtype = DType::f16;
+    c.k_type = DType::fp8_e5m2;
+    c.v_type = DType::fp8_e4m3;
+    c.k_scale = {0.5f, 2.0f};
+    c.v_scale = {0.0625f};
+    c.impl = Impl::split;
+    c.block_size = 7;
+    c.max_blocks = 11;
+    c.num_blocks = 33;
+    c.seed = 808;
+    decode_twice(ctx, c, true);
+    CHECK(test::take_validation_messages(ctx).empty());
 }
 
 TEST_CASE("paged kv cache: pools over several bindings append and attend through the table", "[gpu][cache][paged]") {

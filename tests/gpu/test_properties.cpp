@@ -44,7 +44,7 @@ Case random_case(std::mt19937& rng) {
     c.Nkv = uniform(1, 200);
     c.Dk = chance(0.3) ? 4 * uniform(1, 32) : uniform(1, 130);
     c.Dv = chance(0.5) ? c.Dk : uniform(1, 130);
-    // Storage types: q's for all, f32 or f16, or one of four mixes that between them hold every
+    // Storage types: q's for all, f32 or f16, or one of five mixes that between them hold every
     // type. Every mix compiles pipelines of its own (about 4 s each on lavapipe, where shaders are
     // compiled at their first dispatch), so the mixes are few and a block-typed V has Dv = 64 (one
     // register layout); the [storage_types] tests take the types one by one.
@@ -52,13 +52,15 @@ Case random_case(std::mt19937& rng) {
         DType q, k, v;
     };
     constexpr Types mixes[] = {{DType::f32, DType::q8_0, DType::q4_0}, {DType::bf16, DType::q4_1, DType::q5_0},
-                               {DType::f16, DType::q5_1, DType::iq4_nl}, {DType::f32, DType::bf16, DType::f16}};
+                               {DType::f16, DType::q5_1, DType::iq4_nl}, {DType::f32, DType::bf16, DType::f16},
+                               {DType::f32, DType::fp8_e4m3, DType::fp8_e5m2}};
     c.dtype = chance(0.5) ? DType::f32 : DType::f16;
     if (chance(0.2)) {
-        const Types& m = mixes[uniform(0, 3)];
+        const Types& m = mixes[uniform(0, 4)];
         c.dtype = m.q;
         c.k_dtype = m.k;
         c.v_dtype = m.v;
+        c.kv_scales = is_fp8(m.k) && chance(0.5);  // per-head scales, else none (1)
         if (is_block_type(m.k)) c.Dk = 32 * uniform(1, 4);
         if (is_block_type(m.v)) c.Dv = 64;
     }

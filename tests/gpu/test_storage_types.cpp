@@ -1,4 +1,4 @@
-// Storage types (issue #17): bf16 for q, k, v and o, and ggml's quantized blocks for k and v, read
+// Storage types (issue #17): bf16 for q, k, v and o, ggml's quantized blocks and fp8 for k and v, read
 // by every path. The kernels decode as they load and dequantization is exact, so each case is held to
 // its output dtype's tolerance against the reference run on the values the tensors stand for
 // (vkattn/quantize.hpp's decoding, itself checked against ggml's own in [quantize]). Outputs start
@@ -72,6 +72,64 @@ TEST_CASE("ggml's quantized K and V on every path", "[storage_types]") {
             c.window = {30, -1};
             vkattn::test::expect_pass(c, impl);
         }
+}
+
+// fp8 with vLLM's scales: per head here (random, in [0.25, 4]), per tensor in the test below. The
+// kernels multiply each decoded byte by its head's scale as they load, as the reference does.
+TEST_CASE("fp8 K and V with per-head scales on every path", "[storage_types]") {
+    for (const Impl impl : kPaths) {
+        Case c = shaped(DType::f32, DType::fp8_e4m3, DType::fp8_e5m2, impl);
+        c.Dk = 36;  // not a multiple of the vec4's bytes: loads straddle words
+        c.Dv = 21;
+        c.layout = impl == Impl::fused ? Layout::bnhd : Layout::bhnd;
+        c.kv_scales = true;
+        c.alibi_slopes = true;  // the scales sit behind the slopes and sinks in the head terms
+        c.sinks = true;
+        const AttentionReport report = vkattn::test::expect_pass(c, impl);
+        CHECK_THAT(report.variant, Catch::Contains("words"));
+    }
+}
+
+TEST_CASE("fp8 with one scale for the tensor, the other fp8 type as K, and the scales' errors", "[storage_types]") {
+    Context& ctx = gpu_context();
+    std::mt19937 rng(808);
+    const std::int64_t Hq = 4, Hkv = 2, Nkv = 45, D = 32;
+    const float k_scale[] = {0.125f}, v_scale[] = {3.0f};
+    const HostTensor q = random_tensor(rng, DType::bf16, Layout::bhnd, {1, Hq, 1, D});
+    const HostTensor k = random_tensor(rng, DType::fp8_e5m2, Layout::bhnd, {1, Hkv, Nkv, D}, 1.0f, std::vector<float>(Hkv, k_scale[0]));
+    const HostTensor v = random_tensor(rng, DType::fp8_e4m3, Layout::bhnd, {1, Hkv, Nkv, D}, 1.0f, std::vector<float>(Hkv, v_scale[0]));
+    for (const Impl impl : {Impl::fused, Impl::split}) {
+        HostTensor o = nan_tensor(DType::bf16, Layout::bhnd, {1, Hq, 1, D});
+        const AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = k_scale, .v_scale = v_scale};
+        const AttentionOptions options{.impl = impl, .splits = impl == Impl::split ? 3u : 0u};
+        attention(ctx, in, {.o = o.mutable_view()}, options);
+        const ReferenceStages ref = reference_stages(in, options, false);
+        std::vector<double> g;
+        for (std::int64_t h = 0; h < Hq; ++h)
+            for (std::int64_t d = 0; d < D; ++d) g.push_back(o.at(0, h, 0, d));
+        const Comparison cmp = compare(g, ref.output, tolerance_for(DType::bf16));
+        INFO(to_string(impl) << ": " << cmp.message);
+        CHECK(cmp.ok);
+        // The scale is the tensor's: without it the result is another one.
+        const ReferenceStages unscaled = reference_stages({.q = q.view(), .k = k.view(), .v = v.view()}, options, false);
+        CHECK_FALSE(compare(g, unscaled.output, tolerance_for(DType::bf16)).ok);
+    }
+    auto refused = [&](AttentionInputs in, const char* name, const char* words) {
+        HostTensor o = nan_tensor(DType::bf16, Layout::bhnd, {1, Hq, 1, D});
+        try {
+            attention(ctx, in, {.o = o.mutable_view()});
+            FAIL("accepted");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == name);
+            CHECK_THAT(e.what(), Catch::Contains(words));
+        }
+    };
+    const float three[] = {1.0f, 2.0f, 3.0f}, negative[] = {-1.0f};
+    refused({.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = three}, "k_scale", "give 1 (the tensor's) or Hkv = 2");
+    refused({.q = q.view(), .k = k.view(), .v = v.view(), .v_scale = negative}, "v_scale", "finite number above 0");
+    const HostTensor v16 = random_tensor(rng, DType::bf16, Layout::bhnd, {1, Hkv, Nkv, D});
+    refused({.q = q.view(), .k = k.view(), .v = v16.view(), .v_scale = v_scale}, "v_scale", "fp8 v only; v is bf16");
+    CHECK(take_validation_messages(ctx).empty());
 }
 
 TEST_CASE("K and V of other storage types than q's, texels asked for", "[storage_types]") {

@@ -77,15 +77,13 @@ inline DeviceTensor rows_on_device(Context& ctx, std::mt19937& rng, DType dtype,
 // One decode step's output `o` [B, Hq, 1, Dv] checked against the reference over the host model.
 inline void check_step(const testing::HostTensor& q, const testing::HostTensor& o, const testing::HostKvCache& cache,
                        const AttentionOptions& options, const std::string& what) {
+    // The reference in fp32 (q widened, o fp32) over the cache's own rows and scales.
     std::vector<float> q32(static_cast<std::size_t>(q.count()));
     for (std::size_t i = 0; i < q32.size(); ++i) q32[i] = load_element(q.data(), q.dtype, static_cast<std::int64_t>(i));
-    std::vector<float> k32 = floats_of(cache.k), v32 = floats_of(cache.v);
+    AttentionInputs in = cache.inputs(q);
+    in.q = make_view<const void*>(q32.data(), DType::f32, Layout::bhnd, q.shape);
     std::vector<float> ref32(static_cast<std::size_t>(o.count()));
-    reference_attention({.q = make_view<const void*>(q32.data(), DType::f32, Layout::bhnd, q.shape),
-                         .k = make_view<const void*>(k32.data(), DType::f32, Layout::bhnd, cache.k.shape),
-                         .v = make_view<const void*>(v32.data(), DType::f32, Layout::bhnd, cache.v.shape),
-                         .kv_lengths = cache.lengths},
-                        {.o = make_view<void*>(ref32.data(), DType::f32, Layout::bhnd, o.shape)}, options);
+    reference_attention(in, {.o = make_view<void*>(ref32.data(), DType::f32, Layout::bhnd, o.shape)}, options);
     const std::vector<float> got32 = floats_of(o);
     const testing::Comparison cmp = testing::compare({got32.begin(), got32.end()}, {ref32.begin(), ref32.end()},
                                                      testing::tolerance_for(o.dtype));

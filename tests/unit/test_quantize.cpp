@@ -106,3 +106,49 @@ TEST_CASE("quantize_row and dequantize_row refuse rows that are not whole blocks
     CHECK(row_bytes(DType::q5_1, 96) == 72);
     CHECK(row_bytes(DType::bf16, 5) == 10);
 }
+
+// fp8 against ml_dtypes' float8_e4m3fn / float8_e5m2 (tests/fixtures/fp8/generate.py): every byte's
+// value, and the byte each of ~5,500 floats rounds to (every magnitude, subnormals, ties and one ulp
+// either side of them, the saturating ends). ml_dtypes overflows to NaN / infinity where vLLM (and
+// vkattn) saturate; the generator clips first, so those rows check the saturation.
+TEST_CASE("fp8 e4m3 and e5m2 round and decode as ml_dtypes does, saturating as vLLM does", "[quantize]") {
+    const std::string dir = std::string(VKATTN_FIXTURES) + "/fp8/";
+    const npy::Array inputs = npy::read(dir + "inputs.npy");
+    for (const auto& [type, name] : {std::pair{DType::fp8_e4m3, "e4m3"}, std::pair{DType::fp8_e5m2, "e5m2"}}) {
+        const npy::Array values = npy::read(dir + name + "_values.npy"), want = npy::read(dir + name + ".npy");
+        for (int b = 0; b < 256; ++b) {
+            const float w = values.as<float>()[b], got = fp8_to_float(type, static_cast<std::uint8_t>(b));
+            INFO(name << " byte " << b);
+            if (std::isnan(w)) CHECK(std::isnan(got));
+            else CHECK(bits(got) == bits(w));
+        }
+        REQUIRE(want.count() == inputs.count());
+        for (std::int64_t i = 0; i < inputs.count(); ++i) {
+            const float x = inputs.as<float>()[i];
+            const std::uint8_t got = float_to_fp8(type, x), w = want.as<std::uint8_t>()[i];
+            INFO(name << " input " << i << " = " << x);
+            if (std::isnan(x)) CHECK(std::isnan(fp8_to_float(type, got)));
+            else CHECK(int(got) == int(w));
+        }
+        CHECK(fp8_max(type) == (type == DType::fp8_e4m3 ? 448.0f : 57344.0f));
+    }
+}
+
+TEST_CASE("fp8 rows are fp8(x / scale) and read back as fp8 · scale", "[quantize]") {
+    const std::vector<float> x{1.0f, -3.0f, 0.1f, 2000.0f, -1e-6f, 0.0f};
+    std::vector<std::uint8_t> q(x.size());
+    std::vector<float> y(x.size());
+    quantize_row(DType::fp8_e4m3, x, q, 2.5f);
+    dequantize_row(DType::fp8_e4m3, q, y, 2.5f);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        INFO("element " << i);
+        CHECK(q[i] == float_to_fp8(DType::fp8_e4m3, x[i] / 2.5f));
+        CHECK(bits(y[i]) == bits(fp8_to_float(DType::fp8_e4m3, q[i]) * 2.5f));
+    }
+    CHECK(y[3] == 448.0f * 2.5f);  // 800 saturates to 448
+    CHECK_THROWS_WITH(quantize_row(DType::fp8_e5m2, x, q, 0.0f), Catch::StartsWith("scale: ") && Catch::Contains("above 0"));
+    std::vector<std::uint8_t> q8(row_bytes(DType::q8_0, 32));
+    CHECK_THROWS_WITH(quantize_row(DType::q8_0, std::vector<float>(32, 1.0f), q8, 2.0f),
+                      Catch::StartsWith("scale: ") && Catch::Contains("only fp8"));
+    CHECK(row_bytes(DType::fp8_e5m2, 7) == 7);
+}

@@ -34,6 +34,7 @@ struct BenchOptions {
     bool validate = false;
     std::string dtype = "f32", layout = "bhnd", impl = "auto", device;
     std::string kv_dtype;               // K's and V's storage; empty: --dtype
+    std::optional<float> kv_scale;      // fp8 K's and V's scale (the tensor's); unset: 1
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     std::string texel_loads = "auto";   // on / off: force texel or word loads
     bool gemm = false;
@@ -140,10 +141,13 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                                                     to_string(kv_dtype) + " block.");
         // Uniform values in [-1, 1], stored in each tensor's type (K and V quantized as ggml does).
         const testing::HostTensor q = testing::random_tensor(rng, dtype, layout, {p.B, p.Hq, p.Nq, p.Dk});
-        const testing::HostTensor k = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dk});
-        const testing::HostTensor v = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dv});
+        const std::vector<float> scales(o.kv_scale ? static_cast<std::size_t>(p.Hkv) : 0, o.kv_scale.value_or(1.0f));
+        const testing::HostTensor k = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dk}, 1.0f, scales);
+        const testing::HostTensor v = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dv}, 1.0f, scales);
         testing::HostTensor o_host = testing::nan_tensor(dtype, layout, {p.B, p.Hq, p.Nq, p.Dv});
         AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+        const float scale_value[] = {o.kv_scale.value_or(1.0f)};
+        if (o.kv_scale) in.k_scale = in.v_scale = scale_value;  // refused (naming --kv-scale) unless fp8
         AttentionOutputs out{.o = o_host.mutable_view()};
         const auto o_count = static_cast<std::size_t>(p.B * p.Hq * p.Nq * p.Dv);
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
@@ -239,9 +243,12 @@ Action add_bench(CLI::App& app) {
     app.add_flag("--validate", o->validate, "Compare each point's first run with the CPU reference before timing it; exit 1 when over tolerance");
     app.add_option("--dtype", o->dtype, "Storage type of Q and O (and of K and V without --kv-dtype)")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-    app.add_option("--kv-dtype", o->kv_dtype, "Storage type of K and V: f32, f16, bf16, or one of ggml's blocks (q8_0, "
-                                              "q4_0, q4_1, q5_0, q5_1, iq4_nl; --dim a multiple of 32)")
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}));
+    app.add_option("--kv-dtype", o->kv_dtype, "Storage type of K and V: f32, f16, bf16, one of ggml's blocks (q8_0, "
+                                              "q4_0, q4_1, q5_0, q5_1, iq4_nl; --dim a multiple of 32), or fp8_e4m3, fp8_e5m2")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "fp8_e4m3", "fp8_e5m2"}));
+    app.add_option("--kv-scale", o->kv_scale, "fp8 K and V: the tensors' scale (values are fp8 · scale; the random "
+                                              "values are quantized as fp8(x / scale)); default 1")
+        ->check(CLI::PositiveNumber);
     app.add_option("--texel-loads", o->texel_loads, "Force texel loads (on; f32/f16 only) or word loads (off), or let the "
                                                     "tuning choose (auto)")
         ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();

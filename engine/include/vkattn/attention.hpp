@@ -52,6 +52,9 @@ struct AttentionInputs {
     std::optional<MaskView> float_mask;        // added to the scaled scores
     std::span<const float> alibi_slopes;  // [Hq] ALiBi slopes; empty = none (or options.alibi_max_bias)
     std::span<const float> sinks;         // [Hq] attention-sink logits; -inf = no sink for that head
+    // fp8 k / v only (vLLM's k_scale, v_scale): the value of an element is fp8 · scale; [1] for the
+    // whole tensor or [Hkv] per head, finite and above 0; empty = 1.
+    std::span<const float> k_scale, v_scale;
 };
 
 struct AttentionOutputs {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -41,11 +42,16 @@ struct KvCacheOptions {
     std::int64_t capacity = 0;  // rows per (sequence, head)
     std::int64_t dim = 0;       // Dk
     std::int64_t dim_v = 0;     // Dv; 0 = dim
-    // The cache's storage: f32, f16, bf16 or one of ggml's blocks (q8_0, q4_0, q4_1, q5_0, q5_1,
-    // iq4_nl: dim and dim_v multiples of 32). New rows of any float type are rounded or quantized on
-    // the device as vkattn::quantize_row does (ggml's reference), bit for bit. All but f32 need
+    // The cache's storage: f32, f16, bf16, one of ggml's blocks (q8_0, q4_0, q4_1, q5_0, q5_1,
+    // iq4_nl: dim and dim_v multiples of 32) or fp8 (fp8_e4m3, fp8_e5m2: dims even). New rows of any
+    // float type are rounded or quantized on the device as vkattn::quantize_row does (ggml's
+    // reference; fp8(x / scale) as vLLM's cache writes), bit for bit. All but f32 need
     // storageBuffer16BitAccess (the append stores 16-bit halves).
     DType dtype = DType::f32;
+    std::optional<DType> dtype_v;  // V's own storage type; unset = dtype (resolved by the cache)
+    // fp8 K / V: the scales, [1] or [kv_heads] (AttentionInputs::k_scale); empty = 1. inputs() hands
+    // them to attention.
+    std::vector<float> k_scale, v_scale;
 };
 
 class KvCache {
@@ -60,8 +66,8 @@ public:
     KvCache& operator=(const KvCache&);
 
     const KvCacheOptions& options() const;
-    const DeviceTensor& k() const;        // [B, Hkv, capacity, Dk]
-    const DeviceTensor& v() const;        // [B, Hkv, capacity, Dv]
+    const DeviceTensor& k() const;        // [B, Hkv, capacity, Dk], of dtype
+    const DeviceTensor& v() const;        // [B, Hkv, capacity, Dv], of dtype_v
     const DeviceTensor& lengths() const;  // i32 [B, 1, 1, 1]
 
     // Records into `batch`: row t < count[b] of sequence b's new keys and values (every head) goes to
@@ -86,7 +92,8 @@ public:
     // recorded into a batch that is then discarded still counts here until the next reset).
     std::vector<std::int32_t> recorded_lengths() const;
 
-    // The attention inputs of queries `q` over the cache: {q, k(), v(), lengths()}.
+    // The attention inputs of queries `q` over the cache: {q, k(), v(), lengths()} and the fp8
+    // scales (spans into the cache's options: valid while the cache lives).
     DeviceAttentionInputs inputs(const DeviceTensor& q) const;
 
 private:

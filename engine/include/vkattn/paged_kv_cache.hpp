@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -52,7 +53,9 @@ struct PagedKvCacheOptions {
     std::int64_t max_blocks_per_seq = 0;  // block-table entries per sequence; 0 = num_blocks
     std::int64_t dim = 0;                 // Dk
     std::int64_t dim_v = 0;               // Dv; 0 = dim
-    DType dtype = DType::f32;             // as KvCacheOptions::dtype: any float or block type
+    DType dtype = DType::f32;             // as KvCacheOptions::dtype: any float, block or fp8 type
+    std::optional<DType> dtype_v;         // V's pools' type; unset = dtype (resolved by the cache)
+    std::vector<float> k_scale, v_scale;  // fp8: [1] or [kv_heads]; empty = 1 (as KvCacheOptions)
 };
 
 class PagedKvCache {

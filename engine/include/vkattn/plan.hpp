@@ -77,6 +77,7 @@ struct DeviceAttentionInputs {
     // Per-head constants, part of the plan: a run must pass the values the plan was made with.
     std::span<const float> alibi_slopes;  // [Hq]
     std::span<const float> sinks;         // [Hq]
+    std::span<const float> k_scale, v_scale;  // fp8 k / v: [1] or [Hkv] (AttentionInputs)
     DevicePagedKv paged;                  // instead of k and v
     DeviceVarlen varlen;                  // packed sequences of different lengths
 };

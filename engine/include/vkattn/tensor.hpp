@@ -10,17 +10,20 @@
 namespace vkattn {
 
 // Storage types. Attention's q and o are f32, f16 or bf16; k and v any of the float types or one of
-// ggml's quantized block formats (docs/SEMANTICS.md, "Storage types"); i32 holds key lengths and
-// offsets, u8 boolean masks. Arithmetic is always fp32.
+// ggml's quantized block formats or an 8-bit float (docs/SEMANTICS.md, "Storage types"); i32 holds
+// key lengths and offsets, u8 boolean masks. Arithmetic is always fp32.
 //   q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's blocks of 32 consecutive features, bit for bit
 //   (vkattn/quantize.hpp); a tensor of these types has D a multiple of 32 and every row starting on
 //   a block, and its element strides count elements as for any other type.
-enum class DType : std::uint8_t { f32, f16, i32, u8, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl };
+//   fp8_e4m3 (OCP e4m3fn: no infinities, max 448), fp8_e5m2 (max 57344): one byte per element, each
+//   tensor with a float scale per tensor or per head (vLLM's k_scale / v_scale): value = fp8 · scale.
+enum class DType : std::uint8_t { f32, f16, i32, u8, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2 };
 
 // Consecutive features that share one block (1 for the scalar types) and the block's bytes.
 std::size_t block_elements(DType dtype);
 std::size_t block_bytes(DType dtype);
 inline bool is_block_type(DType dtype) { return block_elements(dtype) > 1; }
+inline bool is_fp8(DType dtype) { return dtype == DType::fp8_e4m3 || dtype == DType::fp8_e5m2; }
 // Bytes of one element of a scalar type; a block type has none (throws std::logic_error).
 std::size_t size_of(DType dtype);
 // Bytes that `elements` consecutive elements take (a multiple of block_elements for block types).

@@ -40,6 +40,8 @@ struct Case {
     std::optional<double> alibi_max_bias;
     bool alibi_slopes = false;  // random slopes in [0.01, 1]
     bool sinks = false;         // random sink logits in [-1, 3]
+    // fp8 k / v: random scales in [0.25, 4], per head (else none: scale 1).
+    bool kv_scales = false;
     double dropout = 0.0;
     std::uint64_t dropout_seed = 0;
 
@@ -65,6 +67,7 @@ struct Case {
         if (alibi_max_bias) s << " alibi_max_bias=" << *alibi_max_bias;
         if (alibi_slopes) s << " alibi_slopes=random";
         if (sinks) s << " sinks=random";
+        if (kv_scales) s << " kv_scales=random";
         if (dropout > 0.0) s << " dropout=" << dropout << " seed=" << dropout_seed;
         if (variant.texel_loads) s << " texel=" << *variant.texel_loads;
         if (variant.shared_tiles) s << " shared=" << *variant.shared_tiles;
@@ -88,11 +91,20 @@ inline std::int64_t mask_elements(const std::vector<std::int64_t>& shape) {
 inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     std::mt19937 rng(seed);
     HostTensor q = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dk}, c.amplitude);
-    HostTensor k = random_tensor(rng, c.k_dtype.value_or(c.dtype), c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude);
-    HostTensor v = random_tensor(rng, c.v_dtype.value_or(c.dtype), c.layout, {c.B, c.Hkv, c.Nkv, c.Dv});
+    const DType k_dtype = c.k_dtype.value_or(c.dtype), v_dtype = c.v_dtype.value_or(c.dtype);
+    std::vector<float> k_scale, v_scale;
+    if (c.kv_scales) {
+        std::uniform_real_distribution<float> scale(0.25f, 4.0f);
+        for (std::int64_t h = 0; h < c.Hkv; ++h) {
+            if (is_fp8(k_dtype)) k_scale.push_back(scale(rng));
+            if (is_fp8(v_dtype)) v_scale.push_back(scale(rng));
+        }
+    }
+    HostTensor k = random_tensor(rng, k_dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude, k_scale);
+    HostTensor v = random_tensor(rng, v_dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dv}, 1.0f, v_scale);
     HostTensor o = nan_tensor(c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dv});
 
-    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = k_scale, .v_scale = v_scale};
     std::vector<std::int32_t> lengths;
     if (c.kv_lengths) {
         std::uniform_int_distribution<std::int32_t> len(0, static_cast<std::int32_t>(c.Nkv));

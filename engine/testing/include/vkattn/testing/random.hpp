@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "vkattn/quantize.hpp"
@@ -30,16 +31,18 @@ struct HostTensor {
     }
     TensorView view() const { return make_view<const void*>(data(), dtype, layout, shape); }
     MutableTensorView mutable_view() { return make_view<void*>(const_cast<void*>(data()), dtype, layout, shape); }
-    // Logical element (b, h, n, d) as float (a block type's dequantized value).
+    // Logical element (b, h, n, d) as float (a block type's dequantized value; an fp8 element
+    // unscaled).
     float at(std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) const {
         return load_element(data(), dtype, view().offset(b, h, n, d));
     }
 };
 
 // Uniform values in [-amplitude, amplitude] stored in `dtype`: rounded to f16/bf16, or quantized row
-// by row as ggml does (vkattn/quantize.hpp) for the block types.
+// by row as ggml does (vkattn/quantize.hpp) for the block types, or as fp8(x / scale) with head h's
+// scale (`scales` [H], or 1 when empty) for the fp8 types.
 inline HostTensor random_tensor(std::mt19937& rng, DType dtype, Layout layout, std::array<std::int64_t, 4> shape,
-                                float amplitude = 1.0f) {
+                                float amplitude = 1.0f, std::span<const float> scales = {}) {
     HostTensor t;
     t.dtype = dtype;
     t.layout = layout;
@@ -62,7 +65,8 @@ inline HostTensor random_tensor(std::mt19937& rng, DType dtype, Layout layout, s
                 for (std::int64_t r = 0; r < shape[2]; ++r) {
                     for (auto& x : row) x = dist(rng);
                     const std::uint64_t at = storage_bytes(dtype, v.offset(b, h, r, 0));
-                    quantize_row(dtype, row, {t.bytes.data() + at, row_bytes(dtype, shape[3])});
+                    const float scale = is_fp8(dtype) && !scales.empty() ? scales[static_cast<std::size_t>(h)] : 1.0f;
+                    quantize_row(dtype, row, {t.bytes.data() + at, row_bytes(dtype, shape[3])}, scale);
                 }
     }
     return t;
@@ -88,7 +92,7 @@ inline HostTensor filled_tensor(DType dtype, Layout layout, std::array<std::int6
         t.f32.assign(n, f32);
     } else if (dtype == DType::f16) {
         t.f16.assign(n, bits16);
-    } else if (is_block_type(dtype)) {  // zeros only: a block of zero bytes stands for 32 zeros
+    } else if (is_block_type(dtype) || is_fp8(dtype)) {  // zeros only: zero bytes stand for zeros
         t.bytes.assign(storage_bytes(dtype, static_cast<std::int64_t>(n)), 0);
     } else {
         t.bytes.resize(2 * n);
