@@ -120,4 +120,40 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     return result;
 }
 
+CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int repeat, bool validate) {
+    if (bytes < 4 || bytes % 4 != 0) throw InvalidArgument("copy", "the bytes copied are a multiple of 4, at least 4.");
+    if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
+    runtime.ensure_usable();
+    const auto words = static_cast<std::int64_t>(bytes / 4);
+    std::vector<std::uint32_t> source(static_cast<std::size_t>(words));
+    for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::uint32_t>(i * 2654435761u);
+    const DeviceTensor from = detail::own_dense(runtime, DType::i32, {1, 1, 1, words}, "copy source");
+    const DeviceTensor to = detail::own_dense(runtime, DType::i32, {1, 1, 1, words}, "copy destination");
+    const vk::Buffer &src = detail::TensorAccess::storage(from)->buffer, &dst = detail::TensorAccess::storage(to)->buffer;
+    std::vector<double> samples;
+    std::vector<std::uint32_t> back(validate ? source.size() : 0);
+    for (int r = 0; r < warmup + repeat; ++r) {
+        Batch batch = detail::BatchAccess::make(runtime);
+        detail::BatchState& state = detail::BatchAccess::state(batch);
+        if (r == 0) detail::write_fresh(state, from, source.data());
+        const VkCommandBuffer commands = state.begin_op();
+        state.time_begin();
+        const VkBufferCopy region{0, 0, bytes};
+        vkCmdCopyBuffer(commands, src.get(), dst.get(), 1, &region);
+        state.time_end();
+        if (r == warmup + repeat - 1 && validate)
+            detail::read_back(state, to, make_view(static_cast<void*>(back.data()), DType::i32, Layout::bhnd, to.shape()));
+        Submission submission = batch.submit();
+        submission.wait();
+        if (r >= warmup) samples.push_back(submission.gpu_ms());
+    }
+    CopyResult result;
+    result.bytes = bytes;
+    result.time = summarize(samples);
+    result.gbps = static_cast<double>(bytes) / (result.time.median_ms * 1e6);
+    if (validate) result.valid = back == source;
+    return result;
+}
+
 }  // namespace vkattn::testing

@@ -476,7 +476,7 @@ TEST_CASE("cli bench --dtype bf16 --kv-dtype: storage types, validated, texels o
     CHECK_THAT(bad.err, Catch::Contains("multiple of 32"));
 }
 
-TEST_CASE("cli bench --kv-dtype fp8 --kv-scale: validated; a scale for another type names the flag", "[cli]") {
+TEST_CASE("cli bench --kv-dtype fp8 --kv-scale --copy: validated beside the copy ceiling; a scale for another type names the flag", "[cli]") {
     const Result r = vk_attn("bench --heads 2 --seq 9 --kv-seq 40 --dim 24 --repeat 1 --warmup 0 --impl fused --validate "
                              "--json --kv-dtype fp8_e4m3 --kv-scale 0.25");
     INFO(r.err);
@@ -484,6 +484,17 @@ TEST_CASE("cli bench --kv-dtype fp8 --kv-scale: validated; a scale for another t
     const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
     CHECK(j["valid"] == true);
     CHECK(j["kv_dtype"] == "fp8_e4m3");
+    // The copy ceiling beside the point: K/V bytes per second against it.
+    const Result c = vk_attn("bench --seq 1 --kv-seq 64 --dim 32 --repeat 1 --warmup 0 --impl split --validate --json "
+                             "--kv-dtype q8_0 --copy --copy-mib 1");
+    INFO(c.err);
+    REQUIRE(c.status == 0);
+    const auto copy = nlohmann::json::parse(c.out.substr(0, c.out.find('\n')));
+    CHECK(copy["impl"] == "copy");
+    CHECK(copy["valid"] == true);
+    CHECK(copy["gbps"].get<double>() > 0);
+    const auto point = nlohmann::json::parse(c.out.substr(c.out.find('\n') + 1));
+    CHECK(point["kv_vs_copy"].get<double>() > 0);
     const Result bad = vk_attn("bench --seq 16 --dim 32 --kv-dtype f16 --kv-scale 2");
     CHECK(bad.status == 1);
     CHECK_THAT(bad.err, Catch::Contains("--kv-scale") && Catch::Contains("fp8"));

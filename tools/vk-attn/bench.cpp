@@ -2,7 +2,8 @@
 // GFLOP/s = 2·(Dk+Dv) per visible query-key pair / t (4·B·Hq·Nq·Nkv·D without masks, about half
 // causal, N·window with a sliding window: AttentionReport::flops) and the
 // effective bandwidth of the unavoidable traffic (Q, K, V read once, O written once); with --gemm,
-// the device's GEMM ceiling measured in the same run and every figure's ratio to it. --validate checks
+// the device's GEMM ceiling measured in the same run and every figure's ratio to it; with --copy, the
+// bandwidth ceiling (a buffer copy) and each point's K/V bytes per second against it. --validate checks
 // each point's first run against the CPU reference before it is timed (vkattn/testing/compare.hpp's rule;
 // rel_l2_err = ‖o − ref‖₂ / ‖ref‖₂).
 #include <cmath>
@@ -39,6 +40,8 @@ struct BenchOptions {
     std::string texel_loads = "auto";   // on / off: force texel or word loads
     bool gemm = false;
     std::int64_t gemm_size = 2048;
+    bool copy = false;
+    std::int64_t copy_mib = 64;
     bool json = false, csv = false;
     std::string plot;
     FeatureFlags features;
@@ -112,6 +115,28 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         printer.finish();  // the ceiling gets its own table
         if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(DType::f32).rel)) {
             std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance\n";
+            return 1;
+        }
+    }
+
+    double copy_gbps = 0;
+    if (o.copy) {
+        const testing::CopyResult c =
+            testing::benchmark_copy(context, static_cast<std::uint64_t>(o.copy_mib) << 20, o.warmup, o.repeat, o.validate);
+        copy_gbps = c.gbps;
+        Row r;
+        r.add("impl", std::string("copy"));
+        r.add("bytes", static_cast<std::int64_t>(c.bytes));
+        r.add("median_ms", c.time.median_ms);
+        r.add("min_ms", c.time.min_ms);
+        r.add("max_ms", c.time.max_ms);
+        r.add("gbps", c.gbps);
+        if (o.validate) r.add("valid", c.valid);
+        r.add("variant", std::string("vkCmdCopyBuffer"));
+        printer.print(r);
+        printer.finish();  // the ceiling gets its own table
+        if (!c.valid) {
+            std::cerr << "vk-attn: the copy's destination differs from its source\n";
             return 1;
         }
     }
@@ -208,7 +233,12 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("max_ms", t.max_ms);
         r.add("gflops", flops / (t.median_ms * 1e6));
         r.add("gbps", bytes / (t.median_ms * 1e6));
+        // K and V as stored (every key: an upper bound under a causal mask or a window), per second.
+        const double kv_gbps = static_cast<double>(storage_bytes(kv_dtype, p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv))) /
+                               (t.median_ms * 1e6);
+        r.add("kv_gbps", kv_gbps);
         if (ceiling > 0) r.add("vs_gemm", flops / (t.median_ms * 1e6) / ceiling);
+        if (copy_gbps > 0) r.add("kv_vs_copy", kv_gbps / copy_gbps);
         r.add("device_mib", static_cast<double>(report.device_bytes) / (1 << 20));
         if (validation) {
             r.add("rel_l2_err", validation->relative_error);
@@ -263,6 +293,9 @@ Action add_bench(CLI::App& app) {
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
     app.add_flag("--gemm", o->gemm, "Also measure the GEMM ceiling (the engine's tiled matrix shader)");
     app.add_option("--gemm-size", o->gemm_size, "Size of the square GEMM")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_flag("--copy", o->copy, "Also measure the bandwidth ceiling (a buffer copy); points then report kv_vs_copy, "
+                                    "their K/V bytes per second over the copy's");
+    app.add_option("--copy-mib", o->copy_mib, "MiB the copy ceiling copies")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--plot", o->plot, "Draw GFLOP/s against sequence length to this PNG (needs python3-matplotlib)");
     auto* json = app.add_flag("--json", o->json, "One JSON object per point on stdout");
     app.add_flag("--csv", o->csv, "CSV on stdout")->excludes(json);

@@ -1,6 +1,7 @@
 // Measuring: GPU time from timestamp queries, after warm-up, as the median and spread of repeats.
 // The GEMM ceiling uses the engine's own tiled matrix shader, so attention figures can be quoted as
-// a fraction of what this device reaches on a plain matrix product.
+// a fraction of what this device reaches on a plain matrix product; the copy ceiling, byte rates
+// as a fraction of what a buffer copy reaches.
 #pragma once
 
 #include <cstdint>
@@ -31,5 +32,16 @@ struct GemmResult {
 // C[m×n] = A[m×k] · B[k×n] in fp32 on random data.
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup,
                           int repeat, bool validate);
+
+struct CopyResult {
+    std::uint64_t bytes = 0;
+    Timing time;
+    double gbps = 0;  // bytes / median: each byte is read once and written once
+    bool valid = true;  // with validation: the destination holds the source
+};
+
+// The bandwidth ceiling: vkCmdCopyBuffer of `bytes` (a multiple of 4) between two device buffers,
+// timed like attention. A decode's K/V read rate is quoted against it (bytes read per second).
+CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int repeat, bool validate);
 
 }  // namespace vkattn::testing
