@@ -36,14 +36,12 @@ MaskParams mask_params(const Problem& p) {
 
 std::vector<float> head_terms_of(const Problem& p) {
     if (p.alibi.empty() && p.sinks.empty() && p.k_scale.empty() && p.v_scale.empty()) return {};
-    const auto hq = static_cast<std::size_t>(p.Hq), hkv = static_cast<std::size_t>(p.Hkv);
-    std::vector<float> terms(2 * hq + 2 * hkv, 0.0f);
+    const auto hq = static_cast<std::size_t>(p.Hq);
+    std::vector<float> terms(2 * hq, 0.0f);
     std::copy(p.alibi.begin(), p.alibi.end(), terms.begin());
-    std::copy(p.sinks.begin(), p.sinks.end(), terms.begin() + hq);
-    for (const auto& [scales, at] : {std::pair{&p.k_scale, 2 * hq}, std::pair{&p.v_scale, 2 * hq + hkv}}) {
-        if (scales->empty()) std::fill_n(terms.begin() + at, hkv, 1.0f);
-        else std::copy(scales->begin(), scales->end(), terms.begin() + at);
-    }
+    std::copy(p.sinks.begin(), p.sinks.end(), terms.begin() + static_cast<std::ptrdiff_t>(hq));
+    const std::vector<float> scales = fp8_scale_terms(p.k_scale, p.v_scale, p.Hkv);
+    terms.insert(terms.end(), scales.begin(), scales.end());
     return terms;
 }
 

@@ -237,6 +237,14 @@ std::vector<float> resolve_fp8_scale(std::span<const float> given, DType dtype, 
     return {given.begin(), given.end()};
 }
 
+std::vector<float> fp8_scale_terms(const std::vector<float>& k_scale, const std::vector<float>& v_scale, std::int64_t Hkv) {
+    const auto hkv = static_cast<std::size_t>(Hkv);
+    std::vector<float> terms(2 * hkv, 1.0f);
+    std::copy(k_scale.begin(), k_scale.end(), terms.begin());
+    std::copy(v_scale.begin(), v_scale.end(), terms.begin() + static_cast<std::ptrdiff_t>(hkv));
+    return terms;
+}
+
 Problem resolve(const AttentionSpec& spec) {
     const TensorLayout& q = spec.q;
     const TensorLayout& k = spec.k;

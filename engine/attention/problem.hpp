@@ -171,6 +171,9 @@ struct AttentionSpec {
 // refused rather than ignored. InvalidArgument naming `name` (`tensor` is "k" or "v").
 std::vector<float> resolve_fp8_scale(std::span<const float> given, DType dtype, std::int64_t Hkv, const char* name,
                                      const char* tensor);
+// Resolved K and V scales as the shaders read them: [Hkv] K's then [Hkv] V's, 1 for a tensor that
+// has none (the tail of the per-head terms, and a cache's append scales).
+std::vector<float> fp8_scale_terms(const std::vector<float>& k_scale, const std::vector<float>& v_scale, std::int64_t Hkv);
 
 // "[a, b, c, d]": a shape or strides in an error message.
 std::string shape_text(const std::array<std::int64_t, 4>& shape);

@@ -57,11 +57,8 @@ CacheTypes check_cache_types(const Runtime& runtime, DType dtype, std::optional<
     }
     if (types.k != DType::f32) vk::require_fp16_storage(runtime.device().caps(), "dtype", types.k);
     if (types.v != DType::f32) vk::require_fp16_storage(runtime.device().caps(), "dtype_v", types.v);
-    types.scales = resolve_fp8_scale(k_scale, types.k, kv_heads, "k_scale", "k");
-    const std::vector<float> v_scales = resolve_fp8_scale(v_scale, types.v, kv_heads, "v_scale", "v");
-    types.scales.resize(static_cast<std::size_t>(kv_heads), 1.0f);  // a non-fp8 K's: 1
-    types.scales.insert(types.scales.end(), v_scales.begin(), v_scales.end());
-    types.scales.resize(static_cast<std::size_t>(2 * kv_heads), 1.0f);
+    types.scales = fp8_scale_terms(resolve_fp8_scale(k_scale, types.k, kv_heads, "k_scale", "k"),
+                                   resolve_fp8_scale(v_scale, types.v, kv_heads, "v_scale", "v"), kv_heads);
     return types;
 }
 

@@ -27,6 +27,32 @@ Timing summarize(std::vector<double> samples) {
     return {median, samples.front(), samples.back()};
 }
 
+namespace {
+
+// Warm-up, then timed runs, one batch each: `record(commands)` between the timestamps, `upload(state)`
+// before it on the first run, `download(state)` after it on the last. The timed runs' GPU times.
+template <class Upload, class Record, class Download>
+std::vector<double> timed_runs(detail::Runtime& runtime, int warmup, int repeat, Upload&& upload, Record&& record,
+                               Download&& download) {
+    std::vector<double> samples;
+    for (int r = 0; r < warmup + repeat; ++r) {
+        Batch batch = detail::BatchAccess::make(runtime);
+        detail::BatchState& state = detail::BatchAccess::state(batch);
+        if (r == 0) upload(state);
+        const VkCommandBuffer commands = state.begin_op();
+        state.time_begin();
+        record(commands);
+        state.time_end();
+        if (r == warmup + repeat - 1) download(state);
+        Submission submission = batch.submit();
+        submission.wait();
+        if (r >= warmup) samples.push_back(submission.gpu_ms());
+    }
+    return samples;
+}
+
+}  // namespace
+
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup, int repeat,
                           bool validate) {
     if (m < 1 || n < 1 || k < 1) throw InvalidArgument("gemm", "m, n and k must be at least 1.");
@@ -76,25 +102,18 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
 
     detail::Program program(runtime);
     program.dispatch(d);
-    std::vector<double> samples;
     std::vector<float> c(validate ? static_cast<std::size_t>(m * n) : 0);
-    for (int r = 0; r < warmup + repeat; ++r) {
-        Batch batch = detail::BatchAccess::make(runtime);
-        detail::BatchState& state = detail::BatchAccess::state(batch);
-        if (r == 0) {
+    const std::vector<double> samples = timed_runs(
+        runtime, warmup, repeat,
+        [&](detail::BatchState& state) {
             detail::write_fresh(state, ta, a.data());
             detail::write_fresh(state, tb, b.data());
-        }
-        const VkCommandBuffer commands = state.begin_op();
-        state.time_begin();
-        program.replay(commands);
-        state.time_end();
-        if (r == warmup + repeat - 1 && validate)
-            detail::read_back(state, tc, make_view(static_cast<void*>(c.data()), DType::f32, Layout::bhnd, tc.shape()));
-        Submission submission = batch.submit();
-        submission.wait();
-        if (r >= warmup) samples.push_back(submission.gpu_ms());
-    }
+        },
+        [&](VkCommandBuffer commands) { program.replay(commands); },
+        [&](detail::BatchState& state) {
+            if (validate)
+                detail::read_back(state, tc, make_view(static_cast<void*>(c.data()), DType::f32, Layout::bhnd, tc.shape()));
+        });
 
     GemmResult result;
     result.m = m;
@@ -131,23 +150,15 @@ CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int
     const DeviceTensor from = detail::own_dense(runtime, DType::i32, {1, 1, 1, words}, "copy source");
     const DeviceTensor to = detail::own_dense(runtime, DType::i32, {1, 1, 1, words}, "copy destination");
     const vk::Buffer &src = detail::TensorAccess::storage(from)->buffer, &dst = detail::TensorAccess::storage(to)->buffer;
-    std::vector<double> samples;
     std::vector<std::uint32_t> back(validate ? source.size() : 0);
-    for (int r = 0; r < warmup + repeat; ++r) {
-        Batch batch = detail::BatchAccess::make(runtime);
-        detail::BatchState& state = detail::BatchAccess::state(batch);
-        if (r == 0) detail::write_fresh(state, from, source.data());
-        const VkCommandBuffer commands = state.begin_op();
-        state.time_begin();
-        const VkBufferCopy region{0, 0, bytes};
-        vkCmdCopyBuffer(commands, src.get(), dst.get(), 1, &region);
-        state.time_end();
-        if (r == warmup + repeat - 1 && validate)
-            detail::read_back(state, to, make_view(static_cast<void*>(back.data()), DType::i32, Layout::bhnd, to.shape()));
-        Submission submission = batch.submit();
-        submission.wait();
-        if (r >= warmup) samples.push_back(submission.gpu_ms());
-    }
+    const VkBufferCopy region{0, 0, bytes};
+    const std::vector<double> samples = timed_runs(
+        runtime, warmup, repeat, [&](detail::BatchState& state) { detail::write_fresh(state, from, source.data()); },
+        [&](VkCommandBuffer commands) { vkCmdCopyBuffer(commands, src.get(), dst.get(), 1, &region); },
+        [&](detail::BatchState& state) {
+            if (validate)
+                detail::read_back(state, to, make_view(static_cast<void*>(back.data()), DType::i32, Layout::bhnd, to.shape()));
+        });
     CopyResult result;
     result.bytes = bytes;
     result.time = summarize(samples);

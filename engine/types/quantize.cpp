@@ -225,10 +225,11 @@ void check_row(DType dtype, std::size_t features, std::size_t bytes, const char*
 struct Fp8Format {
     int mantissa, bias;
     std::uint8_t max_code, nan_code;  // the largest finite magnitude's code; a quiet NaN's
+    float max;                        // the largest finite magnitude (max_code's value)
 };
 Fp8Format fp8_format(DType dtype) {
-    if (dtype == DType::fp8_e4m3) return {3, 7, 0x7e, 0x7f};
-    if (dtype == DType::fp8_e5m2) return {2, 15, 0x7b, 0x7e};
+    if (dtype == DType::fp8_e4m3) return {3, 7, 0x7e, 0x7f, 448.0f};
+    if (dtype == DType::fp8_e5m2) return {2, 15, 0x7b, 0x7e, 57344.0f};
     throw InvalidArgument("dtype", to_string(dtype) + " is not an fp8 type.");
 }
 
@@ -243,20 +244,20 @@ void check_scale(DType dtype, float scale) {
 
 }  // namespace
 
-float fp8_max(DType dtype) { return fp8_to_float(dtype, fp8_format(dtype).max_code); }
+float fp8_max(DType dtype) { return fp8_format(dtype).max; }
 
 std::uint8_t float_to_fp8(DType dtype, float value) {
     const Fp8Format f = fp8_format(dtype);
     const std::uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
     if (std::isnan(value)) return sign | f.nan_code;
     const float a = std::fabs(value);
-    if (a >= fp8_max(dtype)) return sign | f.max_code;  // saturate, infinities too
+    if (a >= f.max) return sign | f.max_code;  // saturate, infinities too
     // The grid's spacing at a: 2^(e - mantissa), e the exponent of a, at least the smallest normal's.
     const int e = std::max(std::ilogb(a == 0.0f ? 1.0f : a), 1 - f.bias);
     const float quantum = std::ldexp(1.0f, e - f.mantissa);
     const float rounded = std::nearbyint(a / quantum) * quantum;  // exact: a power-of-two scaling
     if (rounded == 0.0f) return sign;
-    if (rounded > fp8_max(dtype)) return sign | f.max_code;
+    if (rounded > f.max) return sign | f.max_code;
     const int re = std::ilogb(rounded);
     if (re < 1 - f.bias)  // subnormal: the code is the multiple of the smallest step
         return sign | static_cast<std::uint8_t>(std::ldexp(rounded, f.bias - 1 + f.mantissa));
