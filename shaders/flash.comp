@@ -67,7 +67,9 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 // are bindings 10-12, V's 13-15. TEXEL variants read f32/f16 Q, K, V through float texel views (the
 // view's format converts); the others read 32-bit words and decode any storage type, each operand's
 // own (Q_TYPE, K_TYPE, V_TYPE: common/typed_load.glsl), so bf16, ggml's blocks and fp8 (times its
-// head's scale) dequantize in registers as they load.
+// head's scale) dequantize in registers as they load. WORD_TEXELS variants fetch those words
+// through R32_UINT texel views (cheaper than storage-buffer loads on CPU devices), and their rows
+// start on 4 elements (the tuning's rule for every texel view), which the loaders use.
 #ifdef TEXEL
 #define LOADER(name, slot, type)                                      \
     layout(set = 0, binding = slot) uniform samplerBuffer name##_texels; \
@@ -93,47 +95,61 @@ LOADER(load_v4_2, 14, V_TYPE)
 LOADER(load_v4_3, 15, V_TYPE)
 #endif
 #else
+#ifdef WORD_TEXELS
+#define ROWS_ALIGNED true
+#else
+#define ROWS_ALIGNED false
+#endif
 #define TL_NAME load_q4
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 1
 #define TL_TYPE Q_TYPE
 #include "common/typed_load.glsl"
 #define TL_NAME load_k4_0
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 2
 #define TL_TYPE K_TYPE
 #define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_0
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 3
 #define TL_TYPE V_TYPE
 #define TL_SCALE v_scale
 #include "common/typed_load.glsl"
 #ifdef PAGED
 #define TL_NAME load_k4_1
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 10
 #define TL_TYPE K_TYPE
 #define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_k4_2
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 11
 #define TL_TYPE K_TYPE
 #define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_k4_3
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 12
 #define TL_TYPE K_TYPE
 #define TL_SCALE k_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_1
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 13
 #define TL_TYPE V_TYPE
 #define TL_SCALE v_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_2
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 14
 #define TL_TYPE V_TYPE
 #define TL_SCALE v_scale
 #include "common/typed_load.glsl"
 #define TL_NAME load_v4_3
+#define TL_ALIGNED ROWS_ALIGNED
 #define TL_SLOT 15
 #define TL_TYPE V_TYPE
 #define TL_SCALE v_scale

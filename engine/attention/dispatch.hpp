@@ -11,6 +11,7 @@
 
 #include "attention/params.hpp"
 #include "attention/slicing.hpp"
+#include "tensor/storage_rules.hpp"
 #include "vk/buffer.hpp"
 #include "vk/handle.hpp"
 #include "vk/pipeline.hpp"
@@ -23,12 +24,13 @@ struct Binding {
     const vk::Buffer* buffer = nullptr;
     std::uint64_t offset = 0;
     std::uint64_t range = 0;
-    DType texel_dtype = DType::f32;  // the view format when the shader reads it as texels
+    TexelView view = TexelView::rgba32f;  // the view's format when the shader reads it as texels
 };
 
-// A slice of a buffer at a binding; `texel` is the view format when the shader reads texels.
-inline Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice, DType texel = DType::f32) {
-    return {binding, &buffer, slice.offset, slice.range, texel};
+// A slice of a buffer at a binding; `view` is the view's format when the shader reads texels.
+inline Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice& slice,
+                    TexelView view = TexelView::rgba32f) {
+    return {binding, &buffer, slice.offset, slice.range, view};
 }
 
 // A kernel's parameter block: the struct of its shader (the recorder checks the kernel's name).

@@ -100,6 +100,10 @@ struct FusedSlices {
     Slice q, o, lse;
 };
 
+// The view through which a config reads an operand of type t (its bindings are storage buffers when
+// the config reads words).
+TexelView view_of(const FusedConfig& c, DType t) { return c.texel_words ? TexelView::r32ui : float_view(t); }
+
 class FusedPlanner {
 public:
     FusedPlanner(const Runtime& runtime, const Problem& p, const Operands& operands, const FusedConfig& config,
@@ -142,7 +146,7 @@ public:
         if (c.units > caps_.max_workgroup_count[1] || c.rows > caps_.max_workgroup_count[0]) return "the workgroup grid";
         if (keys.per_binding > caps_.max_workgroup_count[2]) return "the split count";
         if (keys.split_mode() && partial_o_bytes(c, keys) > limit_) return "the split partial outputs";
-        auto over = [&](const Slice& slice, std::optional<DType> texel) {
+        auto over = [&](const Slice& slice, std::optional<TexelView> texel) {
             return slice.range > limit_ || (texel && slice.range > texel_limit(*texel));
         };
         const FusedSlices s = slices(c);
@@ -176,7 +180,7 @@ public:
         if (p_.packed_q) {
             const FusedSlices s = slices({0, 1, 0, 1});
             const KeySlices k = key_slices({0, 1, 0, 1}, {0, p_.Nkv});
-            auto check = [&](const Slice& slice, std::optional<DType> texel, const char* name) {
+            auto check = [&](const Slice& slice, std::optional<TexelView> texel, const char* name) {
                 const std::uint64_t most = texel ? std::min(limit_, texel_limit(*texel)) : limit_;
                 if (slice.range > most)
                     throw ResourceLimit(std::string(name) + ": a packed (varlen) tensor is bound whole, and its " +
@@ -221,12 +225,13 @@ public:
     }
 
 private:
-    // The view format of an operand the config reads through texels (none when it reads words).
-    std::optional<DType> q_texel() const { return config_.texel ? std::optional(p_.dtype) : std::nullopt; }
-    std::optional<DType> k_texel() const { return config_.texel ? std::optional(p_.k_dtype) : std::nullopt; }
-    std::optional<DType> v_texel() const { return config_.texel ? std::optional(p_.v_dtype) : std::nullopt; }
-    // Bytes of the largest texel view of a dtype: maxTexelBufferElements vec4s.
-    std::uint64_t texel_limit(DType t) const { return texel_elements_ * texel_bytes(t); }
+    // The view of an operand the config reads through texels (none when it reads words).
+    std::optional<TexelView> texel(DType t) const { return config_.texel ? std::optional(view_of(config_, t)) : std::nullopt; }
+    std::optional<TexelView> q_texel() const { return texel(p_.dtype); }
+    std::optional<TexelView> k_texel() const { return texel(p_.k_dtype); }
+    std::optional<TexelView> v_texel() const { return texel(p_.v_dtype); }
+    // Bytes of the largest texel view of a format: maxTexelBufferElements texels.
+    std::uint64_t texel_limit(TexelView v) const { return texel_elements_ * view_bytes(v); }
 
     const Problem& p_;
     Operands ops_;
@@ -305,9 +310,10 @@ public:
                     params.paged = paged->addressing;
                     bind_pools(main, d, *paged);
                 } else {
-                    main.bindings = {bind(2, *d.k, k.k, p.k_dtype), bind(3, *d.v, k.v, p.v_dtype)};
+                    main.bindings = {bind(2, *d.k, k.k, view_of(config_, p.k_dtype)),
+                                     bind(3, *d.v, k.v, view_of(config_, p.v_dtype))};
                 }
-                main.bindings.insert(main.bindings.end(), {bind(1, *d.q, s.q, p.dtype),
+                main.bindings.insert(main.bindings.end(), {bind(1, *d.q, s.q, view_of(config_, p.dtype)),
                                  split ? bind(4, *o_partial, o_part) : bind(4, *d.o, s.o),
                                  split ? bind(5, *lse_partial, lse_part) : bind(5, *d.lse, s.lse),
                                  bind(6, *d.lengths, d.lengths_slice), bind(7, *d.bool_mask, k.masks.bool_mask),
@@ -354,8 +360,10 @@ private:
             const std::uint32_t pool = i < paged.pools ? i : 0;
             const Slice k{d.k_pool_offsets[pool], whole(paged.k_pool_bytes).range, {}};
             const Slice v{d.v_pool_offsets[pool], whole(paged.v_pool_bytes).range, {}};
-            dispatch.bindings.push_back(bind(i == 0 ? 2 : 9 + i, *d.k_pools[pool], clamp_to(k, *d.k_pools[pool]), p_.k_dtype));
-            dispatch.bindings.push_back(bind(i == 0 ? 3 : 12 + i, *d.v_pools[pool], clamp_to(v, *d.v_pools[pool]), p_.v_dtype));
+            dispatch.bindings.push_back(bind(i == 0 ? 2 : 9 + i, *d.k_pools[pool], clamp_to(k, *d.k_pools[pool]),
+                                              view_of(config_, p_.k_dtype)));
+            dispatch.bindings.push_back(bind(i == 0 ? 3 : 12 + i, *d.v_pools[pool], clamp_to(v, *d.v_pools[pool]),
+                                              view_of(config_, p_.v_dtype)));
         }
         dispatch.bindings.push_back(bind(16, *d.block_table, d.table_slice));
     }

@@ -85,10 +85,11 @@ const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, const Ope
         kQType, kKType, kVType
     };
     if (paged_pools > kMaxPagedPools) throw Error("internal: flash.comp binds at most 4 pools.");
-    if (c.texel) check_texel_inputs({types.q, types.k, types.v});
+    const bool float_texels = c.texel && !c.texel_words;
+    if (float_texels) check_texel_inputs({types.q, types.k, types.v});
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
     std::string shader = paged_pools > 0 ? "flash_paged_" : "flash_";
-    shader += (c.texel ? "texel_o" : "words_o") + out_suffix(out);
+    shader += (c.texel_words ? "texel_words_o" : c.texel ? "texel_o" : "words_o") + out_suffix(out);
     vk::KernelKey key{
         .shader = shader,
         .constants = {
@@ -105,7 +106,7 @@ const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, const Ope
             {.id = kPools, .value = std::max(paged_pools, 1u)},
         },
         .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
-    if (!c.texel)
+    if (!float_texels)
         key.constants.insert(key.constants.end(), {{.id = kQType, .value = shader_type_code(types.q)},
                                                    {.id = kKType, .value = shader_type_code(types.k)},
                                                    {.id = kVType, .value = shader_type_code(types.v)}});

@@ -5,6 +5,7 @@
 
 #include "attention/fused.hpp"
 #include "runtime.hpp"
+#include "tensor/storage_rules.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
@@ -44,10 +45,14 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
     // whole: past the texel-buffer limit they are read with scalar loads (unless texels are forced,
     // and then the planner says why it cannot).
     if (problem.packed_q && fused && fused->texel && !options.variant.texel_loads.has_value()) {
-        const auto texel_elements = static_cast<std::int64_t>(caps.max_texel_buffer_elements) * 4;
-        const std::int64_t packed_elements = std::max(problem.Hq * problem.total_q * problem.Dk,
-                                                      problem.Hkv * problem.total_k * std::max(problem.Dk, problem.Dv));
-        if (packed_elements > texel_elements) fused->texel = false;
+        auto over = [&](std::int64_t elements, DType t) {
+            const TexelView view = fused->texel_words ? TexelView::r32ui : float_view(t);
+            return storage_bytes(t, elements) > caps.max_texel_buffer_elements * view_bytes(view);
+        };
+        if (over(problem.Hq * problem.total_q * problem.Dk, problem.dtype) ||
+            over(problem.Hkv * problem.total_k * problem.Dk, problem.k_dtype) ||
+            over(problem.Hkv * problem.total_k * problem.Dv, problem.v_dtype))
+            fused->texel = fused->texel_words = false;
     }
     if (problem.packed_q) {
         if (options.impl == Impl::unfused)

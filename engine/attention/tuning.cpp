@@ -9,7 +9,8 @@ namespace {
 
 bool is_cpu(const vk::DeviceCaps& caps) { return caps.kind == vk::DeviceKind::cpu; }
 
-// Texel variants read float views (RGBA32F, RGBA16F); every other type is read as words and decoded.
+// The float texel views (RGBA32F, RGBA16F) of f32 and f16; every other type is read as words and
+// decoded, from a storage buffer or (the fused kernels) through R32_UINT views.
 bool texel_supported(const vk::DeviceCaps& caps, DType dtype) {
     if (dtype == DType::f32) return caps.texel_rgba32f;
     if (dtype == DType::f16) return caps.texel_rgba16f;
@@ -90,7 +91,7 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
 }
 
 std::string FusedConfig::describe() const {
-    return std::string("fused[") + (texel ? "texel" : "words") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
+    return std::string("fused[") + (texel_words ? "texel-words" : texel ? "texel" : "words") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
            "x" + std::to_string(subgroups) + " rows" + std::to_string(rows) + " keys" + std::to_string(key_block()) +
            " dv4=" + std::to_string(dv4) + (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") +
            (staged ? " staged kd4=" + std::to_string(kd4) : " streamed") + "]";
@@ -160,10 +161,16 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     }
     c.column_passes = (slots + c.dv4 - 1) / c.dv4;
     c.rows = std::clamp<std::uint32_t>(32 / c.dv4, 1, 8);
-    const bool texel_ok = texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
-                          texel_supported(caps, p.v_dtype) && texel_aligned(q_strides, p.Dk) &&
-                          texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
-    c.texel = overrides.texel_loads.value_or(true) && texel_ok;
+    // Texel views: float ones when Q, K and V all have them; else 32-bit word views that the shader
+    // decodes as it would storage-buffer words. On lavapipe a texel fetch costs a sixth of a storage
+    // buffer load (docs/PERFORMANCE.md, "Storage types in decode"), so every type gains from them.
+    // Either kind needs every row to start on 4 elements (one float texel; one word of fp8, half a
+    // texel of bf16: common/typed_load.glsl's TL_ALIGNED).
+    const bool float_views = texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
+                             texel_supported(caps, p.v_dtype);
+    const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
+    c.texel = overrides.texel_loads.value_or(true) && aligned && (float_views || caps.texel_r32ui);
+    c.texel_words = c.texel && !float_views;
     return c;
 }
 

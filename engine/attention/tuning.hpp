@@ -37,6 +37,7 @@ struct UnfusedConfig {
 
 struct FusedConfig {
     bool texel = false;              // Q/K/V through texel views (needs 4-aligned rows)
+    bool texel_words = false;        // texel: R32_UINT views of every operand, decoded per type (else float views)
     std::uint32_t subgroup = 8;      // SG: lanes per subgroup, required of the pipeline where possible
     bool require_subgroup = false;   // the device can require SG (subgroup size control)
     std::uint32_t subgroups = 8;     // NSG: subgroups per workgroup

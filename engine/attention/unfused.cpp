@@ -220,7 +220,7 @@ public:
                 params.b_scale_at = u32(2 * p.Hq);  // head_terms_of: K's scales
                 params.c = keys[i].scores_bmm.desc;
                 Dispatch stage1{.kernel = &scores_kernel, .params = params};
-                stage1.bindings = {bind(1, *d.q, s.q, p.dtype), bind(2, *d.k, keys[i].k, p.k_dtype),
+                stage1.bindings = {bind(1, *d.q, s.q, float_view(p.dtype)), bind(2, *d.k, keys[i].k, float_view(p.k_dtype)),
                                    bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend, whole(16)),
                                    bind(5, *d.head_terms, whole(d.head_terms_bytes))};
                 stage1.groups = {ceil_div(cut.slices[i].length, config_.scores.block_cols()),
@@ -281,7 +281,7 @@ public:
                 params.c = last ? s.o.desc : acc_desc;
                 params.residual = acc_desc;
                 Dispatch stage3{.kernel = &kernel, .params = params};
-                stage3.bindings = {bind(1, scores, keys[i].scores_bmm, DType::f32), bind(2, *d.v, keys[i].v, p.v_dtype),
+                stage3.bindings = {bind(1, scores, keys[i].scores_bmm), bind(2, *d.v, keys[i].v, float_view(p.v_dtype)),
                                    last ? bind(3, *d.o, s.o) : bind(3, into, acc),
                                    first ? bind(4, *no_addend, whole(16)) : bind(4, from, acc),
                                    bind(5, *d.head_terms, whole(d.head_terms_bytes))};

@@ -59,15 +59,15 @@ namespace {
 CacheShape cache_shape(const PagedKvCacheOptions& o) { return {o.batch, o.kv_heads, o.dim, o.dim_v}; }
 
 // Blocks per pool: as many as one binding holds (storage range and, for the texel loads, the
-// texel count), of K's and V's alike (their pools pair up), then whole pools of them.
+// texel count of an R32_UINT view: the fused kernels read any type through one where Q, K or V is
+// not f32/f16, and Q's type is not known here), of K's and V's alike (their pools pair up), then
+// whole pools of them.
 std::int64_t blocks_per_pool(const Runtime& runtime, const PagedKvCacheOptions& o, const CacheTypes& types) {
     const auto& caps = runtime.device().caps();
-    std::uint64_t limit = runtime.max_binding_bytes(), block = 0;
-    for (const auto& [t, dim] : {std::pair{types.k, o.dim}, std::pair{types.v, o.dim_v}}) {
-        // Types read only as words have no texel views to fit.
-        if (const std::uint64_t texel = texel_bytes(t)) limit = std::min(limit, caps.max_texel_buffer_elements * texel);
+    std::uint64_t limit = std::min(runtime.max_binding_bytes(), caps.max_texel_buffer_elements * view_bytes(TexelView::r32ui));
+    std::uint64_t block = 0;
+    for (const auto& [t, dim] : {std::pair{types.k, o.dim}, std::pair{types.v, o.dim_v}})
         block = std::max(block, storage_bytes(t, o.block_size * o.kv_heads * dim));
-    }
     limit = limit / 16 * 16;
     if (block > limit)
         throw ResourceLimit("block_size: one block of K or V (" + std::to_string(block) +

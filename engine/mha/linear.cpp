@@ -17,10 +17,10 @@ std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
 // A tensor bound from its first element: its bytes rounded up to a vec4, within its buffer.
-Binding bound(std::uint32_t binding, const DeviceTensor& t, DType texel = DType::f32) {
+Binding bound(std::uint32_t binding, const DeviceTensor& t, TexelView view = TexelView::rgba32f) {
     const vk::Buffer& buffer = TensorAccess::storage(t)->buffer;
     const std::uint64_t range = std::min((span_bytes(t) + 15) / 16 * 16, buffer.size() - t.offset_bytes());
-    return {binding, &buffer, t.offset_bytes(), range, texel};
+    return {binding, &buffer, t.offset_bytes(), range, view};
 }
 
 }  // namespace
@@ -51,7 +51,7 @@ void record_linear(Program& program, Runtime& runtime, const Linear& l, DType dt
     Dispatch d{.kernel = &kernel, .params = params};
     // Without a bias the shader never reads binding 4; the weight stands in for it.
     // Nor binding 5 (an fp8 B's scales): the weight again.
-    d.bindings = {bound(1, *l.x, dtype), bound(2, *l.w, dtype), bound(3, *l.y), bound(4, l.b ? *l.b : *l.w),
+    d.bindings = {bound(1, *l.x, float_view(dtype)), bound(2, *l.w, float_view(dtype)), bound(3, *l.y), bound(4, l.b ? *l.b : *l.w),
                   bound(5, *l.w)};
     d.groups = {u32((l.out + config.block_cols() - 1) / config.block_cols()), u32(row_blocks), 1};
     program.dispatch(d);

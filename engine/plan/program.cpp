@@ -135,10 +135,11 @@ void Program::dispatch(const Dispatch& dispatch) {
         if (reflected.type == VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER) {
             VkBufferViewCreateInfo view_info{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
             view_info.buffer = b->buffer->get();
-            view_info.format = b->texel_dtype == DType::f32 ? VK_FORMAT_R32G32B32A32_SFLOAT
-                                                            : VK_FORMAT_R16G16B16A16_SFLOAT;
+            view_info.format = b->view == TexelView::rgba32f   ? VK_FORMAT_R32G32B32A32_SFLOAT
+                               : b->view == TexelView::rgba16f ? VK_FORMAT_R16G16B16A16_SFLOAT
+                                                               : VK_FORMAT_R32_UINT;
             view_info.offset = b->offset;
-            const std::uint64_t texel = texel_bytes(b->texel_dtype);
+            const std::uint64_t texel = view_bytes(b->view);
             view_info.range = b->range / texel * texel;
             VkBufferView view = VK_NULL_HANDLE;
             VKATTN_CHECK(vkCreateBufferView(d, &view_info, nullptr, &view), "creating a texel view for " + kernel.name());

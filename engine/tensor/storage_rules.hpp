@@ -18,6 +18,13 @@ inline bool is_kv_type(DType t) { return is_activation_type(t) || is_block_type(
 inline std::uint64_t texel_bytes(DType t) { return t == DType::f32 ? 16 : t == DType::f16 ? 8 : 0; }
 inline bool is_word_type(DType t) { return texel_bytes(t) == 0; }
 
+// The formats of the texel views kernels read: float vec4s (the view converts f16), or 32-bit words
+// that common/typed_load.glsl decodes, of any storage type (the fused kernels' texel-words variant).
+enum class TexelView : std::uint8_t { rgba32f, rgba16f, r32ui };
+inline std::uint64_t view_bytes(TexelView v) { return v == TexelView::rgba32f ? 16 : v == TexelView::rgba16f ? 8 : 4; }
+// The float view of an f32 or f16 tensor.
+inline TexelView float_view(DType t) { return t == DType::f16 ? TexelView::rgba16f : TexelView::rgba32f; }
+
 // A block type's tensor: D a multiple of the block (32) and every row starting on a block, so that
 // element index i always lies in block i / 32 (strides[0..2] multiples of 32, strides[3] = 1).
 // Throws InvalidArgument naming `name`; nothing to check for scalar types.

@@ -95,7 +95,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     params.b.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
     params.c.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
     detail::Dispatch d{.kernel = &kernel, .params = params};
-    d.bindings = {{1, &da, 0, da.size(), DType::f32}, {2, &db, 0, db.size(), DType::f32}, {3, &dc, 0, dc.size()}, {4, &no_bias, 0, 16},
+    d.bindings = {{1, &da, 0, da.size()}, {2, &db, 0, db.size()}, {3, &dc, 0, dc.size()}, {4, &no_bias, 0, 16},
                   {5, &no_bias, 0, 16}};  // no addend, no fp8 scales
     d.groups = {static_cast<std::uint32_t>((n + config.block_cols() - 1) / config.block_cols()),
                 static_cast<std::uint32_t>((m + config.block_rows() - 1) / config.block_rows()), 1};

@@ -153,6 +153,7 @@ void Device::describe() {
     caps_.max_allocation_bytes = m3.maxMemoryAllocationSize;
     caps_.texel_rgba32f = texel_format_supported(physical, VK_FORMAT_R32G32B32A32_SFLOAT);
     caps_.texel_rgba16f = texel_format_supported(physical, VK_FORMAT_R16G16B16A16_SFLOAT);
+    caps_.texel_r32ui = texel_format_supported(physical, VK_FORMAT_R32_UINT);
     caps_.fp16_storage = features_.storage_16bit;
     caps_.fp16_storage_supported = available_.storage_16bit;
     caps_.fp16_arithmetic = features_.float16;

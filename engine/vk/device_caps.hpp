@@ -35,6 +35,7 @@ struct DeviceCaps {
     std::uint64_t min_uniform_offset_alignment = 256;
     bool texel_rgba32f = false;  // uniform texel buffers of R32G32B32A32_SFLOAT
     bool texel_rgba16f = false;
+    bool texel_r32ui = false;    // 32-bit word views (every storage type, decoded in the shader)
     bool fp16_storage = false;    // storageBuffer16BitAccess, enabled on the logical device
     bool fp16_storage_supported = false;  // ... offered by the physical device (the caller may not enable it)
     bool fp16_arithmetic = false;  // shaderFloat16

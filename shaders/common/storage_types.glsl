@@ -19,19 +19,19 @@ const uint TYPE_FP8_E5M2 = 10u;  // one byte: e5m2 (bias 15, binary16's top byte
 bool is_fp8(uint type) { return type == TYPE_FP8_E4M3 || type == TYPE_FP8_E5M2; }
 
 // An fp8 byte's value (vkattn::fp8_to_float), built from its fields so that no subnormal passes
-// through a conversion that could flush it.
+// through a conversion that could flush it. Selects, not branches: on SIMD devices a branch on a
+// per-lane value runs both sides.
 float fp8_value(uint bits, uint type) {
     const bool e4m3 = type == TYPE_FP8_E4M3;
     const uint mbits = e4m3 ? 3u : 2u, bias = e4m3 ? 7u : 15u;
     const uint magnitude = bits & 0x7fu, e = magnitude >> mbits, m = magnitude & ((1u << mbits) - 1u);
-    float v;
-    if (e4m3 ? magnitude == 0x7fu : e == 31u)
-        v = uintBitsToFloat(e4m3 || m != 0u ? 0x7fc00000u : 0x7f800000u);  // NaN, or e5m2's infinity
-    else if (e == 0u)
-        v = float(m) * (e4m3 ? 1.0 / 512.0 : 1.0 / 65536.0);  // subnormal: m·2^(1 − bias − mbits)
-    else
-        v = uintBitsToFloat(((e + 127u - bias) << 23) | (m << (23u - mbits)));
-    return (bits & 0x80u) != 0u ? -v : v;
+    // A normal's fields moved into binary32's, its exponent rebiased; a subnormal is m·2^(1 − bias − mbits).
+    const float normal = uintBitsToFloat((magnitude << (23u - mbits)) + ((127u - bias) << 23));
+    const float subnormal = float(m) * (e4m3 ? 1.0 / 512.0 : 1.0 / 65536.0);
+    const bool special = e4m3 ? magnitude == 0x7fu : e == 31u;  // NaN, or e5m2's infinity
+    const float special_value = uintBitsToFloat(e4m3 || m != 0u ? 0x7fc00000u : 0x7f800000u);
+    const float v = special ? special_value : (e == 0u ? subnormal : normal);
+    return uintBitsToFloat(floatBitsToUint(v) | ((bits & 0x80u) << 24));
 }
 
 // ggml's iq4_nl values (kvalues_iq4nl), four signed bytes per word.

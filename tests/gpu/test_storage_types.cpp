@@ -132,9 +132,10 @@ TEST_CASE("fp8 with one scale for the tensor, the other fp8 type as K, and the s
     CHECK(take_validation_messages(ctx).empty());
 }
 
-TEST_CASE("K and V of other storage types than q's, texels asked for", "[storage_types]") {
+TEST_CASE("K and V of other storage types than q's, through texel views or words", "[storage_types]") {
     // q f16 and bf16 over block types (every block type as V and as K, with the test above), and the
-    // float mixes, f32 with f16 reading texels.
+    // float mixes. The block types read words here (their texel views: the test above, by default);
+    // f32 with f16 reads float texels, and bf16 among them makes every operand a texel of words.
     const std::tuple<DType, DType, DType> sets[] = {{DType::f16, DType::q4_0, DType::q8_0}, {DType::bf16, DType::q5_0, DType::q4_1},
                                                     {DType::bf16, DType::iq4_nl, DType::q5_1}, {DType::f32, DType::f32, DType::f16},
                                                     {DType::f16, DType::bf16, DType::f16}};
@@ -145,11 +146,49 @@ TEST_CASE("K and V of other storage types than q's, texels asked for", "[storage
             c.Hq = 6;
             c.Hkv = 3;
             c.Nq = 1;  // decode: one query row per head
-            c.variant.texel_loads = true;  // f32 with f16 reads texels; any other type reads words
+            const bool words = is_block_type(k) || is_block_type(v);
+            c.variant.texel_loads = !words;
             const AttentionReport report = vkattn::test::expect_pass(c, impl);
-            const bool texel = q == DType::f32 && k == DType::f32 && v == DType::f16;
-            CHECK_THAT(report.variant, Catch::Contains(texel ? "fused[texel" : "fused[words"));
+            const bool float_texels = q == DType::f32 && k == DType::f32 && v == DType::f16;
+            CHECK_THAT(report.variant, Catch::Contains(words ? "fused[words" : float_texels ? "fused[texel " : "fused[texel-words"));
         }
+}
+
+// The texel-words variant fetches the word loads' words through R32_UINT views and knows its rows
+// start on 4 elements (whole-word reads of bf16 and fp8, q4_1's and q5_1's aligned words): the same
+// values, so the same result bit for bit.
+TEST_CASE("texel views of words give the word loads' result bit for bit", "[storage_types]") {
+    Context& ctx = gpu_context();
+    std::mt19937 rng(2211);
+    const std::tuple<DType, DType, DType> sets[] = {{DType::f16, DType::bf16, DType::q5_1}, {DType::f32, DType::q8_0, DType::fp8_e4m3}};
+    const float v_scale[] = {0.5f};
+    for (const auto& [qt, kt, vt] : sets) {
+        const HostTensor q = random_tensor(rng, qt, Layout::bhnd, {1, 4, 3, 64});
+        const HostTensor k = random_tensor(rng, kt, Layout::bhnd, {1, 2, 150, 64});
+        const HostTensor v = random_tensor(rng, vt, Layout::bhnd, {1, 2, 150, 32}, 1.0f,
+                                           is_fp8(vt) ? std::vector<float>(2, v_scale[0]) : std::vector<float>{});
+        const AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(),
+                                 .v_scale = is_fp8(vt) ? std::span<const float>(v_scale) : std::span<const float>{}};
+        std::vector<HostTensor> outs;
+        for (const bool texel : {true, false}) {
+            outs.push_back(nan_tensor(qt, Layout::bhnd, {1, 4, 3, 32}));
+            AttentionOptions options{.impl = Impl::split, .splits = 3};
+            options.variant.texel_loads = texel;
+            const AttentionReport r = attention(ctx, in, {.o = outs.back().mutable_view()}, options);
+            CHECK_THAT(r.variant, Catch::Contains(texel ? "fused[texel-words" : "fused[words"));
+        }
+        INFO(to_string(kt) << " " << to_string(vt));
+        CHECK(outs[0].f32 == outs[1].f32);
+        CHECK(outs[0].f16 == outs[1].f16);
+        std::vector<double> got;
+        for (std::int64_t h = 0; h < 4; ++h)
+            for (std::int64_t n = 0; n < 3; ++n)
+                for (std::int64_t d = 0; d < 32; ++d) got.push_back(outs[0].at(0, h, n, d));
+        const Comparison cmp = compare(got, reference_stages(in, {}, false).output, tolerance_for(qt));
+        INFO(cmp.message);
+        CHECK(cmp.ok);
+    }
+    CHECK(take_validation_messages(ctx).empty());
 }
 
 TEST_CASE("f32 and f16 read as words give the texel loads' result bit for bit", "[storage_types]") {

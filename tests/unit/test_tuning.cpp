@@ -24,7 +24,7 @@ vk::DeviceCaps lavapipe_like() {
     c.subgroup_arithmetic = c.subgroup_shuffle = true;
     c.max_shared_bytes = 32768;
     c.max_workgroup_invocations = 1024;
-    c.texel_rgba32f = c.texel_rgba16f = true;
+    c.texel_rgba32f = c.texel_rgba16f = c.texel_r32ui = true;
     c.fp16_storage = true;
     c.host_visible_device_memory = true;
     return c;
@@ -38,7 +38,7 @@ vk::DeviceCaps gpu(const std::string& name, vk::DeviceKind kind, std::uint32_t s
     c.subgroup_arithmetic = c.subgroup_shuffle = true;
     c.max_shared_bytes = shared_bytes;
     c.max_workgroup_invocations = 1024;
-    c.texel_rgba32f = c.texel_rgba16f = true;
+    c.texel_rgba32f = c.texel_rgba16f = c.texel_r32ui = true;  // R32_UINT texel buffers are required of every device
     c.fp16_storage = c.fp16_arithmetic = true;
     c.host_visible_device_memory = kind == vk::DeviceKind::integrated;
     return c;
@@ -64,7 +64,7 @@ vk::DeviceCaps mali_like() {  // fixed 16 lanes, no size control, fewer invocati
     vk::DeviceCaps c = gpu("mali-like", vk::DeviceKind::integrated, 16, 32768);
     c.max_workgroup_invocations = 512;
     c.fp16_arithmetic = false;
-    c.texel_rgba16f = false;  // so that one device makes fp16 fall back to scalar loads
+    c.texel_rgba16f = false;  // so that one device makes fp16 fall back to texels of words (scalar loads in bmm)
     return c;
 }
 vk::DeviceCaps adreno_like(bool size_control) {  // wave64 or wave128
@@ -143,6 +143,32 @@ TEST_CASE("tuning: overrides force each variant where the device allows it", "[u
     CHECK((small.scores.block_rows() + small.scores.block_cols()) * small.scores.ks4 * 16 <= 2048);
 }
 
+TEST_CASE("tuning: the fused kernels read every storage type through texel views, of words where not float", "[unit][tuning]") {
+    const DType word_types[] = {DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
+                                DType::iq4_nl, DType::fp8_e4m3, DType::fp8_e5m2};
+    for (const vk::DeviceCaps& caps : all_devices())
+        for (const DType t : word_types) {
+            INFO(caps.name << " " << to_string(t));
+            Problem p = problem(1, 8, 2, 1, 4096, 128, 128, DType::f16);
+            p.v_dtype = t;  // one operand that no float view reads makes them all views of words
+            const auto c = fused_for(caps, p);
+            CHECK(c->texel);
+            CHECK(c->texel_words);
+            CHECK_THAT(c->describe(), Catch::StartsWith("fused[texel-words "));
+            CHECK_FALSE(fused_for(caps, p, {.texel_loads = false})->texel);
+            vk::DeviceCaps no_words = caps;
+            no_words.texel_r32ui = false;
+            CHECK_FALSE(fused_for(no_words, p)->texel);
+        }
+    // Float operands keep their float views; rows that do not start on 4 elements read words.
+    const auto floats = fused_for(lavapipe_like(), problem(1, 8, 2, 1, 4096, 128, 128, DType::f16));
+    CHECK(floats->texel);
+    CHECK_FALSE(floats->texel_words);
+    Problem odd = problem(1, 8, 2, 1, 4096, 128, 30);
+    odd.k_dtype = odd.v_dtype = DType::bf16;
+    CHECK_FALSE(fused_for(lavapipe_like(), odd)->texel);
+}
+
 TEST_CASE("tuning: choose_fused gives every device a layout it can run, for every head size", "[unit][tuning]") {
     const std::int64_t dims[] = {1, 3, 4, 28, 64, 80, 128, 130, 192, 256, 320, 509, 512};
     for (const vk::DeviceCaps& caps : all_devices())
@@ -153,7 +179,8 @@ TEST_CASE("tuning: choose_fused gives every device a layout it can run, for ever
                         for (const std::int64_t dv : dims) {
                             INFO(caps.name << " " << to_string(dtype) << " Hq=" << hq << " Hkv=" << hkv << " Nq=" << nq
                                            << " Dk=" << dk << " Dv=" << dv);
-                            const Problem p = problem(1, hq, hkv, nq, 100, dk, dv, dtype);
+                            Problem p = problem(1, hq, hkv, nq, 100, dk, dv, dtype);
+                            p.k_dtype = p.v_dtype = dtype;
                             std::string why;
                             const auto c = fused_for(caps, p, {}, &why);
                             INFO(why);
@@ -176,10 +203,12 @@ TEST_CASE("tuning: choose_fused gives every device a layout it can run, for ever
                             CHECK(c->dv4 <= 4);
                             CHECK(c->column_passes * c->columns_per_pass() >= dv);
                             CHECK((c->column_passes - 1) * c->columns_per_pass() < dv);
-                            // Texel loads only where every row is 4-aligned and the device has the format.
-                            const bool texel_ok = dk % 4 == 0 && dv % 4 == 0 &&
-                                                  (dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f);
+                            // Texel loads only where every row is 4-aligned: float views where the
+                            // device has the format, else views of words.
+                            const bool float_views = dtype == DType::f32 ? caps.texel_rgba32f : caps.texel_rgba16f;
+                            const bool texel_ok = dk % 4 == 0 && dv % 4 == 0 && (float_views || caps.texel_r32ui);
                             CHECK(c->texel == texel_ok);
+                            CHECK(c->texel_words == (texel_ok && !float_views));
                             CHECK(fused_for(caps, p, {.texel_loads = true})->texel == texel_ok);
                             CHECK_FALSE(fused_for(caps, p, {.texel_loads = false})->texel);
                             // K/V staged in shared memory on GPUs, streamed on CPU devices; either
