@@ -29,7 +29,7 @@ std::vector<std::byte> in_dtype(const float* data, std::int64_t count, DType dty
         std::memcpy(bytes.data(), data, bytes.size());
     } else {
         auto* h = reinterpret_cast<std::uint16_t*>(bytes.data());
-        for (std::int64_t i = 0; i < count; ++i) h[i] = float_to_half(data[i]);
+        for (std::int64_t i = 0; i < count; ++i) h[i] = dtype == DType::f16 ? float_to_half(data[i]) : float_to_bf16(data[i]);
     }
     return bytes;
 }
@@ -38,9 +38,9 @@ MhaLayerState::MhaLayerState(Context& ctx, const MultiHeadAttention& layer, DTyp
     : context(&ctx), runtime(&ContextAccess::runtime(ctx)), config(layer.config()), dtype(dt),
       head_dim(config.embed_dim / config.num_heads) {
     runtime->ensure_usable();
-    if (dtype != DType::f32 && dtype != DType::f16)
-        throw InvalidArgument("dtype", "the layer stores f32 or f16, not " + to_string(dtype) + ".");
-    if (dtype == DType::f16) vk::require_fp16_storage(runtime->device().caps(), "dtype");
+    if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+        throw InvalidArgument("dtype", "the layer stores f32, f16 or bf16, not " + to_string(dtype) + ".");
+    if (dtype != DType::f32) vk::require_fp16_storage(runtime->device().caps(), "dtype", dtype);
     Batch batch(ctx);
     for (int i = 0; i < 4; ++i) {
         const std::vector<float>& weight = layer.weight(i);

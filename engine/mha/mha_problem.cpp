@@ -137,8 +137,8 @@ MhaProblem resolve_mha(const MhaConfig& config, const MhaInputs& in, const MhaOu
     if (out.out == nullptr) throw InvalidArgument("out", "the output has no data pointer.");
     p.want_weights = out.attn_weights != nullptr;
     p.average_weights = options.average_attn_weights;
-    if (options.dtype != DType::f32 && options.dtype != DType::f16)
-        throw InvalidArgument("dtype", "must be f32 or f16.");
+    if (options.dtype != DType::f32 && options.dtype != DType::f16 && options.dtype != DType::bf16)
+        throw InvalidArgument("dtype", "must be f32, f16 or bf16.");
 
     // Masks: PyTorch's bool = blocked and float = added, into vkattn's bool = attend and float = added.
     std::optional<Mask> kpm, am;

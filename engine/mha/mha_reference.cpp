@@ -10,8 +10,12 @@
 namespace vkattn {
 namespace {
 
-// What the device stores: fp32 as is, fp16 rounded (the GPU reads fp16-rounded inputs and weights).
-float stored(float x, DType dtype) { return dtype == DType::f16 ? half_to_float(float_to_half(x)) : x; }
+// What the device stores: fp32 as is, fp16 and bf16 rounded (the GPU reads rounded inputs and weights).
+float stored(float x, DType dtype) {
+    if (dtype == DType::f16) return half_to_float(float_to_half(x));
+    if (dtype == DType::bf16) return bf16_to_float(float_to_bf16(x));
+    return x;
+}
 
 // Y[rows, out] = X[rows, in]·Wᵀ + b, accumulated in double, stored as the device would store it.
 std::vector<float> linear(const float* x, std::int64_t rows, std::int64_t in, const std::vector<float>& w,
@@ -46,7 +50,7 @@ void reference_multi_head_attention(const MultiHeadAttention& layer, const MhaIn
     const AttentionOutputs core_out{.o = mp.mutable_heads(o.data(), DType::f32, mp.L),
                                     .weights = mp.want_weights ? per_head.data() : nullptr};
     reference_attention(core_in, core_out, mp.core_options(options));
-    if (dtype == DType::f16)
+    if (dtype != DType::f32)
         for (auto& x : o) x = stored(x, dtype);
 
     const std::vector<float> out = linear(o.data(), mp.query_rows(), mp.E, layer.weight(P::o), layer.bias(P::o), mp.E, dtype);

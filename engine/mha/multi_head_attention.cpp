@@ -87,7 +87,7 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
     runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
     const DType dtype = options.dtype;
-    if (dtype == DType::f16) vk::require_fp16_storage(caps, "dtype");
+    if (dtype != DType::f32) vk::require_fp16_storage(caps, "dtype", dtype);
 
     // The attention core sees the projected tensors through head views. resolve() and the planner
     // need only their shapes and strides; the data lives on the device, so the views point at a
@@ -152,7 +152,7 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
         std::memcpy(outputs.out, result.data(), count * 4);
     } else {
         const auto* h = reinterpret_cast<const std::uint16_t*>(result.data());
-        for (std::size_t i = 0; i < count; ++i) outputs.out[i] = half_to_float(h[i]);
+        for (std::size_t i = 0; i < count; ++i) outputs.out[i] = dtype == DType::f16 ? half_to_float(h[i]) : bf16_to_float(h[i]);
     }
     if (mp.want_weights) detail::store_mha_weights(mp, per_head_weights, outputs.attn_weights);
 

@@ -158,8 +158,9 @@ TEST_CASE("mha: every layer shape with every PyTorch mask form against the CPU l
     expect_layer(c, fresh_seed());
 }
 
-TEST_CASE("mha: fp16 storage in every path", "[gpu][mha]") {
+TEST_CASE("mha: fp16 and bf16 storage in every path", "[gpu][mha]") {
     const Impl impl = GENERATE(Impl::unfused, Impl::fused, Impl::split);
+    const DType dtype = GENERATE(DType::f16, DType::bf16);
     LayerCase c;
     c.E = 32;
     c.H = 4;
@@ -168,7 +169,7 @@ TEST_CASE("mha: fp16 storage in every path", "[gpu][mha]") {
     c.self = false;
     c.kpm = "bool";
     c.am = "float2";
-    c.dtype = DType::f16;
+    c.dtype = dtype;
     c.impl = impl;
     c.need_weights = impl == Impl::unfused;
     expect_layer(c, fresh_seed());

@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "features.hpp"
+#include "kv_storage.hpp"
 #include "output_table.hpp"
 #include "parse_integer.hpp"
 #include "parse_impl.hpp"
@@ -34,8 +35,7 @@ struct BenchOptions {
     int repeat = 10, warmup = 2;
     bool validate = false;
     std::string dtype = "f32", layout = "bhnd", impl = "auto", device;
-    std::string kv_dtype;               // K's and V's storage; empty: --dtype
-    std::optional<float> kv_scale;      // fp8 K's and V's scale (the tensor's); unset: 1
+    KvStorageFlags storage;             // K's and V's type (empty: --dtype) and fp8 scales
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     std::string texel_loads = "auto";   // on / off: force texel or word loads
     bool gemm = false;
@@ -83,7 +83,8 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     const auto seqs = parse_sweep(sweeps[2], "--seq");
     const auto dims = parse_sweep(sweeps[3], "--dim");
     const DType dtype = dtype_from_string(o.dtype, "--dtype");
-    const DType kv_dtype = o.kv_dtype.empty() ? dtype : dtype_from_string(o.kv_dtype, "--kv-dtype");
+    const KvStorage storage = load_kv_storage(o.storage, dtype, 0);
+    const DType kv_dtype = storage.dtype;
     const Layout layout = o.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
     const Impl impl = parse_impl(o.impl);
     const Features features = load_features(o.features);
@@ -159,20 +160,15 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             std::cerr << "\r[" << std::string(done, '#') << std::string(width - done, ' ') << "] " << index + 1 << "/"
                       << points.size() << "  B=" << p.B << " H=" << p.Hq << " N=" << p.Nq << " D=" << p.Dk << "   " << std::flush;
         }
-        if (is_block_type(kv_dtype))
-            for (const auto& [d, flag] : {std::pair{p.Dk, "--dim"}, std::pair{p.Dv, "--dim-v"}})
-                if (d % static_cast<std::int64_t>(block_elements(kv_dtype)) != 0)
-                    throw InvalidArgument(flag, std::to_string(d) + " is not a multiple of 32, the features of one " +
-                                                    to_string(kv_dtype) + " block.");
+        check_block_dims(kv_dtype, p.Dk, p.Dv);
         // Uniform values in [-1, 1], stored in each tensor's type (K and V quantized as ggml does).
         const testing::HostTensor q = testing::random_tensor(rng, dtype, layout, {p.B, p.Hq, p.Nq, p.Dk});
-        const std::vector<float> scales(o.kv_scale ? static_cast<std::size_t>(p.Hkv) : 0, o.kv_scale.value_or(1.0f));
+        const std::vector<float> scales = head_scales(storage, p.Hkv);
         const testing::HostTensor k = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dk}, 1.0f, scales);
         const testing::HostTensor v = testing::random_tensor(rng, kv_dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dv}, 1.0f, scales);
         testing::HostTensor o_host = testing::nan_tensor(dtype, layout, {p.B, p.Hq, p.Nq, p.Dv});
         AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
-        const float scale_value[] = {o.kv_scale.value_or(1.0f)};
-        if (o.kv_scale) in.k_scale = in.v_scale = scale_value;  // refused (naming --kv-scale) unless fp8
+        in.k_scale = in.v_scale = scales;
         AttentionOutputs out{.o = o_host.mutable_view()};
         const auto o_count = static_cast<std::size_t>(p.B * p.Hq * p.Nq * p.Dv);
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
@@ -273,13 +269,8 @@ Action add_bench(CLI::App& app) {
     app.add_flag("--validate", o->validate, "Compare each point's first run with the CPU reference before timing it; exit 1 when over tolerance");
     app.add_option("--dtype", o->dtype, "Storage type of Q and O (and of K and V without --kv-dtype)")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-    app.add_option("--kv-dtype", o->kv_dtype, "Storage type of K and V: f32, f16, bf16, one of ggml's blocks (q8_0, "
-                                              "q4_0, q4_1, q5_0, q5_1, iq4_nl; --dim a multiple of 32), or fp8_e4m3, fp8_e5m2")
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "fp8_e4m3", "fp8_e5m2"}));
-    app.add_option("--kv-scale", o->kv_scale, "fp8 K and V: the tensors' scale (values are fp8 · scale; the random "
-                                              "values are quantized as fp8(x / scale)); default 1")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--texel-loads", o->texel_loads, "Force texel loads (on; f32/f16 only) or word loads (off), or let the "
+    add_kv_storage_flags(app, o->storage, "the random values are quantized on the host as ggml does");
+    app.add_option("--texel-loads", o->texel_loads, "Force texel loads (on: float views of f32/f16, views of words for other types) or storage-buffer word loads (off), or let the "
                                                     "tuning choose (auto)")
         ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
     app.add_option("--layout", o->layout, "Memory layout: bhnd, or bnhd (interleaved heads)")

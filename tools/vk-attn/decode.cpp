@@ -23,6 +23,8 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "features.hpp"
+#include "kv_storage.hpp"
 #include "output_table.hpp"
 #include "parse_impl.hpp"
 #include "parse_integer.hpp"
@@ -40,17 +42,20 @@ struct DecodeFlags {
     int steps = 32, repeat = 1;
     std::string dtype = "f32", impl = "auto", device;
     bool host_roundtrip = false, validate = false, json = false, paged = false;
+    KvStorageFlags storage;
 };
 
 // The decode loop's cache on the device: contiguous, or paged over a shuffled block table.
 class DeviceCache {
 public:
-    DeviceCache(Context& context, const DecodeFlags& f, DType dtype, std::int64_t Hkv, std::int64_t D, std::int64_t Dv,
-                std::int64_t capacity, const std::vector<std::int32_t>& prompts, std::mt19937& rng) {
+    DeviceCache(Context& context, const DecodeFlags& f, const KvStorage& storage, std::int64_t Hkv, std::int64_t D,
+                std::int64_t Dv, std::int64_t capacity, const std::vector<std::int32_t>& prompts, std::mt19937& rng) {
+        const DType dtype = storage.dtype;
+        const std::vector<float>& scales = storage.scales;
         const std::int64_t B = f.batch;
         if (!f.paged) {
             contiguous_.emplace(context, KvCacheOptions{.batch = B, .kv_heads = Hkv, .capacity = capacity, .dim = D,
-                                                        .dim_v = Dv, .dtype = dtype});
+                                                        .dim_v = Dv, .dtype = dtype, .k_scale = scales, .v_scale = scales});
             return;
         }
         // Every sequence's blocks for the whole loop, drawn from a shuffled pool.
@@ -60,7 +65,7 @@ public:
         for (const std::int32_t p : prompts) blocks += needed.emplace_back((p + steps + bs - 1) / bs);
         paged_.emplace(context, PagedKvCacheOptions{.batch = B, .kv_heads = Hkv, .num_blocks = std::max<std::int64_t>(blocks, 1),
                                                     .block_size = bs, .max_blocks_per_seq = max_blocks, .dim = D,
-                                                    .dim_v = Dv, .dtype = dtype});
+                                                    .dim_v = Dv, .dtype = dtype, .k_scale = scales, .v_scale = scales});
         std::vector<std::int32_t> order(static_cast<std::size_t>(paged_->options().num_blocks));
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
         std::shuffle(order.begin(), order.end(), rng);
@@ -115,7 +120,7 @@ std::vector<std::int32_t> parse_prompts(const std::string& text, std::int64_t ba
 
 std::vector<double> as_doubles(const testing::HostTensor& t) {
     std::vector<double> out(static_cast<std::size_t>(t.count()));
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = t.dtype == DType::f32 ? t.f32[i] : half_to_float(t.f16[i]);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_element(t.data(), t.dtype, static_cast<std::int64_t>(i));
     return out;
 }
 
@@ -134,7 +139,9 @@ struct Totals {
 int run_decode(const DecodeFlags& f) {
     const std::int64_t B = f.batch, Hq = f.heads, Hkv = f.kv_heads ? f.kv_heads : f.heads, D = f.dim;
     const std::int64_t Dv = f.dim_v ? f.dim_v : f.dim;
-    const DType dtype = f.dtype == "f16" ? DType::f16 : DType::f32;
+    const DType dtype = dtype_from_string(f.dtype, "--dtype");
+    const KvStorage storage = load_kv_storage(f.storage, dtype, Hkv);
+    check_block_dims(storage.dtype, D, Dv);
     const Impl impl = parse_impl(f.impl);
     if (f.paged && f.host_roundtrip)
         throw InvalidArgument("--paged", "the host-memory API has no paged cache; drop --host-roundtrip to time one.");
@@ -162,7 +169,7 @@ int run_decode(const DecodeFlags& f) {
 
     Totals totals;
     for (int repeat = 0; repeat < f.repeat; ++repeat) {
-        testing::HostKvCache host(dtype, B, Hkv, capacity, D, Dv);
+        testing::HostKvCache host(storage.dtype, B, Hkv, capacity, D, Dv, {}, storage.scales, storage.scales);
         host.append(prompt_k, prompt_v, prompts);
         testing::HostTensor o = testing::nan_tensor(dtype, Layout::bhnd, {B, Hq, 1, Dv});
 
@@ -171,7 +178,7 @@ int run_decode(const DecodeFlags& f) {
         std::optional<AttentionPlan> plan;
         DeviceTensor q, k_new, v_new, out;
         if (!f.host_roundtrip) {
-            cache.emplace(context, f, dtype, Hkv, D, Dv, capacity, prompts, table_rng);
+            cache.emplace(context, f, storage, Hkv, D, Dv, capacity, prompts, table_rng);
             Batch prefill(context);
             cache->append(prefill, DeviceTensor::from_host(context, prompt_k.view()),
                           DeviceTensor::from_host(context, prompt_v.view()), prompts);
@@ -189,10 +196,7 @@ int run_decode(const DecodeFlags& f) {
             const Clock::time_point start = Clock::now();
             if (f.host_roundtrip) {
                 host.append(step.k, step.v);
-                const AttentionReport r = attention(context,
-                                                    {.q = step.q.view(), .k = host.k.view(), .v = host.v.view(),
-                                                     .kv_lengths = host.lengths},
-                                                    {.o = o.mutable_view()}, options);
+                const AttentionReport r = attention(context, host.inputs(step.q), {.o = o.mutable_view()}, options);
                 const double wall_us = us_between(start, Clock::now());
                 totals.step_ms.push_back(wall_us * 1e-3);
                 totals.host_us.push_back(std::max(0.0, wall_us - r.gpu_ms * 1e3));
@@ -216,8 +220,7 @@ int run_decode(const DecodeFlags& f) {
             }
             if (f.validate) {
                 testing::HostTensor ref = testing::nan_tensor(dtype, Layout::bhnd, o.shape);
-                reference_attention({.q = step.q.view(), .k = host.k.view(), .v = host.v.view(), .kv_lengths = host.lengths},
-                                    {.o = ref.mutable_view()}, options);
+                reference_attention(host.inputs(step.q), {.o = ref.mutable_view()}, options);
                 const testing::Comparison c = testing::compare(as_doubles(o), as_doubles(ref), testing::tolerance_for(dtype));
                 totals.max_rel_err = std::max(totals.max_rel_err, c.relative_error);
                 if (!c.ok) {
@@ -237,6 +240,7 @@ int run_decode(const DecodeFlags& f) {
     r.add("dim", D);
     r.add("dim_v", Dv);
     r.add("dtype", to_string(dtype));
+    r.add("kv_dtype", to_string(storage.dtype));
     r.add("prompt", static_cast<std::int64_t>(longest));
     r.add("prompts", f.prompt);
     r.add("steps", static_cast<std::int64_t>(f.steps));
@@ -271,8 +275,10 @@ Action add_decode(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--steps", f->steps, "Decode steps (one new token per sequence each)")->capture_default_str()
         ->check(CLI::PositiveNumber);
-    app.add_option("--dtype", f->dtype, "Storage type of Q, the cache and O")->check(CLI::IsMember({"f32", "f16"}))
+    app.add_option("--dtype", f->dtype, "Storage type of Q, O and the new rows (and of the cache without --kv-dtype)")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}))
         ->capture_default_str();
+    add_kv_storage_flags(app, f->storage, "the cache's appends quantize the new rows on the device");
     app.add_option("--impl", f->impl, "auto, fused, split or unfused")
         ->check(CLI::IsMember({"auto", "fused", "split", "unfused"}))->capture_default_str();
     CLI::Option* paged =
@@ -286,7 +292,7 @@ Action add_decode(CLI::App& app) {
         ->check(CLI::PositiveNumber);
     app.add_flag("--json", f->json, "One JSON object on stdout");
     app.add_option("--device", f->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
-    return [f] { return run_decode(*f); };
+    return [f] { return with_flag_names([&] { return run_decode(*f); }); };
 }
 
 }  // namespace vkattn::tool

@@ -67,7 +67,8 @@ int run_mha(const MhaFlags& f) {
         throw InvalidArgument(f.key.empty() ? "--key" : "--value", "--key and --value go together (cross-attention); "
                                                                   "give both, or neither for self-attention.");
     const Impl impl = parse_impl(f.impl);
-    if (f.dtype != "f32" && f.dtype != "f16") throw InvalidArgument("--dtype", "must be f32 or f16.");
+    if (f.dtype != "f32" && f.dtype != "f16" && f.dtype != "bf16")
+        throw InvalidArgument("--dtype", "must be f32, f16 or bf16.");
 
     // Weights errors name the file they came from; say which flag gave it.
     MhaStateDict sd;
@@ -116,7 +117,7 @@ int run_mha(const MhaFlags& f) {
         Context context(copts);
         const MhaReport report = layer.forward(
             context, in, {out.data(), f.need_weights ? weights.data() : nullptr},
-            {.average_attn_weights = f.average, .dtype = f.dtype == "f16" ? DType::f16 : DType::f32, .impl = impl});
+            {.average_attn_weights = f.average, .dtype = dtype_from_string(f.dtype, "--dtype"), .impl = impl});
         std::cerr << "vk-attn: mha on " << context.device().name << ": attention " << to_string(report.attention.path)
                   << " path [" << report.attention.variant << "], " << report.gpu_ms << " ms for the whole layer\n";
     } catch (const InvalidArgument& e) {
@@ -147,7 +148,7 @@ Action add_mha(CLI::App& app) {
     app.add_flag("--average-attn-weights,!--no-average-attn-weights", f->average,
                  "Weights averaged over heads [N, L, S] (default) or per head [N, H, L, S]");
     app.add_option("--impl", f->impl, "Attention path: auto, unfused, fused or split")->capture_default_str();
-    app.add_option("--dtype", f->dtype, "Storage on the device: f32 or f16 (fp32 arithmetic)")->capture_default_str();
+    app.add_option("--dtype", f->dtype, "Storage on the device: f32, f16 or bf16 (fp32 arithmetic)")->capture_default_str();
     app.add_option("--device", f->device, "Device index or name substring");
     app.add_option("--out", f->out, "Output .npy (float32, the query's layout with embed_dim features)")->required();
     app.add_option("--attn-weights", f->attn_weights, "Where --need-weights writes the weights .npy (float32)");

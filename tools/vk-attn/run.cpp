@@ -8,8 +8,10 @@
 #include "commands.hpp"
 #include "parse_impl.hpp"
 #include "features.hpp"
+#include "kv_storage.hpp"
 #include "npy.hpp"
 #include "pending_outputs.hpp"
+#include "run_tensors.hpp"
 #include "vkattn/vkattn.hpp"
 
 namespace vkattn::tool {
@@ -21,48 +23,10 @@ struct RunOptions {
     bool causal_given = false;
     std::optional<double> scale;
     std::string impl = "auto", dtype, device;
+    std::string dequantized_k, dequantized_v;  // what the kernels read, as float32
     FeatureFlags features;
+    KvStorageFlags storage;
 };
-
-// An input tensor promoted to rank 4, in the dtype the run uses.
-struct Loaded {
-    std::vector<std::int64_t> file_shape;
-    std::array<std::int64_t, 4> shape{};
-    std::vector<float> f32;
-    std::vector<std::uint16_t> f16;
-};
-
-Loaded load_tensor(const std::string& path, const std::string& flag, DType dtype) {
-    if (path.empty()) throw InvalidArgument(flag, "is required.");
-    const npy::Array a = npy::read(path);
-    if (a.type != npy::ElementType::f32 && a.type != npy::ElementType::f16)
-        throw InvalidArgument(flag, path + " holds " + npy::descr_of(a.type) + "; tensors must be float32 (<f4) or float16 (<f2).");
-    if (a.shape.size() < 2 || a.shape.size() > 4)
-        throw InvalidArgument(flag, path + " has rank " + std::to_string(a.shape.size()) +
-                                        "; tensors are [B, H, N, D], [H, N, D] or [N, D].");
-    Loaded t;
-    t.file_shape = a.shape;
-    t.shape = {1, 1, 1, 1};
-    for (std::size_t i = 0; i < a.shape.size(); ++i) t.shape[4 - a.shape.size() + i] = a.shape[i];
-    for (auto d : t.shape)
-        if (d < 1) throw InvalidArgument(flag, path + " has an empty dimension.");
-    const auto n = static_cast<std::size_t>(a.count());
-    if (dtype == DType::f32) {
-        t.f32.resize(n);
-        for (std::size_t i = 0; i < n; ++i)
-            t.f32[i] = a.type == npy::ElementType::f32 ? a.as<float>()[i] : half_to_float(a.as<std::uint16_t>()[i]);
-    } else {
-        t.f16.resize(n);
-        for (std::size_t i = 0; i < n; ++i)
-            t.f16[i] = a.type == npy::ElementType::f16 ? a.as<std::uint16_t>()[i] : float_to_half(a.as<float>()[i]);
-    }
-    return t;
-}
-
-TensorView view_of(const Loaded& t, DType dtype) {
-    return make_view<const void*>(dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.f16.data(), dtype,
-                                  Layout::bhnd, t.shape);
-}
 
 int run(const RunOptions& o) {
     if (o.out.empty()) throw InvalidArgument("--out", "is required.");
@@ -76,13 +40,18 @@ int run(const RunOptions& o) {
         else throw InvalidArgument("--causal", "must be top-left or bottom-right, not \"" + o.causal + "\".");
     }
     // The run's dtype: --dtype, else q's file dtype.
-    DType dtype = DType::f32;
-    if (o.dtype == "f16") dtype = DType::f16;
-    else if (o.dtype.empty() && !o.q.empty() && npy::read(o.q).type == npy::ElementType::f16) dtype = DType::f16;
-    else if (!o.dtype.empty() && o.dtype != "f32") throw InvalidArgument("--dtype", "must be f32 or f16.");
+    const DType dtype = o.dtype.empty() ? file_float_type(o.q, "--q") : dtype_from_string(o.dtype, "--dtype");
+    if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+        throw InvalidArgument("--dtype", "must be f32, f16 or bf16 (K and V take other types through --kv-dtype).");
+    const StoredTensor q = load_floats(o.q, "--q", dtype);
 
-    const Loaded q = load_tensor(o.q, "--q", dtype), k = load_tensor(o.k, "--k", dtype), v = load_tensor(o.v, "--v", dtype);
-    AttentionInputs in{.q = view_of(q, dtype), .k = view_of(k, dtype), .v = view_of(v, dtype)};
+    ContextOptions copts;
+    copts.device = o.device;
+    Context context(copts);
+    const KvStorage storage = load_kv_storage(o.storage, dtype, o.storage.kv_scales.empty() ? 0 : kv_heads_of(o.k));
+    const StoredKv kv = with_flag_names([&] { return load_kv(context, o.k, o.v, storage.dtype, storage.scales, q.shape[3]); });
+    const StoredTensor &k = kv.k, &v = kv.v;
+    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = storage.scales, .v_scale = storage.scales};
 
     npy::Array mask;
     if (!o.mask.empty()) {
@@ -110,33 +79,24 @@ int run(const RunOptions& o) {
     }
 
     const std::array<std::int64_t, 4> o_shape{q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
-    const auto o_count = static_cast<std::size_t>(o_shape[0] * o_shape[1] * o_shape[2] * o_shape[3]);
-    std::vector<float> o32(dtype == DType::f32 ? o_count : 0);
-    std::vector<std::uint16_t> o16(dtype == DType::f16 ? o_count : 0);
+    StoredTensor out_o{{}, o_shape, dtype, std::vector<std::uint8_t>(storage_bytes(dtype, o_shape[0] * o_shape[1] * o_shape[2] * o_shape[3]))};
     const auto rows = static_cast<std::size_t>(o_shape[0] * o_shape[1] * o_shape[2]);
     std::vector<float> weights(o.weights.empty() ? 0 : rows * static_cast<std::size_t>(k.shape[2]));
     std::vector<float> lse(o.lse.empty() ? 0 : rows);
-    AttentionOutputs out{
-        .o = make_view<void*>(dtype == DType::f32 ? static_cast<void*>(o32.data()) : o16.data(), dtype, Layout::bhnd, o_shape),
-        .weights = o.weights.empty() ? nullptr : weights.data(),
-        .lse = o.lse.empty() ? nullptr : lse.data()};
+    AttentionOutputs out{.o = out_o.mutable_view(),
+                         .weights = o.weights.empty() ? nullptr : weights.data(),
+                         .lse = o.lse.empty() ? nullptr : lse.data()};
 
     const Features features = load_features(o.features);
     AttentionOptions options{.scale = o.scale, .causal = causal, .impl = impl};
     features.apply(options, in);
 
-    ContextOptions copts;
-    copts.device = o.device;
     with_flag_names([&] {
-        Context context(copts);
         const AttentionReport report = attention(context, in, out, options);
         std::cerr << "vk-attn: " << to_string(report.path) << " path on " << context.device().name << " ["
                   << report.variant << "], " << report.gpu_ms << " ms\n";
     });
-    if (dtype == DType::f16) {
-        o32.resize(o_count);
-        for (std::size_t i = 0; i < o_count; ++i) o32[i] = half_to_float(o16[i]);
-    }
+    const std::vector<float> o32 = out_o.floats();
     // Outputs keep the rank of q.
     std::vector<std::int64_t> rank_shape(q.file_shape.begin(), q.file_shape.end() - 1);
     std::vector<PendingOutput> pending;
@@ -148,6 +108,9 @@ int run(const RunOptions& o) {
     pending.push_back({o.out, with_last(v.shape[3]), o32.data()});
     if (!o.weights.empty()) pending.push_back({o.weights, with_last(k.shape[2]), weights.data()});
     if (!o.lse.empty()) pending.push_back({o.lse, rank_shape, lse.data()});
+    std::vector<float> seen_k, seen_v;  // the K and V the kernels read: the stored values, scaled
+    if (!o.dequantized_k.empty()) pending.push_back({o.dequantized_k, k.float_shape(), (seen_k = k.floats(storage.scales)).data()});
+    if (!o.dequantized_v.empty()) pending.push_back({o.dequantized_v, v.float_shape(), (seen_v = v.floats(storage.scales)).data()});
     write_all(pending);
     return 0;
 }
@@ -156,9 +119,11 @@ int run(const RunOptions& o) {
 
 Action add_run(CLI::App& app) {
     auto o = std::make_shared<RunOptions>();
-    app.add_option("--q", o->q, "Queries .npy, [B, Hq, Nq, Dk], [Hq, Nq, Dk] or [Nq, Dk], float32 or float16")->required();
-    app.add_option("--k", o->k, "Keys .npy, [B, Hkv, Nkv, Dk] (or rank 3 / 2)")->required();
-    app.add_option("--v", o->v, "Values .npy, [B, Hkv, Nkv, Dv] (or rank 3 / 2)")->required();
+    app.add_option("--q", o->q, "Queries .npy, [B, Hq, Nq, Dk], [Hq, Nq, Dk] or [Nq, Dk]: float32, float16 or bf16 bit "
+                                "patterns (uint16)")->required();
+    app.add_option("--k", o->k, "Keys .npy, [B, Hkv, Nkv, Dk] (or rank 3 / 2), floats as --q; with a block or fp8 "
+                                "--kv-dtype also uint8 rows already quantized, [B, Hkv, Nkv, row bytes]")->required();
+    app.add_option("--v", o->v, "Values .npy, [B, Hkv, Nkv, Dv] (or rank 3 / 2), as --k")->required();
     app.add_option("--mask", o->mask, "Mask .npy broadcastable to [B, Hq, Nq, Nkv]: bool (true = attend) or float32 (added)");
     app.add_option("--kv-lengths", o->kv_lengths, "Key lengths .npy, int32 or int64 [B]");
     CLI::Option* causal = app.add_option("--causal", o->causal,
@@ -166,7 +131,13 @@ Action add_run(CLI::App& app) {
                               ->expected(0, 1);
     app.add_option("--scale", o->scale, "Score scale (default 1/sqrt(Dk))");
     app.add_option("--impl", o->impl, "auto, unfused, fused or split")->capture_default_str();
-    app.add_option("--dtype", o->dtype, "Storage type on the device: f32 or f16 (default: that of --q)");
+    app.add_option("--dtype", o->dtype, "Storage type of Q and O on the device (and of K and V without --kv-dtype): f32, "
+                                        "f16 or bf16 (default: that of --q)");
+    add_kv_storage_flags(app, o->storage, "float --k/--v are quantized on the device (ggml's reference rounding, "
+                                          "fp8(x / scale))");
+    app.add_option("--dequantized-k", o->dequantized_k, "Also write the K the kernels read (float32, the shape of --k "
+                                                        "with Dk elements): the stored values, scaled");
+    app.add_option("--dequantized-v", o->dequantized_v, "Also write the V the kernels read (float32)");
     app.add_option("--device", o->device, "Device index or name substring");
     add_feature_flags(app, o->features);
     app.add_option("--out", o->out, "Output O .npy (float32, the rank of --q)")->required();

@@ -77,7 +77,7 @@ struct MhaOutputs {
 
 struct MhaOptions {
     bool average_attn_weights = true;
-    DType dtype = DType::f32;  // storage of activations and weights on the device (fp32 arithmetic)
+    DType dtype = DType::f32;  // storage of activations and weights on the device: f32, f16 or bf16 (fp32 arithmetic)
     Impl impl = Impl::automatic;
     double dropout = 0.0;      // on the attention weights, as in training; Philox, reproducible
     std::uint64_t seed = 0;
