@@ -100,10 +100,6 @@ struct FusedSlices {
     Slice q, o, lse;
 };
 
-// The view through which a config reads an operand of type t (its bindings are storage buffers when
-// the config reads words).
-TexelView view_of(const FusedConfig& c, DType t) { return c.texel_words ? TexelView::r32ui : float_view(t); }
-
 class FusedPlanner {
 public:
     FusedPlanner(const Runtime& runtime, const Problem& p, const Operands& operands, const FusedConfig& config,
@@ -226,7 +222,7 @@ public:
 
 private:
     // The view of an operand the config reads through texels (none when it reads words).
-    std::optional<TexelView> texel(DType t) const { return config_.texel ? std::optional(view_of(config_, t)) : std::nullopt; }
+    std::optional<TexelView> texel(DType t) const { return config_.texel ? std::optional(config_.view(t)) : std::nullopt; }
     std::optional<TexelView> q_texel() const { return texel(p_.dtype); }
     std::optional<TexelView> k_texel() const { return texel(p_.k_dtype); }
     std::optional<TexelView> v_texel() const { return texel(p_.v_dtype); }
@@ -310,10 +306,10 @@ public:
                     params.paged = paged->addressing;
                     bind_pools(main, d, *paged);
                 } else {
-                    main.bindings = {bind(2, *d.k, k.k, view_of(config_, p.k_dtype)),
-                                     bind(3, *d.v, k.v, view_of(config_, p.v_dtype))};
+                    main.bindings = {bind(2, *d.k, k.k, config_.view(p.k_dtype)),
+                                     bind(3, *d.v, k.v, config_.view(p.v_dtype))};
                 }
-                main.bindings.insert(main.bindings.end(), {bind(1, *d.q, s.q, view_of(config_, p.dtype)),
+                main.bindings.insert(main.bindings.end(), {bind(1, *d.q, s.q, config_.view(p.dtype)),
                                  split ? bind(4, *o_partial, o_part) : bind(4, *d.o, s.o),
                                  split ? bind(5, *lse_partial, lse_part) : bind(5, *d.lse, s.lse),
                                  bind(6, *d.lengths, d.lengths_slice), bind(7, *d.bool_mask, k.masks.bool_mask),
@@ -361,9 +357,9 @@ private:
             const Slice k{d.k_pool_offsets[pool], whole(paged.k_pool_bytes).range, {}};
             const Slice v{d.v_pool_offsets[pool], whole(paged.v_pool_bytes).range, {}};
             dispatch.bindings.push_back(bind(i == 0 ? 2 : 9 + i, *d.k_pools[pool], clamp_to(k, *d.k_pools[pool]),
-                                              view_of(config_, p_.k_dtype)));
+                                              config_.view(p_.k_dtype)));
             dispatch.bindings.push_back(bind(i == 0 ? 3 : 12 + i, *d.v_pools[pool], clamp_to(v, *d.v_pools[pool]),
-                                              view_of(config_, p_.v_dtype)));
+                                              config_.view(p_.v_dtype)));
         }
         dispatch.bindings.push_back(bind(16, *d.block_table, d.table_slice));
     }

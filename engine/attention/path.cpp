@@ -5,7 +5,6 @@
 
 #include "attention/fused.hpp"
 #include "runtime.hpp"
-#include "tensor/storage_rules.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
@@ -46,8 +45,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
     // and then the planner says why it cannot).
     if (problem.packed_q && fused && fused->texel && !options.variant.texel_loads.has_value()) {
         auto over = [&](std::int64_t elements, DType t) {
-            const TexelView view = fused->texel_words ? TexelView::r32ui : float_view(t);
-            return storage_bytes(t, elements) > caps.max_texel_buffer_elements * view_bytes(view);
+            return storage_bytes(t, elements) > caps.max_texel_buffer_elements * view_bytes(fused->view(t));
         };
         if (over(problem.Hq * problem.total_q * problem.Dk, problem.dtype) ||
             over(problem.Hkv * problem.total_k * problem.Dk, problem.k_dtype) ||

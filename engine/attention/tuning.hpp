@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attention/problem.hpp"
+#include "tensor/storage_rules.hpp"
 #include "vk/device_caps.hpp"
 
 namespace vkattn::detail {
@@ -50,6 +51,9 @@ struct FusedConfig {
     bool staged = false;
     std::uint32_t kd4 = 8;
     std::uint32_t v_width4 = 16;     // vec4 columns of V staged per key: min(SG·dv4, ceil(Dv / 4))
+    // The view through which the texel variants read an operand of type t (the bindings are storage
+    // buffers when the config reads words).
+    TexelView view(DType t) const { return texel_words ? TexelView::r32ui : float_view(t); }
     std::uint32_t columns_per_pass() const { return 4 * subgroup * dv4; }
     std::uint32_t key_block() const { return subgroup * keys_per_lane; }
     std::uint32_t rows_per_workgroup() const { return subgroups * rows; }

@@ -3,7 +3,6 @@
 #include "vkattn/mha_layer.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <string>
 
@@ -19,18 +18,15 @@
 #include "tensor/storage.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/quantize.hpp"
 
 namespace vkattn {
 namespace detail {
 
 std::vector<std::byte> in_dtype(const float* data, std::int64_t count, DType dtype) {
     std::vector<std::byte> bytes(static_cast<std::size_t>(count) * size_of(dtype));
-    if (dtype == DType::f32) {
-        std::memcpy(bytes.data(), data, bytes.size());
-    } else {
-        auto* h = reinterpret_cast<std::uint16_t*>(bytes.data());
-        for (std::int64_t i = 0; i < count; ++i) h[i] = dtype == DType::f16 ? float_to_half(data[i]) : float_to_bf16(data[i]);
-    }
+    quantize_row(dtype, {data, static_cast<std::size_t>(count)},
+                 {reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size()});  // rounded to nearest even
     return bytes;
 }
 

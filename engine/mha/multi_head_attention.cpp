@@ -2,7 +2,6 @@
 // activations uploaded, then MhaLayer's forward (projections, the core over head views, the output
 // projection), the results read back.
 #include <cmath>
-#include <cstring>
 
 #include "attention/path.hpp"
 #include "attention/problem.hpp"
@@ -15,6 +14,7 @@
 #include "submit/batch_state.hpp"
 #include "vkattn/batch.hpp"
 #include "vkattn/context.hpp"
+#include "vkattn/quantize.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/mha.hpp"
 
@@ -148,12 +148,7 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
     submission.wait();
 
     const auto count = static_cast<std::size_t>(mp.query_rows() * E);
-    if (dtype == DType::f32) {
-        std::memcpy(outputs.out, result.data(), count * 4);
-    } else {
-        const auto* h = reinterpret_cast<const std::uint16_t*>(result.data());
-        for (std::size_t i = 0; i < count; ++i) outputs.out[i] = dtype == DType::f16 ? half_to_float(h[i]) : bf16_to_float(h[i]);
-    }
+    dequantize_row(dtype, {reinterpret_cast<const std::uint8_t*>(result.data()), result.size()}, {outputs.out, count});
     if (mp.want_weights) detail::store_mha_weights(mp, per_head_weights, outputs.attn_weights);
 
     MhaReport report;

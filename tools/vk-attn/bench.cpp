@@ -83,7 +83,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     const auto seqs = parse_sweep(sweeps[2], "--seq");
     const auto dims = parse_sweep(sweeps[3], "--dim");
     const DType dtype = dtype_from_string(o.dtype, "--dtype");
-    const KvStorage storage = load_kv_storage(o.storage, dtype, 0);
+    const KvStorage storage = load_kv_storage(o.storage, dtype);
     const DType kv_dtype = storage.dtype;
     const Layout layout = o.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
     const Impl impl = parse_impl(o.impl);
@@ -209,8 +209,9 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         });
         const testing::Timing t = testing::summarize(samples);
         const double flops = report.flops;
-        const double bytes = static_cast<double>(storage_bytes(dtype, p.B * p.Hq * p.Nq * (p.Dk + p.Dv)) +
-                                                 storage_bytes(kv_dtype, p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv)));
+        // K and V as stored (every key: an upper bound under a causal mask or a window).
+        const auto kv_bytes = static_cast<double>(storage_bytes(kv_dtype, p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv)));
+        const double bytes = static_cast<double>(storage_bytes(dtype, p.B * p.Hq * p.Nq * (p.Dk + p.Dv))) + kv_bytes;
         Row r;
         r.add("impl", to_string(report.path));
         r.add("dtype", to_string(dtype));
@@ -229,9 +230,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("max_ms", t.max_ms);
         r.add("gflops", flops / (t.median_ms * 1e6));
         r.add("gbps", bytes / (t.median_ms * 1e6));
-        // K and V as stored (every key: an upper bound under a causal mask or a window), per second.
-        const double kv_gbps = static_cast<double>(storage_bytes(kv_dtype, p.B * p.Hkv * p.Nkv * (p.Dk + p.Dv))) /
-                               (t.median_ms * 1e6);
+        const double kv_gbps = kv_bytes / (t.median_ms * 1e6);
         r.add("kv_gbps", kv_gbps);
         if (ceiling > 0) r.add("vs_gemm", flops / (t.median_ms * 1e6) / ceiling);
         if (copy_gbps > 0) r.add("kv_vs_copy", kv_gbps / copy_gbps);

@@ -140,7 +140,8 @@ int run_decode(const DecodeFlags& f) {
     const std::int64_t B = f.batch, Hq = f.heads, Hkv = f.kv_heads ? f.kv_heads : f.heads, D = f.dim;
     const std::int64_t Dv = f.dim_v ? f.dim_v : f.dim;
     const DType dtype = dtype_from_string(f.dtype, "--dtype");
-    const KvStorage storage = load_kv_storage(f.storage, dtype, Hkv);
+    KvStorage storage = load_kv_storage(f.storage, dtype);
+    storage.scales = head_scales(storage, Hkv);
     check_block_dims(storage.dtype, D, Dv);
     const Impl impl = parse_impl(f.impl);
     if (f.paged && f.host_roundtrip)

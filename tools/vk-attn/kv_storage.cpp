@@ -20,7 +20,7 @@ void add_kv_storage_flags(CLI::App& app, KvStorageFlags& flags, const std::strin
         ->excludes(scale);
 }
 
-KvStorage load_kv_storage(const KvStorageFlags& flags, DType fallback, std::int64_t kv_heads) {
+KvStorage load_kv_storage(const KvStorageFlags& flags, DType fallback) {
     KvStorage s;
     s.dtype = flags.kv_dtype.empty() ? fallback : dtype_from_string(flags.kv_dtype, "--kv-dtype");
     const char* given = flags.kv_scale ? "--kv-scale" : !flags.kv_scales.empty() ? "--kv-scales" : nullptr;
@@ -29,10 +29,10 @@ KvStorage load_kv_storage(const KvStorageFlags& flags, DType fallback, std::int6
     if (flags.kv_scale) s.scales = {*flags.kv_scale};
     if (!flags.kv_scales.empty()) {
         const npy::Array a = npy::read(flags.kv_scales);
-        if (a.type != npy::ElementType::f32 || a.shape.size() != 1 || (kv_heads > 0 && a.count() != kv_heads && a.count() != 1))
-            throw InvalidArgument("--kv-scales", flags.kv_scales + " must be a float32 (<f4) array of shape [" +
-                                                     std::to_string(kv_heads) + "] (one scale per K/V head) or [1], not " +
-                                                     npy::type_name(a.type) + " " + npy::shape_text(a.shape) + ".");
+        if (a.type != npy::ElementType::f32 || a.shape.size() != 1 || a.count() < 1)
+            throw InvalidArgument("--kv-scales", flags.kv_scales + " must be a float32 (<f4) array of shape [Hkv] (one "
+                                                     "scale per K/V head) or [1], not " + npy::type_name(a.type) + " " +
+                                                     npy::shape_text(a.shape) + ".");
         s.scales.assign(a.as<float>(), a.as<float>() + a.count());
         for (const float x : s.scales)
             if (!(x > 0.0f) || x == std::numeric_limits<float>::infinity())

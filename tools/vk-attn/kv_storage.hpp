@@ -27,10 +27,10 @@ struct KvStorage {
     std::vector<float> scales;  // [1] or [Hkv] for fp8 when a scale flag is given, else empty (1)
 };
 
-// The K/V type (--kv-dtype, else `fallback`) and its scales for `kv_heads` heads (0: any count,
-// checked per shape by head_scales). InvalidArgument naming the flag: an unknown type, a scale for
-// a type other than fp8, a scales file that is not float32 [Hkv] (or [1]).
-KvStorage load_kv_storage(const KvStorageFlags& flags, DType fallback, std::int64_t kv_heads);
+// The K/V type (--kv-dtype, else `fallback`) and its scales (their count is checked against a shape
+// by head_scales). InvalidArgument naming the flag: an unknown type, a scale for a type other than
+// fp8, a scales file that is not a float32 vector of finite positive values.
+KvStorage load_kv_storage(const KvStorageFlags& flags, DType fallback);
 
 // The scales per head for `kv_heads` heads ([1] repeated), or empty without scales;
 // InvalidArgument naming --kv-scales when the file has another count.

@@ -40,18 +40,20 @@ int run(const RunOptions& o) {
         else throw InvalidArgument("--causal", "must be top-left or bottom-right, not \"" + o.causal + "\".");
     }
     // The run's dtype: --dtype, else q's file dtype.
-    const DType dtype = o.dtype.empty() ? file_float_type(o.q, "--q") : dtype_from_string(o.dtype, "--dtype");
-    if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    std::optional<DType> asked;
+    if (!o.dtype.empty()) asked = dtype_from_string(o.dtype, "--dtype");
+    if (asked && asked != DType::f32 && asked != DType::f16 && asked != DType::bf16)
         throw InvalidArgument("--dtype", "must be f32, f16 or bf16 (K and V take other types through --kv-dtype).");
-    const StoredTensor q = load_floats(o.q, "--q", dtype);
+    const StoredTensor q = load_floats(o.q, "--q", asked);
+    const DType dtype = q.dtype;
 
     ContextOptions copts;
     copts.device = o.device;
     Context context(copts);
-    const KvStorage storage = load_kv_storage(o.storage, dtype, o.storage.kv_scales.empty() ? 0 : kv_heads_of(o.k));
-    const StoredKv kv = with_flag_names([&] { return load_kv(context, o.k, o.v, storage.dtype, storage.scales, q.shape[3]); });
+    const StoredKv kv =
+        with_flag_names([&] { return load_kv(context, o.k, o.v, load_kv_storage(o.storage, dtype), q.shape[3]); });
     const StoredTensor &k = kv.k, &v = kv.v;
-    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = storage.scales, .v_scale = storage.scales};
+    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = kv.scales, .v_scale = kv.scales};
 
     npy::Array mask;
     if (!o.mask.empty()) {
@@ -109,8 +111,8 @@ int run(const RunOptions& o) {
     if (!o.weights.empty()) pending.push_back({o.weights, with_last(k.shape[2]), weights.data()});
     if (!o.lse.empty()) pending.push_back({o.lse, rank_shape, lse.data()});
     std::vector<float> seen_k, seen_v;  // the K and V the kernels read: the stored values, scaled
-    if (!o.dequantized_k.empty()) pending.push_back({o.dequantized_k, k.float_shape(), (seen_k = k.floats(storage.scales)).data()});
-    if (!o.dequantized_v.empty()) pending.push_back({o.dequantized_v, v.float_shape(), (seen_v = v.floats(storage.scales)).data()});
+    if (!o.dequantized_k.empty()) pending.push_back({o.dequantized_k, k.float_shape(), (seen_k = k.floats(kv.scales)).data()});
+    if (!o.dequantized_v.empty()) pending.push_back({o.dequantized_v, v.float_shape(), (seen_v = v.floats(kv.scales)).data()});
     write_all(pending);
     return 0;
 }

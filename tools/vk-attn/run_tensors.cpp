@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kv_storage.hpp"
 #include "npy.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/vkattn.hpp"
@@ -32,38 +33,21 @@ DType float_type_of(const npy::Array& a, const std::string& path, const char* fl
                                     (std::string(flag) == "--q" ? "." : ", or uint8 rows of a quantized --kv-dtype."));
 }
 
-// A float file's values as f32.
-std::vector<float> floats_of(const npy::Array& a, DType file_type) {
-    const auto n = static_cast<std::size_t>(a.count());
-    std::vector<float> out(n);
-    for (std::size_t i = 0; i < n; ++i)
-        out[i] = file_type == DType::f32   ? a.as<float>()[i]
-                 : file_type == DType::f16 ? half_to_float(a.as<std::uint16_t>()[i])
-                                           : bf16_to_float(a.as<std::uint16_t>()[i]);
-    return out;
+// A file's bytes as a tensor of its own type.
+StoredTensor file_tensor(const npy::Array& a, const std::array<std::int64_t, 4>& shape, DType dtype) {
+    StoredTensor t{a.shape, shape, dtype, std::vector<std::uint8_t>(a.data.size())};
+    std::memcpy(t.bytes.data(), a.data.data(), a.data.size());
+    return t;
 }
 
-// Values stored in a float type, rounded to nearest even (a file of that type is kept bit for bit).
-std::vector<std::uint8_t> stored_as(const std::vector<float>& values, DType dtype) {
-    std::vector<std::uint8_t> bytes(storage_bytes(dtype, static_cast<std::int64_t>(values.size())));
-    if (dtype == DType::f32) {
-        std::memcpy(bytes.data(), values.data(), bytes.size());
-        return bytes;
-    }
-    auto* out = reinterpret_cast<std::uint16_t*>(bytes.data());
-    for (std::size_t i = 0; i < values.size(); ++i)
-        out[i] = dtype == DType::f16 ? float_to_half(values[i]) : float_to_bf16(values[i]);
-    return bytes;
-}
-
-StoredTensor floats_tensor(const npy::Array& a, const std::array<std::int64_t, 4>& shape, DType file_type, DType dtype) {
-    StoredTensor t{a.shape, shape, dtype, {}};
-    if (file_type == dtype) {  // bit for bit: no rounding twice
-        t.bytes.resize(a.data.size());
-        std::memcpy(t.bytes.data(), a.data.data(), a.data.size());
-    } else {
-        t.bytes = stored_as(floats_of(a, file_type), dtype);
-    }
+// A float tensor stored in another float type, rounded to nearest even (vkattn::quantize_row); a
+// tensor of that type already is kept bit for bit.
+StoredTensor converted(StoredTensor t, DType dtype) {
+    if (t.dtype == dtype) return t;
+    const std::vector<float> values = t.floats();
+    t.dtype = dtype;
+    t.bytes.assign(storage_bytes(dtype, static_cast<std::int64_t>(values.size())), 0);
+    quantize_row(dtype, values, t.bytes);
     return t;
 }
 
@@ -76,13 +60,8 @@ StoredTensor quantized_tensor(const npy::Array& a, std::array<std::int64_t, 4> s
         throw InvalidArgument(flag, path + " has rows of " + std::to_string(row) + " bytes; " + to_string(dtype) +
                                         " rows are a whole number of " + std::to_string(unit) + "-byte blocks.");
     shape[3] = row / unit * elements;
-    StoredTensor t{a.shape, shape, dtype, {}};
-    t.bytes.resize(a.data.size());
-    std::memcpy(t.bytes.data(), a.data.data(), a.data.size());
-    return t;
+    return file_tensor(a, shape, dtype);
 }
-
-bool is_float_storage(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
 }  // namespace
 
@@ -104,27 +83,19 @@ std::vector<std::int64_t> StoredTensor::float_shape() const {
     return s;
 }
 
-DType file_float_type(const std::string& path, const char* flag) {
-    std::array<std::int64_t, 4> shape{};
-    return float_type_of(read_tensor(path, flag, shape), path, flag);
-}
-
-std::int64_t kv_heads_of(const std::string& path) {
-    std::array<std::int64_t, 4> shape{};
-    read_tensor(path, "--k", shape);
-    return shape[1];
-}
-
-StoredTensor load_floats(const std::string& path, const char* flag, DType dtype) {
+StoredTensor load_floats(const std::string& path, const char* flag, std::optional<DType> dtype) {
     std::array<std::int64_t, 4> shape{};
     const npy::Array a = read_tensor(path, flag, shape);
-    return floats_tensor(a, shape, float_type_of(a, path, flag), dtype);
+    const DType file_type = float_type_of(a, path, flag);
+    return converted(file_tensor(a, shape, file_type), dtype.value_or(file_type));
 }
 
-StoredKv load_kv(Context& context, const std::string& k_path, const std::string& v_path, DType dtype,
-                 std::span<const float> scales, std::int64_t dk) {
+StoredKv load_kv(Context& context, const std::string& k_path, const std::string& v_path, const KvStorage& storage,
+                 std::int64_t dk) {
     std::array<std::int64_t, 4> k_shape{}, v_shape{};
     const npy::Array ka = read_tensor(k_path, "--k", k_shape), va = read_tensor(v_path, "--v", v_shape);
+    const DType dtype = storage.dtype;
+    const std::vector<float> scales = head_scales(storage, k_shape[1]);
     const bool k_rows = ka.type == npy::ElementType::u8, v_rows = va.type == npy::ElementType::u8;
     const bool quantized = is_block_type(dtype) || is_fp8(dtype);
     for (const auto& [rows, path, flag] : {std::tuple{k_rows, &k_path, "--k"}, std::tuple{v_rows, &v_path, "--v"}})
@@ -135,7 +106,7 @@ StoredKv load_kv(Context& context, const std::string& k_path, const std::string&
         throw InvalidArgument("--v", std::string("K and V come as ") + (k_rows ? "quantized rows and floats" : "floats and quantized rows") +
                                          "; give both as floats (quantized on the device) or both as uint8 rows.");
     if (k_rows) {
-        StoredKv kv{quantized_tensor(ka, k_shape, dtype, k_path, "--k"), quantized_tensor(va, v_shape, dtype, v_path, "--v")};
+        StoredKv kv{quantized_tensor(ka, k_shape, dtype, k_path, "--k"), quantized_tensor(va, v_shape, dtype, v_path, "--v"), scales};
         if (kv.k.shape[3] != dk)
             throw InvalidArgument("--k", k_path + " has rows of " + std::to_string(k_shape[3]) + " bytes, " +
                                              std::to_string(kv.k.shape[3]) + " " + to_string(dtype) + " elements; --q has Dk = " +
@@ -143,8 +114,8 @@ StoredKv load_kv(Context& context, const std::string& k_path, const std::string&
         return kv;
     }
     const DType k_file = float_type_of(ka, k_path, "--k"), v_file = float_type_of(va, v_path, "--v");
-    if (is_float_storage(dtype))
-        return {floats_tensor(ka, k_shape, k_file, dtype), floats_tensor(va, v_shape, v_file, dtype)};
+    if (!quantized)  // a float type
+        return {converted(file_tensor(ka, k_shape, k_file), dtype), converted(file_tensor(va, v_shape, v_file), dtype), scales};
 
     // Quantized on the device: a cache of exactly these rows, appended once, read back.
     for (int i = 0; i < 3; ++i)
@@ -158,17 +129,18 @@ StoredKv load_kv(Context& context, const std::string& k_path, const std::string&
                                                                                    : " stores blocks of 32 along the head dimension") +
                                                     ", and " + flag + " has D = " + std::to_string(d) + ", not a multiple of " +
                                                     std::to_string(unit) + ".");
-    const std::vector<float> k_values = floats_of(ka, k_file), v_values = floats_of(va, v_file);
+    const std::vector<float> k_values = file_tensor(ka, k_shape, k_file).floats(), v_values = file_tensor(va, v_shape, v_file).floats();
     KvCache cache(context, {.batch = k_shape[0], .kv_heads = k_shape[1], .capacity = k_shape[2], .dim = k_shape[3],
                             .dim_v = v_shape[3], .dtype = dtype,
-                            .k_scale = {scales.begin(), scales.end()}, .v_scale = {scales.begin(), scales.end()}});
+                            .k_scale = scales, .v_scale = scales});
     const DeviceTensor k_new = DeviceTensor::from_host(context, make_view<const void*>(k_values.data(), DType::f32, Layout::bhnd, k_shape));
     const DeviceTensor v_new = DeviceTensor::from_host(context, make_view<const void*>(v_values.data(), DType::f32, Layout::bhnd, v_shape));
     Batch batch(context);
     cache.append(batch, k_new, v_new);
     batch.submit().wait();
     StoredKv kv{{ka.shape, k_shape, dtype, std::vector<std::uint8_t>(storage_bytes(dtype, k_shape[0] * k_shape[1] * k_shape[2] * k_shape[3]))},
-                {va.shape, v_shape, dtype, std::vector<std::uint8_t>(storage_bytes(dtype, v_shape[0] * v_shape[1] * v_shape[2] * v_shape[3]))}};
+                {va.shape, v_shape, dtype, std::vector<std::uint8_t>(storage_bytes(dtype, v_shape[0] * v_shape[1] * v_shape[2] * v_shape[3]))},
+                scales};
     cache.k().download(kv.k.mutable_view());
     cache.v().download(kv.v.mutable_view());
     return kv;

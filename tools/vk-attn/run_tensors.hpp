@@ -8,10 +8,12 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kv_storage.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/tensor.hpp"
 
@@ -34,22 +36,18 @@ struct StoredTensor {
     std::vector<std::int64_t> float_shape() const;
 };
 
-// The dtype a float file holds: f32, f16 or bf16 (uint16); InvalidArgument naming `flag` otherwise.
-DType file_float_type(const std::string& path, const char* flag);
+// A float file (rank 2 to 4: float32, float16 or bf16 bits as uint16) stored in `dtype` (f32, f16
+// or bf16; unset: the file's own type). InvalidArgument naming `flag` for another file type.
+StoredTensor load_floats(const std::string& path, const char* flag, std::optional<DType> dtype);
 
-// Hkv of a K file: its rank-4 shape's heads.
-std::int64_t kv_heads_of(const std::string& path);
-
-// A float file (rank 2 to 4) stored in `dtype` (f32, f16 or bf16).
-StoredTensor load_floats(const std::string& path, const char* flag, DType dtype);
-
-// K and V stored in `dtype` (any K/V type) with fp8 `scales` ([1], [Hkv] or empty), from float
-// files or, for a block or fp8 type, uint8 files of quantized rows (both, or neither). `dk` is Q's
-// head dimension, which K's rows must hold.
+// K and V stored in `storage`'s type (any K/V type) with its fp8 scales, from float files or, for a
+// block or fp8 type, uint8 files of quantized rows (both, or neither). `dk` is Q's head dimension,
+// which K's rows must hold.
 struct StoredKv {
     StoredTensor k, v;
+    std::vector<float> scales;  // fp8: one per K/V head (head_scales), else empty
 };
-StoredKv load_kv(Context& context, const std::string& k_path, const std::string& v_path, DType dtype,
-                 std::span<const float> scales, std::int64_t dk);
+StoredKv load_kv(Context& context, const std::string& k_path, const std::string& v_path, const KvStorage& storage,
+                 std::int64_t dk);
 
 }  // namespace vkattn::tool
