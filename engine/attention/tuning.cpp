@@ -1,6 +1,7 @@
 #include "attention/tuning.hpp"
 
 #include <algorithm>
+#include <bit>
 
 #include "tensor/storage_rules.hpp"
 
@@ -161,6 +162,12 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     }
     c.column_passes = (slots + c.dv4 - 1) / c.dv4;
     c.rows = std::clamp<std::uint32_t>(32 / c.dv4, 1, 8);
+    // A unit has group·Nq rows (decode: one per query head of the group). Where that is fewer than
+    // R, the spare rows would compute copies of the last one: their Q fetches, FMAs and shuffles
+    // wasted (GQA decode with group 4 ran 1.2-1.8x slower at R = 8 than at 4, docs/PERFORMANCE.md).
+    // Powers of two only, so that decode shapes share few pipelines.
+    const std::int64_t unit_rows = std::max<std::int64_t>(1, p.group * p.Nq);
+    if (unit_rows < c.rows) c.rows = static_cast<std::uint32_t>(std::bit_ceil(static_cast<std::uint64_t>(unit_rows)));
     // Texel views: float ones when Q, K and V all have them; else 32-bit word views that the shader
     // decodes as it would storage-buffer words. On lavapipe a texel fetch costs a sixth of a storage
     // buffer load (docs/PERFORMANCE.md, "Storage types in decode"), so every type gains from them.

@@ -272,6 +272,22 @@ TEST_CASE("tuning: choose_fused refuses with a reason where it cannot run", "[un
     }
 }
 
+TEST_CASE("tuning: a subgroup takes no more rows than a unit has (GQA decode)", "[unit][tuning]") {
+    // group·Nq rows per (batch, K/V head): R is the next power of two, never above the default.
+    struct Case {
+        std::int64_t Hq, Hkv, Nq, D;
+        std::uint32_t rows;
+    };
+    const Case cases[] = {{32, 8, 1, 128, 4}, {8, 8, 1, 64, 1}, {8, 8, 3, 64, 4}, {12, 4, 1, 64, 4},
+                          {32, 4, 1, 128, 8}, {8, 8, 1024, 128, 8}, {8, 8, 1024, 64, 8}, {8, 2, 2, 512, 8}};
+    for (const Case& k : cases) {
+        const auto c = fused_for(lavapipe_like(), problem(1, k.Hq, k.Hkv, k.Nq, 4096, k.D, k.D));
+        REQUIRE(c);
+        INFO("Hq=" << k.Hq << " Hkv=" << k.Hkv << " Nq=" << k.Nq << " D=" << k.D << ": " << c->describe());
+        CHECK(c->rows == k.rows);
+    }
+}
+
 TEST_CASE("tuning: choose_splits splits the keys only when the rows cannot fill the device", "[unit][tuning]") {
     struct Shape {
         std::int64_t B, Hq, Hkv, Nq, Nkv;
