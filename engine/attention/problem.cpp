@@ -37,6 +37,8 @@ bool span_fits_64_bits(const TensorLayout& view) {
     return !__builtin_mul_overflow(end, static_cast<std::int64_t>(block_bytes(view.dtype)), &bytes);
 }
 
+}  // namespace
+
 void check_layout(const TensorLayout& view, const char* name) {
     for (int i = 0; i < 4; ++i) {
         if (view.shape[i] <= 0)
@@ -56,10 +58,9 @@ void check_layout(const TensorLayout& view, const char* name) {
                                         "bytes, so the strides or the shape are wrong.");
 }
 
-// Whether distinct elements of an output view lie in distinct memory. Sufficient, not necessary:
-// taken in order of increasing stride, every dimension must step past all the memory that the
-// smaller ones cover. Every dense or padded layout passes. Dimensions of extent 1 never step, so
-// their strides do not matter.
+// Sufficient, not necessary: taken in order of increasing stride, every dimension must step past all
+// the memory that the smaller ones cover. Every dense or padded layout passes. Dimensions of extent
+// 1 never step, so their strides do not matter.
 bool elements_disjoint(const TensorLayout& view) {
     std::array<int, 4> order{0, 1, 2, 3};
     std::stable_sort(order.begin(), order.end(),
@@ -73,6 +74,8 @@ bool elements_disjoint(const TensorLayout& view) {
     }
     return true;
 }
+
+namespace {
 
 // Rejects a size the shaders would index with 32-bit integers when it is above 2^31 - 1.
 void check_index_range(const char* name, const std::string& what, std::int64_t value) {

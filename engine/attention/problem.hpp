@@ -185,6 +185,12 @@ inline std::array<std::int64_t, 4> rank4(const std::vector<std::int64_t>& shape)
     return out;
 }
 
+// A tensor's shape and strides: every dimension at least 1, strides not negative, features contiguous,
+// rows of a block type on blocks, a span that 64 bits can count. InvalidArgument naming `name`.
+void check_layout(const TensorLayout& view, const char* name);
+// Whether distinct elements of an output view lie in distinct memory.
+bool elements_disjoint(const TensorLayout& view);
+
 // Validates everything a spec holds and resolves defaults. Throws InvalidArgument naming the
 // argument. The single place where shapes and options are checked.
 Problem resolve(const AttentionSpec& spec);
@@ -195,6 +201,13 @@ AttentionSpec spec_of(const AttentionInputs& inputs, const AttentionOutputs& out
 // resolve(spec_of(...)) plus the host data: pointers present, key lengths in range, masks' data.
 Problem resolve(const AttentionInputs& inputs, const AttentionOutputs& outputs,
                 const AttentionOptions& options);
+
+// The backward pass's request (vkattn::reference_attention_backward): the forward's problem (o's
+// place taken by grad_out, which may broadcast with stride 0) and the gradients, each of its input's
+// shape and dtype, float k and v only, d_sinks only with sinks and d_float_mask only with a float
+// mask. Throws InvalidArgument naming the argument (grad_out, dq, dk, dv, d_sinks, d_float_mask).
+Problem resolve_backward(const AttentionInputs& inputs, const TensorView& grad_out, const AttentionGradients& grads,
+                         const AttentionOptions& options);
 
 // Checked 64-bit arithmetic for sizes: throws ResourceLimit on overflow, naming what was computed.
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what);

@@ -15,12 +15,15 @@
 #include <vector>
 
 #include "attention/problem.hpp"
+#include "reference/tensor_access.hpp"
 #include "vkattn/quantize.hpp"
 
 namespace vkattn {
 namespace {
 
+using detail::load;
 using detail::Problem;
+using detail::store;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -28,22 +31,6 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 struct Row {
     std::int64_t b, h, i;
 };
-
-double load(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) {
-    return load_element(t.data, t.dtype, t.offset(b, h, n, d));
-}
-
-void store(const MutableTensorView& t, std::int64_t b, std::int64_t h, std::int64_t n,
-           std::int64_t d, double value) {
-    const std::int64_t at = t.offset(b, h, n, d);
-    const auto f = static_cast<float>(value);
-    if (t.dtype == DType::f16)
-        static_cast<std::uint16_t*>(t.data)[at] = float_to_half(f);
-    else if (t.dtype == DType::bf16)
-        static_cast<std::uint16_t*>(t.data)[at] = float_to_bf16(f);
-    else
-        static_cast<float*>(t.data)[at] = f;
-}
 
 // A block-typed or fp8 K or V dequantized once into dense fp32 (the stages read every element Nq
 // times, and each read of a block element would decode its block): the values the kernels see, an

@@ -63,6 +63,18 @@ struct AttentionOutputs {
     float* lse = nullptr;      // optional, fp32 dense [B, Hq, Nq], natural log; -inf for empty rows
 };
 
+// The backward pass's results (vkattn::reference_attention_backward; docs/SEMANTICS.md, "The backward
+// pass"): the gradients of a loss with respect to attention's inputs, given the gradient of the same
+// loss with respect to o (grad_out). dq, dk and dv have q's, k's and v's shapes and dtypes (float
+// types only: a quantized k or v is not trained); each may be left without data (not wanted). Their
+// elements must not overlap each other or the inputs.
+struct AttentionGradients {
+    MutableTensorView dq, dk, dv;
+    float* d_sinks = nullptr;       // [Hq], with inputs.sinks only (a head without a sink gets 0)
+    float* d_float_mask = nullptr;  // the float mask's own shape, C-contiguous: the gradient of the
+                                    // additive mask, summed over every dimension it is broadcast on
+};
+
 // Forces a kernel variant; every variant a device could be given is reachable this way so that all of
 // them are tested on any device. Unset fields are chosen by the tuning function.
 struct VariantOverrides {

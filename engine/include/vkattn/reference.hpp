@@ -13,6 +13,16 @@ namespace vkattn {
 void reference_attention(const AttentionInputs& inputs, const AttentionOutputs& outputs,
                          const AttentionOptions& options = {});
 
+// The backward pass on the CPU, accumulated in double: the gradients of a loss L with respect to the
+// inputs, given grad_out = ∂L/∂o ([B, Hq, Nq, Dv], q's dtype; any strides with contiguous features:
+// a broadcast gradient such as PyTorch's for out.sum() has stride 0 elsewhere). The forward is
+// recomputed in double (scores, softmax, dropout's kept weights), so these are the exact gradients
+// of the forward's definition, not of its rounded output. Every forward feature; varlen and device
+// inputs are not taken. Validation as vkattn::attention's, plus grad_out's and the gradients'
+// (InvalidArgument naming the argument; nothing is written then).
+void reference_attention_backward(const AttentionInputs& inputs, const TensorView& grad_out,
+                                  const AttentionGradients& grads, const AttentionOptions& options = {});
+
 // The three stages, each on dense double arrays, for testing the GPU stages one at a time.
 struct ReferenceStages {
     std::vector<double> scores;   // [B, Hq, Nq, Nkv]: scale·Q·Kᵀ, before softcap and any mask
