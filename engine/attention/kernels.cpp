@@ -121,6 +121,48 @@ const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     return runtime.kernels().get(key);
 }
 
+const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o) {
+    return runtime.kernels().get({.shader = "bwd_delta", .constants = {{.id = 0, .value = shader_type_code(o)}}});
+}
+
+const vk::Kernel& bwd_sinks_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_sinks"}); }
+
+namespace {
+// flash_bwd_q.comp's and flash_bwd_kv.comp's constant_ids: the same numbers as flash.comp's.
+vk::KernelKey backward_key(std::string shader, const BackwardConfig& c, std::uint32_t rows, std::uint32_t per_lane,
+                           const OperandTypes& types) {
+    enum : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kRows = 2, kPerLane = 3, kSlots = 4, kSubgroups = 6,
+                           kQType = 11, kKType = 12, kVType = 13 };
+    return {.shader = std::move(shader),
+            .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
+                          {.id = kSubgroup, .value = c.subgroup},
+                          {.id = kRows, .value = rows},
+                          {.id = kPerLane, .value = per_lane},
+                          {.id = kSlots, .value = c.slots},
+                          {.id = kSubgroups, .value = c.subgroups},
+                          {.id = kQType, .value = shader_type_code(types.q)},
+                          {.id = kKType, .value = shader_type_code(types.k)},
+                          {.id = kVType, .value = shader_type_code(types.v)}},
+            .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+}
+// A backward variant's loads, as its name says them.
+std::string backward_loads(const BackwardConfig& c, const OperandTypes& types) {
+    if (c.texel && !c.texel_words) check_texel_inputs({types.q, types.k, types.v});
+    return c.texel_words ? "texel_words_" : c.texel ? "texel_" : "words_";
+}
+}  // namespace
+
+const vk::Kernel& bwd_q_kernel(Runtime& runtime, const BackwardConfig& c, const OperandTypes& types) {
+    return runtime.kernels().get(backward_key("bwd_q_" + backward_loads(c, types) + "o" + out_suffix(types.q), c, c.q_rows,
+                                              c.q_keys_per_lane, types));
+}
+
+const vk::Kernel& bwd_kv_kernel(Runtime& runtime, const BackwardConfig& c, const OperandTypes& types) {
+    return runtime.kernels().get(backward_key("bwd_kv_" + backward_loads(c, types) + "k" + out_suffix(types.k) + "_v" +
+                                                  out_suffix(types.v),
+                                              c, c.kv_keys, c.kv_rows_per_lane, types));
+}
+
 const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType k_out, DType v_out, bool paged) {
     const bool halves = k_out != DType::f32 || v_out != DType::f32;
     const vk::KernelKey key{

@@ -36,6 +36,12 @@ inline OperandTypes operand_types(const Problem& p) { return {p.dtype, p.k_dtype
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
                                std::uint32_t paged_pools = 0);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
+// The backward kernels (docs/design/TRAINING.md): Δ over o and dO of `o` dtype; the sinks'
+// gradient; dQ stored as q's type; dK and dV as k's and v's.
+const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o);
+const vk::Kernel& bwd_sinks_kernel(Runtime& runtime);
+const vk::Kernel& bwd_q_kernel(Runtime& runtime, const BackwardConfig& config, const OperandTypes& types);
+const vk::Kernel& bwd_kv_kernel(Runtime& runtime, const BackwardConfig& config, const OperandTypes& types);
 // kv_append.comp: rows of `in` dtype into K and V caches of `k_out` and `v_out` dtypes (contiguous
 // or paged); and the lengths' advance.
 const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType k_out, DType v_out, bool paged = false);

@@ -118,6 +118,18 @@ struct alignas(16) CombineParams {
     Varlen varlen;                       // flash.comp's: O and LSE packed by cu_seqlens_q
 };
 
+// The backward kernels (bwd_delta, bwd_sinks, bwd_q_*, bwd_kv_*: shaders/common/backward_params.glsl).
+struct alignas(16) BackwardParams {
+    static constexpr std::string_view shader = "bwd";
+    AttentionShape shape;
+    MaskParams mask;
+    float scale = 0.0f;
+    std::uint32_t first_column = 0;  // this column pass's first gradient column
+    std::uint32_t rows = 0;          // bwd_delta: B·Hq·Nq
+    std::uint32_t first_unit = 0;    // bwd_q / bwd_kv: the unit b·Hkv + hk of grid y = 0
+    TensorDesc q, k, v, o, grad_out, lse, delta, dq, dk, dv;
+};
+
 // kv_append.comp (both modes): units are (b, kv head), rows are the cache's.
 struct alignas(16) AppendParams {
     static constexpr std::string_view shader = "kv_append";
@@ -234,6 +246,17 @@ static_assert(offsetof(CombineParams, o) == 128);
 static_assert(offsetof(CombineParams, lse) == 160);
 static_assert(offsetof(CombineParams, varlen) == 192);
 static_assert(sizeof(CombineParams) == 208);
+
+static_assert(offsetof(BackwardParams, shape) == 0);
+static_assert(offsetof(BackwardParams, mask) == 32);
+static_assert(offsetof(BackwardParams, scale) == 144);
+static_assert(offsetof(BackwardParams, first_column) == 148);
+static_assert(offsetof(BackwardParams, rows) == 152);
+static_assert(offsetof(BackwardParams, first_unit) == 156);
+static_assert(offsetof(BackwardParams, q) == 160);
+static_assert(offsetof(BackwardParams, grad_out) == 288);
+static_assert(offsetof(BackwardParams, dv) == 448);
+static_assert(sizeof(BackwardParams) == 480);
 
 static_assert(offsetof(AppendParams, B) == 0);
 static_assert(offsetof(AppendParams, new_rows) == 12);

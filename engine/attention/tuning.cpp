@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <tuple>
+#include <utility>
 
 #include "tensor/storage_rules.hpp"
 
@@ -98,6 +100,30 @@ std::string FusedConfig::describe() const {
            (staged ? " staged kd4=" + std::to_string(kd4) : " streamed") + "]";
 }
 
+namespace {
+// The subgroup size the fused layouts are built for: 8..32 lanes where the device can be told
+// (8 on CPU devices), otherwise the size it reports (the shaders check it at run time). Empty with
+// the reason when the device lacks what they need.
+std::optional<std::pair<std::uint32_t, bool>> flash_subgroup(const vk::DeviceCaps& caps, std::string& why) {
+    if (!caps.subgroup_arithmetic || !caps.subgroup_shuffle) {
+        why = "the device lacks subgroup arithmetic or shuffle operations in compute shaders";
+        return std::nullopt;
+    }
+    std::uint32_t size = caps.subgroup_size;
+    bool require = false;
+    if (caps.subgroup_size_control) {
+        size = std::clamp<std::uint32_t>(32, caps.min_subgroup_size, caps.max_subgroup_size);
+        if (caps.kind == vk::DeviceKind::cpu) size = std::clamp<std::uint32_t>(8, caps.min_subgroup_size, caps.max_subgroup_size);
+        require = true;
+    }
+    if (size == 0 || size > 128 || (size & (size - 1)) != 0) {
+        why = "the subgroup size " + std::to_string(size) + " is not a power of two up to 128";
+        return std::nullopt;
+    }
+    return std::pair{size, require};
+}
+}  // namespace
+
 std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Problem& p,
                                         const std::array<std::int64_t, 4>& q_strides,
                                         const std::array<std::int64_t, 4>& k_strides,
@@ -107,21 +133,13 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
         if (why) *why = reason;
         return std::nullopt;
     };
-    if (!caps.subgroup_arithmetic || !caps.subgroup_shuffle)
-        return refuse("the device lacks subgroup arithmetic or shuffle operations in compute shaders");
+    std::string reason;
+    const auto subgroup = flash_subgroup(caps, reason);
+    if (!subgroup) return refuse(reason);
     if (overrides.subgroup_ops == false) return refuse("subgroup operations were disabled, and the fused kernel needs them");
     if (p.Dk > 512 || p.Dv > 512) return refuse("head dimensions above 512 are not supported by the fused kernel");
     FusedConfig c;
-    // The layout is built for one subgroup size. Prefer 8..32 lanes where the device can be told;
-    // otherwise use the size it reports (and the shader checks it at run time).
-    c.subgroup = caps.subgroup_size;
-    if (caps.subgroup_size_control) {
-        c.subgroup = std::clamp<std::uint32_t>(32, caps.min_subgroup_size, caps.max_subgroup_size);
-        if (caps.kind == vk::DeviceKind::cpu) c.subgroup = std::clamp<std::uint32_t>(8, caps.min_subgroup_size, caps.max_subgroup_size);
-        c.require_subgroup = true;
-    }
-    if (c.subgroup == 0 || c.subgroup > 128 || (c.subgroup & (c.subgroup - 1)) != 0)
-        return refuse("the subgroup size " + std::to_string(c.subgroup) + " is not a power of two up to 128");
+    std::tie(c.subgroup, c.require_subgroup) = *subgroup;
     // 64-key blocks and 64-invocation workgroups (LAVAPIPE.md: 8 subgroups × 8 rows × 8 keys per
     // lane reached the GEMM ceiling; on GPUs 64 keys per block keep the shuffles few).
     c.keys_per_lane = std::max<std::uint32_t>(1, 64 / c.subgroup);
@@ -181,6 +199,54 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     return c;
 }
 
+std::string BackwardConfig::describe() const {
+    return std::string("backward[") + (texel_words ? "texel-words" : texel ? "texel" : "words") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" + std::to_string(subgroups) +
+           " dq rows" + std::to_string(q_rows) + " keys" + std::to_string(subgroup * q_keys_per_lane) + " dkv keys" +
+           std::to_string(kv_keys) + " rows" + std::to_string(subgroup * kv_rows_per_lane) + " slots" +
+           std::to_string(slots) + (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") + "]";
+}
+
+std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const Problem& p,
+                                              const std::array<std::int64_t, 4>& q_strides,
+                                              const std::array<std::int64_t, 4>& k_strides,
+                                              const std::array<std::int64_t, 4>& v_strides,
+                                              const std::array<std::int64_t, 4>& grad_out_strides,
+                                              const VariantOverrides& overrides, std::string* why) {
+    std::string reason;
+    const auto subgroup = flash_subgroup(caps, reason);
+    if (!subgroup) {
+        if (why) *why = reason;
+        return std::nullopt;
+    }
+    BackwardConfig c;
+    std::tie(c.subgroup, c.require_subgroup) = *subgroup;
+    // 64 invocations and 64-key (query) blocks, as the forward (docs/LAVAPIPE.md).
+    c.subgroups = std::max<std::uint32_t>(1, 64 / c.subgroup);
+    while (c.subgroups * c.subgroup > caps.max_workgroup_invocations && c.subgroups > 1) c.subgroups /= 2;
+    c.q_keys_per_lane = c.kv_rows_per_lane = std::max<std::uint32_t>(1, 64 / c.subgroup);
+    // 8 rows (keys) per subgroup and up to 4 slots, as the forward: each loaded vec4 feeds 8·8·4 FMAs.
+    // Measured on lavapipe (B 1, H 8, N 1024, docs/PERFORMANCE.md): 8/8 rows over 4/4 gave 1.23x at
+    // D 64 and 1.15x at D 128, although the dK/dV kernel then holds 2·8·4 accumulator vec4s; half the
+    // slots (two column passes, each recomputing the scores) ran 1.8x slower at D 128. Wider heads
+    // take column passes.
+    const std::int64_t widest = std::max(p.Dk, p.Dv);
+    const auto slots_needed = static_cast<std::uint32_t>((widest + 4 * c.subgroup - 1) / (4 * c.subgroup));
+    c.slots = std::clamp<std::uint32_t>(slots_needed, 1, 4);
+    c.column_passes = (slots_needed + c.slots - 1) / c.slots;
+    // Rows and keys fitted to what a unit has (GQA decode-like shapes, short key sequences).
+    c.q_rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(8, std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(1, p.group * p.Nq)))));
+    c.kv_keys = static_cast<std::uint32_t>(std::min<std::uint64_t>(8, std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(1, p.Nkv)))));
+    // Loads as the forward's (choose_fused): float views where q, k and v all have them, else words
+    // through R32_UINT views; both need 4-aligned rows (dO's too), storage-buffer words otherwise.
+    const bool float_views = texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
+                             texel_supported(caps, p.v_dtype);
+    const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) &&
+                         texel_aligned(v_strides, p.Dv) && texel_aligned(grad_out_strides, p.Dv);
+    c.texel = overrides.texel_loads.value_or(true) && aligned && (float_views || caps.texel_r32ui);
+    c.texel_words = c.texel && !float_views;
+    return c;
+}
+
 std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const FusedConfig& c, unsigned host_threads) {
     // Fill the device: ≥ 8 workgroups per CPU thread on CPU devices (lavapipe runs one workgroup per
     // thread at a time; more even out the ends), ≥ 256 on GPUs.
@@ -214,6 +280,22 @@ std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConf
                      (c.key_block() * c.v_width4 + lanes - 1) / lanes;
     }
     return std::max<std::int64_t>(1, loop_budget(caps) / per_block - 1) * c.key_block();
+}
+
+std::int64_t backward_keys_limit(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
+    if (caps.max_loop_iterations == 0) return 0;
+    // flash_bwd_q.comp iterates ceil(Dk/4) + ceil(Dv/4) + SG times per key block.
+    const std::int64_t per_block = 1 + (p.Dk + 3) / 4 + (p.Dv + 3) / 4 + c.subgroup;
+    return std::max<std::int64_t>(1, loop_budget(caps) / per_block - 1) * c.subgroup * c.q_keys_per_lane;
+}
+
+std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
+    if (caps.max_loop_iterations == 0) return 0;
+    // flash_bwd_kv.comp iterates ceil(Dk/4) + ceil(Dv/4) + SG times per query block, for every
+    // query head of the group.
+    const std::int64_t per_block = 1 + (p.Dk + 3) / 4 + (p.Dv + 3) / 4 + c.subgroup;
+    return std::max<std::int64_t>(1, loop_budget(caps) / per_block / std::max<std::int64_t>(1, p.group) - 1) * c.subgroup *
+           c.kv_rows_per_lane;
 }
 
 std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& c) {

@@ -71,6 +71,37 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
                                         const std::array<std::int64_t, 4>& v_strides,
                                         const VariantOverrides& overrides, std::string* why);
 
+// The backward kernels (flash_bwd_q.comp, flash_bwd_kv.comp; docs/design/TRAINING.md): flash.comp's
+// streamed layout, reading words (any float type).
+struct BackwardConfig {
+    bool texel = false;                // q, k, v, dO through texel views (needs 4-aligned rows)
+    bool texel_words = false;          // texel: R32_UINT views decoded per type (else float views)
+    std::uint32_t subgroup = 8;        // SG, required of the pipelines where possible
+    bool require_subgroup = false;
+    std::uint32_t subgroups = 8;       // NSG per workgroup
+    std::uint32_t q_rows = 8;          // dQ: query rows per subgroup
+    std::uint32_t q_keys_per_lane = 8; // dQ: a key block is SG·this
+    std::uint32_t kv_keys = 8;         // dK/dV: keys per subgroup
+    std::uint32_t kv_rows_per_lane = 8;  // dK/dV: a query block is SG·this
+    std::uint32_t slots = 2;           // gradient vec4 columns per lane per pass (at most 4)
+    std::uint32_t column_passes = 1;   // ceil(max(Dk, Dv) / (4·SG·slots))
+    std::uint32_t columns_per_pass() const { return 4 * subgroup * slots; }
+    // The view through which the texel variants read an operand of type t.
+    TexelView view(DType t) const { return texel_words ? TexelView::r32ui : float_view(t); }
+    std::string describe() const;
+};
+// grad_out's strides join q's, k's and v's in the texel rule (they are read alike).
+std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const Problem& problem,
+                                              const std::array<std::int64_t, 4>& q_strides,
+                                              const std::array<std::int64_t, 4>& k_strides,
+                                              const std::array<std::int64_t, 4>& v_strides,
+                                              const std::array<std::int64_t, 4>& grad_out_strides,
+                                              const VariantOverrides& overrides, std::string* why);
+// The most keys (dQ) or queries per query head (dK/dV) one workgroup may visit before lavapipe's
+// loop budget runs out (0 = unlimited): the backward refuses longer sequences on such devices.
+std::int64_t backward_keys_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
+std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
+
 // How many key slices split-KV decoding should use so that the device is filled, each with keys to
 // work on; 1 means the row blocks alone fill it, and `auto` then runs the fused path.
 std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, const FusedConfig& config,

@@ -17,7 +17,7 @@ namespace vkattn::detail {
 Program::Program(Runtime& runtime) : runtime_(&runtime) {
     const std::uint64_t align = runtime.device().caps().min_uniform_offset_alignment;
     const std::uint64_t largest = std::max({sizeof(BmmParams), sizeof(SoftmaxParams), sizeof(FlashParams),
-                                            sizeof(CombineParams), sizeof(AppendParams)});
+                                            sizeof(CombineParams), sizeof(AppendParams), sizeof(BackwardParams)});
     slot_bytes_ = (largest + align - 1) / align * align;
 }
 

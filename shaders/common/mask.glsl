@@ -78,6 +78,19 @@ RowMask row_mask(uint b, uint h, uint i) {
     return m;
 }
 
+// The queries [first, limit) of batch b that may see some key of [key_lo, key_hi) under the
+// structural mask (key length, causal, window): row_mask's ranges turned around, for the backward's
+// key-side kernels. Rows outside it see none of these keys; rows inside may still mask some.
+uvec2 query_range(uint b, uint key_lo, uint key_hi) {
+    if (int(key_lo) >= kv_length(b)) return uvec2(0u);
+    const int a = alignment(b), left = P.mask.window_left, right = P.mask.window_right;
+    int first = 0, limit = query_length(b);
+    if (has_flag(MASK_CAUSAL)) first = max(first, int(key_lo) - a);          // j <= i + a
+    if (right >= 0) first = max(first, int(key_lo) - a - right);             // j <= i + a + right
+    if (left >= 0) limit = min(limit, int(key_hi) - 1 - a + left + 1);       // j >= i + a - left
+    return first < limit ? uvec2(uint(first), uint(limit)) : uvec2(0u);
+}
+
 // Whether key j is visible to the row (key range, bool mask, and a float mask of −∞, recognised by
 // its bits) and, when it is, the additive terms: the float mask plus the ALiBi bias
 // -slope·|i + a - j|.

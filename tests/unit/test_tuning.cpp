@@ -288,6 +288,43 @@ TEST_CASE("tuning: a subgroup takes no more rows than a unit has (GQA decode)", 
     }
 }
 
+TEST_CASE("tuning: the backward's rows, slots, passes and loads", "[unit][tuning][backward]") {
+    const std::array<std::int64_t, 4> aligned{8 * 64 * 64, 64 * 64, 64, 1}, odd{5 * 9 * 9, 9 * 9, 9, 1};
+    auto choose = [&](const Problem& p, const std::array<std::int64_t, 4>& strides, VariantOverrides o = {}) {
+        std::string why;
+        const auto c = choose_backward(lavapipe_like(), p, strides, strides, strides, strides, o, &why);
+        INFO(why);
+        REQUIRE(c);
+        return *c;
+    };
+    const BackwardConfig d64 = choose(problem(1, 8, 8, 1024, 1024, 64, 64), aligned);
+    CHECK(d64.q_rows == 8);
+    CHECK(d64.kv_keys == 8);
+    CHECK(d64.slots == 2);
+    CHECK(d64.column_passes == 1);
+    CHECK(d64.texel);
+    CHECK_FALSE(d64.texel_words);
+    const BackwardConfig wide = choose(problem(1, 8, 8, 64, 64, 160, 136), aligned);
+    CHECK(wide.slots == 4);
+    CHECK(wide.column_passes == 2);
+    CHECK(wide.columns_per_pass() == 128);
+    const BackwardConfig short_keys = choose(problem(1, 4, 4, 1, 3, 64, 64), aligned);
+    CHECK(short_keys.q_rows == 1);
+    CHECK(short_keys.kv_keys == 4);
+    CHECK_FALSE(choose(problem(1, 8, 8, 9, 9, 9, 9), odd).texel);  // rows not on 4 elements: words
+    CHECK_FALSE(choose(problem(1, 8, 8, 64, 64, 64, 64), aligned, {.texel_loads = false}).texel);
+    Problem bf16 = problem(1, 8, 8, 64, 64, 64, 64);
+    bf16.dtype = bf16.k_dtype = bf16.v_dtype = DType::bf16;
+    const BackwardConfig words = choose(bf16, aligned);
+    CHECK(words.texel);
+    CHECK(words.texel_words);  // no float view of bf16: its words through R32_UINT views
+    vk::DeviceCaps none = lavapipe_like();
+    none.subgroup_shuffle = false;
+    std::string why;
+    CHECK_FALSE(choose_backward(none, bf16, aligned, aligned, aligned, aligned, {}, &why));
+    CHECK_THAT(why, Catch::Contains("shuffle"));
+}
+
 TEST_CASE("tuning: choose_splits splits the keys only when the rows cannot fill the device", "[unit][tuning]") {
     struct Shape {
         std::int64_t B, Hq, Hkv, Nq, Nkv;

@@ -5,12 +5,15 @@
 // the device's GEMM ceiling measured in the same run and every figure's ratio to it; with --copy, the
 // bandwidth ceiling (a buffer copy) and each point's K/V bytes per second against it. --validate checks
 // each point's first run against the CPU reference before it is timed (vkattn/testing/compare.hpp's rule;
-// rel_l2_err = ‖o − ref‖₂ / ‖ref‖₂).
+// rel_l2_err = ‖o − ref‖₂ / ‖ref‖₂). With --backward each point times the backward pass alone (GFLOP/s
+// = 2·(3·Dk + 2·Dv) per visible pair: its five matrix products) and reports forward + backward too;
+// --validate then compares dQ, dK, dV (and the sinks' gradient) with the CPU reference's.
 #include <cmath>
 #include <iostream>
 #include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 #include <unistd.h>
 
 #include "commands.hpp"
@@ -42,6 +45,7 @@ struct BenchOptions {
     std::int64_t gemm_size = 2048;
     bool copy = false;
     std::int64_t copy_mib = 64;
+    bool backward = false;  // time the backward pass (and forward + backward)
     bool json = false, csv = false;
     std::string plot;
     FeatureFlags features;
@@ -76,6 +80,100 @@ std::vector<std::int64_t> parse_sweep(const std::string& text, const std::string
 struct Point {
     std::int64_t B, Hq, Hkv, Nq, Nkv, Dk, Dv;
 };
+
+// One point of --backward: the forward's and the backward's median GPU times, the backward's GFLOP/s
+// (and its ratio to the GEMM ceiling); with --validate the gradients against the reference first.
+// False when the validation failed.
+bool run_backward_point(Context& context, const BenchOptions& o, const Point& p, const AttentionInputs& in,
+                        const AttentionOptions& options, DType dtype, Layout layout, std::mt19937& rng,
+                        const std::string& feature_text, double ceiling, Printer& printer, std::vector<Row>& plotted,
+                        bool progress_bar) {
+    const testing::HostTensor grad_out = testing::random_tensor(rng, dtype, layout, {p.B, p.Hq, p.Nq, p.Dv});
+    testing::HostTensor dq = testing::nan_tensor(dtype, layout, {p.B, p.Hq, p.Nq, p.Dk});
+    testing::HostTensor dk = testing::nan_tensor(in.k.dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dk});
+    testing::HostTensor dv = testing::nan_tensor(in.v.dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dv});
+    std::vector<float> d_sinks(in.sinks.size());
+    AttentionGradients grads{.dq = dq.mutable_view(), .dk = dk.mutable_view(), .dv = dv.mutable_view()};
+    if (!d_sinks.empty()) grads.d_sinks = d_sinks.data();
+    testing::HostTensor o_host = testing::nan_tensor(dtype, layout, {p.B, p.Hq, p.Nq, p.Dv});
+    const AttentionOutputs out{.o = o_host.mutable_view()};
+
+    std::optional<double> rel_err;
+    bool ok = true;
+    AttentionReport forward, backward;
+    std::vector<double> forward_ms, backward_ms;
+    with_flag_names([&] {
+        if (o.validate) {
+            attention_backward(context, in, grad_out.view(), grads, options);
+            testing::HostTensor rq = dq, rk = dk, rv = dv;
+            std::vector<float> rs = d_sinks;
+            AttentionGradients ref{.dq = rq.mutable_view(), .dk = rk.mutable_view(), .dv = rv.mutable_view()};
+            if (!rs.empty()) ref.d_sinks = rs.data();
+            reference_attention_backward(in, grad_out.view(), ref, options);
+            auto all = [](const testing::HostTensor& t) {
+                std::vector<double> v;
+                for (std::int64_t b = 0; b < t.shape[0]; ++b)
+                    for (std::int64_t h = 0; h < t.shape[1]; ++h)
+                        for (std::int64_t n = 0; n < t.shape[2]; ++n)
+                            for (std::int64_t d = 0; d < t.shape[3]; ++d) v.push_back(t.at(b, h, n, d));
+                return v;
+            };
+            rel_err = 0.0;
+            const testing::Tolerance tol = testing::gradient_tolerance_for(dtype);
+            for (const auto& [got, want, name] : {std::tuple{&dq, &rq, "dq"}, std::tuple{&dk, &rk, "dk"}, std::tuple{&dv, &rv, "dv"}}) {
+                const testing::Comparison c = testing::compare(all(*got), all(*want), tol);
+                rel_err = std::max(*rel_err, c.relative_error);
+                if (!c.ok) {
+                    ok = false;
+                    if (progress_bar) std::cerr << '\n';
+                    std::cerr << "vk-attn: backward validation failed at B=" << p.B << " Hq=" << p.Hq << " Hkv=" << p.Hkv
+                              << " Nq=" << p.Nq << " Nkv=" << p.Nkv << " Dk=" << p.Dk << " Dv=" << p.Dv << ", " << name
+                              << ": " << c.message << '\n';
+                }
+            }
+        }
+        for (int w = 0; w < o.warmup; ++w) {
+            attention(context, in, out, options);
+            attention_backward(context, in, grad_out.view(), grads, options);
+        }
+        for (int r = 0; r < o.repeat; ++r) {
+            forward = attention(context, in, out, options);
+            forward_ms.push_back(forward.gpu_ms);
+            backward = attention_backward(context, in, grad_out.view(), grads, options);
+            backward_ms.push_back(backward.gpu_ms);
+        }
+    });
+    const testing::Timing f = testing::summarize(forward_ms), t = testing::summarize(backward_ms);
+    Row r;
+    r.add("impl", std::string("backward"));
+    r.add("dtype", to_string(dtype));
+    r.add("batch", p.B);
+    r.add("heads", p.Hq);
+    r.add("kv_heads", p.Hkv);
+    r.add("seq_q", p.Nq);
+    r.add("seq_kv", p.Nkv);
+    r.add("dim", p.Dk);
+    r.add("dim_v", p.Dv);
+    r.add("causal", o.causal);
+    if (!feature_text.empty()) r.add("features", feature_text);
+    r.add("median_ms", t.median_ms);
+    r.add("min_ms", t.min_ms);
+    r.add("max_ms", t.max_ms);
+    r.add("gflops", backward.flops / (t.median_ms * 1e6));
+    if (ceiling > 0) r.add("vs_gemm", backward.flops / (t.median_ms * 1e6) / ceiling);
+    r.add("fwd_ms", f.median_ms);
+    r.add("fwd_bwd_ms", f.median_ms + t.median_ms);
+    r.add("fwd_bwd_gflops", (forward.flops + backward.flops) / ((f.median_ms + t.median_ms) * 1e6));
+    r.add("device_mib", static_cast<double>(backward.device_bytes) / (1 << 20));
+    if (rel_err) {
+        r.add("rel_l2_err", *rel_err);
+        r.add("valid", ok);
+    }
+    r.add("variant", backward.variant + " after " + forward.variant);
+    printer.print(r);
+    plotted.push_back(r);
+    return ok;
+}
 
 int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     const auto batches = parse_sweep(sweeps[0], "--batch");
@@ -176,6 +274,12 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         if (o.texel_loads != "auto") options.variant.texel_loads = o.texel_loads == "on";
         features.apply(options, in);
 
+        if (o.backward) {
+            if (!run_backward_point(context, o, p, in, options, dtype, layout, rng, feature_text, ceiling, printer,
+                                    plotted, tty && points.size() > 1))
+                all_ok = false;
+            continue;
+        }
         // --validate: the first run is compared with the reference before anything is timed.
         auto validate = [&] {
             std::vector<double> got;
@@ -286,6 +390,9 @@ Action add_bench(CLI::App& app) {
     app.add_flag("--copy", o->copy, "Also measure the bandwidth ceiling (a buffer copy); points then report kv_vs_copy, "
                                     "their K/V bytes per second over the copy's");
     app.add_option("--copy-mib", o->copy_mib, "MiB the copy ceiling copies")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_flag("--backward", o->backward, "Time the backward pass (dQ, dK, dV; and forward + backward): GFLOP/s count "
+                                            "2·(3·Dk + 2·Dv) per visible pair; --validate compares the gradients with the "
+                                            "reference");
     app.add_option("--plot", o->plot, "Draw GFLOP/s against sequence length to this PNG (needs python3-matplotlib)");
     auto* json = app.add_flag("--json", o->json, "One JSON object per point on stdout");
     app.add_flag("--csv", o->csv, "CSV on stdout")->excludes(json);

@@ -88,6 +88,8 @@ std::string flag_for(const std::string& argument) {
     if (argument == "bool_mask" || argument == "float_mask") return "--mask";
     if (argument == "o") return "--q";  // the output's shape follows from the inputs
     if (argument == "k_scale" || argument == "v_scale") return "--kv-scale";
+    if (argument == "d_sinks") return "--dsinks";
+    if (argument == "d_float_mask") return "--mask";  // the mask's gradient
     if (argument.rfind("--", 0) == 0) return argument;
     std::string flag = "--" + argument;
     for (auto& c : flag)

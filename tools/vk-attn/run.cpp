@@ -24,6 +24,7 @@ struct RunOptions {
     std::optional<double> scale;
     std::string impl = "auto", dtype, device;
     std::string dequantized_k, dequantized_v;  // what the kernels read, as float32
+    std::string grad_out, dq, dk, dv, dsinks;  // the backward pass: dO in, gradients out
     FeatureFlags features;
     KvStorageFlags storage;
 };
@@ -93,10 +94,41 @@ int run(const RunOptions& o) {
     AttentionOptions options{.scale = o.scale, .causal = causal, .impl = impl};
     features.apply(options, in);
 
+    // The backward pass: dO in the run's dtype, the gradients asked for in the inputs' types.
+    const bool backward = !o.grad_out.empty();
+    for (const auto& [path, flag] : {std::pair{&o.dq, "--dq"}, std::pair{&o.dk, "--dk"}, std::pair{&o.dv, "--dv"},
+                                     std::pair{&o.dsinks, "--dsinks"}})
+        if (!path->empty() && !backward) throw InvalidArgument(flag, "a gradient needs --grad-out (dL/dO).");
+    if (backward && o.dq.empty() && o.dk.empty() && o.dv.empty() && o.dsinks.empty())
+        throw InvalidArgument("--grad-out", "give the gradients to write: --dq, --dk, --dv or --dsinks.");
+    std::optional<StoredTensor> grad_out;
+    if (backward) {
+        grad_out = load_floats(o.grad_out, "--grad-out", dtype);
+        if (grad_out->file_shape.size() != q.file_shape.size())
+            throw InvalidArgument("--grad-out", o.grad_out + " has rank " + std::to_string(grad_out->file_shape.size()) +
+                                                    " but --q has rank " + std::to_string(q.file_shape.size()) +
+                                                    "; dL/dO has o's shape.");
+    }
+    auto gradient_of = [](const StoredTensor& t, DType dt) {
+        return StoredTensor{t.file_shape, t.shape, dt, std::vector<std::uint8_t>(storage_bytes(dt, t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]))};
+    };
+    StoredTensor dq = gradient_of(q, dtype), dk = gradient_of(k, k.dtype), dv = gradient_of(v, v.dtype);
+    std::vector<float> dsinks(o.dsinks.empty() ? 0 : static_cast<std::size_t>(q.shape[1]));
+    AttentionGradients grads;
+    if (!o.dq.empty()) grads.dq = dq.mutable_view();
+    if (!o.dk.empty()) grads.dk = dk.mutable_view();
+    if (!o.dv.empty()) grads.dv = dv.mutable_view();
+    if (!o.dsinks.empty()) grads.d_sinks = dsinks.data();
+
     with_flag_names([&] {
+        // The backward first: its arguments are checked before anything is printed (it runs its own
+        // forward on the device), so a bad one is the only line on stderr.
+        AttentionReport backward_report;
+        if (backward) backward_report = attention_backward(context, in, grad_out->view(), grads, options);
         const AttentionReport report = attention(context, in, out, options);
         std::cerr << "vk-attn: " << to_string(report.path) << " path on " << context.device().name << " ["
                   << report.variant << "], " << report.gpu_ms << " ms\n";
+        if (backward) std::cerr << "vk-attn: backward [" << backward_report.variant << "], " << backward_report.gpu_ms << " ms\n";
     });
     const std::vector<float> o32 = out_o.floats();
     // Outputs keep the rank of q.
@@ -113,6 +145,11 @@ int run(const RunOptions& o) {
     std::vector<float> seen_k, seen_v;  // the K and V the kernels read: the stored values, scaled
     if (!o.dequantized_k.empty()) pending.push_back({o.dequantized_k, k.float_shape(), (seen_k = k.floats(kv.scales)).data()});
     if (!o.dequantized_v.empty()) pending.push_back({o.dequantized_v, v.float_shape(), (seen_v = v.floats(kv.scales)).data()});
+    std::vector<float> dq32, dk32, dv32;  // gradients as float32, in their inputs' file shapes
+    if (!o.dq.empty()) pending.push_back({o.dq, with_last(q.shape[3]), (dq32 = dq.floats()).data()});
+    if (!o.dk.empty()) pending.push_back({o.dk, k.float_shape(), (dk32 = dk.floats()).data()});
+    if (!o.dv.empty()) pending.push_back({o.dv, v.float_shape(), (dv32 = dv.floats()).data()});
+    if (!o.dsinks.empty()) pending.push_back({o.dsinks, {q.shape[1]}, dsinks.data()});
     write_all(pending);
     return 0;
 }
@@ -145,6 +182,12 @@ Action add_run(CLI::App& app) {
     app.add_option("--out", o->out, "Output O .npy (float32, the rank of --q)")->required();
     app.add_option("--weights", o->weights, "Also write the attention weights .npy (float32 [.., Nq, Nkv])");
     app.add_option("--lse", o->lse, "Also write the row log-sum-exp .npy (float32 [.., Nq])");
+    app.add_option("--grad-out", o->grad_out, "Backward pass: dL/dO .npy (o's shape, a float type as --q); runs the "
+                                              "forward and the backward with the same flags");
+    app.add_option("--dq", o->dq, "Write dL/dQ .npy (float32, the shape of --q); needs --grad-out");
+    app.add_option("--dk", o->dk, "Write dL/dK .npy (float32, the shape of --k); needs --grad-out");
+    app.add_option("--dv", o->dv, "Write dL/dV .npy (float32, the shape of --v); needs --grad-out");
+    app.add_option("--dsinks", o->dsinks, "Write dL/dsinks .npy (float32 [Hq]); needs --grad-out and --sinks");
     return [o, causal] {
         o->causal_given = causal->count() > 0;
         return run(*o);

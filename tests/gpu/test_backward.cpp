@@ -1,0 +1,329 @@
+// The backward pass on the device (vkattn::attention_backward) against the CPU reference
+// (reference_attention_backward): every feature, awkward shapes, GQA/MQA, both layouts, f32/f16/bf16;
+// bit-identical reruns; what it refuses. Gradients are poisoned with NaN before every run
+// (gpu_context), so an element a kernel forgets fails.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/gpu_context.hpp"
+#include "vkattn/attention.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/reference.hpp"
+#include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/random.hpp"
+
+using namespace vkattn;
+using vkattn::testing::HostTensor;
+
+namespace {
+
+struct BackwardCase {
+    std::string name;
+    std::int64_t B = 2, Hq = 4, Hkv = 2, Nq = 65, Nkv = 63, Dk = 24, Dv = 24;
+    DType dtype = DType::f32;
+    Layout layout = Layout::bhnd;
+    AttentionOptions options;
+    std::vector<std::int32_t> kv_lengths;
+    std::optional<std::vector<std::int64_t>> bool_mask, float_mask;
+    bool alibi = false, sinks = false;
+    float amplitude = 1.0f;
+
+    std::string describe() const {
+        std::ostringstream s;
+        s << name << ": B=" << B << " Hq=" << Hq << " Hkv=" << Hkv << " Nq=" << Nq << " Nkv=" << Nkv << " Dk=" << Dk
+          << " Dv=" << Dv << " " << to_string(dtype) << " " << to_string(layout);
+        return s.str();
+    }
+};
+
+struct Gradients {
+    HostTensor dq, dk, dv;
+    std::vector<float> d_sinks;
+};
+
+// Random inputs of a case; its gradients from `backward` (the device's or the reference's).
+struct Inputs {
+    HostTensor q, k, v, grad_out;
+    std::vector<std::uint8_t> bool_mask;
+    std::vector<float> float_mask, sinks, slopes;
+    AttentionInputs in;
+
+    Inputs(const BackwardCase& c, std::uint32_t seed) {
+        std::mt19937 rng(seed);
+        q = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dk}, c.amplitude);
+        k = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude);
+        v = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dv});
+        grad_out = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dv});
+        std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+        auto count = [](const std::vector<std::int64_t>& s) {
+            std::size_t n = 1;
+            for (const auto d : s) n *= static_cast<std::size_t>(d);
+            return n;
+        };
+        in.q = q.view();
+        in.k = k.view();
+        in.v = v.view();
+        in.kv_lengths = c.kv_lengths;
+        if (c.bool_mask) {
+            bool_mask.resize(count(*c.bool_mask));
+            for (auto& m : bool_mask) m = unit(rng) < 0.6f ? 1 : 0;
+            in.bool_mask = MaskView{bool_mask.data(), *c.bool_mask};
+        }
+        if (c.float_mask) {
+            float_mask.resize(count(*c.float_mask));
+            for (auto& x : float_mask) x = unit(rng);
+            float_mask[0] = -std::numeric_limits<float>::infinity();
+            in.float_mask = MaskView{float_mask.data(), *c.float_mask};
+        }
+        if (c.sinks) {
+            sinks.resize(static_cast<std::size_t>(c.Hq));
+            for (auto& x : sinks) x = 2.0f * unit(rng);
+            sinks[1] = -std::numeric_limits<float>::infinity();  // a head without a sink
+            in.sinks = sinks;
+        }
+        if (c.alibi) {
+            slopes = alibi_slopes(c.Hq, 8.0);
+            in.alibi_slopes = slopes;
+        }
+    }
+};
+
+AttentionGradients views(Gradients& g, bool sinks) {
+    AttentionGradients out;
+    out.dq = g.dq.mutable_view();
+    out.dk = g.dk.mutable_view();
+    out.dv = g.dv.mutable_view();
+    if (sinks) out.d_sinks = g.d_sinks.data();
+    return out;
+}
+
+Gradients gradients_like(const Inputs& in, const BackwardCase& c) {
+    Gradients g;
+    g.dq = in.q;
+    g.dk = in.k;
+    g.dv = in.v;
+    g.d_sinks.assign(static_cast<std::size_t>(c.sinks ? c.Hq : 0), 7.0f);
+    return g;
+}
+
+std::vector<double> values(const HostTensor& t) {
+    std::vector<double> out;
+    out.reserve(static_cast<std::size_t>(t.count()));
+    for (std::int64_t b = 0; b < t.shape[0]; ++b)
+        for (std::int64_t h = 0; h < t.shape[1]; ++h)
+            for (std::int64_t n = 0; n < t.shape[2]; ++n)
+                for (std::int64_t d = 0; d < t.shape[3]; ++d) out.push_back(t.at(b, h, n, d));
+    return out;
+}
+
+void check_case(const BackwardCase& c, std::uint32_t seed) {
+    INFO(c.describe() << " seed " << seed);
+    const Inputs in(c, seed);
+    Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
+    reference_attention_backward(in.in, in.grad_out.view(), views(ref, c.sinks), c.options);
+    Context& context = test::gpu_context();
+    const AttentionReport report = attention_backward(context, in.in, in.grad_out.view(), views(gpu, c.sinks), c.options);
+    INFO(report.variant);
+    CHECK(test::take_validation_messages(context).empty());
+    const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
+    for (const auto& [got, want, name] : {std::tuple{&gpu.dq, &ref.dq, "dq"}, std::tuple{&gpu.dk, &ref.dk, "dk"},
+                                          std::tuple{&gpu.dv, &ref.dv, "dv"}}) {
+        const testing::Comparison cmp = testing::compare(values(*got), values(*want), tol);
+        INFO(name << ": " << cmp.message);
+        CHECK(cmp.ok);
+    }
+    if (c.sinks) {
+        const testing::Comparison cmp = testing::compare(std::vector<double>(gpu.d_sinks.begin(), gpu.d_sinks.end()),
+                                                         std::vector<double>(ref.d_sinks.begin(), ref.d_sinks.end()),
+                                                         tol);  // Δ comes from the stored o
+        INFO("d_sinks: " << cmp.message);
+        CHECK(cmp.ok);
+    }
+}
+
+std::vector<BackwardCase> feature_cases() {
+    std::vector<BackwardCase> cases;
+    auto add = [&](const std::string& name, auto&& tweak) {
+        BackwardCase c;
+        c.name = name;
+        tweak(c);
+        cases.push_back(c);
+    };
+    add("plain", [](BackwardCase&) {});
+    add("causal top-left", [](BackwardCase& c) { c.options.causal = Causal::top_left; });
+    add("causal bottom-right, key lengths", [](BackwardCase& c) {
+        c.options.causal = Causal::bottom_right;
+        c.kv_lengths = {63, 20};
+    });
+    add("causal offset", [](BackwardCase& c) { c.options.causal_offset = -5; });
+    add("sliding window", [](BackwardCase& c) { c.options.window = {9, 3}; });
+    add("bool mask [B, 1, Nq, Nkv]", [](BackwardCase& c) { c.bool_mask = std::vector<std::int64_t>{2, 1, 65, 63}; });
+    add("float mask [Hq, 1, Nkv]", [](BackwardCase& c) { c.float_mask = std::vector<std::int64_t>{4, 1, 63}; });
+    add("softcap", [](BackwardCase& c) {
+        c.options.softcap = 2.0;
+        c.amplitude = 3.0f;
+    });
+    add("alibi", [](BackwardCase& c) { c.alibi = true; });
+    add("sinks", [](BackwardCase& c) { c.sinks = true; });
+    add("dropout", [](BackwardCase& c) {
+        c.options.dropout = 0.25;
+        c.options.seed = 77;
+    });
+    add("mqa, Dk != Dv, bnhd", [](BackwardCase& c) {
+        c.Hq = 3, c.Hkv = 1, c.Dk = 28, c.Dv = 9;
+        c.layout = Layout::bnhd;
+    });
+    add("wide heads: two column passes", [](BackwardCase& c) {
+        c.Nq = 20, c.Nkv = 33, c.Dk = 160, c.Dv = 136;
+        c.options.causal = Causal::bottom_right;
+    });
+    add("storage-buffer words forced", [](BackwardCase& c) {
+        c.options.variant.texel_loads = false;
+        c.options.window = {5, 5};
+    });
+    add("everything", [](BackwardCase& c) {
+        c.options.causal = Causal::bottom_right;
+        c.kv_lengths = {50, 63};
+        c.options.window = {30, 2};
+        c.bool_mask = std::vector<std::int64_t>{65, 63};
+        c.float_mask = std::vector<std::int64_t>{1, 4, 1, 63};
+        c.options.softcap = 5.0;
+        c.alibi = true;
+        c.sinks = true;
+        c.options.dropout = 0.1;
+        c.options.seed = 3;
+        c.options.scale = 0.3;
+        c.layout = Layout::bnhd;
+    });
+    return cases;
+}
+
+}  // namespace
+
+TEST_CASE("gpu backward: every feature against the reference", "[gpu][backward]") {
+    std::uint32_t seed = 1000;
+    for (const BackwardCase& c : feature_cases()) check_case(c, seed++);
+}
+
+TEST_CASE("gpu backward: awkward shapes (N and D off every tile)", "[gpu][backward]") {
+    std::uint32_t seed = 2000;
+    for (const std::int64_t n : {1, 7, 63, 65, 257})
+        for (const std::int64_t d : {8, 28, 80, 128}) {
+            BackwardCase c;
+            c.name = "causal bottom-right";
+            c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = n, c.Nkv = n + 3, c.Dk = d, c.Dv = d;
+            c.options.causal = Causal::bottom_right;
+            check_case(c, seed++);
+        }
+}
+
+TEST_CASE("gpu backward: f16 and bf16 storage, fp32 arithmetic", "[gpu][backward]") {
+    for (const DType dtype : {DType::f16, DType::bf16}) {
+        BackwardCase c;
+        c.name = "causal, sinks";
+        c.dtype = dtype;
+        c.options.causal = Causal::top_left;
+        c.sinks = true;
+        check_case(c, 3000 + static_cast<std::uint32_t>(dtype));
+    }
+}
+
+TEST_CASE("gpu backward: the same inputs give the same bits", "[gpu][backward][determinism]") {
+    BackwardCase c;
+    c.name = "determinism";
+    c.Nq = c.Nkv = 200;
+    c.options.causal = Causal::top_left;
+    c.sinks = true;
+    const Inputs in(c, 4000);
+    Gradients first = gradients_like(in, c), second = gradients_like(in, c);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(first, true), c.options);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(second, true), c.options);
+    CHECK(first.dq.f32 == second.dq.f32);
+    CHECK(first.dk.f32 == second.dk.f32);
+    CHECK(first.dv.f32 == second.dv.f32);
+    CHECK(first.d_sinks == second.d_sinks);
+}
+
+TEST_CASE("gpu backward: only the gradients asked for are written; refusals are named", "[gpu][backward]") {
+    BackwardCase c;
+    c.name = "partial";
+    c.Nq = 9, c.Nkv = 11;
+    const Inputs in(c, 5000);
+    Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
+    reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);
+    AttentionGradients only_dv;
+    only_dv.dv = gpu.dv.mutable_view();
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), only_dv, c.options);
+    CHECK(gpu.dq.f32 == in.q.f32);  // untouched
+    CHECK(gpu.dk.f32 == in.k.f32);
+    CHECK(testing::compare(values(gpu.dv), values(ref.dv), testing::gradient_tolerance_for(c.dtype)).ok);
+
+    AttentionInputs masked = in.in;
+    std::vector<float> mask(static_cast<std::size_t>(c.Nkv), 0.5f);
+    masked.float_mask = MaskView{mask.data(), {c.Nkv}};
+    AttentionGradients with_mask = views(gpu, false);
+    with_mask.d_float_mask = mask.data();
+    try {
+        attention_backward(test::gpu_context(), masked, in.grad_out.view(), with_mask, c.options);
+        FAIL("no error");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "d_float_mask");
+    }
+    CHECK(test::take_validation_messages(test::gpu_context()).empty());
+}
+
+TEST_CASE("memory: the causal backward at N = 32768 stays O(N*D)", "[gpu][memory][.]") {
+    const std::int64_t N = 32768, D = 64;
+    BackwardCase c;
+    c.name = "memory";
+    c.B = 1, c.Hq = 1, c.Hkv = 1, c.Nq = N, c.Nkv = N, c.Dk = D, c.Dv = D;
+    c.options.causal = Causal::top_left;
+    const Inputs in(c, 32768);
+    Gradients g = gradients_like(in, c);
+    const AttentionReport report =
+        attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(g, false), c.options);
+    const double n_squared_bytes = static_cast<double>(N) * N * 4;
+    WARN("backward N=32768 D=64 causal: device memory " << report.device_bytes / (1 << 20) << " MiB (an N^2 score matrix: "
+                                                        << n_squared_bytes / (1 << 30) << " GiB), " << report.gpu_ms << " ms");
+    // q, k, v, o, dO, dq, dk, dv (N·D each) and lse, Δ (N each): nothing grows with N².
+    const auto tensor_bytes = static_cast<std::uint64_t>(N * D * 4);
+    CHECK(report.device_bytes < 9 * tensor_bytes);
+    CHECK(report.device_bytes < (std::uint64_t{1} << 30));  // issue #14's bound
+
+    // Sampled rows of dQ against double precision: row i needs only its own keys j <= i.
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    for (const std::int64_t i : {std::int64_t{0}, std::int64_t{1}, std::int64_t{4095}, std::int64_t{20000}, N - 1}) {
+        std::vector<double> s(static_cast<std::size_t>(i + 1)), dp(s.size());
+        double m = -INFINITY;
+        for (std::int64_t j = 0; j <= i; ++j) {
+            double dot = 0, dpj = 0;
+            for (std::int64_t d = 0; d < D; ++d) {
+                dot += double(in.q.at(0, 0, i, d)) * in.k.at(0, 0, j, d);
+                dpj += double(in.grad_out.at(0, 0, i, d)) * in.v.at(0, 0, j, d);
+            }
+            s[static_cast<std::size_t>(j)] = dot * scale;
+            dp[static_cast<std::size_t>(j)] = dpj;
+            m = std::max(m, s[static_cast<std::size_t>(j)]);
+        }
+        double sum = 0, delta = 0;
+        for (auto& x : s) sum += (x = std::exp(x - m));
+        for (std::size_t j = 0; j < s.size(); ++j) delta += (s[j] /= sum) * dp[j];
+        for (std::int64_t d = 0; d < D; ++d) {
+            double want = 0;
+            for (std::int64_t j = 0; j <= i; ++j)
+                want += s[static_cast<std::size_t>(j)] * (dp[static_cast<std::size_t>(j)] - delta) * in.k.at(0, 0, j, d);
+            want *= scale;
+            INFO("dq row " << i << " column " << d);
+            CHECK(g.dq.at(0, 0, i, d) == Approx(want).margin(1e-5).epsilon(1e-4));
+        }
+    }
+}
