@@ -113,7 +113,7 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
     if (b.d_sinks != nullptr) {
         Dispatch sinks{.kernel = &bwd_sinks_kernel(runtime_), .params = params};
         sinks.bindings = {bind(1, *f.lse, lse_), bind(2, delta, delta_), bind(3, *f.head_terms, whole(f.head_terms_bytes)),
-                          bind(4, *b.d_sinks, whole(static_cast<std::uint64_t>(p.Hq) * 4))};
+                          bind(4, *b.d_sinks, Slice{b.d_sinks_offset, static_cast<std::uint64_t>(p.Hq) * 4, {}})};
         sinks.groups = {u32(p.Hq), 1, 1};
         program.dispatch(sinks);
     }

@@ -8,11 +8,13 @@
 #include "attention/io.hpp"
 #include "attention/tuning.hpp"
 #include "vkattn/attention.hpp"
+#include "vkattn/plan.hpp"
 
 namespace vkattn::detail {
 
 class Program;
 class Runtime;
+struct BatchState;
 
 // The forward's operands (q, k, v, o, lse, masks) and the backward's own.
 struct BackwardOperands {
@@ -24,6 +26,7 @@ struct BackwardOperands {
 struct BackwardBuffers {
     DeviceBuffers forward;
     const vk::Buffer *grad_out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *d_sinks = nullptr;
+    std::uint64_t d_sinks_offset = 0;  // bytes; the device's storage-offset alignment
 };
 
 class BackwardRun {
@@ -46,5 +49,12 @@ private:
     Slice q_, k_, v_, o_, grad_out_, lse_, delta_, dq_, dk_, dv_;
     MaskSlices masks_;
 };
+
+// vkattn::attention_backward on device tensors (plan/device_backward.cpp): checks everything, then
+// records the backward over the tensors into the batch, which keeps them alive. The host call
+// records through it too.
+AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& inputs, const DeviceTensor& o,
+                                const DeviceTensor& lse, const DeviceTensor& grad_out,
+                                const DeviceAttentionGradients& grads, const AttentionOptions& options);
 
 }  // namespace vkattn::detail

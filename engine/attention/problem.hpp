@@ -202,10 +202,21 @@ AttentionSpec spec_of(const AttentionInputs& inputs, const AttentionOutputs& out
 Problem resolve(const AttentionInputs& inputs, const AttentionOutputs& outputs,
                 const AttentionOptions& options);
 
-// The backward pass's request (vkattn::reference_attention_backward): the forward's problem (o's
-// place taken by grad_out, which may broadcast with stride 0) and the gradients, each of its input's
-// shape and dtype, float k and v only, d_sinks only with sinks and d_float_mask only with a float
-// mask. Throws InvalidArgument naming the argument (grad_out, dq, dk, dv, d_sinks, d_float_mask).
+// The backward pass's own tensors, without their data: dL/dO (o's shape and dtype; it may broadcast
+// with stride 0) and the gradients asked for.
+struct BackwardSpec {
+    TensorLayout grad_out;
+    std::optional<TensorLayout> dq, dk, dv;
+    bool d_sinks = false, d_float_mask = false;
+};
+// The one set of backward checks, after the forward's (resolve): grad_out, the gradients each of its
+// input's shape and dtype in memory of its own, d_sinks only with sinks and d_float_mask only with
+// a float mask. InvalidArgument naming the argument (grad_out, dq, dk, dv, d_sinks, d_float_mask).
+void check_backward(const Problem& problem, const AttentionSpec& forward, const BackwardSpec& backward);
+// k and v are float types (a quantized tensor is not trained); InvalidArgument naming k or v.
+void check_backward_types(DType k, DType v);
+// The backward on host data (vkattn::reference_attention_backward, vkattn::attention_backward):
+// check_backward_types, resolve() of the forward, the data pointers, check_backward.
 Problem resolve_backward(const AttentionInputs& inputs, const TensorView& grad_out, const AttentionGradients& grads,
                          const AttentionOptions& options);
 

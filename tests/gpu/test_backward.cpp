@@ -16,6 +16,8 @@
 
 #include "support/gpu_context.hpp"
 #include "vkattn/attention.hpp"
+#include "vkattn/batch.hpp"
+#include "vkattn/plan.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/testing/compare.hpp"
@@ -326,4 +328,68 @@ TEST_CASE("memory: the causal backward at N = 32768 stays O(N*D)", "[gpu][memory
             CHECK(g.dq.at(0, 0, i, d) == Approx(want).margin(1e-5).epsilon(1e-4));
         }
     }
+}
+
+TEST_CASE("gpu backward on device tensors: the host call's bits, views at offsets, refusals named", "[gpu][backward]") {
+    BackwardCase c;
+    c.name = "device";
+    c.Nq = 33, c.Nkv = 40;
+    c.options.causal = Causal::bottom_right;
+    c.sinks = true;
+    const Inputs in(c, 6000);
+    Gradients host = gradients_like(in, c);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(host, true), c.options);
+
+    Context& context = test::gpu_context();
+    DeviceAttentionInputs din;
+    din.q = DeviceTensor::from_host(context, in.q.view());
+    din.k = DeviceTensor::from_host(context, in.k.view());
+    din.v = DeviceTensor::from_host(context, in.v.view());
+    din.sinks = in.sinks;
+    const DeviceTensor grad_out = DeviceTensor::from_host(context, in.grad_out.view());
+    DeviceAttentionOutputs forward{.o = DeviceTensor::empty(context, DType::f32, {c.B, c.Hq, c.Nq, c.Dv}),
+                                   .lse = DeviceTensor::empty(context, DType::f32, {c.B, c.Hq, c.Nq, 1})};
+    // dq at an offset inside a larger tensor: the view of batches 1.. of a [B + 1, ...] buffer.
+    const DeviceTensor dq_store = DeviceTensor::empty(context, DType::f32, {c.B + 1, c.Hq, c.Nq, c.Dk});
+    DeviceAttentionGradients grads{.dq = dq_store.batch(1, c.B),
+                                   .dk = DeviceTensor::empty(context, DType::f32, {c.B, c.Hkv, c.Nkv, c.Dk}),
+                                   .dv = DeviceTensor::empty(context, DType::f32, {c.B, c.Hkv, c.Nkv, c.Dv}),
+                                   .d_sinks = DeviceTensor::empty(context, DType::f32, {1, 1, 1, c.Hq})};
+    Batch batch(context);
+    attention(context, din, forward, c.options);  // o and lse, as a training step keeps them
+    const AttentionReport report = attention_backward(batch, din, forward.o, forward.lse, grad_out, grads, c.options);
+    CHECK_THAT(report.variant, Catch::Contains("backward["));
+    batch.submit().wait();
+    Gradients device = gradients_like(in, c);
+    grads.dq.download(device.dq.mutable_view());
+    grads.dk.download(device.dk.mutable_view());
+    grads.dv.download(device.dv.mutable_view());
+    grads.d_sinks.download(make_view<void*>(device.d_sinks.data(), DType::f32, Layout::bhnd, {1, 1, 1, c.Hq}));
+    CHECK(device.dq.f32 == host.dq.f32);
+    CHECK(device.dk.f32 == host.dk.f32);
+    CHECK(device.dv.f32 == host.dv.f32);
+    CHECK(device.d_sinks == host.d_sinks);
+
+    auto refused = [&](const std::string& argument, auto&& call) {
+        INFO(argument);
+        Batch b(context);
+        try {
+            call(b);
+            FAIL("no error");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == argument);
+        }
+    };
+    refused("lse", [&](Batch& b) { attention_backward(b, din, forward.o, DeviceTensor(), grad_out, grads, c.options); });
+    refused("lse", [&](Batch& b) { attention_backward(b, din, forward.o, forward.o, grad_out, grads, c.options); });
+    refused("grad_out", [&](Batch& b) { attention_backward(b, din, forward.o, forward.lse, din.k, grads, c.options); });
+    refused("dv", [&](Batch& b) {
+        DeviceAttentionGradients only_dk{.dk = grads.dk};
+        attention_backward(b, din, forward.o, forward.lse, grad_out, only_dk, c.options);
+    });
+    refused("dq", [&](Batch& b) {
+        DeviceAttentionGradients wrong{.dq = grads.dk};
+        attention_backward(b, din, forward.o, forward.lse, grad_out, wrong, c.options);
+    });
+    CHECK(test::take_validation_messages(context).empty());
 }

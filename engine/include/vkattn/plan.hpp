@@ -122,6 +122,24 @@ private:
     std::shared_ptr<detail::PlanState> state_;
 };
 
+// The gradients the backward pass writes on the device: each optional (dk and dv together), of its
+// input's shape and dtype; d_sinks f32, Hq contiguous elements at a storage-buffer offset.
+struct DeviceAttentionGradients {
+    DeviceTensor dq, dk, dv;
+    DeviceTensor d_sinks;
+};
+
+// Records the backward pass into the batch (docs/SEMANTICS.md, "The backward pass"): the gradients
+// asked for, given the forward's o and lse for the same inputs and options (run the forward with
+// DeviceAttentionOutputs::lse: f32, contiguous [B, Hq, Nq, 1]) and grad_out = dL/dO (o's shape and
+// dtype; any strides with contiguous features). Dense k and v only (not paged, not varlen); the
+// float mask's gradient is reference_attention_backward's for now. Deterministic. Checks as the
+// host call's (InvalidArgument naming the tensor, ResourceLimit past a binding); the report's
+// gpu_ms is 0 (the batch's submission times it).
+AttentionReport attention_backward(Batch& batch, const DeviceAttentionInputs& inputs, const DeviceTensor& o,
+                                   const DeviceTensor& lse, const DeviceTensor& grad_out,
+                                   const DeviceAttentionGradients& grads, const AttentionOptions& options = {});
+
 // One call on device tensors: the context's cached plan for this call's shape, one submission,
 // waited on. The report's gpu_ms is the attention's GPU time.
 AttentionReport attention(Context& context, const DeviceAttentionInputs& inputs, const DeviceAttentionOutputs& outputs,
