@@ -117,16 +117,6 @@ Gradients gradients_like(const Inputs& in, const BackwardCase& c) {
     return g;
 }
 
-std::vector<double> values(const HostTensor& t) {
-    std::vector<double> out;
-    out.reserve(static_cast<std::size_t>(t.count()));
-    for (std::int64_t b = 0; b < t.shape[0]; ++b)
-        for (std::int64_t h = 0; h < t.shape[1]; ++h)
-            for (std::int64_t n = 0; n < t.shape[2]; ++n)
-                for (std::int64_t d = 0; d < t.shape[3]; ++d) out.push_back(t.at(b, h, n, d));
-    return out;
-}
-
 void check_case(const BackwardCase& c, std::uint32_t seed) {
     INFO(c.describe() << " seed " << seed);
     const Inputs in(c, seed);
@@ -139,7 +129,7 @@ void check_case(const BackwardCase& c, std::uint32_t seed) {
     const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
     for (const auto& [got, want, name] : {std::tuple{&gpu.dq, &ref.dq, "dq"}, std::tuple{&gpu.dk, &ref.dk, "dk"},
                                           std::tuple{&gpu.dv, &ref.dv, "dv"}}) {
-        const testing::Comparison cmp = testing::compare(values(*got), values(*want), tol);
+        const testing::Comparison cmp = testing::compare(got->doubles(), want->doubles(), tol);
         INFO(name << ": " << cmp.message);
         CHECK(cmp.ok);
     }
@@ -267,7 +257,7 @@ TEST_CASE("gpu backward: only the gradients asked for are written; refusals are 
     attention_backward(test::gpu_context(), in.in, in.grad_out.view(), only_dv, c.options);
     CHECK(gpu.dq.f32 == in.q.f32);  // untouched
     CHECK(gpu.dk.f32 == in.k.f32);
-    CHECK(testing::compare(values(gpu.dv), values(ref.dv), testing::gradient_tolerance_for(c.dtype)).ok);
+    CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), testing::gradient_tolerance_for(c.dtype)).ok);
 
     AttentionInputs masked = in.in;
     std::vector<float> mask(static_cast<std::size_t>(c.Nkv), 0.5f);

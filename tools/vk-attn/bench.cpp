@@ -81,6 +81,22 @@ struct Point {
     std::int64_t B, Hq, Hkv, Nq, Nkv, Dk, Dv;
 };
 
+// A point's shape, mask and timing columns (every row of a point has them in this order).
+void add_point(Row& r, const Point& p, bool causal, const std::string& feature_text, const testing::Timing& t) {
+    r.add("batch", p.B);
+    r.add("heads", p.Hq);
+    r.add("kv_heads", p.Hkv);
+    r.add("seq_q", p.Nq);
+    r.add("seq_kv", p.Nkv);
+    r.add("dim", p.Dk);
+    r.add("dim_v", p.Dv);
+    r.add("causal", causal);
+    if (!feature_text.empty()) r.add("features", feature_text);
+    r.add("median_ms", t.median_ms);
+    r.add("min_ms", t.min_ms);
+    r.add("max_ms", t.max_ms);
+}
+
 // One point of --backward: the forward's and the backward's median GPU times, the backward's GFLOP/s
 // (and its ratio to the GEMM ceiling); with --validate the gradients against the reference first.
 // False when the validation failed.
@@ -110,18 +126,10 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
             AttentionGradients ref{.dq = rq.mutable_view(), .dk = rk.mutable_view(), .dv = rv.mutable_view()};
             if (!rs.empty()) ref.d_sinks = rs.data();
             reference_attention_backward(in, grad_out.view(), ref, options);
-            auto all = [](const testing::HostTensor& t) {
-                std::vector<double> v;
-                for (std::int64_t b = 0; b < t.shape[0]; ++b)
-                    for (std::int64_t h = 0; h < t.shape[1]; ++h)
-                        for (std::int64_t n = 0; n < t.shape[2]; ++n)
-                            for (std::int64_t d = 0; d < t.shape[3]; ++d) v.push_back(t.at(b, h, n, d));
-                return v;
-            };
             rel_err = 0.0;
             const testing::Tolerance tol = testing::gradient_tolerance_for(dtype);
             for (const auto& [got, want, name] : {std::tuple{&dq, &rq, "dq"}, std::tuple{&dk, &rk, "dk"}, std::tuple{&dv, &rv, "dv"}}) {
-                const testing::Comparison c = testing::compare(all(*got), all(*want), tol);
+                const testing::Comparison c = testing::compare(got->doubles(), want->doubles(), tol);
                 rel_err = std::max(*rel_err, c.relative_error);
                 if (!c.ok) {
                     ok = false;
@@ -147,18 +155,7 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
     Row r;
     r.add("impl", std::string("backward"));
     r.add("dtype", to_string(dtype));
-    r.add("batch", p.B);
-    r.add("heads", p.Hq);
-    r.add("kv_heads", p.Hkv);
-    r.add("seq_q", p.Nq);
-    r.add("seq_kv", p.Nkv);
-    r.add("dim", p.Dk);
-    r.add("dim_v", p.Dv);
-    r.add("causal", o.causal);
-    if (!feature_text.empty()) r.add("features", feature_text);
-    r.add("median_ms", t.median_ms);
-    r.add("min_ms", t.min_ms);
-    r.add("max_ms", t.max_ms);
+    add_point(r, p, o.causal, feature_text, t);
     r.add("gflops", backward.flops / (t.median_ms * 1e6));
     if (ceiling > 0) r.add("vs_gemm", backward.flops / (t.median_ms * 1e6) / ceiling);
     r.add("fwd_ms", f.median_ms);
@@ -268,7 +265,6 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
         in.k_scale = in.v_scale = scales;
         AttentionOutputs out{.o = o_host.mutable_view()};
-        const auto o_count = static_cast<std::size_t>(p.B * p.Hq * p.Nq * p.Dv);
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
         if (o.shared_tiles != "auto") options.variant.shared_tiles = o.shared_tiles == "on";
         if (o.texel_loads != "auto") options.variant.texel_loads = o.texel_loads == "on";
@@ -282,13 +278,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         }
         // --validate: the first run is compared with the reference before anything is timed.
         auto validate = [&] {
-            std::vector<double> got;
-            got.reserve(o_count);
-            for (std::int64_t b = 0; b < p.B; ++b)
-                for (std::int64_t h = 0; h < p.Hq; ++h)
-                    for (std::int64_t n = 0; n < p.Nq; ++n)
-                        for (std::int64_t d = 0; d < p.Dv; ++d) got.push_back(o_host.at(b, h, n, d));
-            return testing::compare(got, reference_stages(in, options, false).output, testing::tolerance_for(dtype));
+            return testing::compare(o_host.doubles(), reference_stages(in, options, false).output, testing::tolerance_for(dtype));
         };
         std::optional<testing::Comparison> validation;
         AttentionReport report;
@@ -320,18 +310,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("impl", to_string(report.path));
         r.add("dtype", to_string(dtype));
         r.add("kv_dtype", to_string(kv_dtype));
-        r.add("batch", p.B);
-        r.add("heads", p.Hq);
-        r.add("kv_heads", p.Hkv);
-        r.add("seq_q", p.Nq);
-        r.add("seq_kv", p.Nkv);
-        r.add("dim", p.Dk);
-        r.add("dim_v", p.Dv);
-        r.add("causal", o.causal);
-        if (!feature_text.empty()) r.add("features", feature_text);
-        r.add("median_ms", t.median_ms);
-        r.add("min_ms", t.min_ms);
-        r.add("max_ms", t.max_ms);
+        add_point(r, p, o.causal, feature_text, t);
         r.add("gflops", flops / (t.median_ms * 1e6));
         r.add("gbps", bytes / (t.median_ms * 1e6));
         const double kv_gbps = kv_bytes / (t.median_ms * 1e6);

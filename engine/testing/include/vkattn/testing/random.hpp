@@ -36,6 +36,16 @@ struct HostTensor {
     float at(std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) const {
         return load_element(data(), dtype, view().offset(b, h, n, d));
     }
+    // Every logical element as double, in [B, H, N, D] order (for testing::compare).
+    std::vector<double> doubles() const {
+        std::vector<double> out;
+        out.reserve(static_cast<std::size_t>(count()));
+        for (std::int64_t b = 0; b < shape[0]; ++b)
+            for (std::int64_t h = 0; h < shape[1]; ++h)
+                for (std::int64_t n = 0; n < shape[2]; ++n)
+                    for (std::int64_t d = 0; d < shape[3]; ++d) out.push_back(at(b, h, n, d));
+        return out;
+    }
 };
 
 // Uniform values in [-amplitude, amplitude] stored in `dtype`: rounded to f16/bf16, or quantized row
