@@ -32,6 +32,7 @@ struct BackwardCase {
     std::string name;
     std::int64_t B = 2, Hq = 4, Hkv = 2, Nq = 65, Nkv = 63, Dk = 24, Dv = 24;
     DType dtype = DType::f32;
+    std::optional<DType> k_dtype, v_dtype;  // default: dtype
     Layout layout = Layout::bhnd;
     AttentionOptions options;
     std::vector<std::int32_t> kv_lengths;
@@ -62,8 +63,8 @@ struct Inputs {
     Inputs(const BackwardCase& c, std::uint32_t seed) {
         std::mt19937 rng(seed);
         q = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dk}, c.amplitude);
-        k = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude);
-        v = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dv});
+        k = testing::random_tensor(rng, c.k_dtype.value_or(c.dtype), c.layout, {c.B, c.Hkv, c.Nkv, c.Dk}, c.amplitude);
+        v = testing::random_tensor(rng, c.v_dtype.value_or(c.dtype), c.layout, {c.B, c.Hkv, c.Nkv, c.Dv});
         grad_out = testing::random_tensor(rng, c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dv});
         std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
         auto count = [](const std::vector<std::int64_t>& s) {
@@ -227,6 +228,24 @@ TEST_CASE("gpu backward: f16 and bf16 storage, fp32 arithmetic", "[gpu][backward
         c.sinks = true;
         check_case(c, 3000 + static_cast<std::uint32_t>(dtype));
     }
+}
+
+TEST_CASE("gpu backward: k and v of other float types than q (texel words)", "[gpu][backward]") {
+    BackwardCase c;
+    c.name = "f32 q, f16 k, bf16 v";
+    c.k_dtype = DType::f16;
+    c.v_dtype = DType::bf16;
+    c.options.causal = Causal::top_left;
+    // dV is stored in bf16 and dK in f16: each gradient within its own storage's rounding.
+    const Inputs in(c, 3500);
+    Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
+    reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);
+    const AttentionReport report = attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
+    INFO(report.variant);
+    CHECK_THAT(report.variant, Catch::Contains("texel-words"));
+    CHECK(testing::compare(gpu.dq.doubles(), ref.dq.doubles(), testing::gradient_tolerance_for(DType::f32)).ok);
+    CHECK(testing::compare(gpu.dk.doubles(), ref.dk.doubles(), testing::gradient_tolerance_for(DType::f16)).ok);
+    CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), testing::gradient_tolerance_for(DType::bf16)).ok);
 }
 
 TEST_CASE("gpu backward: the same inputs give the same bits", "[gpu][backward][determinism]") {
