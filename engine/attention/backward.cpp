@@ -118,6 +118,44 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
         program.dispatch(sinks);
     }
 
+    if (b.d_float_mask != nullptr) {
+        // One invocation per mask element; its broadcast terms summed over as many dispatches as
+        // the loop budget needs, each adding to the last (mask_work), in order.
+        std::array<std::uint32_t, 4> shape{};
+        const std::array<std::int64_t, 4> full{p.B, p.Hq, p.Nq, p.Nkv};
+        std::int64_t terms = 1;
+        for (int d = 0; d < 4; ++d) {
+            const bool broadcast = p.float_mask.strides[d] == 0 && full[d] > 1;
+            shape[d] = u32(broadcast ? 1 : full[d]);
+            if (broadcast) terms *= full[d];
+        }
+        const std::int64_t elements = p.float_mask.elements;
+        const std::int64_t per_dispatch = backward_mask_terms_per_dispatch(runtime_.device().caps(), p);
+        const std::int64_t step = per_dispatch > 0 ? per_dispatch : terms;
+        const std::int64_t blocks = (elements + 63) / 64, mask_columns = std::min<std::int64_t>(blocks, 65535);
+        Dispatch mask{.kernel = &bwd_mask_kernel(runtime_, operand_types(p))};
+        mask.bindings = {bind(1, *f.q, q_, config_.view(p.dtype)),
+                         bind(2, *f.k, k_, config_.view(p.k_dtype)),
+                         bind(3, *f.v, v_, config_.view(p.v_dtype)),
+                         bind(4, *b.d_float_mask, Slice{b.d_float_mask_offset, static_cast<std::uint64_t>(elements) * 4, {}}),
+                         bind(5, *f.lse, lse_),
+                         bind(6, *f.lengths, f.lengths_slice),
+                         bind(7, *f.bool_mask, masks_.bool_mask),
+                         bind(8, *f.float_mask, masks_.float_mask),
+                         bind(9, *f.head_terms, whole(f.head_terms_bytes)),
+                         bind(10, *b.grad_out, grad_out_, config_.view(p.dtype)),
+                         bind(11, delta, delta_)};
+        mask.groups = {u32(mask_columns), u32((blocks + mask_columns - 1) / mask_columns), 1};
+        for (std::int64_t first = 0; first < terms; first += step) {
+            BackwardParams pp = params;
+            pp.mask_shape = shape;
+            pp.mask_work = {u32(first), u32(std::min(step, terms - first)), u32(elements), 0};
+            mask.params = pp;
+            program.dispatch(mask);
+            if (first + step < terms) program.barrier();  // the next dispatch adds to these sums
+        }
+    }
+
     const std::uint32_t max_units = runtime_.device().caps().max_workgroup_count[1];
     const std::int64_t units = p.B * p.Hkv;
     auto common = [&](Dispatch& d) {

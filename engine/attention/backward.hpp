@@ -27,6 +27,8 @@ struct BackwardBuffers {
     DeviceBuffers forward;
     const vk::Buffer *grad_out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *d_sinks = nullptr;
     std::uint64_t d_sinks_offset = 0;  // bytes; the device's storage-offset alignment
+    const vk::Buffer* d_float_mask = nullptr;  // f32, the mask's own shape, dense
+    std::uint64_t d_float_mask_offset = 0;     // bytes, as d_sinks_offset
 };
 
 class BackwardRun {
@@ -36,8 +38,8 @@ public:
     BackwardRun(Runtime& runtime, const Problem& problem, const BackwardConfig& config, const BackwardOperands& operands);
 
     std::uint64_t scratch_bytes() const;  // Δ
-    // Records Δ, the sinks' gradient (when `d_sinks` is bound), dQ (when `dq` is) and dK/dV (when
-    // `dk` is; `dv` must be bound with it), each kernel after a barrier.
+    // Records Δ, the sinks' gradient (when `d_sinks` is bound), the float mask's (when
+    // `d_float_mask` is), dQ (when `dq` is) and dK/dV (when `dk` is; `dv` must be bound with it).
     void record(Program& program, const BackwardBuffers& buffers) const;
 
     AttentionReport report;

@@ -127,6 +127,13 @@ const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o) {
 
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_sinks"}); }
 
+const vk::Kernel& bwd_mask_kernel(Runtime& runtime, const OperandTypes& types) {
+    return runtime.kernels().get({.shader = "bwd_mask",
+                                  .constants = {{.id = 11, .value = shader_type_code(types.q)},
+                                                {.id = 12, .value = shader_type_code(types.k)},
+                                                {.id = 13, .value = shader_type_code(types.v)}}});
+}
+
 namespace {
 // flash_bwd_q.comp's and flash_bwd_kv.comp's constant_ids: the same numbers as flash.comp's.
 vk::KernelKey backward_key(std::string shader, const BackwardConfig& c, std::uint32_t rows, std::uint32_t per_lane,

@@ -40,6 +40,7 @@ const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 // gradient; dQ stored as q's type; dK and dV as k's and v's.
 const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o);
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime);
+const vk::Kernel& bwd_mask_kernel(Runtime& runtime, const OperandTypes& types);
 const vk::Kernel& bwd_q_kernel(Runtime& runtime, const BackwardConfig& config, const OperandTypes& types);
 const vk::Kernel& bwd_kv_kernel(Runtime& runtime, const BackwardConfig& config, const OperandTypes& types);
 // kv_append.comp: rows of `in` dtype into K and V caches of `k_out` and `v_out` dtypes (contiguous

@@ -128,6 +128,8 @@ struct alignas(16) BackwardParams {
     std::uint32_t rows = 0;          // bwd_delta: B·Hq·Nq
     std::uint32_t first_unit = 0;    // bwd_q / bwd_kv: the unit b·Hkv + hk of grid y = 0
     TensorDesc q, k, v, o, grad_out, lse, delta, dq, dk, dv;
+    std::array<std::uint32_t, 4> mask_shape{};  // bwd_mask: the float mask's own rank-4 shape
+    std::array<std::uint32_t, 4> mask_work{};   // bwd_mask: first broadcast index, count, mask elements, 0
 };
 
 // kv_append.comp (both modes): units are (b, kv head), rows are the cache's.
@@ -256,7 +258,9 @@ static_assert(offsetof(BackwardParams, first_unit) == 156);
 static_assert(offsetof(BackwardParams, q) == 160);
 static_assert(offsetof(BackwardParams, grad_out) == 288);
 static_assert(offsetof(BackwardParams, dv) == 448);
-static_assert(sizeof(BackwardParams) == 480);
+static_assert(offsetof(BackwardParams, mask_shape) == 480);
+static_assert(offsetof(BackwardParams, mask_work) == 496);
+static_assert(sizeof(BackwardParams) == 512);
 
 static_assert(offsetof(AppendParams, B) == 0);
 static_assert(offsetof(AppendParams, new_rows) == 12);

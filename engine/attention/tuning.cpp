@@ -298,6 +298,12 @@ std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardCo
            c.kv_rows_per_lane;
 }
 
+std::int64_t backward_mask_terms_per_dispatch(const vk::DeviceCaps& caps, const Problem& p) {
+    if (caps.max_loop_iterations == 0) return 0;
+    // One term iterates once, plus ceil(Dk/4) and ceil(Dv/4) times for its two dot products.
+    return std::max<std::int64_t>(1, loop_budget(caps) / (1 + (p.Dk + 3) / 4 + (p.Dv + 3) / 4) - 1);
+}
+
 std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& c) {
     if (caps.max_loop_iterations == 0) return 0;
     const std::int64_t by_pv = 4 * loop_budget(caps);

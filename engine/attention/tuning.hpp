@@ -101,6 +101,8 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
 // loop budget runs out (0 = unlimited): the backward refuses longer sequences on such devices.
 std::int64_t backward_keys_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
 std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
+// bwd_mask.comp: how many broadcast terms one dispatch may sum per mask element (0 = all).
+std::int64_t backward_mask_terms_per_dispatch(const vk::DeviceCaps& caps, const Problem& problem);
 
 // How many key slices split-KV decoding should use so that the device is filled, each with keys to
 // work on; 1 means the row blocks alone fill it, and `auto` then runs the fused path.

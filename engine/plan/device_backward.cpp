@@ -62,11 +62,18 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
                     .dk = layout_if(grads.dk),
                     .dv = layout_if(grads.dv),
                     .d_sinks = grads.d_sinks.defined(),
-                    .d_float_mask = false});
+                    .d_float_mask = grads.d_float_mask.defined()});
     if (grads.d_sinks.defined() && (grads.d_sinks.dtype() != DType::f32 || grads.d_sinks.elements() != p.Hq))
         throw InvalidArgument("d_sinks", "must be f32 with Hq = " + std::to_string(p.Hq) + " contiguous elements.");
     const std::uint64_t storage_alignment = runtime.device().caps().min_storage_offset_alignment;
     if (grads.d_sinks.defined()) require_aligned_offset(grads.d_sinks, storage_alignment, "d_sinks");
+    if (grads.d_float_mask.defined()) {
+        const DeviceTensor& m = grads.d_float_mask;
+        if (m.dtype() != DType::f32 || m.shape() != in.float_mask.shape() || !m.contiguous())
+            throw InvalidArgument("d_float_mask", "must be f32, contiguous, of the float mask's shape " +
+                                                      shape_text(in.float_mask.shape()) + ".");
+        require_aligned_offset(m, storage_alignment, "d_float_mask");
+    }
     if (in.kv_lengths.defined()) {
         if (in.kv_lengths.dtype() != DType::i32 || in.kv_lengths.elements() != p.B)
             throw InvalidArgument("kv_lengths", "must be i32 with B = " + std::to_string(p.B) + " contiguous elements.");
@@ -78,7 +85,7 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
                                   std::pair{&lse, "lse"}, std::pair{&grad_out, "grad_out"}, std::pair{&in.kv_lengths, "kv_lengths"},
                                   std::pair{&in.bool_mask, "bool_mask"}, std::pair{&in.float_mask, "float_mask"},
                                   std::pair{&grads.dq, "dq"}, std::pair{&grads.dk, "dk"}, std::pair{&grads.dv, "dv"},
-                                  std::pair{&grads.d_sinks, "d_sinks"}})
+                                  std::pair{&grads.d_sinks, "d_sinks"}, std::pair{&grads.d_float_mask, "d_float_mask"}})
         if (t->defined()) storage_of(*t, runtime, name);
 
     // Texel loads only where every tensor read through them can be: views the buffers allow, rows
@@ -147,11 +154,15 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     if (grads.dv.defined()) buffers.dv = buffer(grads.dv);
     if (grads.d_sinks.defined()) buffers.d_sinks = buffer(grads.d_sinks);
     if (grads.d_sinks.defined()) buffers.d_sinks_offset = grads.d_sinks.offset_bytes();
+    if (grads.d_float_mask.defined()) {
+        buffers.d_float_mask = buffer(grads.d_float_mask);
+        buffers.d_float_mask_offset = grads.d_float_mask.offset_bytes();
+    }
 
     auto program = std::make_shared<Program>(runtime);
     run.record(*program, buffers);
     if (runtime.poison_outputs())
-        for (const DeviceTensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.d_sinks})
+        for (const DeviceTensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.d_sinks, &grads.d_float_mask})
             if (t->defined() && (TensorAccess::storage(*t)->usage & VK_BUFFER_USAGE_TRANSFER_DST_BIT) &&
                 span_bytes(*t) == packed_bytes(*t) && t->offset_bytes() % 4 == 0 && span_bytes(*t) >= 4)
                 batch.fill(*t, t->dtype() == DType::bf16 ? 0x7fc07fc0u : nan_word(t->dtype()));
@@ -160,7 +171,7 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     batch.keep(placeholder);
     if (head_terms) batch.keep(head_terms);
     for (const DeviceTensor* t : {&in.q, &in.k, &in.v, &o, &lse, &grad_out, &in.kv_lengths, &in.bool_mask, &in.float_mask,
-                                  &grads.dq, &grads.dk, &grads.dv, &grads.d_sinks})
+                                  &grads.dq, &grads.dk, &grads.dv, &grads.d_sinks, &grads.d_float_mask})
         if (t->defined()) batch.keep(TensorAccess::storage(*t));
     return run.report;
 }

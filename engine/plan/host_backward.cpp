@@ -23,9 +23,6 @@ namespace vkattn {
 AttentionReport attention_backward(Context& context, const AttentionInputs& in, const TensorView& grad_out,
                                    const AttentionGradients& grads, const AttentionOptions& options) {
     const detail::Problem p = detail::resolve_backward(in, grad_out, grads, options);
-    if (grads.d_float_mask != nullptr)
-        throw InvalidArgument("d_float_mask", "the float mask's gradient is not computed on the device yet (the "
-                                              "three-stage backward will); reference_attention_backward computes it.");
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
 
@@ -52,7 +49,8 @@ AttentionReport attention_backward(Context& context, const AttentionInputs& in, 
     const std::uint64_t backward_bytes =
         bytes(grad_out.dtype, grad_out.shape, grad_out.strides) + (grads.dq.data ? bytes(p.dtype, in.q.shape, dq_strides) : 0) +
         (want_kv ? bytes(p.k_dtype, in.k.shape, dk_strides) + bytes(p.v_dtype, in.v.shape, dv_strides) : 0) +
-        detail::allocated_bytes(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4);  // Δ
+        detail::allocated_bytes(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4) +  // Δ
+        (grads.d_float_mask ? detail::allocated_bytes(static_cast<std::uint64_t>(p.float_mask.elements) * 4) : 0);
     detail::check_device_memory(runtime, host.bytes() + plan->scratch_bytes + backward_bytes,
                                 host.itemised() + ", the forward's scratch " + std::to_string(plan->scratch_bytes) +
                                     ", the backward's tensors and scratch " + std::to_string(backward_bytes));
@@ -73,6 +71,8 @@ AttentionReport attention_backward(Context& context, const AttentionInputs& in, 
         device_grads.dv = detail::own_tensor(runtime, p.v_dtype, in.v.shape, dv_strides, "dv");
     }
     if (grads.d_sinks) device_grads.d_sinks = detail::own_dense(runtime, DType::f32, {1, 1, 1, p.Hq}, "d_sinks");
+    if (grads.d_float_mask)
+        device_grads.d_float_mask = detail::own_dense(runtime, DType::f32, device_in.float_mask.shape(), "d_float_mask");
 
     state.time_begin();
     AttentionReport report =
@@ -84,6 +84,9 @@ AttentionReport attention_backward(Context& context, const AttentionInputs& in, 
     if (grads.d_sinks)
         detail::read_back(state, device_grads.d_sinks,
                           make_view<void*>(grads.d_sinks, DType::f32, Layout::bhnd, {1, 1, 1, p.Hq}));
+    if (grads.d_float_mask)
+        detail::read_back(state, device_grads.d_float_mask,
+                          make_view<void*>(grads.d_float_mask, DType::f32, Layout::bhnd, device_in.float_mask.shape()));
     Submission submission = batch.submit();
     submission.wait();
 

@@ -22,6 +22,8 @@ layout(std140, set = 0, binding = 0) uniform BackwardParams {
     TensorDesc dq;
     TensorDesc dk;
     TensorDesc dv;
+    uvec4 mask_shape;     // bwd_mask: the float mask's own shape, right-aligned to rank 4
+    uvec4 mask_work;      // bwd_mask: (first broadcast index of this dispatch, how many, mask elements, 0)
 } P;
 
 #endif

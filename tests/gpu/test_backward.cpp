@@ -50,7 +50,7 @@ struct BackwardCase {
 
 struct Gradients {
     HostTensor dq, dk, dv;
-    std::vector<float> d_sinks;
+    std::vector<float> d_sinks, d_mask;
 };
 
 // Random inputs of a case; its gradients from `backward` (the device's or the reference's).
@@ -100,12 +100,14 @@ struct Inputs {
     }
 };
 
+// The gradients' views; d_sinks and d_float_mask where the case has sinks and a float mask.
 AttentionGradients views(Gradients& g, bool sinks) {
     AttentionGradients out;
     out.dq = g.dq.mutable_view();
     out.dk = g.dk.mutable_view();
     out.dv = g.dv.mutable_view();
     if (sinks) out.d_sinks = g.d_sinks.data();
+    if (!g.d_mask.empty()) out.d_float_mask = g.d_mask.data();
     return out;
 }
 
@@ -115,6 +117,7 @@ Gradients gradients_like(const Inputs& in, const BackwardCase& c) {
     g.dk = in.k;
     g.dv = in.v;
     g.d_sinks.assign(static_cast<std::size_t>(c.sinks ? c.Hq : 0), 7.0f);
+    g.d_mask.assign(in.float_mask.size(), 7.0f);
     return g;
 }
 
@@ -134,11 +137,13 @@ void check_case(const BackwardCase& c, std::uint32_t seed) {
         INFO(name << ": " << cmp.message);
         CHECK(cmp.ok);
     }
-    if (c.sinks) {
-        const testing::Comparison cmp = testing::compare(std::vector<double>(gpu.d_sinks.begin(), gpu.d_sinks.end()),
-                                                         std::vector<double>(ref.d_sinks.begin(), ref.d_sinks.end()),
-                                                         tol);  // Δ comes from the stored o
-        INFO("d_sinks: " << cmp.message);
+    // Per-head and per-mask-element sums: their Δ comes from the stored o, so the dtype's tolerance.
+    for (const auto& [got, want, name] : {std::tuple{&gpu.d_sinks, &ref.d_sinks, "d_sinks"},
+                                          std::tuple{&gpu.d_mask, &ref.d_mask, "d_float_mask"}}) {
+        if (want->empty()) continue;
+        const testing::Comparison cmp = testing::compare(std::vector<double>(got->begin(), got->end()),
+                                                         std::vector<double>(want->begin(), want->end()), tol);
+        INFO(name << ": " << cmp.message);
         CHECK(cmp.ok);
     }
 }
@@ -174,6 +179,18 @@ std::vector<BackwardCase> feature_cases() {
     add("mqa, Dk != Dv, bnhd", [](BackwardCase& c) {
         c.Hq = 3, c.Hkv = 1, c.Dk = 28, c.Dv = 9;
         c.layout = Layout::bnhd;
+    });
+    add("float mask [Nkv]: its gradient summed over B·Hq·Nq in two dispatches", [](BackwardCase& c) {
+        c.Nq = 600, c.Nkv = 20, c.Dk = c.Dv = 24;
+        c.float_mask = std::vector<std::int64_t>{20};
+        c.options.causal = Causal::bottom_right;
+        c.options.dropout = 0.2;
+        c.options.seed = 9;
+    });
+    add("full float mask, softcap, alibi", [](BackwardCase& c) {
+        c.float_mask = std::vector<std::int64_t>{2, 4, 65, 63};
+        c.options.softcap = 3.0;
+        c.alibi = true;
     });
     add("wide heads: two column passes", [](BackwardCase& c) {
         c.Nq = 20, c.Nkv = 33, c.Dk = 160, c.Dv = 136;
@@ -264,7 +281,7 @@ TEST_CASE("gpu backward: the same inputs give the same bits", "[gpu][backward][d
     CHECK(first.d_sinks == second.d_sinks);
 }
 
-TEST_CASE("gpu backward: only the gradients asked for are written; refusals are named", "[gpu][backward]") {
+TEST_CASE("gpu backward: only the gradients asked for are written; a mask gradient without a mask is refused", "[gpu][backward]") {
     BackwardCase c;
     c.name = "partial";
     c.Nq = 9, c.Nkv = 11;
@@ -278,13 +295,11 @@ TEST_CASE("gpu backward: only the gradients asked for are written; refusals are 
     CHECK(gpu.dk.f32 == in.k.f32);
     CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), testing::gradient_tolerance_for(c.dtype)).ok);
 
-    AttentionInputs masked = in.in;
-    std::vector<float> mask(static_cast<std::size_t>(c.Nkv), 0.5f);
-    masked.float_mask = MaskView{mask.data(), {c.Nkv}};
-    AttentionGradients with_mask = views(gpu, false);
-    with_mask.d_float_mask = mask.data();
+    std::vector<float> d_mask(7, 0.0f);
+    AttentionGradients unmasked = views(gpu, false);
+    unmasked.d_float_mask = d_mask.data();  // no float mask to differentiate
     try {
-        attention_backward(test::gpu_context(), masked, in.grad_out.view(), with_mask, c.options);
+        attention_backward(test::gpu_context(), in.in, in.grad_out.view(), unmasked, c.options);
         FAIL("no error");
     } catch (const InvalidArgument& e) {
         CHECK(e.argument() == "d_float_mask");

@@ -123,17 +123,19 @@ private:
 };
 
 // The gradients the backward pass writes on the device: each optional (dk and dv together), of its
-// input's shape and dtype; d_sinks f32, Hq contiguous elements at a storage-buffer offset.
+// input's shape and dtype; d_sinks f32, Hq contiguous elements, and d_float_mask f32, the float
+// mask's own shape, contiguous, each at a storage-buffer offset.
 struct DeviceAttentionGradients {
     DeviceTensor dq, dk, dv;
     DeviceTensor d_sinks;
+    DeviceTensor d_float_mask;
 };
 
 // Records the backward pass into the batch (docs/SEMANTICS.md, "The backward pass"): the gradients
 // asked for, given the forward's o and lse for the same inputs and options (run the forward with
 // DeviceAttentionOutputs::lse: f32, contiguous [B, Hq, Nq, 1]) and grad_out = dL/dO (o's shape and
-// dtype; any strides with contiguous features). Dense k and v only (not paged, not varlen); the
-// float mask's gradient is reference_attention_backward's for now. Deterministic. Checks as the
+// dtype; any strides with contiguous features). Dense k and v only (not paged, not varlen).
+// Deterministic. Checks as the
 // host call's (InvalidArgument naming the tensor, ResourceLimit past a binding); the report's
 // gpu_ms is 0 (the batch's submission times it).
 AttentionReport attention_backward(Batch& batch, const DeviceAttentionInputs& inputs, const DeviceTensor& o,
