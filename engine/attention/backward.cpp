@@ -132,7 +132,7 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
         const std::int64_t elements = p.float_mask.elements;
         const std::int64_t per_dispatch = backward_mask_terms_per_dispatch(runtime_.device().caps(), p);
         const std::int64_t step = per_dispatch > 0 ? per_dispatch : terms;
-        const std::int64_t blocks = (elements + 63) / 64, mask_columns = std::min<std::int64_t>(blocks, 65535);
+        const std::int64_t mask_blocks = (elements + 63) / 64, mask_columns = std::min<std::int64_t>(mask_blocks, 65535);
         Dispatch mask{.kernel = &bwd_mask_kernel(runtime_, operand_types(p))};
         mask.bindings = {bind(1, *f.q, q_, config_.view(p.dtype)),
                          bind(2, *f.k, k_, config_.view(p.k_dtype)),
@@ -145,7 +145,7 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
                          bind(9, *f.head_terms, whole(f.head_terms_bytes)),
                          bind(10, *b.grad_out, grad_out_, config_.view(p.dtype)),
                          bind(11, delta, delta_)};
-        mask.groups = {u32(mask_columns), u32((blocks + mask_columns - 1) / mask_columns), 1};
+        mask.groups = {u32(mask_columns), u32((mask_blocks + mask_columns - 1) / mask_columns), 1};
         for (std::int64_t first = 0; first < terms; first += step) {
             BackwardParams pp = params;
             pp.mask_shape = shape;
