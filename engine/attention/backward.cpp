@@ -1,6 +1,8 @@
 #include "attention/backward.hpp"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <string>
 
 #include "attention/dispatch.hpp"
@@ -24,35 +26,76 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardConfi
     : runtime_(runtime), p_(p), config_(config) {
     const vk::DeviceCaps& caps = runtime.device().caps();
     const std::uint64_t align = binding_alignment(caps), limit = runtime.max_binding_bytes();
-    const Box queries{0, p.B - 1, 0, p.Hq - 1, 0, p.Nq - 1}, keys{0, p.B - 1, 0, p.Hkv - 1, 0, p.Nkv - 1};
-    // `texel`: the operand is read through a texel view of that dtype, whose element count is limited too.
-    auto slice = [&](const Operand& op, std::int64_t row, const Box& box, DType dtype, const char* name,
-                     bool texel = false) {
-        const Slice s = op.slice(row, box, unit_of(dtype), align);
-        std::uint64_t most = limit;
-        if (texel && config.texel) most = std::min<std::uint64_t>(most, caps.max_texel_buffer_elements * view_bytes(config.view(dtype)));
-        if (s.range > most)
-            throw ResourceLimit(std::string(name) + ": the backward pass binds each tensor whole, and its " +
-                                std::to_string(s.range) + " bytes pass the device's binding limit of " +
-                                std::to_string(most) + " bytes.");
-        return s;
+    // The bindings of units [u0, u0 + units), or the first tensor that passes its limit (texel views
+    // limit their element count too).
+    const char* culprit = nullptr;
+    // `rows_only`: lse and Δ alone (what the sinks' kernel binds).
+    auto chunk = [&](std::int64_t u0, std::int64_t units, bool rows_only = false) -> std::optional<BackwardChunk> {
+        const std::int64_t last = u0 + units - 1;
+        Box queries{u0 / p.Hkv, last / p.Hkv, 0, p.Hq - 1, 0, p.Nq - 1}, keys{queries.b0, queries.b1, 0, p.Hkv - 1, 0, p.Nkv - 1};
+        if (queries.b0 == queries.b1) {  // one batch: its units' heads only
+            keys.h0 = u0 % p.Hkv;
+            keys.h1 = last % p.Hkv;
+            queries.h0 = keys.h0 * p.group;
+            queries.h1 = keys.h1 * p.group + p.group - 1;
+        }
+        BackwardChunk c{.u0 = u0, .units = units};
+        auto fits = [&](Slice& out, const Operand& op, std::int64_t row, const Box& box, DType dtype, const char* name,
+                        bool texel) {
+            out = op.slice(row, box, unit_of(dtype), align);
+            std::uint64_t most = limit;
+            if (texel && config.texel)
+                most = std::min<std::uint64_t>(most, caps.max_texel_buffer_elements * view_bytes(config.view(dtype)));
+            if (out.range > most) culprit = name;
+            return out.range <= most;
+        };
+        if (rows_only)
+            return fits(c.lse, ops.forward.lse, 1, queries, DType::f32, "lse", false) &&
+                           fits(c.delta, delta_operand(p), 1, queries, DType::f32, "the row terms Δ", false)
+                       ? std::optional(c)
+                       : std::nullopt;
+        const bool ok = fits(c.q, ops.forward.q, p.Dk, queries, p.dtype, "q", true) &&
+                        fits(c.k, ops.forward.k, p.Dk, keys, p.k_dtype, "k", true) &&
+                        fits(c.v, ops.forward.v, p.Dv, keys, p.v_dtype, "v", true) &&
+                        fits(c.o, ops.forward.o, p.Dv, queries, p.dtype, "o", false) &&
+                        fits(c.lse, ops.forward.lse, 1, queries, DType::f32, "lse", false) &&
+                        fits(c.grad_out, ops.grad_out, p.Dv, queries, p.dtype, "grad_out", true) &&
+                        fits(c.delta, delta_operand(p), 1, queries, DType::f32, "the row terms Δ", false) &&
+                        fits(c.dq, ops.dq, p.Dk, queries, p.dtype, "dq", false) &&
+                        fits(c.dk, ops.dk, p.Dk, keys, p.k_dtype, "dk", false) &&
+                        fits(c.dv, ops.dv, p.Dv, keys, p.v_dtype, "dv", false);
+        if (!ok) return std::nullopt;
+        c.masks = mask_slices(p, ops.forward, queries, align);
+        for (const auto& [m, name] : {std::pair{&c.masks.bool_mask, "bool_mask"}, std::pair{&c.masks.float_mask, "float_mask"}})
+            if (m->range > limit) {
+                culprit = name;
+                return std::nullopt;
+            }
+        return c;
     };
-    q_ = slice(ops.forward.q, p.Dk, queries, p.dtype, "q", true);
-    k_ = slice(ops.forward.k, p.Dk, keys, p.k_dtype, "k", true);
-    v_ = slice(ops.forward.v, p.Dv, keys, p.v_dtype, "v", true);
-    o_ = slice(ops.forward.o, p.Dv, queries, p.dtype, "o");
-    lse_ = slice(ops.forward.lse, 1, queries, DType::f32, "lse");
-    grad_out_ = slice(ops.grad_out, p.Dv, queries, p.dtype, "grad_out", true);
-    delta_ = slice(delta_operand(p), 1, queries, DType::f32, "the row terms Δ");
-    dq_ = slice(ops.dq, p.Dk, queries, p.dtype, "dq");
-    dk_ = slice(ops.dk, p.Dk, keys, p.k_dtype, "dk");
-    dv_ = slice(ops.dv, p.Dv, keys, p.v_dtype, "dv");
-    masks_ = mask_slices(p, ops.forward, queries, align);
-    for (const auto& [s, name] : {std::pair{&masks_.bool_mask, "bool_mask"}, std::pair{&masks_.float_mask, "float_mask"}})
-        if (s->range > limit)
-            throw ResourceLimit(std::string(name) + ": the backward pass binds the mask whole, and its " +
-                                std::to_string(s->range) + " bytes pass the device's binding limit of " +
-                                std::to_string(limit) + " bytes.");
+    // As many whole units per chunk as fit (and the grid takes), halving until they do.
+    const std::int64_t all = p.B * p.Hkv;
+    for (std::int64_t per = std::min<std::int64_t>(all, caps.max_workgroup_count[1]);; per = (per + 1) / 2) {
+        chunks_.clear();
+        bool fitted = true;
+        for (std::int64_t u0 = 0; u0 < all && fitted; u0 += per) {
+            auto c = chunk(u0, std::min(per, all - u0));
+            if (c) chunks_.push_back(*c);
+            else fitted = false;
+        }
+        if (fitted) break;
+        if (per == 1)
+            throw ResourceLimit(std::string(culprit) + ": one batch and K/V head's share passes the device's binding limit of " +
+                                std::to_string(limit) + " bytes; the backward pass cuts its work by heads only.");
+    }
+    // The sinks' and the mask's kernels sum over every unit: they bind what they read whole.
+    if (ops.d_sinks || ops.d_float_mask) {
+        whole_ = chunks_.size() == 1 ? std::optional(chunks_.front()) : chunk(0, all, !ops.d_float_mask);
+        if (!whole_)
+            throw ResourceLimit(std::string(culprit) + ": the " + (ops.d_float_mask ? "float mask's" : "sinks'") +
+                                " gradient binds it whole, past the device's binding limit of " + std::to_string(limit) +
+                                " bytes.");
+    }
 
     const std::int64_t q_groups = (p.group * p.Nq + config.subgroups * config.q_rows - 1) / (config.subgroups * config.q_rows);
     const std::int64_t kv_groups = (p.Nkv + config.subgroups * config.kv_keys - 1) / (config.subgroups * config.kv_keys);
@@ -70,6 +113,8 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardConfi
 
     report.path = Impl::fused;
     report.variant = config.describe();
+    if (chunks_.size() > 1) report.variant += " chunks=" + std::to_string(chunks_.size());
+    report.slices = static_cast<std::uint32_t>(chunks_.size());
     report.flops = p.visible_pairs() * 2.0 * static_cast<double>(3 * p.Dk + 2 * p.Dv);
     // The pipelines now, so that recording only records.
     bwd_delta_kernel(runtime, p.dtype);
@@ -84,35 +129,55 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
     const Problem& p = p_;
     const DeviceBuffers& f = b.forward;
     const vk::Buffer& delta = program.scratch(delta_bytes(p), "the row terms Δ");
-    BackwardParams params{.shape = attention_shape(p),
-                          .mask = mask_params(p),
-                          .scale = static_cast<float>(p.scale),
-                          .rows = u32(p.B * p.Hq * p.Nq),
-                          .q = q_.desc,
-                          .k = k_.desc,
-                          .v = v_.desc,
-                          .o = o_.desc,
-                          .grad_out = grad_out_.desc,
-                          .lse = lse_.desc,
-                          .delta = delta_.desc,
-                          .dq = dq_.desc,
-                          .dk = dk_.desc,
-                          .dv = dv_.desc};
-    params.mask.bool_mask = masks_.bool_mask.desc;
-    params.mask.float_mask = masks_.float_mask.desc;
+    auto params_of = [&](const BackwardChunk& c) {
+        BackwardParams params{.shape = attention_shape(p),
+                              .mask = mask_params(p),
+                              .scale = static_cast<float>(p.scale),
+                              .rows = u32(c.units * p.group * p.Nq),
+                              .first_unit = u32(c.u0),
+                              .q = c.q.desc,
+                              .k = c.k.desc,
+                              .v = c.v.desc,
+                              .o = c.o.desc,
+                              .grad_out = c.grad_out.desc,
+                              .lse = c.lse.desc,
+                              .delta = c.delta.desc,
+                              .dq = c.dq.desc,
+                              .dk = c.dk.desc,
+                              .dv = c.dv.desc};
+        params.mask.bool_mask = c.masks.bool_mask.desc;
+        params.mask.float_mask = c.masks.float_mask.desc;
+        return params;
+    };
+    // The bindings every kernel over q, k, v and dO shares (each kernel adds its outputs).
+    auto inputs = [&](const BackwardChunk& c) {
+        return std::vector<Binding>{bind(1, *f.q, c.q, config_.view(p.dtype)),
+                                    bind(2, *f.k, c.k, config_.view(p.k_dtype)),
+                                    bind(3, *f.v, c.v, config_.view(p.v_dtype)),
+                                    bind(5, *f.lse, c.lse),
+                                    bind(6, *f.lengths, f.lengths_slice),
+                                    bind(7, *f.bool_mask, c.masks.bool_mask),
+                                    bind(8, *f.float_mask, c.masks.float_mask),
+                                    bind(9, *f.head_terms, whole(f.head_terms_bytes)),
+                                    bind(10, *b.grad_out, c.grad_out, config_.view(p.dtype)),
+                                    bind(11, delta, c.delta)};
+    };
 
-    // Δ, one invocation per row, over a grid of at most 65,535 columns.
-    const std::int64_t blocks = (p.B * p.Hq * p.Nq + 63) / 64;
-    const std::int64_t columns = std::min<std::int64_t>(blocks, 65535);
-    Dispatch rows{.kernel = &bwd_delta_kernel(runtime_, p.dtype), .params = params};
-    rows.bindings = {bind(1, *b.grad_out, grad_out_), bind(2, *f.o, o_), bind(3, delta, delta_)};
-    rows.groups = {u32(columns), u32((blocks + columns - 1) / columns), 1};
-    program.dispatch(rows);
+    // Δ, one invocation per row of each chunk, over grids of at most 65,535 columns.
+    for (const BackwardChunk& c : chunks_) {
+        const std::int64_t blocks = (c.units * p.group * p.Nq + 63) / 64;
+        const std::int64_t columns = std::min<std::int64_t>(blocks, 65535);
+        Dispatch rows{.kernel = &bwd_delta_kernel(runtime_, p.dtype), .params = params_of(c)};
+        rows.bindings = {bind(1, *b.grad_out, c.grad_out), bind(2, *f.o, c.o), bind(3, delta, c.delta)};
+        rows.groups = {u32(columns), u32((blocks + columns - 1) / columns), 1};
+        program.dispatch(rows);
+    }
     program.barrier();
 
     if (b.d_sinks != nullptr) {
-        Dispatch sinks{.kernel = &bwd_sinks_kernel(runtime_), .params = params};
-        sinks.bindings = {bind(1, *f.lse, lse_), bind(2, delta, delta_), bind(3, *f.head_terms, whole(f.head_terms_bytes)),
+        Dispatch sinks{.kernel = &bwd_sinks_kernel(runtime_), .params = params_of(*whole_)};
+        sinks.bindings = {bind(1, *f.lse, whole_->lse), bind(2, delta, whole_->delta),
+                          bind(3, *f.head_terms, whole(f.head_terms_bytes)),
                           bind(4, *b.d_sinks, Slice{b.d_sinks_offset, static_cast<std::uint64_t>(p.Hq) * 4, {}})};
         sinks.groups = {u32(p.Hq), 1, 1};
         program.dispatch(sinks);
@@ -134,20 +199,11 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
         const std::int64_t step = per_dispatch > 0 ? per_dispatch : terms;
         const std::int64_t mask_blocks = (elements + 63) / 64, mask_columns = std::min<std::int64_t>(mask_blocks, 65535);
         Dispatch mask{.kernel = &bwd_mask_kernel(runtime_, operand_types(p))};
-        mask.bindings = {bind(1, *f.q, q_, config_.view(p.dtype)),
-                         bind(2, *f.k, k_, config_.view(p.k_dtype)),
-                         bind(3, *f.v, v_, config_.view(p.v_dtype)),
-                         bind(4, *b.d_float_mask, Slice{b.d_float_mask_offset, static_cast<std::uint64_t>(elements) * 4, {}}),
-                         bind(5, *f.lse, lse_),
-                         bind(6, *f.lengths, f.lengths_slice),
-                         bind(7, *f.bool_mask, masks_.bool_mask),
-                         bind(8, *f.float_mask, masks_.float_mask),
-                         bind(9, *f.head_terms, whole(f.head_terms_bytes)),
-                         bind(10, *b.grad_out, grad_out_, config_.view(p.dtype)),
-                         bind(11, delta, delta_)};
+        mask.bindings = inputs(*whole_);
+        mask.bindings.push_back(bind(4, *b.d_float_mask, Slice{b.d_float_mask_offset, static_cast<std::uint64_t>(elements) * 4, {}}));
         mask.groups = {u32(mask_columns), u32((mask_blocks + mask_columns - 1) / mask_columns), 1};
         for (std::int64_t first = 0; first < terms; first += step) {
-            BackwardParams pp = params;
+            BackwardParams pp = params_of(*whole_);
             pp.mask_shape = shape;
             pp.mask_work = {u32(first), u32(std::min(step, terms - first)), u32(elements), 0};
             mask.params = pp;
@@ -156,46 +212,27 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
         }
     }
 
-    const std::uint32_t max_units = runtime_.device().caps().max_workgroup_count[1];
-    const std::int64_t units = p.B * p.Hkv;
-    auto common = [&](Dispatch& d) {
-        d.bindings = {bind(1, *f.q, q_, config_.view(p.dtype)),
-                      bind(2, *f.k, k_, config_.view(p.k_dtype)),
-                      bind(3, *f.v, v_, config_.view(p.v_dtype)),
-                      bind(5, *f.lse, lse_),
-                      bind(6, *f.lengths, f.lengths_slice),
-                      bind(7, *f.bool_mask, masks_.bool_mask),
-                      bind(8, *f.float_mask, masks_.float_mask),
-                      bind(9, *f.head_terms, whole(f.head_terms_bytes)),
-                      bind(10, *b.grad_out, grad_out_, config_.view(p.dtype)),
-                      bind(11, delta, delta_)};
-    };
-    // Units in grid rows of at most the device's count; column passes for wide heads.
-    auto run = [&](Dispatch d, std::int64_t row_blocks) {
-        for (std::int64_t u0 = 0; u0 < units; u0 += max_units) {
-            d.groups = {u32(row_blocks), u32(std::min<std::int64_t>(max_units, units - u0)), 1};
-            for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
-                BackwardParams pp = params;
-                pp.first_unit = u32(u0);
-                pp.first_column = pass * config_.columns_per_pass();
-                d.params = pp;
-                program.dispatch(d);
+    // dQ and dK/dV, per chunk and column pass.
+    for (const BackwardChunk& c : chunks_)
+        for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
+            BackwardParams pp = params_of(c);
+            pp.first_column = pass * config_.columns_per_pass();
+            if (b.dq != nullptr) {
+                Dispatch dq{.kernel = &bwd_q_kernel(runtime_, config_, operand_types(p)), .params = pp, .bindings = inputs(c)};
+                dq.bindings.push_back(bind(4, *b.dq, c.dq));
+                dq.groups = {u32((p.group * p.Nq + config_.subgroups * config_.q_rows - 1) / (config_.subgroups * config_.q_rows)),
+                             u32(c.units), 1};
+                program.dispatch(dq);
+            }
+            if (b.dk != nullptr) {
+                Dispatch dkv{.kernel = &bwd_kv_kernel(runtime_, config_, operand_types(p)), .params = pp, .bindings = inputs(c)};
+                dkv.bindings.push_back(bind(4, *b.dk, c.dk));
+                dkv.bindings.push_back(bind(12, *b.dv, c.dv));
+                dkv.groups = {u32((p.Nkv + config_.subgroups * config_.kv_keys - 1) / (config_.subgroups * config_.kv_keys)),
+                              u32(c.units), 1};
+                program.dispatch(dkv);
             }
         }
-    };
-    if (b.dq != nullptr) {
-        Dispatch dq{.kernel = &bwd_q_kernel(runtime_, config_, operand_types(p))};
-        common(dq);
-        dq.bindings.push_back(bind(4, *b.dq, dq_));
-        run(dq, (p.group * p.Nq + config_.subgroups * config_.q_rows - 1) / (config_.subgroups * config_.q_rows));
-    }
-    if (b.dk != nullptr) {
-        Dispatch dkv{.kernel = &bwd_kv_kernel(runtime_, config_, operand_types(p))};
-        common(dkv);
-        dkv.bindings.push_back(bind(4, *b.dk, dk_));
-        dkv.bindings.push_back(bind(12, *b.dv, dv_));
-        run(dkv, (p.Nkv + config_.subgroups * config_.kv_keys - 1) / (config_.subgroups * config_.kv_keys));
-    }
     program.barrier();
 }
 

@@ -1,9 +1,11 @@
 // The backward pass on the device (docs/design/TRAINING.md): Δ = rowsum(dO ∘ o), then dQ
-// (flash_bwd_q.comp) and dK/dV (flash_bwd_kv.comp), and the sinks' gradient, over tensors each
-// bound whole.
+// (flash_bwd_q.comp) and dK/dV (flash_bwd_kv.comp) over chunks of whole (batch, K/V head) units,
+// and the sinks' and the float mask's gradients over every unit at once.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "attention/io.hpp"
 #include "attention/tuning.hpp"
@@ -20,6 +22,9 @@ struct BatchState;
 struct BackwardOperands {
     Operands forward;
     Operand grad_out, dq, dk, dv;
+    // Gradients whose kernels bind q, k, v, dO, lse and Δ whole (not by units): the sinks' reads
+    // lse and Δ, the float mask's everything.
+    bool d_sinks = false, d_float_mask = false;
 };
 
 // The forward's buffers (q, k, v, o, lse, key lengths, masks, per-head terms) and the backward's.
@@ -31,10 +36,19 @@ struct BackwardBuffers {
     std::uint64_t d_float_mask_offset = 0;     // bytes, as d_sinks_offset
 };
 
+// The tensors' bindings for units [u0, u0 + units) (a unit is a batch and K/V head, b·Hkv + hk, with
+// its group's query heads): what one chunk of the dispatches binds.
+struct BackwardChunk {
+    std::int64_t u0 = 0, units = 0;
+    Slice q, k, v, o, lse, grad_out, delta, dq, dk, dv;
+    MaskSlices masks;
+};
+
 class BackwardRun {
 public:
-    // Plans the dispatches; refuses (ResourceLimit naming the tensor and the limit) what this step
-    // cannot run: a tensor past one binding, a grid past the device's, a sequence past the loop budget.
+    // Plans the dispatches over chunks of whole units, as many per chunk as every binding allows;
+    // refuses (ResourceLimit naming the tensor and the limit) what it cannot cut: one unit past a
+    // binding, the sinks' or the mask's whole tensors past one, a sequence past the loop budget.
     BackwardRun(Runtime& runtime, const Problem& problem, const BackwardConfig& config, const BackwardOperands& operands);
 
     std::uint64_t scratch_bytes() const;  // Δ
@@ -48,8 +62,8 @@ private:
     Runtime& runtime_;
     const Problem& p_;
     BackwardConfig config_;
-    Slice q_, k_, v_, o_, grad_out_, lse_, delta_, dq_, dk_, dv_;
-    MaskSlices masks_;
+    std::vector<BackwardChunk> chunks_;
+    std::optional<BackwardChunk> whole_;  // every unit at once: the mask's kernel (the sinks' reads lse and Δ only)
 };
 
 // vkattn::attention_backward on device tensors (plan/device_backward.cpp): checks everything, then

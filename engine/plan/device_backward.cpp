@@ -119,6 +119,8 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     ops.dq = grads.dq.defined() ? operand_of(grads.dq, grads.dq.strides()) : none;
     ops.dk = grads.dk.defined() ? operand_of(grads.dk, grads.dk.strides()) : none;
     ops.dv = grads.dv.defined() ? operand_of(grads.dv, grads.dv.strides()) : none;
+    ops.d_sinks = grads.d_sinks.defined();
+    ops.d_float_mask = grads.d_float_mask.defined();
     const BackwardRun run(runtime, p, *config, ops);
 
     auto placeholder = allocate_storage(runtime, 16, "a placeholder binding");

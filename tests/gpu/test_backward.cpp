@@ -417,3 +417,42 @@ TEST_CASE("gpu backward on device tensors: the host call's bits, views at offset
     });
     CHECK(test::take_validation_messages(context).empty());
 }
+
+TEST_CASE("gpu backward: tensors past one binding are cut by heads, the same bits as whole", "[gpu][backward][slicing]") {
+    BackwardCase c;
+    c.name = "chunks";
+    c.B = 3, c.Hq = 4, c.Hkv = 2, c.Nq = 40, c.Nkv = 50, c.Dk = c.Dv = 32;
+    c.options.causal = Causal::bottom_right;
+    c.kv_lengths = {50, 31, 7};
+    c.sinks = true;
+    c.bool_mask = std::vector<std::int64_t>{3, 1, 40, 50};
+    c.layout = Layout::bnhd;  // interleaved heads: a unit's rows are strided through the whole tensor
+    const Inputs in(c, 7000);
+    Gradients whole = gradients_like(in, c), cut = gradients_like(in, c);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(whole, true), c.options);
+    // A binding holds one batch's q (4·40·32·4 bytes = 20 KiB) but not two: the work runs per unit
+    // chunk (the forward slices its own way).
+    ContextOptions options = test::test_context_options();
+    options.max_binding_bytes = 24 * 1024;
+    Context limited(options);
+    const AttentionReport report = attention_backward(limited, in.in, in.grad_out.view(), views(cut, true), c.options);
+    INFO(report.variant);
+    CHECK(report.slices > 1);
+    CHECK(cut.dq.f32 == whole.dq.f32);
+    CHECK(cut.dk.f32 == whole.dk.f32);
+    CHECK(cut.dv.f32 == whole.dv.f32);
+    CHECK(cut.d_sinks == whole.d_sinks);
+    CHECK(test::take_validation_messages(limited).empty());
+
+    // One unit's share past the limit: refused (here by the forward's planner first, which the host
+    // call runs), naming the tensor and the limit.
+    options.max_binding_bytes = 4 * 1024;
+    Context tiny(options);
+    Gradients none = gradients_like(in, c);
+    try {
+        attention_backward(tiny, in.in, in.grad_out.view(), views(none, true), c.options);
+        FAIL("no error");
+    } catch (const ResourceLimit& e) {
+        CHECK_THAT(std::string(e.what()), Catch::Contains("limit of 4096 bytes"));
+    }
+}

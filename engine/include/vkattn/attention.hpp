@@ -127,8 +127,9 @@ AttentionReport attention(Context& context, const AttentionInputs& inputs,
 // reference_attention_backward). One submission runs the forward (its o and log-sum-exp stay on the
 // device) and the backward kernels (docs/design/TRAINING.md), deterministic: the same inputs give
 // the same bits. The report describes the backward: its variant, GPU time and flops
-// (2·(3·Dk + 2·Dv) per visible pair). Not yet on the device: tensors past one binding or, on devices
-// with a loop budget, sequences past it (ResourceLimit).
+// (2·(3·Dk + 2·Dv) per visible pair). Tensors past one binding are cut by (batch, K/V head) units;
+// refused (ResourceLimit): one unit's share past a binding, or, on devices with a loop budget,
+// sequences past it (docs/SEMANTICS.md).
 AttentionReport attention_backward(Context& context, const AttentionInputs& inputs, const TensorView& grad_out,
                                    const AttentionGradients& grads, const AttentionOptions& options = {});
 
