@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The performance sweep recorded in docs/PERFORMANCE.md: fused vs three-stage over sequence length,
-# head dimension, causal and dtype, sliding windows, and split-KV decoding; every point validated against the CPU
+# head dimension, causal and dtype, sliding windows, split-KV decoding and the backward pass; every point validated against the CPU
 # reference where that is affordable, and quoted against the GEMM ceiling measured in the same run.
 #   bench/sweep.sh [path/to/vk-attn] [output dir]      (or: cmake --build build --target benchmark)
 set -euo pipefail
@@ -34,5 +34,10 @@ for impl in split fused; do
   run --impl $impl --heads 32 --kv-heads 8 --seq 1 --kv-seq 4096 --dim 128 --repeat 5 --warmup 1 --validate
   run --impl $impl --heads 32 --kv-heads 8 --seq 1 --kv-seq 32768 --dim 128 --repeat 3 --warmup 1
   run --impl $impl --heads 32 --kv-heads 8 --seq 1 --kv-seq 131072 --dim 128 --repeat 3 --warmup 1
+done
+# The backward pass (issue #14): B = 1, H = 8, non-causal and causal, against the same run's GEMM.
+for causal in "" --causal; do
+  run --backward $causal --dim 64,128 --seq 1024 --repeat 3 --warmup 1 --validate
+  run --backward $causal --dim 64,128 --seq 2048,4096 --repeat 3 --warmup 1
 done
 echo "wrote $log" >&2
