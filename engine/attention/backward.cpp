@@ -17,10 +17,13 @@ namespace {
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 
-std::uint64_t delta_bytes(const Problem& p) { return allocated_bytes(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4); }
-Operand delta_operand(const Problem& p) { return {{p.Hq * p.Nq, p.Nq, 1, 0}, 0, delta_bytes(p)}; }
+Operand delta_operand(const Problem& p) { return {{p.Hq * p.Nq, p.Nq, 1, 0}, 0, backward_scratch_bytes(p)}; }
 
 }  // namespace
+
+std::uint64_t backward_scratch_bytes(const Problem& p) {
+    return allocated_bytes(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4);
+}
 
 BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardConfig& config, const BackwardOperands& ops)
     : runtime_(runtime), p_(p), config_(config) {
@@ -123,12 +126,10 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardConfi
     bwd_kv_kernel(runtime, config, operand_types(p));
 }
 
-std::uint64_t BackwardRun::scratch_bytes() const { return delta_bytes(p_); }
-
 void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
     const Problem& p = p_;
     const DeviceBuffers& f = b.forward;
-    const vk::Buffer& delta = program.scratch(delta_bytes(p), "the row terms Δ");
+    const vk::Buffer& delta = program.scratch(backward_scratch_bytes(p), "the row terms Δ");
     auto params_of = [&](const BackwardChunk& c) {
         BackwardParams params{.shape = attention_shape(p),
                               .mask = mask_params(p),

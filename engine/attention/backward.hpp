@@ -51,7 +51,6 @@ public:
     // binding, the sinks' or the mask's whole tensors past one, a sequence past the loop budget.
     BackwardRun(Runtime& runtime, const Problem& problem, const BackwardConfig& config, const BackwardOperands& operands);
 
-    std::uint64_t scratch_bytes() const;  // Δ
     // Records Δ, the sinks' gradient (when `d_sinks` is bound), the float mask's (when
     // `d_float_mask` is), dQ (when `dq` is) and dK/dV (when `dk` is; `dv` must be bound with it).
     void record(Program& program, const BackwardBuffers& buffers) const;
@@ -65,6 +64,9 @@ private:
     std::vector<BackwardChunk> chunks_;
     std::optional<BackwardChunk> whole_;  // every unit at once: the mask's kernel (the sinks' reads lse and Δ only)
 };
+
+// The device memory a backward records of its own (Δ, fp32 [B, Hq, Nq]).
+std::uint64_t backward_scratch_bytes(const Problem& problem);
 
 // vkattn::attention_backward on device tensors (plan/device_backward.cpp): checks everything, then
 // records the backward over the tensors into the batch, which keeps them alive. The host call

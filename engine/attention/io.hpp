@@ -3,6 +3,7 @@
 // buffers themselves (recording needs those too).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -90,8 +91,17 @@ struct DeviceBuffers {
 
 constexpr std::uint32_t kNanF32 = 0x7fc00000u;
 constexpr std::uint32_t kNanF16Pair = 0x7e007e00u;
-// The NaN word that poisons a buffer of f32 or f16 elements.
-inline std::uint32_t nan_word(DType dtype) { return dtype == DType::f16 ? kNanF16Pair : kNanF32; }
+constexpr std::uint32_t kNanBf16Pair = 0x7fc07fc0u;
+// The NaN word that poisons a buffer of f32, f16 or bf16 elements (a word of two 16-bit NaNs).
+inline std::uint32_t nan_word(DType dtype) {
+    return dtype == DType::f16 ? kNanF16Pair : dtype == DType::bf16 ? kNanBf16Pair : kNanF32;
+}
+
+// `count` i32 values from byte `offset` of `buffer` (key lengths, cu_seqlens), bound in whole
+// 16-byte units where the buffer has them.
+inline Slice ints_slice(const vk::Buffer& buffer, std::uint64_t offset, std::int64_t count) {
+    return {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(count) * 4 + 15) / 16 * 16, buffer.size() - offset), {}};
+}
 
 // The slices of the masks a box of (b, h, query rows) covers, for the given keys (all of them
 // when `keys` is empty), indexed by absolute key.

@@ -281,9 +281,7 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
                                            std::tuple{&b.cu_k, &buffers.cu_k, &buffers.cu_k_slice, p.B + 1}}) {
         if (!t->tensor) continue;
         *buffer = &t->storage->buffer;
-        const std::uint64_t offset = t->tensor->offset_bytes();
-        *slice = {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(count) * 4 + 15) / 16 * 16,
-                                                  (*buffer)->size() - offset), {}};
+        *slice = ints_slice(**buffer, t->tensor->offset_bytes(), count);
     }
     if (b.bool_mask.tensor) {
         ops.bool_mask = operand(b.bool_mask, p.bool_mask.strides);

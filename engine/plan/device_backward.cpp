@@ -140,9 +140,7 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     f.lengths_slice = whole(16);
     if (in.kv_lengths.defined()) {
         f.lengths = buffer(in.kv_lengths);
-        const std::uint64_t offset = in.kv_lengths.offset_bytes();
-        f.lengths_slice = {offset, std::min<std::uint64_t>((static_cast<std::uint64_t>(p.B) * 4 + 15) / 16 * 16,
-                                                           f.lengths->size() - offset), {}};
+        f.lengths_slice = ints_slice(*f.lengths, in.kv_lengths.offset_bytes(), p.B);
     }
     if (in.bool_mask.defined()) f.bool_mask = buffer(in.bool_mask);
     if (in.float_mask.defined()) f.float_mask = buffer(in.float_mask);
@@ -154,8 +152,10 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     if (grads.dq.defined()) buffers.dq = buffer(grads.dq);
     if (grads.dk.defined()) buffers.dk = buffer(grads.dk);
     if (grads.dv.defined()) buffers.dv = buffer(grads.dv);
-    if (grads.d_sinks.defined()) buffers.d_sinks = buffer(grads.d_sinks);
-    if (grads.d_sinks.defined()) buffers.d_sinks_offset = grads.d_sinks.offset_bytes();
+    if (grads.d_sinks.defined()) {
+        buffers.d_sinks = buffer(grads.d_sinks);
+        buffers.d_sinks_offset = grads.d_sinks.offset_bytes();
+    }
     if (grads.d_float_mask.defined()) {
         buffers.d_float_mask = buffer(grads.d_float_mask);
         buffers.d_float_mask_offset = grads.d_float_mask.offset_bytes();
@@ -167,7 +167,7 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
         for (const DeviceTensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.d_sinks, &grads.d_float_mask})
             if (t->defined() && (TensorAccess::storage(*t)->usage & VK_BUFFER_USAGE_TRANSFER_DST_BIT) &&
                 span_bytes(*t) == packed_bytes(*t) && t->offset_bytes() % 4 == 0 && span_bytes(*t) >= 4)
-                batch.fill(*t, t->dtype() == DType::bf16 ? 0x7fc07fc0u : nan_word(t->dtype()));
+                batch.fill(*t, nan_word(t->dtype()));
     program->replay(batch.begin_op());
     batch.keep(program);
     batch.keep(placeholder);

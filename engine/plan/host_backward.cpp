@@ -32,7 +32,8 @@ AttentionReport attention_backward(Context& context, const AttentionInputs& in, 
     AttentionOutputs forward;
     forward.o = make_view<void*>(&unused_o, p.dtype, Layout::bhnd, {p.B, p.Hq, p.Nq, p.Dv});
     forward.lse = &unused_lse;
-    const detail::Problem forward_problem = detail::resolve(in, forward, options);
+    detail::Problem forward_problem = p;  // the same request, with the lse the backward reads
+    forward_problem.want_lse = true;
     const auto plan = runtime.plans().get(runtime, detail::spec_of(in, forward, options));
     detail::HostTensors host(runtime, forward_problem, in, forward);
 
@@ -49,7 +50,7 @@ AttentionReport attention_backward(Context& context, const AttentionInputs& in, 
     const std::uint64_t backward_bytes =
         bytes(grad_out.dtype, grad_out.shape, grad_out.strides) + (grads.dq.data ? bytes(p.dtype, in.q.shape, dq_strides) : 0) +
         (want_kv ? bytes(p.k_dtype, in.k.shape, dk_strides) + bytes(p.v_dtype, in.v.shape, dv_strides) : 0) +
-        detail::allocated_bytes(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4) +  // Δ
+        detail::backward_scratch_bytes(p) +
         (grads.d_float_mask ? detail::allocated_bytes(static_cast<std::uint64_t>(p.float_mask.elements) * 4) : 0);
     detail::check_device_memory(runtime, host.bytes() + plan->scratch_bytes + backward_bytes,
                                 host.itemised() + ", the forward's scratch " + std::to_string(plan->scratch_bytes) +
