@@ -122,6 +122,22 @@ std::optional<std::pair<std::uint32_t, bool>> flash_subgroup(const vk::DeviceCap
     }
     return std::pair{size, require};
 }
+
+// The flash kernels' loads (choose_fused, choose_backward): float texel views where q, k and v all
+// have them, else words through R32_UINT views; both need every row read through them to start on 4
+// elements (`aligned`); storage-buffer words otherwise. Returns (texel, texel_words).
+std::pair<bool, bool> flash_loads(const vk::DeviceCaps& caps, const Problem& p, bool aligned, const VariantOverrides& overrides) {
+    const bool float_views = texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
+                             texel_supported(caps, p.v_dtype);
+    const bool texel = overrides.texel_loads.value_or(true) && aligned && (float_views || caps.texel_r32ui);
+    return {texel, texel && !float_views};
+}
+
+// Rows (or keys) per subgroup for a unit that has `have` of them: the next power of two, at most
+// `most` (so that units with few rows share few pipelines).
+std::uint32_t fitted_rows(std::int64_t have, std::uint32_t most) {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(most, std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(1, have)))));
+}
 }  // namespace
 
 std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Problem& p,
@@ -184,18 +200,14 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     // R, the spare rows would compute copies of the last one: their Q fetches, FMAs and shuffles
     // wasted (GQA decode with group 4 ran 1.2-1.8x slower at R = 8 than at 4, docs/PERFORMANCE.md).
     // Powers of two only, so that decode shapes share few pipelines.
-    const std::int64_t unit_rows = std::max<std::int64_t>(1, p.group * p.Nq);
-    if (unit_rows < c.rows) c.rows = static_cast<std::uint32_t>(std::bit_ceil(static_cast<std::uint64_t>(unit_rows)));
+    c.rows = fitted_rows(p.group * p.Nq, c.rows);
     // Texel views: float ones when Q, K and V all have them; else 32-bit word views that the shader
     // decodes as it would storage-buffer words. On lavapipe a texel fetch costs a sixth of a storage
     // buffer load (docs/PERFORMANCE.md, "Storage types in decode"), so every type gains from them.
     // Either kind needs every row to start on 4 elements (one float texel; one word of fp8, half a
     // texel of bf16: common/typed_load.glsl's TL_ALIGNED).
-    const bool float_views = texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
-                             texel_supported(caps, p.v_dtype);
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
-    c.texel = overrides.texel_loads.value_or(true) && aligned && (float_views || caps.texel_r32ui);
-    c.texel_words = c.texel && !float_views;
+    std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
     return c;
 }
 
@@ -234,16 +246,12 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
     c.slots = std::clamp<std::uint32_t>(slots_needed, 1, 4);
     c.column_passes = (slots_needed + c.slots - 1) / c.slots;
     // Rows and keys fitted to what a unit has (GQA decode-like shapes, short key sequences).
-    c.q_rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(8, std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(1, p.group * p.Nq)))));
-    c.kv_keys = static_cast<std::uint32_t>(std::min<std::uint64_t>(8, std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(1, p.Nkv)))));
-    // Loads as the forward's (choose_fused): float views where q, k and v all have them, else words
-    // through R32_UINT views; both need 4-aligned rows (dO's too), storage-buffer words otherwise.
-    const bool float_views = texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
-                             texel_supported(caps, p.v_dtype);
+    c.q_rows = fitted_rows(p.group * p.Nq, 8);
+    c.kv_keys = fitted_rows(p.Nkv, 8);
+    // Loads as the forward's; dO is read like q, so its rows must start on 4 elements too.
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) &&
                          texel_aligned(v_strides, p.Dv) && texel_aligned(grad_out_strides, p.Dv);
-    c.texel = overrides.texel_loads.value_or(true) && aligned && (float_views || caps.texel_r32ui);
-    c.texel_words = c.texel && !float_views;
+    std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
     return c;
 }
 
@@ -282,20 +290,24 @@ std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConf
     return std::max<std::int64_t>(1, loop_budget(caps) / per_block - 1) * c.key_block();
 }
 
+namespace {
+// Blocks (of keys in flash_bwd_q.comp, of queries in flash_bwd_kv.comp) one workgroup may visit
+// `times` over: both iterate 1 + ceil(Dk/4) + ceil(Dv/4) + SG times per block.
+std::int64_t backward_blocks(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p, std::int64_t times) {
+    const std::int64_t per_block = 1 + (p.Dk + 3) / 4 + (p.Dv + 3) / 4 + c.subgroup;
+    return std::max<std::int64_t>(1, loop_budget(caps) / per_block / times - 1);
+}
+}  // namespace
+
 std::int64_t backward_keys_limit(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
-    // flash_bwd_q.comp iterates ceil(Dk/4) + ceil(Dv/4) + SG times per key block.
-    const std::int64_t per_block = 1 + (p.Dk + 3) / 4 + (p.Dv + 3) / 4 + c.subgroup;
-    return std::max<std::int64_t>(1, loop_budget(caps) / per_block - 1) * c.subgroup * c.q_keys_per_lane;
+    return backward_blocks(caps, c, p, 1) * c.subgroup * c.q_keys_per_lane;
 }
 
 std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
-    // flash_bwd_kv.comp iterates ceil(Dk/4) + ceil(Dv/4) + SG times per query block, for every
-    // query head of the group.
-    const std::int64_t per_block = 1 + (p.Dk + 3) / 4 + (p.Dv + 3) / 4 + c.subgroup;
-    return std::max<std::int64_t>(1, loop_budget(caps) / per_block / std::max<std::int64_t>(1, p.group) - 1) * c.subgroup *
-           c.kv_rows_per_lane;
+    // The dK/dV kernel visits the query blocks once for every query head of the group.
+    return backward_blocks(caps, c, p, std::max<std::int64_t>(1, p.group)) * c.subgroup * c.kv_rows_per_lane;
 }
 
 std::int64_t backward_mask_terms_per_dispatch(const vk::DeviceCaps& caps, const Problem& p) {
