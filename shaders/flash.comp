@@ -69,92 +69,59 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 // own (Q_TYPE, K_TYPE, V_TYPE: common/typed_load.glsl), so bf16, ggml's blocks and fp8 (times its
 // head's scale) dequantize in registers as they load. WORD_TEXELS variants fetch those words
 // through R32_UINT texel views (cheaper than storage-buffer loads on CPU devices), and their rows
-// start on 4 elements (the tuning's rule for every texel view), which the loaders use.
-#ifdef TEXEL
-#define LOADER(name, slot, type)                                      \
-    layout(set = 0, binding = slot) uniform samplerBuffer name##_texels; \
-    vec4 name(uint index, uint valid) { return texelFetch(name##_texels, int(index >> 2)); }
-#else
+// start on 4 elements (the tuning's rule for every texel view), which the loaders use. The loaders
+// are common/operand_loader.glsl's, as the backward kernels'.
 layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
 // An fp8 K's and V's scales for this workgroup's head (the head terms' [2·Hq + hk] and
-// [2·Hq + Hkv + hk]), set once in main; the loaders multiply by them.
+// [2·Hq + Hkv + hk]), set once in main; the word loaders multiply by them.
 float k_scale = 1.0, v_scale = 1.0;
-#endif
-#ifdef TEXEL
-LOADER(load_q4, 1, Q_TYPE)
-LOADER(load_k4_0, 2, K_TYPE)
-LOADER(load_v4_0, 3, V_TYPE)
+#define OL_NAME load_q4
+#define OL_SLOT 1
+#define OL_TYPE Q_TYPE
+#include "common/operand_loader.glsl"
+#define OL_NAME load_k4_0
+#define OL_SLOT 2
+#define OL_TYPE K_TYPE
+#define OL_SCALE k_scale
+#include "common/operand_loader.glsl"
+#define OL_NAME load_v4_0
+#define OL_SLOT 3
+#define OL_TYPE V_TYPE
+#define OL_SCALE v_scale
+#include "common/operand_loader.glsl"
 #ifdef PAGED
-LOADER(load_k4_1, 10, K_TYPE)
-LOADER(load_k4_2, 11, K_TYPE)
-LOADER(load_k4_3, 12, K_TYPE)
-LOADER(load_v4_1, 13, V_TYPE)
-LOADER(load_v4_2, 14, V_TYPE)
-LOADER(load_v4_3, 15, V_TYPE)
-#endif
-#else
-#ifdef WORD_TEXELS
-#define ROWS_ALIGNED true
-#else
-#define ROWS_ALIGNED false
-#endif
-#define TL_NAME load_q4
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 1
-#define TL_TYPE Q_TYPE
-#include "common/typed_load.glsl"
-#define TL_NAME load_k4_0
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 2
-#define TL_TYPE K_TYPE
-#define TL_SCALE k_scale
-#include "common/typed_load.glsl"
-#define TL_NAME load_v4_0
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 3
-#define TL_TYPE V_TYPE
-#define TL_SCALE v_scale
-#include "common/typed_load.glsl"
-#ifdef PAGED
-#define TL_NAME load_k4_1
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 10
-#define TL_TYPE K_TYPE
-#define TL_SCALE k_scale
-#include "common/typed_load.glsl"
-#define TL_NAME load_k4_2
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 11
-#define TL_TYPE K_TYPE
-#define TL_SCALE k_scale
-#include "common/typed_load.glsl"
-#define TL_NAME load_k4_3
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 12
-#define TL_TYPE K_TYPE
-#define TL_SCALE k_scale
-#include "common/typed_load.glsl"
-#define TL_NAME load_v4_1
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 13
-#define TL_TYPE V_TYPE
-#define TL_SCALE v_scale
-#include "common/typed_load.glsl"
-#define TL_NAME load_v4_2
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 14
-#define TL_TYPE V_TYPE
-#define TL_SCALE v_scale
-#include "common/typed_load.glsl"
-#define TL_NAME load_v4_3
-#define TL_ALIGNED ROWS_ALIGNED
-#define TL_SLOT 15
-#define TL_TYPE V_TYPE
-#define TL_SCALE v_scale
-#include "common/typed_load.glsl"
-#endif
+#define OL_NAME load_k4_1
+#define OL_SLOT 10
+#define OL_TYPE K_TYPE
+#define OL_SCALE k_scale
+#include "common/operand_loader.glsl"
+#define OL_NAME load_k4_2
+#define OL_SLOT 11
+#define OL_TYPE K_TYPE
+#define OL_SCALE k_scale
+#include "common/operand_loader.glsl"
+#define OL_NAME load_k4_3
+#define OL_SLOT 12
+#define OL_TYPE K_TYPE
+#define OL_SCALE k_scale
+#include "common/operand_loader.glsl"
+#define OL_NAME load_v4_1
+#define OL_SLOT 13
+#define OL_TYPE V_TYPE
+#define OL_SCALE v_scale
+#include "common/operand_loader.glsl"
+#define OL_NAME load_v4_2
+#define OL_SLOT 14
+#define OL_TYPE V_TYPE
+#define OL_SCALE v_scale
+#include "common/operand_loader.glsl"
+#define OL_NAME load_v4_3
+#define OL_SLOT 15
+#define OL_TYPE V_TYPE
+#define OL_SCALE v_scale
+#include "common/operand_loader.glsl"
 #endif
 #ifdef PAGED
 vec4 load_k4(uint pool, uint index, uint valid) {
