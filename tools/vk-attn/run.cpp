@@ -109,10 +109,12 @@ int run(const RunOptions& o) {
                                                     " but --q has rank " + std::to_string(q.file_shape.size()) +
                                                     "; dL/dO has o's shape.");
     }
-    auto gradient_of = [](const StoredTensor& t, DType dt) {
+    // A gradient's storage, shaped like its input, only where it is asked for.
+    auto gradient_of = [](const StoredTensor& t, DType dt, const std::string& path) {
+        if (path.empty()) return StoredTensor{};
         return StoredTensor{t.file_shape, t.shape, dt, std::vector<std::uint8_t>(storage_bytes(dt, t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]))};
     };
-    StoredTensor dq = gradient_of(q, dtype), dk = gradient_of(k, k.dtype), dv = gradient_of(v, v.dtype);
+    StoredTensor dq = gradient_of(q, dtype, o.dq), dk = gradient_of(k, k.dtype, o.dk), dv = gradient_of(v, v.dtype, o.dv);
     std::vector<float> dsinks(o.dsinks.empty() ? 0 : static_cast<std::size_t>(q.shape[1]));
     AttentionGradients grads;
     if (!o.dq.empty()) grads.dq = dq.mutable_view();
