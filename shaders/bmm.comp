@@ -1,11 +1,13 @@
 #version 450
 // Batched, register-blocked matrix product, the workhorse of the three-stage path and the GEMM
 // ceiling and the multi-head module's projections:
-//   C[u] = alpha · A[u] · op(B[u]) (+ bias or + R),   op(B) = Bᵀ when B_TRANSPOSED (B stored [N][K]).
+//   C[u] = alpha · op(A[u]) · op(B[u]) (+ bias or + R),   op(B) = Bᵀ when B_TRANSPOSED (B stored [N][K]),
+//                                                          op(A) = Aᵀ when A_TRANSPOSED (A stored [K][M]).
 //   stage 1: S = scale · Q · Kᵀ   (A = Q, B = K, transposed), per key slice when K exceeds a binding
 //   stage 3: O = P · V           (A = P, B = V), over key slices: O = P_s · V_s + O_(s−1) (ADD = 2)
 //   --gemm:  C = A · B            (one unit)
 //   linear:  Y = X · Wᵀ + b       (A = X, B = W [out][in] as nn.Linear stores it, HAS_BIAS)
+//   backward: dV = Pᵀ·dO, dK = dSᵀ·Q, dW = dYᵀ·X (A_TRANSPOSED, B not), dQ = dS·K, dX = dY·W
 // Unit u = b·Hq + h of the chunk; A and C use head h, B uses head h / group (GQA by indexing).
 // Each invocation owns TM rows × 4·TN4 columns in registers, fed by vec4 loads along K so that one
 // load serves 4·TN4 (or TM) FMAs. Variants (see engine/attention/tuning.cpp):
@@ -16,6 +18,9 @@
 //                        head's scale from binding 5).
 //   OUT_F16/OUT_BF16     C's storage (common/typed_store.glsl).
 //   SHARED_TILES (spec)  stage K-slices of A and B through shared memory (GPUs gain; lavapipe loses).
+//   A_TRANSPOSED (spec)  A stored [K][M]: each k is an outer product of TM consecutive rows (vec4
+//                        loads along M) and 4·TN4 columns of B; B not transposed, no shared tiles,
+//                        TM a multiple of 4; a texel A needs M's stride and first element 4-aligned.
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/bmm_params.glsl"
@@ -29,6 +34,7 @@ layout(constant_id = 5) const bool B_TRANSPOSED = true;
 layout(constant_id = 6) const uint SHARED_TILES = 0;  // 0 or 1
 layout(constant_id = 7) const uint KS4 = 4;           // vec4s of K per shared tile
 layout(constant_id = 8) const uint ADD = 0u;  // 0: nothing; 1: bias[column]; 2: a residual R (addressed by P.residual)
+layout(constant_id = 11) const bool A_TRANSPOSED = false;  // ids 9, 10: the word variants' types
 
 const uint TN = 4u * TN4;
 const uint BM = WG_M * TM;   // rows per workgroup
@@ -83,10 +89,14 @@ void main() {
     if (is_fp8(B_TYPE)) b_scale = scales[P.b_scale_at + hb];
 #endif
 
+    // This invocation's rows: strided by WG_M, or TM consecutive ones when A_TRANSPOSED (one vec4
+    // load along A's stored rows serves 4 of them).
+    const uint row0 = A_TRANSPOSED ? tile_row + ty * TM : tile_row + ty;
+    const uint row_step = A_TRANSPOSED ? 1u : WG_M;
     // Clamped addresses: out-of-range rows and columns load valid memory and are never stored.
     uint a_row[TM];
     [[unroll]] for (uint i = 0u; i < TM; ++i)
-        a_row[i] = tensor_index(P.a, b, h, min(tile_row + ty + i * WG_M, row_end - 1u));
+        a_row[i] = tensor_index(P.a, b, h, min(row0 + i * row_step, row_end - 1u));
     uint b_col[TN];  // B_TRANSPOSED: the start of B row (= C column) col0 + j
     [[unroll]] for (uint j = 0u; j < TN; ++j)
         b_col[j] = tensor_index(P.b, b, hb, min(col0 + j, N - 1u));
@@ -127,6 +137,27 @@ void main() {
                 barrier();
             }
             for (uint k4 = kt; k4 < k_end; ++k4) {
+                if (A_TRANSPOSED) {
+                    // A's row k holds C's rows: an outer product of TM of them and TN of B's row k.
+                    [[unroll]] for (uint kk = 0u; kk < 4u; ++kk) {
+                        const uint k = 4u * k4 + kk;
+                        if (k >= K) break;
+                        const uint a_k = tensor_index(P.a, b, h, k);
+                        vec4 a4[(TM + 3u) / 4u];
+                        [[unroll]] for (uint i4 = 0u; i4 < (TM + 3u) / 4u; ++i4) {
+                            // Past M: element 0 of the row, nothing valid; those rows are not stored.
+                            const uint m = row0 + 4u * i4;
+                            a4[i4] = load_a4(a_k + (m < M ? m : 0u), m < M ? M - m : 0u);
+                        }
+                        [[unroll]] for (uint j = 0u; j < TN4; ++j) {
+                            const uint col = col0 + 4u * j < N ? col0 + 4u * j : 0u;
+                            const uint valid = col0 + 4u * j < N ? N - col : 0u;
+                            const vec4 bv = load_b4(b_head + k * b_stride + col, valid);
+                            [[unroll]] for (uint i = 0u; i < TM; ++i) acc[i][j] += a4[i / 4u][i % 4u] * bv;
+                        }
+                    }
+                    continue;
+                }
                 const uint kl = k4 - kt;  // index within the shared tile
                 vec4 a[TM];
                 [[unroll]] for (uint i = 0u; i < TM; ++i)
@@ -158,7 +189,7 @@ void main() {
 
     const float alpha = P.alpha;
     [[unroll]] for (uint i = 0u; i < TM; ++i) {
-        const uint row = tile_row + ty + i * WG_M;
+        const uint row = row0 + i * row_step;
         if (row >= row_end || row >= M) continue;
         const uint c_row = tensor_index(P.c, b, h, row);
         const uint r_row = ADD == 2u ? tensor_index(P.residual, b, h, row) : 0u;

@@ -25,8 +25,14 @@ std::uint64_t backward_scratch_bytes(const Problem& p) {
     return allocated_bytes(static_cast<std::uint64_t>(p.B * p.Hq * p.Nq) * 4);
 }
 
-BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardConfig& config, const BackwardOperands& ops)
-    : runtime_(runtime), p_(p), config_(config) {
+TexelView BackwardRun::view(DType t) const {
+    return choice_.path == Impl::fused ? choice_.fused.view(t) : float_view(t);
+}
+
+BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardChoice& choice, const BackwardOperands& ops)
+    : runtime_(runtime), p_(p), choice_(choice) {
+    const bool fused = choice.path == Impl::fused;
+    const bool texel = fused ? choice.fused.texel : choice.unfused.texel;
     const vk::DeviceCaps& caps = runtime.device().caps();
     const std::uint64_t align = binding_alignment(caps), limit = runtime.max_binding_bytes();
     // The bindings of units [u0, u0 + units), or the first tensor that passes its limit (texel views
@@ -44,11 +50,11 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardConfi
         }
         BackwardChunk c{.u0 = u0, .units = units};
         auto fits = [&](Slice& out, const Operand& op, std::int64_t row, const Box& box, DType dtype, const char* name,
-                        bool texel) {
+                        bool view_texel) {
             out = op.slice(row, box, unit_of(dtype), align);
             std::uint64_t most = limit;
-            if (texel && config.texel)
-                most = std::min<std::uint64_t>(most, caps.max_texel_buffer_elements * view_bytes(config.view(dtype)));
+            if (texel && view_texel)
+                most = std::min<std::uint64_t>(most, caps.max_texel_buffer_elements * view_bytes(view(dtype)));
             if (out.range > most) culprit = name;
             return out.range <= most;
         };
@@ -100,30 +106,38 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardConfi
                                 " bytes.");
     }
 
-    const std::int64_t q_groups = (p.group * p.Nq + config.subgroups * config.q_rows - 1) / (config.subgroups * config.q_rows);
-    const std::int64_t kv_groups = (p.Nkv + config.subgroups * config.kv_keys - 1) / (config.subgroups * config.kv_keys);
-    if (std::max(q_groups, kv_groups) > caps.max_workgroup_count[0])
-        throw ResourceLimit("q: the backward pass's grid of " + std::to_string(std::max(q_groups, kv_groups)) +
-                            " row blocks passes the device's " + std::to_string(caps.max_workgroup_count[0]) + ".");
-    if (const std::int64_t most = backward_keys_limit(caps, config, p); most > 0 && p.Nkv > most)
-        throw ResourceLimit("k: " + std::to_string(p.Nkv) + " keys pass the " + std::to_string(most) +
-                            " that one workgroup of the backward pass may visit on this device (its shader loops "
-                            "stop after " + std::to_string(caps.max_loop_iterations) + " iterations).");
-    if (const std::int64_t most = backward_queries_limit(caps, config, p); most > 0 && p.Nq > most)
-        throw ResourceLimit("q: " + std::to_string(p.Nq) + " queries pass the " + std::to_string(most) +
-                            " that one workgroup of the backward pass may visit on this device (its shader loops "
-                            "stop after " + std::to_string(caps.max_loop_iterations) + " iterations).");
+    if (fused) {
+        const BackwardConfig& config = choice.fused;
+        const std::int64_t q_groups = (p.group * p.Nq + config.subgroups * config.q_rows - 1) / (config.subgroups * config.q_rows);
+        const std::int64_t kv_groups = (p.Nkv + config.subgroups * config.kv_keys - 1) / (config.subgroups * config.kv_keys);
+        if (std::max(q_groups, kv_groups) > caps.max_workgroup_count[0])
+            throw ResourceLimit("q: the backward pass's grid of " + std::to_string(std::max(q_groups, kv_groups)) +
+                                " row blocks passes the device's " + std::to_string(caps.max_workgroup_count[0]) + ".");
+        if (const std::int64_t most = backward_keys_limit(caps, config, p); most > 0 && p.Nkv > most)
+            throw ResourceLimit("k: " + std::to_string(p.Nkv) + " keys pass the " + std::to_string(most) +
+                                " that one workgroup of the fused backward may visit on this device (its shader loops "
+                                "stop after " + std::to_string(caps.max_loop_iterations) + " iterations; the unfused "
+                                "backward takes more).");
+        if (const std::int64_t most = backward_queries_limit(caps, config, p); most > 0 && p.Nq > most)
+            throw ResourceLimit("q: " + std::to_string(p.Nq) + " queries pass the " + std::to_string(most) +
+                                " that one workgroup of the fused backward may visit on this device (its shader loops "
+                                "stop after " + std::to_string(caps.max_loop_iterations) + " iterations; the unfused "
+                                "backward takes more).");
+        report.variant = config.describe();
+        bwd_q_kernel(runtime, config, operand_types(p));
+        bwd_kv_kernel(runtime, config, operand_types(p));
+    } else {
+        plan_unfused(caps, limit);
+        report.variant = choice.unfused.describe();
+    }
 
-    report.path = Impl::fused;
-    report.variant = config.describe();
+    report.path = choice.path;
     if (chunks_.size() > 1) report.variant += " chunks=" + std::to_string(chunks_.size());
     report.slices = static_cast<std::uint32_t>(chunks_.size());
     report.flops = p.visible_pairs() * 2.0 * static_cast<double>(3 * p.Dk + 2 * p.Dv);
     // The pipelines now, so that recording only records.
     bwd_delta_kernel(runtime, p.dtype);
     if (!p.sinks.empty()) bwd_sinks_kernel(runtime);
-    bwd_q_kernel(runtime, config, operand_types(p));
-    bwd_kv_kernel(runtime, config, operand_types(p));
 }
 
 void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
@@ -152,15 +166,15 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
     };
     // The bindings every kernel over q, k, v and dO shares (each kernel adds its outputs).
     auto inputs = [&](const BackwardChunk& c) {
-        return std::vector<Binding>{bind(1, *f.q, c.q, config_.view(p.dtype)),
-                                    bind(2, *f.k, c.k, config_.view(p.k_dtype)),
-                                    bind(3, *f.v, c.v, config_.view(p.v_dtype)),
+        return std::vector<Binding>{bind(1, *f.q, c.q, view(p.dtype)),
+                                    bind(2, *f.k, c.k, view(p.k_dtype)),
+                                    bind(3, *f.v, c.v, view(p.v_dtype)),
                                     bind(5, *f.lse, c.lse),
                                     bind(6, *f.lengths, f.lengths_slice),
                                     bind(7, *f.bool_mask, c.masks.bool_mask),
                                     bind(8, *f.float_mask, c.masks.float_mask),
                                     bind(9, *f.head_terms, whole(f.head_terms_bytes)),
-                                    bind(10, *b.grad_out, c.grad_out, config_.view(p.dtype)),
+                                    bind(10, *b.grad_out, c.grad_out, view(p.dtype)),
                                     bind(11, delta, c.delta)};
     };
 
@@ -213,23 +227,32 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
         }
     }
 
+    if (choice_.path == Impl::unfused) {
+        const vk::Buffer& scores = program.scratch(scores_bytes(), "the backward's scores S");
+        const vk::Buffer& grad_scores = program.scratch(scores_bytes(), "the backward's score gradients dP");
+        const vk::Buffer& dk_sum = program.scratch(sum_bytes(p.Dk), "the backward's dK sums");
+        const vk::Buffer& dv_sum = program.scratch(sum_bytes(p.Dv), "the backward's dV sums");
+        for (const BackwardChunk& c : chunks_) record_unfused(program, b, c, delta, scores, grad_scores, dk_sum, dv_sum);
+        program.barrier();
+        return;
+    }
     // dQ and dK/dV, per chunk and column pass.
     for (const BackwardChunk& c : chunks_)
-        for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
+        for (std::uint32_t pass = 0; pass < choice_.fused.column_passes; ++pass) {
             BackwardParams pp = params_of(c);
-            pp.first_column = pass * config_.columns_per_pass();
+            pp.first_column = pass * choice_.fused.columns_per_pass();
             if (b.dq != nullptr) {
-                Dispatch dq{.kernel = &bwd_q_kernel(runtime_, config_, operand_types(p)), .params = pp, .bindings = inputs(c)};
+                Dispatch dq{.kernel = &bwd_q_kernel(runtime_, choice_.fused, operand_types(p)), .params = pp, .bindings = inputs(c)};
                 dq.bindings.push_back(bind(4, *b.dq, c.dq));
-                dq.groups = {u32((p.group * p.Nq + config_.subgroups * config_.q_rows - 1) / (config_.subgroups * config_.q_rows)),
+                dq.groups = {u32((p.group * p.Nq + choice_.fused.subgroups * choice_.fused.q_rows - 1) / (choice_.fused.subgroups * choice_.fused.q_rows)),
                              u32(c.units), 1};
                 program.dispatch(dq);
             }
             if (b.dk != nullptr) {
-                Dispatch dkv{.kernel = &bwd_kv_kernel(runtime_, config_, operand_types(p)), .params = pp, .bindings = inputs(c)};
+                Dispatch dkv{.kernel = &bwd_kv_kernel(runtime_, choice_.fused, operand_types(p)), .params = pp, .bindings = inputs(c)};
                 dkv.bindings.push_back(bind(4, *b.dk, c.dk));
                 dkv.bindings.push_back(bind(12, *b.dv, c.dv));
-                dkv.groups = {u32((p.Nkv + config_.subgroups * config_.kv_keys - 1) / (config_.subgroups * config_.kv_keys)),
+                dkv.groups = {u32((p.Nkv + choice_.fused.subgroups * choice_.fused.kv_keys - 1) / (choice_.fused.subgroups * choice_.fused.kv_keys)),
                               u32(c.units), 1};
                 program.dispatch(dkv);
             }

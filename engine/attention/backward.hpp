@@ -44,12 +44,20 @@ struct BackwardChunk {
     MaskSlices masks;
 };
 
+// The path of dQ, dK and dV and its configuration: the fused kernels (flash_bwd_q, flash_bwd_kv)
+// or three stages (bmm, bwd_scores, bmm).
+struct BackwardChoice {
+    Impl path = Impl::fused;  // fused or unfused
+    BackwardConfig fused;
+    UnfusedBackwardConfig unfused;
+};
+
 class BackwardRun {
 public:
     // Plans the dispatches over chunks of whole units, as many per chunk as every binding allows;
     // refuses (ResourceLimit naming the tensor and the limit) what it cannot cut: one unit past a
     // binding, the sinks' or the mask's whole tensors past one, a sequence past the loop budget.
-    BackwardRun(Runtime& runtime, const Problem& problem, const BackwardConfig& config, const BackwardOperands& operands);
+    BackwardRun(Runtime& runtime, const Problem& problem, const BackwardChoice& choice, const BackwardOperands& operands);
 
     // Records Δ, the sinks' gradient (when `d_sinks` is bound), the float mask's (when
     // `d_float_mask` is), dQ (when `dq` is) and dK/dV (when `dk` is; `dv` must be bound with it).
@@ -58,9 +66,27 @@ public:
     AttentionReport report;
 
 private:
+    // The three-stage path's blocks (attention/unfused_backward.cpp): block_units_, block_rows_,
+    // sums_kv_; refuses what its loops cannot take.
+    void plan_unfused(const vk::DeviceCaps& caps, std::uint64_t binding_limit);
+    // Its scratch: S and dP, and dK's and dV's fp32 sums (16 bytes when unused).
+    std::uint64_t scores_bytes() const;
+    std::uint64_t sum_bytes(std::int64_t features) const;
+    // The three-stage dQ, dK, dV of one chunk (attention/unfused_backward.cpp).
+    void record_unfused(Program& program, const BackwardBuffers& buffers, const BackwardChunk& chunk,
+                        const vk::Buffer& delta, const vk::Buffer& scores, const vk::Buffer& grad_scores,
+                        const vk::Buffer& dk_sum, const vk::Buffer& dv_sum) const;
+    // The texel view an operand of type t is bound through (the storage buffer when words are read).
+    TexelView view(DType t) const;
+
     Runtime& runtime_;
     const Problem& p_;
-    BackwardConfig config_;
+    BackwardChoice choice_;
+    // The three-stage path: units and query rows per block of the score scratch (each of S and dP
+    // holds block_units·block_rows rows of Nkv padded to 4 floats), and whether dK and dV sum
+    // several blocks (or query heads) in fp32 scratch before their last one is stored.
+    std::int64_t block_units_ = 0, block_rows_ = 0;
+    bool sums_kv_ = false;
     std::vector<BackwardChunk> chunks_;
     std::optional<BackwardChunk> whole_;  // every unit at once: the mask's kernel (the sinks' reads lse and Δ only)
 };

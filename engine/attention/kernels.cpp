@@ -10,7 +10,7 @@ namespace {
 
 // bmm.comp's constant_ids.
 enum BmmConstant : std::uint32_t {
-    kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType
+    kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType, kATransposed
 };
 
 // An output's storage in a variant's name: "32", "16", "bf16".
@@ -47,9 +47,11 @@ std::uint32_t shader_type_code(DType t) {
     throw Error("internal: no shader reads " + to_string(t) + ".");
 }
 
-const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, bool b_transposed, DType a, DType b, DType out,
+const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form, DType a, DType b, DType out,
                              BmmAdd add) {
     if (c.texel) check_texel_inputs({a, b});
+    if (form == BmmForm::at_b && (c.shared_tiles || c.tm % 4 != 0))
+        throw Error("internal: bmm.comp reads a transposed A without shared tiles, 4·k rows per invocation.");
     vk::KernelKey key{
         .shader = std::string(c.texel ? "bmm_texel_c" : "bmm_words_c") + out_suffix(out),
         .constants = {
@@ -58,7 +60,8 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, bool b_transp
             {.id = kWgN, .value = c.wg_n},
             {.id = kTm, .value = c.tm},
             {.id = kTn4, .value = c.tn4},
-            {.id = kBTransposed, .value = b_transposed ? 1u : 0u},
+            {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
+            {.id = kATransposed, .value = form == BmmForm::at_b ? 1u : 0u},
             {.id = kSharedTiles, .value = c.shared_tiles ? 1u : 0u},
             {.id = kKs4, .value = c.ks4},
             {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
@@ -126,6 +129,8 @@ const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o) {
 }
 
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_sinks"}); }
+
+const vk::Kernel& bwd_scores_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_scores"}); }
 
 const vk::Kernel& bwd_mask_kernel(Runtime& runtime, const OperandTypes& types) {
     return runtime.kernels().get({.shader = "bwd_mask",

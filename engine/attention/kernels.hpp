@@ -19,8 +19,8 @@ enum class BmmAdd : std::uint32_t { none = 0, bias = 1, residual = 2 };
 std::uint32_t shader_type_code(DType dtype);
 
 // bmm.comp: A's and B's storage types (texel variants: f32/f16 only), C's.
-const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, bool b_transposed, DType a, DType b,
-                             DType c, BmmAdd add = BmmAdd::none);
+const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& config, BmmForm form, DType a, DType b, DType c,
+                             BmmAdd add = BmmAdd::none);
 const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& config);
 // The pools (bindings) of K and of V that the paged flash variants can read.
 constexpr std::uint32_t kMaxPagedPools = 4;
@@ -41,6 +41,7 @@ const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o);
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime);
 const vk::Kernel& bwd_mask_kernel(Runtime& runtime, const OperandTypes& types);
+const vk::Kernel& bwd_scores_kernel(Runtime& runtime);
 const vk::Kernel& bwd_q_kernel(Runtime& runtime, const BackwardConfig& config, const OperandTypes& types);
 const vk::Kernel& bwd_kv_kernel(Runtime& runtime, const BackwardConfig& config, const OperandTypes& types);
 // kv_append.comp: rows of `in` dtype into K and V caches of `k_out` and `v_out` dtypes (contiguous

@@ -130,6 +130,8 @@ struct alignas(16) BackwardParams {
     TensorDesc q, k, v, o, grad_out, lse, delta, dq, dk, dv;
     std::array<std::uint32_t, 4> mask_shape{};  // bwd_mask: the float mask's own rank-4 shape
     std::array<std::uint32_t, 4> mask_work{};   // bwd_mask: first broadcast index, count, mask elements, 0
+    TensorDesc scores;                          // bwd_scores: S and dP, f32, by (b, hk, query row)
+    std::array<std::uint32_t, 4> scores_work{}; // bwd_scores: query head g of each unit's group, first row, 0, keys padded to 4
 };
 
 // kv_append.comp (both modes): units are (b, kv head), rows are the cache's.
@@ -260,7 +262,9 @@ static_assert(offsetof(BackwardParams, grad_out) == 288);
 static_assert(offsetof(BackwardParams, dv) == 448);
 static_assert(offsetof(BackwardParams, mask_shape) == 480);
 static_assert(offsetof(BackwardParams, mask_work) == 496);
-static_assert(sizeof(BackwardParams) == 512);
+static_assert(offsetof(BackwardParams, scores) == 512);
+static_assert(offsetof(BackwardParams, scores_work) == 544);
+static_assert(sizeof(BackwardParams) == 560);
 
 static_assert(offsetof(AppendParams, B) == 0);
 static_assert(offsetof(AppendParams, new_rows) == 12);

@@ -50,6 +50,14 @@ BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverride
     return c;
 }
 
+// bmm.comp reads a transposed A as an outer product: TM (a multiple of 4) consecutive rows per
+// vec4 load, never through shared tiles.
+BmmConfig transposed_a(BmmConfig c) {
+    c.shared_tiles = false;
+    c.tm = std::max<std::uint32_t>(4, c.tm / 4 * 4);
+    return c;
+}
+
 }  // namespace
 
 bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_length) {
@@ -310,6 +318,41 @@ std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardCo
     return backward_blocks(caps, c, p, std::max<std::int64_t>(1, p.group)) * c.subgroup * c.kv_rows_per_lane;
 }
 
+bool backward_fused_fits(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
+    const std::int64_t q_groups = (p.group * p.Nq + c.subgroups * c.q_rows - 1) / (c.subgroups * c.q_rows);
+    const std::int64_t kv_groups = (p.Nkv + c.subgroups * c.kv_keys - 1) / (c.subgroups * c.kv_keys);
+    const std::int64_t keys = backward_keys_limit(caps, c, p), queries = backward_queries_limit(caps, c, p);
+    return std::max(q_groups, kv_groups) <= caps.max_workgroup_count[0] && (keys == 0 || p.Nkv <= keys) &&
+           (queries == 0 || p.Nq <= queries);
+}
+
+std::string UnfusedBackwardConfig::describe() const {
+    return "unfused-backward[S,dP " + scores.describe() + " dQ " + dq.describe() + " dK,dV " + dkv.describe() + "]";
+}
+
+UnfusedBackwardConfig choose_unfused_backward(const vk::DeviceCaps& caps, const Problem& p,
+                                              const std::array<std::int64_t, 4>& q_strides,
+                                              const std::array<std::int64_t, 4>& k_strides,
+                                              const std::array<std::int64_t, 4>& v_strides,
+                                              const std::array<std::int64_t, 4>& grad_out_strides,
+                                              const VariantOverrides& overrides) {
+    // One load rule for all five products (bmm.comp's TEXEL applies to both operands): the score
+    // scratch is f32 with rows padded to 4, so texels need only q, k, v and dO rows on 4 elements.
+    UnfusedBackwardConfig c;
+    c.texel = overrides.texel_loads.value_or(true) && caps.texel_rgba32f && texel_supported(caps, p.dtype) &&
+              texel_supported(caps, p.k_dtype) && texel_supported(caps, p.v_dtype) && texel_aligned(q_strides, p.Dk) &&
+              texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv) && texel_aligned(grad_out_strides, p.Dv);
+    c.scores = base_bmm(caps, c.texel, overrides);
+    c.dq = c.scores;
+    c.dkv = transposed_a(c.scores);
+    return c;
+}
+
+std::int64_t unfused_backward_inner_limit(const vk::DeviceCaps& caps) {
+    // bmm.comp's K loop steps a vec4 of the inner dimension per iteration.
+    return caps.max_loop_iterations == 0 ? 0 : 4 * loop_budget(caps);
+}
+
 std::int64_t backward_mask_terms_per_dispatch(const vk::DeviceCaps& caps, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
     // One term iterates once, plus ceil(Dk/4) and ceil(Dv/4) times for its two dot products.
@@ -332,11 +375,17 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
 
 BmmConfig choose_linear(const vk::DeviceCaps& caps, DType dtype, std::int64_t in_features, std::uint64_t largest_operand_bytes,
                         const VariantOverrides& overrides) {
-    // Y = X·Wᵀ reads rows of X and of W along the input features: texels need them 4-aligned, and
-    // every operand within the device's texel-buffer limit.
-    const bool texel = overrides.texel_loads.value_or(true) && texel_supported(caps, dtype) && in_features % 4 == 0 &&
-                       largest_operand_bytes <= caps.max_texel_buffer_elements * texel_bytes(dtype);
-    return base_bmm(caps, texel, overrides);
+    // Y = X·Wᵀ reads rows of X and of W along the input features: texels need them 4-aligned.
+    return choose_product(caps, {dtype}, in_features % 4 == 0, largest_operand_bytes, BmmForm::a_bt, overrides);
+}
+
+BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType> types, bool aligned,
+                         std::uint64_t largest_operand_bytes, BmmForm form, const VariantOverrides& overrides) {
+    bool texel = overrides.texel_loads.value_or(true) && aligned;
+    for (const DType t : types)
+        texel = texel && texel_supported(caps, t) && largest_operand_bytes <= caps.max_texel_buffer_elements * texel_bytes(t);
+    const BmmConfig c = base_bmm(caps, texel, overrides);
+    return form == BmmForm::at_b ? transposed_a(c) : c;
 }
 
 }  // namespace vkattn::detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -22,6 +23,10 @@ struct BmmConfig {
     std::uint32_t block_cols() const { return wg_n * 4 * tn4; }
     std::string describe() const;
 };
+
+// Which operand bmm.comp reads transposed: C = A·Bᵀ (B stored [N][K]: scores, projections), A·B,
+// or Aᵀ·B (A stored [K][M]: the backward's dV, dK and weight gradients; no shared tiles).
+enum class BmmForm : std::uint8_t { a_bt, a_b, at_b };
 
 struct SoftmaxConfig {
     bool subgroup_ops = true;
@@ -101,6 +106,30 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
 // loop budget runs out (0 = unlimited): the backward refuses longer sequences on such devices.
 std::int64_t backward_keys_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
 std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
+// Whether the fused backward runs this problem on this device: its grid and its loop budget
+// (backward_keys_limit, backward_queries_limit). Automatic choice takes three stages otherwise.
+bool backward_fused_fits(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
+
+// The three-stage backward (docs/design/TRAINING.md): per query head of each group and block of
+// query rows, S = scale·Q·Kᵀ and dP = dO·Vᵀ (bmm), dS and P̃ in place (bwd_scores.comp), then
+// dQ = scale·dS·K, dV += P̃ᵀ·dO and dK += scale·dSᵀ·Q (bmm, the last two with a transposed A).
+struct UnfusedBackwardConfig {
+    bool texel = false;  // every product reads texels (q, k, v, dO rows on 4 elements; f32/f16)
+    BmmConfig scores;    // S and dP: A·Bᵀ
+    BmmConfig dq;        // dQ: A·B
+    BmmConfig dkv;       // dK, dV: Aᵀ·B
+    std::string describe() const;
+};
+UnfusedBackwardConfig choose_unfused_backward(const vk::DeviceCaps& caps, const Problem& problem,
+                                              const std::array<std::int64_t, 4>& q_strides,
+                                              const std::array<std::int64_t, 4>& k_strides,
+                                              const std::array<std::int64_t, 4>& v_strides,
+                                              const std::array<std::int64_t, 4>& grad_out_strides,
+                                              const VariantOverrides& overrides);
+// The most keys (the inner dimension of dQ = dS·K) and query rows per block (of dK, dV) one bmm
+// invocation may loop over on devices with a loop budget (0 = unlimited).
+std::int64_t unfused_backward_inner_limit(const vk::DeviceCaps& caps);
+
 // bwd_mask.comp: how many broadcast terms one dispatch may sum per mask element (0 = all).
 std::int64_t backward_mask_terms_per_dispatch(const vk::DeviceCaps& caps, const Problem& problem);
 
@@ -130,6 +159,14 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& problem,
 // A linear layer's product Y = X·Wᵀ + b (the multi-head module's projections), operands of `dtype`.
 BmmConfig choose_linear(const vk::DeviceCaps& caps, DType dtype, std::int64_t in_features,
                         std::uint64_t largest_operand_bytes, const VariantOverrides& overrides);
+
+// One product of a backward pass (the layer's dX = dY·W and dW = dYᵀ·X, the three-stage
+// attention's dP, dQ, dK, dV): texel loads where `aligned` (every row read through a texel view
+// starts on 4 elements and holds a multiple of 4), `types` have float views and the largest operand
+// is within the texel limit. A transposed A never stages shared tiles: bmm.comp reads it as an outer
+// product, TM rows (a multiple of 4) per vec4.
+BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType> types, bool aligned,
+                         std::uint64_t largest_operand_bytes, BmmForm form, const VariantOverrides& overrides);
 
 // The GEMM ceiling's configuration: the same bmm shader, tuned for one large square product.
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,

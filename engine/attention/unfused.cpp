@@ -204,7 +204,7 @@ public:
         const vk::Buffer* stats = &r.scratch(z.stats, "the softmax row statistics over key slices");
         const Problem& p = p_;
         const KeyCut& cut = plan_.cut;
-        const vk::Kernel& scores_kernel = bmm_kernel(runtime_, config_.scores, true, p.dtype, p.k_dtype, DType::f32);
+        const vk::Kernel& scores_kernel = bmm_kernel(runtime_, config_.scores, BmmForm::a_bt, p.dtype, p.k_dtype, DType::f32);
         const vk::Kernel& softmax = softmax_kernel(runtime_, config_.softmax);
         const std::size_t n_slices = cut.slices.size();
         for (const Chunk& c : plan_.chunks) {
@@ -270,7 +270,7 @@ public:
                 const vk::Buffer& into = *accumulators[i % 2];
                 const vk::Buffer& from = *accumulators[(i + 1) % 2];
                 const DType out = last ? p.dtype : DType::f32;
-                const vk::Kernel& kernel = bmm_kernel(runtime_, config_.output, false, DType::f32, p.v_dtype, out,
+                const vk::Kernel& kernel = bmm_kernel(runtime_, config_.output, BmmForm::a_b, DType::f32, p.v_dtype, out,
                                                       first ? BmmAdd::none : BmmAdd::residual);
                 const Slice acc = whole(planner_.accumulator_bytes(c));
                 const TensorDesc acc_desc = accumulator_desc(c);

@@ -127,13 +127,13 @@ AttentionReport record_forward(BatchState& batch, const std::shared_ptr<const Mh
         program = std::make_shared<Program>(runtime);
         auto bias = [&](int i) { return l.b[i].defined() ? &l.b[i] : nullptr; };
         using P = MultiHeadAttention::Projection;
-        record_linear(*program, runtime, {&c.x_q, &l.w[P::q], bias(P::q), &q, q_rows, E, E}, l.dtype);
-        record_linear(*program, runtime, {&c.x_k, &l.w[P::k], bias(P::k), &k, kv_rows, l.config.kdim, E}, l.dtype);
-        record_linear(*program, runtime, {&c.x_v, &l.w[P::v], bias(P::v), &v, kv_rows, l.config.vdim, E}, l.dtype);
+        record_linear(*program, runtime, {&c.x_q, &l.w[P::q], bias(P::q), &q, q_rows, E, E});
+        record_linear(*program, runtime, {&c.x_k, &l.w[P::k], bias(P::k), &k, kv_rows, l.config.kdim, E});
+        record_linear(*program, runtime, {&c.x_v, &l.w[P::v], bias(P::v), &v, kv_rows, l.config.vdim, E});
         program->barrier();
         core->record(*program, in, out);
         program->barrier();
-        record_linear(*program, runtime, {&o, &l.w[P::o], bias(P::o), &c.out, q_rows, E, E}, l.dtype);
+        record_linear(*program, runtime, {&o, &l.w[P::o], bias(P::o), &c.out, q_rows, E, E});
         if (cache) l.programs.insert(key, program);
     }
     const Storage& out_storage = *TensorAccess::storage(c.out);
@@ -212,9 +212,9 @@ void decode_over(const std::shared_ptr<const MhaLayerState>& layer, Batch& batch
     };
     // 1. q, k and v of the new tokens only.
     replay(key_of({&x, &q, &k, &v}, {1, T, N}), [&](Program& p) {
-        record_linear(p, runtime, {&x, &l.w[P::q], bias(P::q), &q, rows, E, E}, l.dtype);
-        record_linear(p, runtime, {&x, &l.w[P::k], bias(P::k), &k, rows, E, E}, l.dtype);
-        record_linear(p, runtime, {&x, &l.w[P::v], bias(P::v), &v, rows, E, E}, l.dtype);
+        record_linear(p, runtime, {&x, &l.w[P::q], bias(P::q), &q, rows, E, E});
+        record_linear(p, runtime, {&x, &l.w[P::k], bias(P::k), &k, rows, E, E});
+        record_linear(p, runtime, {&x, &l.w[P::v], bias(P::v), &v, rows, E, E});
     });
     // 2. Their keys and values into the cache, through head views of the projections.
     cache.append(batch, l.heads(s.k, N, T), l.heads(s.v, N, T));
@@ -225,7 +225,7 @@ void decode_over(const std::shared_ptr<const MhaLayerState>& layer, Batch& batch
     runtime.plans().get(runtime, spec_of(in, core_out, options))->run(state, in, core_out, true);
     // 4. The output projection.
     replay(key_of({&o_rows, &out}, {2, T, N}), [&](Program& p) {
-        record_linear(p, runtime, {&o_rows, &l.w[P::o], bias(P::o), &out, rows, E, E}, l.dtype);
+        record_linear(p, runtime, {&o_rows, &l.w[P::o], bias(P::o), &out, rows, E, E});
     });
     state.keep(std::const_pointer_cast<MhaLayerState>(layer));
     keep_all(state, {&x, &out, &q, &k, &v, &o_rows});

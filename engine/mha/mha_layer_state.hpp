@@ -71,4 +71,20 @@ struct MhaForward {
 AttentionReport record_forward(BatchState& batch, const std::shared_ptr<const MhaLayerState>& layer,
                                const MhaForward& call, bool cache, bool timed);
 
+// One backward pass over activations on the device (mha/mha_backward.cpp).
+struct MhaBackward {
+    MhaForward forward;    // the inputs, masks and options (its out and weights unused)
+    DeviceTensor grad_out; // [L·N, E], the layer's dtype
+    // f32 [rows, features] of query, key and value; an input that is an earlier one (key or value
+    // the query, value the key) has none: its gradient is summed into that one's.
+    DeviceTensor dx[3];
+    DeviceTensor dw[4], db[4];  // f32 [out, in] and [out] in Projection order; db empty without bias
+};
+
+// Records the forward again (projections and the core, with its log-sum-exp), then the output
+// projection's gradients, the core's backward (vkattn::attention_backward) and the input
+// projections'. Returns the core backward's report.
+AttentionReport record_backward(BatchState& batch, const std::shared_ptr<const MhaLayerState>& layer,
+                                const MhaBackward& call);
+
 }  // namespace vkattn::detail

@@ -204,6 +204,37 @@ MhaProblem resolve_mha(const MhaConfig& config, const MhaInputs& in, const MhaOu
     return p;
 }
 
+void check_mha_grad_out(const MhaProblem& p, const MhaInputs& inputs, const HostArray& grad_out) {
+    std::vector<std::int64_t> want = inputs.query.shape;
+    want.back() = p.E;
+    if (grad_out.data == nullptr) throw InvalidArgument("grad_out", "the tensor has no data pointer.");
+    expect_shape("grad_out", grad_out.shape, want, "the output's: the query's with embed_dim features");
+}
+
+std::vector<MhaGradients::Parameter> named_parameters(const MhaProblem& mp, bool bias, std::vector<float> (&dw)[4],
+                                                      std::vector<float> (&db)[4]) {
+    using P = MultiHeadAttention::Projection;
+    const std::int64_t E = mp.E;
+    std::vector<MhaGradients::Parameter> out;
+    if (mp.kdim == E && mp.vdim == E) {
+        std::vector<float> packed;
+        for (int i = 0; i < 3; ++i) packed.insert(packed.end(), dw[i].begin(), dw[i].end());
+        out.push_back({"in_proj_weight", {3 * E, E}, std::move(packed)});
+    } else {
+        out.push_back({"q_proj_weight", {E, E}, std::move(dw[P::q])});
+        out.push_back({"k_proj_weight", {E, mp.kdim}, std::move(dw[P::k])});
+        out.push_back({"v_proj_weight", {E, mp.vdim}, std::move(dw[P::v])});
+    }
+    if (bias) {
+        std::vector<float> packed;
+        for (int i = 0; i < 3; ++i) packed.insert(packed.end(), db[i].begin(), db[i].end());
+        out.push_back({"in_proj_bias", {3 * E}, std::move(packed)});
+    }
+    out.push_back({"out_proj.weight", {E, E}, std::move(dw[P::o])});
+    if (bias) out.push_back({"out_proj.bias", {E}, std::move(db[P::o])});
+    return out;
+}
+
 void store_mha_weights(const MhaProblem& p, const std::vector<float>& per_head, float* dst) {
     const std::int64_t plane = p.L * p.S;
     if (!p.average_weights) {

@@ -52,6 +52,14 @@ std::array<std::int64_t, 4> mha_head_strides(bool batch_first, std::int64_t N, s
 MhaProblem resolve_mha(const MhaConfig& config, const MhaInputs& inputs, const MhaOutputs& outputs,
                        const MhaOptions& options);
 
+// grad_out of backward(): the forward's output shape (the query's with E features), with data.
+void check_mha_grad_out(const MhaProblem& problem, const MhaInputs& inputs, const HostArray& grad_out);
+
+// PyTorch's parameter gradients from the four projections' (Projection order; db empty without
+// bias): in_proj_weight and in_proj_bias packed when kdim = vdim = embed_dim, state_dict() order.
+std::vector<MhaGradients::Parameter> named_parameters(const MhaProblem& problem, bool bias, std::vector<float> (&dw)[4],
+                                                      std::vector<float> (&db)[4]);
+
 // Averages per-head weights [N, H, L, S] into [N, L, S], or copies them, into `dst`.
 void store_mha_weights(const MhaProblem& problem, const std::vector<float>& per_head, float* dst);
 

@@ -203,9 +203,9 @@ PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::mov
     scratch_bytes = path->scratch_bytes() + (problem.want_lse ? 0 : allocated_bytes(lse_bytes(problem)));
     // Build the main pipelines now, so the first run records only.
     if (choice.impl == Impl::unfused) {
-        bmm_kernel(rt, choice.unfused.scores, true, problem.dtype, problem.k_dtype, DType::f32);
+        bmm_kernel(rt, choice.unfused.scores, BmmForm::a_bt, problem.dtype, problem.k_dtype, DType::f32);
         softmax_kernel(rt, choice.unfused.softmax);
-        bmm_kernel(rt, choice.unfused.output, false, DType::f32, problem.v_dtype, problem.dtype);
+        bmm_kernel(rt, choice.unfused.output, BmmForm::a_b, DType::f32, problem.v_dtype, problem.dtype);
     } else {
         flash_kernel(rt, choice.fused, operand_types(problem), choice.impl == Impl::split,
                      spec.paged ? static_cast<std::uint32_t>(spec.paged->pools) : 0);

@@ -100,10 +100,20 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
             variant.texel_loads = false;
         }
     }
+    // The path: the fused kernels unless asked for three stages, or, chosen automatically, where the
+    // device lacks their subgroup operations or the sequence passes their loop budget. The forward's
+    // split path has no backward of its own: the fused one serves it.
+    const vk::DeviceCaps& caps = runtime.device().caps();
     std::string why;
-    const std::optional<BackwardConfig> config =
-        choose_backward(runtime.device().caps(), p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), variant, &why);
-    if (!config) throw ResourceLimit("the device cannot run the backward pass: " + why + ".");
+    const std::optional<BackwardConfig> fused =
+        choose_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), variant, &why);
+    BackwardChoice choice;
+    choice.path = options.impl == Impl::unfused ? Impl::unfused : Impl::fused;
+    if (options.impl == Impl::automatic && (!fused || !backward_fused_fits(caps, *fused, p))) choice.path = Impl::unfused;
+    if (choice.path == Impl::fused && !fused)
+        throw ResourceLimit("the device cannot run the fused backward pass: " + why + " (the unfused one needs none of it).");
+    if (fused) choice.fused = *fused;
+    choice.unfused = choose_unfused_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), variant);
 
     BackwardOperands ops;
     ops.forward.q = operand_of(in.q, in.q.strides());
@@ -121,7 +131,7 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     ops.dv = grads.dv.defined() ? operand_of(grads.dv, grads.dv.strides()) : none;
     ops.d_sinks = grads.d_sinks.defined();
     ops.d_float_mask = grads.d_float_mask.defined();
-    const BackwardRun run(runtime, p, *config, ops);
+    const BackwardRun run(runtime, p, choice, ops);
 
     auto placeholder = allocate_storage(runtime, 16, "a placeholder binding");
     std::shared_ptr<Storage> head_terms;

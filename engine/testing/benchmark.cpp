@@ -74,7 +74,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     for (auto& x : b) x = dist(rng);
 
     const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, {});
-    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, false, DType::f32, DType::f32, DType::f32);
+    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, DType::f32, DType::f32, DType::f32);
     auto flat = [&](std::int64_t count, const std::string& what) {
         return detail::own_dense(runtime, DType::f32, {1, 1, 1, count}, what);
     };

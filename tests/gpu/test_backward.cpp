@@ -129,7 +129,10 @@ void check_case(const BackwardCase& c, std::uint32_t seed) {
     Context& context = test::gpu_context();
     const AttentionReport report = attention_backward(context, in.in, in.grad_out.view(), views(gpu, c.sinks), c.options);
     INFO(report.variant);
-    CHECK(test::take_validation_messages(context).empty());
+    const std::string messages = test::take_validation_messages(context);
+    INFO(messages);
+    CHECK(messages.empty());
+    CHECK(report.path == (c.options.impl == Impl::unfused ? Impl::unfused : Impl::fused));
     const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
     for (const auto& [got, want, name] : {std::tuple{&gpu.dq, &ref.dq, "dq"}, std::tuple{&gpu.dk, &ref.dk, "dk"},
                                           std::tuple{&gpu.dv, &ref.dv, "dv"}}) {
@@ -224,6 +227,95 @@ TEST_CASE("gpu backward: every feature against the reference", "[gpu][backward]"
     for (const BackwardCase& c : feature_cases()) check_case(c, seed++);
 }
 
+TEST_CASE("gpu backward unfused: every feature against the reference", "[gpu][backward][unfused]") {
+    std::uint32_t seed = 1500;
+    for (BackwardCase c : feature_cases()) {
+        c.options.impl = Impl::unfused;
+        check_case(c, seed++);
+    }
+}
+
+TEST_CASE("gpu backward unfused: awkward shapes, f16, bf16 and mixed k/v types", "[gpu][backward][unfused]") {
+    std::uint32_t seed = 2500;
+    for (const std::int64_t n : {1, 7, 65, 257})
+        for (const std::int64_t d : {8, 28, 80}) {
+            BackwardCase c;
+            c.name = "causal bottom-right";
+            c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = n, c.Nkv = n + 3, c.Dk = d, c.Dv = d;
+            c.options.causal = Causal::bottom_right;
+            c.options.impl = Impl::unfused;
+            check_case(c, seed++);
+        }
+    for (const DType dtype : {DType::f16, DType::bf16}) {
+        BackwardCase c;
+        c.name = "causal, sinks";
+        c.dtype = dtype;
+        c.options.causal = Causal::top_left;
+        c.options.impl = Impl::unfused;
+        c.sinks = true;
+        check_case(c, seed++);
+    }
+    BackwardCase c;
+    c.name = "f32 q, f16 k, bf16 v";
+    c.k_dtype = DType::f16;
+    c.v_dtype = DType::bf16;
+    c.options.impl = Impl::unfused;
+    const Inputs in(c, seed);
+    Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
+    reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
+    CHECK(testing::compare(gpu.dq.doubles(), ref.dq.doubles(), testing::gradient_tolerance_for(DType::f32)).ok);
+    CHECK(testing::compare(gpu.dk.doubles(), ref.dk.doubles(), testing::gradient_tolerance_for(DType::f16)).ok);
+    CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), testing::gradient_tolerance_for(DType::bf16)).ok);
+}
+
+TEST_CASE("gpu backward unfused: scores past one binding take row blocks, dK and dV summed over them",
+          "[gpu][backward][unfused][slicing]") {
+    BackwardCase c;
+    c.name = "row blocks";
+    c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = 200, c.Nkv = 90, c.Dk = c.Dv = 8;
+    c.options.impl = Impl::unfused;
+    c.options.causal = Causal::bottom_right;
+    c.options.dropout = 0.2;
+    c.options.seed = 5;
+    const Inputs in(c, 7500);
+    Gradients ref = gradients_like(in, c), cut = gradients_like(in, c);
+    reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);
+    // A score row is 92 floats: 24 KiB holds 66 of the 200 rows, so 4 row blocks for each of the 2
+    // query heads, 8 contributions to each dK and dV element.
+    ContextOptions options = test::test_context_options();
+    options.max_binding_bytes = 24 * 1024;
+    Context limited(options);
+    const AttentionReport report = attention_backward(limited, in.in, in.grad_out.view(), views(cut, false), c.options);
+    INFO(report.variant);
+    CHECK(report.path == Impl::unfused);
+    const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
+    CHECK(testing::compare(cut.dq.doubles(), ref.dq.doubles(), tol).ok);
+    CHECK(testing::compare(cut.dk.doubles(), ref.dk.doubles(), tol).ok);
+    CHECK(testing::compare(cut.dv.doubles(), ref.dv.doubles(), tol).ok);
+    CHECK(test::take_validation_messages(limited).empty());
+}
+
+TEST_CASE("gpu backward: automatic takes the fused path; both paths agree", "[gpu][backward][unfused]") {
+    BackwardCase c;
+    c.name = "automatic";
+    c.options.causal = Causal::top_left;
+    c.sinks = true;
+    const Inputs in(c, 7600);
+    Gradients fused = gradients_like(in, c), unfused = gradients_like(in, c);
+    CHECK(attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(fused, true), c.options).path == Impl::fused);
+    c.options.impl = Impl::unfused;
+    CHECK(attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(unfused, true), c.options).path ==
+          Impl::unfused);
+    const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
+    CHECK(testing::compare(unfused.dq.doubles(), fused.dq.doubles(), tol).ok);
+    CHECK(testing::compare(unfused.dk.doubles(), fused.dk.doubles(), tol).ok);
+    CHECK(testing::compare(unfused.dv.doubles(), fused.dv.doubles(), tol).ok);
+    // The sinks' kernel is the same, but each path's forward gives its own lse bits.
+    CHECK(testing::compare(std::vector<double>(unfused.d_sinks.begin(), unfused.d_sinks.end()),
+                           std::vector<double>(fused.d_sinks.begin(), fused.d_sinks.end()), tol).ok);
+}
+
 TEST_CASE("gpu backward: awkward shapes (N and D off every tile)", "[gpu][backward]") {
     std::uint32_t seed = 2000;
     for (const std::int64_t n : {1, 7, 63, 65, 257})
@@ -268,6 +360,7 @@ TEST_CASE("gpu backward: k and v of other float types than q (texel words)", "[g
 TEST_CASE("gpu backward: the same inputs give the same bits", "[gpu][backward][determinism]") {
     BackwardCase c;
     c.name = "determinism";
+    c.options.impl = GENERATE(Impl::fused, Impl::unfused);
     c.Nq = c.Nkv = 200;
     c.options.causal = Causal::top_left;
     c.sinks = true;

@@ -90,6 +90,26 @@ struct MhaReport {
     std::uint64_t device_bytes = 0;
 };
 
+// The gradients of one forward pass (MultiHeadAttention::backward), fp32, named and shaped as PyTorch
+// names and shapes them.
+struct MhaGradients {
+    // Of query, key and value, each in its input's layout. A tensor given as several inputs (key and
+    // value left empty for self-attention, or the same pointer twice) collects the sum of its uses in
+    // the first; the later ones stay empty, as PyTorch accumulates into the one tensor's .grad.
+    std::vector<float> query, key, value;
+    // One per parameter under its state_dict() key: in_proj_weight [3E, E] when kdim = vdim =
+    // embed_dim (PyTorch's packed form), else q_proj_weight [E, E], k_proj_weight [E, kdim],
+    // v_proj_weight [E, vdim]; in_proj_bias [3E] and out_proj.bias [E] with bias; out_proj.weight [E, E].
+    struct Parameter {
+        std::string name;
+        std::vector<std::int64_t> shape;
+        std::vector<float> values;
+    };
+    std::vector<Parameter> parameters;
+    const Parameter* find(const std::string& name) const;  // null when the layer has no such parameter
+    MhaReport report;  // the whole chain's GPU time; flops 3× the forward's (the backward's products)
+};
+
 class MultiHeadAttention {
 public:
     // Checks every shape against the config (InvalidArgument naming the state_dict key) and keeps
@@ -100,6 +120,14 @@ public:
     // before any GPU work; ResourceLimit, VulkanError or DeviceLost otherwise.
     MhaReport forward(Context& context, const MhaInputs& inputs, const MhaOutputs& outputs,
                       const MhaOptions& options = {}) const;
+
+    // The gradients of `grad_out` (dL/d out, the forward's output layout) with respect to the inputs
+    // and every parameter: the forward recomputed (its o and log-sum-exp kept on the device), then the
+    // output projection's, the attention's (vkattn::attention_backward, options.impl picks its path)
+    // and the input projections' gradients, in one submission. Dropout regenerates the forward's
+    // mask from options.seed. Errors as forward(), and grad_out named for its shape.
+    MhaGradients backward(Context& context, const MhaInputs& inputs, const HostArray& grad_out,
+                          const MhaOptions& options = {}) const;
 
     const MhaConfig& config() const { return config_; }
     // W_q, W_k, W_v ([E, E], [E, kdim], [E, vdim]), W_o [E, E]; biases [E] (empty without bias).
@@ -116,5 +144,9 @@ private:
 // projection): the ground truth for forward().
 void reference_multi_head_attention(const MultiHeadAttention& layer, const MhaInputs& inputs,
                                     const MhaOutputs& outputs, const MhaOptions& options = {});
+// backward() on the CPU in double (vkattn's reference attention backward for the core), with the
+// device's storage rounding of inputs and weights for f16/bf16: the ground truth for backward().
+MhaGradients reference_multi_head_attention_backward(const MultiHeadAttention& layer, const MhaInputs& inputs,
+                                                     const HostArray& grad_out, const MhaOptions& options = {});
 
 }  // namespace vkattn
