@@ -478,6 +478,62 @@ TEST_CASE("cli mha: bad input exits 1 with one line naming the flag or file, wri
     }
 }
 
+TEST_CASE("cli mha --grad-out --grads: PyTorch autograd's gradients, one file per input and parameter", "[cli][mha][backward]") {
+    // Cross-attention with kdim and vdim: separate q/k/v_proj_weight and three input gradients; and
+    // self-attention: in_proj_weight, the query's gradient alone.
+    for (const char* name : {"cross_kdim_vdim_mask2d_bool", "self_packed"}) {
+        const fs::path dir = fs::path(VKATTN_FIXTURES) / "mha" / "data" / name;
+        const auto meta = nlohmann::json::parse(std::ifstream(dir / "case.json"));
+        const bool self = meta["self_attention"].get<bool>();
+        INFO(name);
+        Workdir out;
+        std::string flags = "mha --query " + (dir / "query.npy").string() + " --weights " + (dir / "weights").string() +
+                            " --num-heads " + std::to_string(meta["num_heads"].get<int>()) + " --out " + out / "o.npy" +
+                            " --grad-out " + (dir / "grad_out.npy").string() + " --grads " + out / "grads" + " --impl unfused";
+        if (!self) flags += " --key " + (dir / "key.npy").string() + " --value " + (dir / "value.npy").string();
+        if (fs::exists(dir / "attn_mask.npy")) flags += " --attn-mask " + (dir / "attn_mask.npy").string();
+        const Result r = vk_attn(flags);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        CHECK_THAT(r.err, Catch::Contains("backward: attention unfused"));
+        std::vector<std::string> want, got;
+        for (const auto& e : fs::directory_iterator(dir / "grads")) want.push_back(e.path().filename().string());
+        const fs::path written(out / "grads");
+        for (const auto& e : fs::directory_iterator(written)) got.push_back(e.path().filename().string());
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        CHECK(got == want);
+        for (const std::string& file : want) {
+            if (!fs::exists(written / file)) continue;
+            const npy::Array g = npy::read(written / file), w = npy::read(dir / "grads" / file);
+            CHECK(g.shape == w.shape);
+            const Comparison c = compare({g.as<float>(), g.as<float>() + g.count()}, {w.as<float>(), w.as<float>() + w.count()},
+                                         gradient_tolerance_for(DType::f32));
+            INFO(file << ": " << c.message);
+            CHECK(c.ok);
+        }
+    }
+    // Refusals: one line naming the flag, nothing written (neither the output nor the directory).
+    const fs::path fixture = fs::path(VKATTN_FIXTURES) / "mha" / "data" / "self_packed";
+    Workdir dir;
+    const std::string base = "mha --query " + (fixture / "query.npy").string() + " --weights " + (fixture / "weights").string() +
+                             " --num-heads 2 --out " + dir / "o.npy";
+    std::mt19937 rng(5);
+    write_tensor(rng, dir / "short.npy", {5, 2, 7}, false);
+    for (const auto& [flags, names] : std::vector<std::pair<std::string, std::string>>{
+             {" --grad-out " + (fixture / "grad_out.npy").string(), "--grads"},
+             {" --grads " + dir / "g", "--grad-out"},
+             {" --grad-out " + dir / "short.npy" + " --grads " + dir / "g", "--grad-out"}}) {
+        const Result r = vk_attn(base + flags);
+        INFO(flags << "\nstderr: " << r.err);
+        CHECK(r.status == 1);
+        CHECK_THAT(r.err, Catch::Contains(names));
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        CHECK_FALSE(fs::exists(dir / "o.npy"));
+        CHECK_FALSE(fs::exists(dir / "g"));
+    }
+}
+
 TEST_CASE("cli bench --json: one object per point with the documented keys", "[cli]") {
     const Result r = vk_attn("bench --batch 1 --heads 2 --seq 16,40 --dim 8 --repeat 2 --warmup 1 --validate --json");
     INFO(r.err);

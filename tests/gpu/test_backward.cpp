@@ -296,6 +296,33 @@ TEST_CASE("gpu backward unfused: scores past one binding take row blocks, dK and
     CHECK(test::take_validation_messages(limited).empty());
 }
 
+TEST_CASE("gpu backward: keys past the fused kernels' loop budget take three stages", "[gpu][backward][unfused]") {
+    // lavapipe ends a shader loop after 65,535 iterations: the fused dQ kernel visits about 90,000
+    // keys at D = 64; 120,000 keys go to the three-stage path, whose products loop over a vec4 per
+    // iteration; the fused path, forced, refuses by name.
+    BackwardCase c;
+    c.name = "long keys";
+    c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = 3, c.Nkv = 120000, c.Dk = c.Dv = 64;
+    c.options.causal = Causal::bottom_right;
+    const Inputs in(c, 7700);
+    Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
+    reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);
+    const AttentionReport report = attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
+    CHECK(report.path == Impl::unfused);
+    const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
+    CHECK(testing::compare(gpu.dq.doubles(), ref.dq.doubles(), tol).ok);
+    CHECK(testing::compare(gpu.dk.doubles(), ref.dk.doubles(), tol).ok);
+    CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), tol).ok);
+    c.options.impl = Impl::fused;
+    try {
+        attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
+        FAIL("no error");
+    } catch (const ResourceLimit& e) {
+        CHECK_THAT(std::string(e.what()), Catch::StartsWith("k: 120000 keys") && Catch::Contains("unfused backward"));
+    }
+    CHECK(test::take_validation_messages(test::gpu_context()).empty());
+}
+
 TEST_CASE("gpu backward: automatic takes the fused path; both paths agree", "[gpu][backward][unfused]") {
     BackwardCase c;
     c.name = "automatic";

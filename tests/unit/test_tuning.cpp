@@ -325,6 +325,42 @@ TEST_CASE("tuning: the backward's rows, slots, passes and loads", "[unit][tuning
     CHECK_THAT(why, Catch::Contains("shuffle"));
 }
 
+TEST_CASE("tuning: the fused backward fits the loop budget; three stages take the rest", "[unit][tuning][backward]") {
+    const std::array<std::int64_t, 4> aligned{8 * 64 * 64, 64 * 64, 64, 1}, odd{5 * 9 * 9, 9 * 9, 9, 1};
+    vk::DeviceCaps caps = lavapipe_like();
+    caps.max_loop_iterations = 65535;  // lavapipe's loop budget
+    std::string why;
+    const Problem small = problem(1, 8, 8, 1024, 1024, 64, 64), long_keys = problem(1, 1, 1, 64, 200000, 64, 64);
+    CHECK(backward_fused_fits(caps, *choose_backward(caps, small, aligned, aligned, aligned, aligned, {}, &why), small));
+    CHECK_FALSE(backward_fused_fits(caps, *choose_backward(caps, long_keys, aligned, aligned, aligned, aligned, {}, &why),
+                                    long_keys));
+    vk::DeviceCaps unlimited = caps;
+    unlimited.max_loop_iterations = 0;  // GPUs
+    CHECK(backward_fused_fits(unlimited, *choose_backward(unlimited, long_keys, aligned, aligned, aligned, aligned, {}, &why),
+                              long_keys));
+    CHECK(unfused_backward_inner_limit(caps) > 200000);
+    CHECK(unfused_backward_inner_limit(unlimited) == 0);
+
+    // Three stages: texels where q, k, v and dO rows allow them; the transposed-A products never
+    // stage shared tiles and take rows in fours.
+    const UnfusedBackwardConfig u = choose_unfused_backward(caps, small, aligned, aligned, aligned, aligned, {});
+    CHECK(u.texel);
+    CHECK(u.scores.texel);
+    CHECK(u.dkv.tm % 4 == 0);
+    CHECK_FALSE(u.dkv.shared_tiles);
+    CHECK_FALSE(choose_unfused_backward(caps, problem(1, 8, 8, 9, 9, 9, 9), odd, odd, odd, odd, {}).texel);
+    CHECK_FALSE(choose_unfused_backward(caps, small, aligned, aligned, aligned, aligned, {.texel_loads = false}).dq.texel);
+    vk::DeviceCaps gpu = caps;
+    gpu.kind = vk::DeviceKind::discrete;
+    const UnfusedBackwardConfig g = choose_unfused_backward(gpu, small, aligned, aligned, aligned, aligned, {});
+    CHECK(g.scores.shared_tiles);
+    CHECK_FALSE(g.dkv.shared_tiles);
+    CHECK(g.dkv.tm == 4);
+    Problem bf16 = small;
+    bf16.dtype = bf16.k_dtype = bf16.v_dtype = DType::bf16;
+    CHECK_FALSE(choose_unfused_backward(caps, bf16, aligned, aligned, aligned, aligned, {}).texel);  // no float view
+}
+
 TEST_CASE("tuning: choose_splits splits the keys only when the rows cannot fill the device", "[unit][tuning]") {
     struct Shape {
         std::int64_t B, Hq, Hkv, Nq, Nkv;

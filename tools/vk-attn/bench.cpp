@@ -154,6 +154,7 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
     const testing::Timing f = testing::summarize(forward_ms), t = testing::summarize(backward_ms);
     Row r;
     r.add("impl", std::string("backward"));
+    r.add("path", to_string(backward.path));  // fused, or unfused (three stages)
     r.add("dtype", to_string(dtype));
     add_point(r, p, o.causal, feature_text, t);
     r.add("gflops", backward.flops / (t.median_ms * 1e6));

@@ -1,7 +1,9 @@
 // vk-attn mha: a PyTorch nn.MultiheadAttention layer on the device, from its exported weights (a
 // directory of state_dict .npy files or a .safetensors file) and .npy inputs, with PyTorch's mask
-// conventions (bool true = NOT allowed). Same error rules as `run`: one line naming the flag or
-// file, status 1, nothing written.
+// conventions (bool true = NOT allowed); with --grad-out, the layer's backward too: the inputs'
+// and every parameter's gradients into a directory, named as PyTorch names them. Same error rules
+// as `run`: one line naming the flag or file, status 1, nothing written.
+#include <filesystem>
 #include <iostream>
 
 #include "commands.hpp"
@@ -18,6 +20,7 @@ namespace {
 
 struct MhaFlags {
     std::string query, key, value, weights, key_padding_mask, attn_mask, out, attn_weights;
+    std::string grad_out, grads;  // the backward: dL/d out in, gradients into a directory
     std::int64_t num_heads = 0;
     bool batch_first = false, need_weights = false, average = true;
     std::string impl = "auto", dtype = "f32", device;
@@ -56,6 +59,7 @@ std::string mha_flag_for(const std::string& argument) {
         argument == "out_proj.bias" || argument == "kdim")
         return "--weights";
     if (argument == "out") return "--out";
+    if (argument == "grad_out") return "--grad-out";
     return flag_for(argument);
 }
 
@@ -66,6 +70,11 @@ int run_mha(const MhaFlags& f) {
     if (!f.key.empty() != !f.value.empty())
         throw InvalidArgument(f.key.empty() ? "--key" : "--value", "--key and --value go together (cross-attention); "
                                                                   "give both, or neither for self-attention.");
+    if (!f.grad_out.empty() != !f.grads.empty())
+        throw InvalidArgument(f.grad_out.empty() ? "--grads" : "--grad-out",
+                              "--grad-out (dL/d out) and --grads (the directory the gradients go to) go together.");
+    if (!f.grads.empty() && std::filesystem::exists(f.grads) && !std::filesystem::is_directory(f.grads))
+        throw InvalidArgument("--grads", f.grads + " exists and is not a directory.");
     const Impl impl = parse_impl(f.impl);
     if (f.dtype != "f32" && f.dtype != "f16" && f.dtype != "bf16")
         throw InvalidArgument("--dtype", "must be f32, f16 or bf16.");
@@ -110,21 +119,40 @@ int run_mha(const MhaFlags& f) {
     for (const auto d : weights_shape) weights_count *= d;
     std::vector<float> weights(f.need_weights ? static_cast<std::size_t>(weights_count) : 0);
 
+    FloatArray grad_out;
+    if (!f.grad_out.empty()) grad_out = read_floats(f.grad_out, "--grad-out");
+
     ContextOptions copts;
     copts.device = f.device;
+    MhaGradients grads;
     try {
         const MultiHeadAttention layer(sd.config, sd.weights);
         Context context(copts);
-        const MhaReport report = layer.forward(
-            context, in, {out.data(), f.need_weights ? weights.data() : nullptr},
-            {.average_attn_weights = f.average, .dtype = dtype_from_string(f.dtype, "--dtype"), .impl = impl});
+        const MhaOptions options{.average_attn_weights = f.average, .dtype = dtype_from_string(f.dtype, "--dtype"), .impl = impl};
+        // The backward first: its checks (grad_out's shape) then come before anything is printed.
+        if (!f.grad_out.empty()) grads = layer.backward(context, in, {grad_out.values.data(), grad_out.shape}, options);
+        const MhaReport report = layer.forward(context, in, {out.data(), f.need_weights ? weights.data() : nullptr}, options);
         std::cerr << "vk-attn: mha on " << context.device().name << ": attention " << to_string(report.attention.path)
                   << " path [" << report.attention.variant << "], " << report.gpu_ms << " ms for the whole layer\n";
+        if (!f.grad_out.empty())
+            std::cerr << "vk-attn: mha backward: attention " << to_string(grads.report.attention.path) << " path ["
+                      << grads.report.attention.variant << "], " << grads.report.gpu_ms << " ms for the whole layer\n";
     } catch (const InvalidArgument& e) {
         throw InvalidArgument(mha_flag_for(e.argument()), std::string(e.what()).substr(e.argument().size() + 2));
     }
     std::vector<PendingOutput> pending{{f.out, out_shape, out.data()}};
     if (f.need_weights) pending.push_back({f.attn_weights, weights_shape, weights.data()});
+    if (!f.grads.empty()) {
+        // The inputs' gradients in their own shapes (only those given as separate tensors), then the
+        // parameters' under their state_dict() keys.
+        const std::filesystem::path dir(f.grads);
+        pending.push_back({(dir / "query.npy").string(), query.shape, grads.query.data()});
+        if (!grads.key.empty()) pending.push_back({(dir / "key.npy").string(), key.shape, grads.key.data()});
+        if (!grads.value.empty()) pending.push_back({(dir / "value.npy").string(), value.shape, grads.value.data()});
+        for (const MhaGradients::Parameter& p : grads.parameters)
+            pending.push_back({(dir / (p.name + ".npy")).string(), p.shape, p.values.data()});
+        std::filesystem::create_directories(dir);
+    }
     write_all(pending);
     return 0;
 }
@@ -152,6 +180,11 @@ Action add_mha(CLI::App& app) {
     app.add_option("--device", f->device, "Device index or name substring");
     app.add_option("--out", f->out, "Output .npy (float32, the query's layout with embed_dim features)")->required();
     app.add_option("--attn-weights", f->attn_weights, "Where --need-weights writes the weights .npy (float32)");
+    app.add_option("--grad-out", f->grad_out,
+                   "Backward: dL/d out .npy (the output's shape); also runs the layer's backward (with --grads)");
+    app.add_option("--grads", f->grads,
+                   "Backward: a directory for query.npy (key.npy, value.npy when given) and one .npy per "
+                   "parameter, named as its state_dict() key (float32)");
     return [f] { return run_mha(*f); };
 }
 
