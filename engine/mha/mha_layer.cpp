@@ -172,6 +172,29 @@ std::pair<std::int64_t, std::int64_t> activation(const MhaLayerState& l, const D
     return l.config.batch_first ? std::pair{sh[2], sh[1]} : std::pair{sh[1], sh[2]};
 }
 
+// A dense {1, d1, d2, features} tensor as the [d1·d2, features] matrix the products read.
+DeviceTensor flat(const DeviceTensor& t) {
+    const std::array<std::int64_t, 4> shape{1, 1, t.shape()[1] * t.shape()[2], t.shape()[3]};
+    return TensorAccess::make(TensorAccess::storage(t), t.offset_bytes(), t.dtype(), shape,
+                              dense_strides(Layout::bhnd, shape));
+}
+
+// The forward pass over device activations, checked (shapes, dtype, batch and sequence agreement);
+// its out left empty.
+MhaForward forward_call(const MhaLayerState& l, const DeviceTensor& query, const DeviceTensor& key,
+                        const DeviceTensor& value, const MhaLayerOptions& options) {
+    const auto [L, N] = activation(l, query, l.config.embed_dim, "query");
+    const auto [S, Nk] = activation(l, key, l.config.kdim, "key");
+    const auto [Sv, Nv] = activation(l, value, l.config.vdim, "value");
+    if (Nk != N) throw InvalidArgument("key", "its batch is " + std::to_string(Nk) + " but the query's is " + std::to_string(N) + ".");
+    if (Sv != S || Nv != N)
+        throw InvalidArgument("value", "its sequence and batch must be the key's (" + std::to_string(S) + ", " +
+                                           std::to_string(N) + ").");
+    MhaForward call{.x_q = flat(query), .x_k = flat(key), .x_v = flat(value), .L = L, .S = S, .N = N};
+    call.options = {.causal = options.causal ? Causal::top_left : Causal::none, .impl = options.impl};
+    return call;
+}
+
 void check_batch(const BatchState& batch, const MhaLayerState& l) {
     if (batch.runtime != l.runtime) throw InvalidArgument("batch", "the batch belongs to another Context than the layer.");
 }
@@ -249,26 +272,64 @@ void MhaLayer::forward(Batch& batch, const DeviceTensor& query, const DeviceTens
     const detail::MhaLayerState& l = *state_;
     detail::BatchState& state = detail::BatchAccess::state(batch);
     detail::check_batch(state, l);
-    const std::int64_t E = l.config.embed_dim;
-    const auto [L, N] = detail::activation(l, query, E, "query");
-    const auto [S, Nk] = detail::activation(l, key, l.config.kdim, "key");
-    const auto [Sv, Nv] = detail::activation(l, value, l.config.vdim, "value");
-    if (Nk != N) throw InvalidArgument("key", "its batch is " + std::to_string(Nk) + " but the query's is " + std::to_string(N) + ".");
-    if (Sv != S || Nv != N)
-        throw InvalidArgument("value", "its sequence and batch must be the key's (" + std::to_string(S) + ", " +
-                                           std::to_string(N) + ").");
-    detail::activation(l, out, E, "out");
+    detail::MhaForward call = detail::forward_call(l, query, key, value, options);
+    detail::activation(l, out, l.config.embed_dim, "out");
     if (out.shape() != query.shape())
         throw InvalidArgument("out", "its shape is " + detail::shape_text(out.shape()) + " but must be the query's, " +
                                          detail::shape_text(query.shape()) + ".");
-    auto flat = [](const DeviceTensor& t) {
-        const std::array<std::int64_t, 4> shape{1, 1, t.shape()[1] * t.shape()[2], t.shape()[3]};
-        return detail::TensorAccess::make(detail::TensorAccess::storage(t), t.offset_bytes(), t.dtype(), shape,
-                                          dense_strides(Layout::bhnd, shape));
-    };
-    detail::MhaForward call{.x_q = flat(query), .x_k = flat(key), .x_v = flat(value), .out = flat(out), .L = L, .S = S, .N = N};
-    call.options = {.causal = options.causal ? Causal::top_left : Causal::none, .impl = options.impl};
+    call.out = detail::flat(out);
     detail::record_forward(state, state_, call, true, false);
+}
+
+void MhaLayer::backward(Batch& batch, const DeviceTensor& query, const DeviceTensor& key, const DeviceTensor& value,
+                        const DeviceTensor& grad_out, const MhaLayerGradients& grads, const MhaLayerOptions& options) const {
+    const detail::MhaLayerState& l = *state_;
+    detail::BatchState& state = detail::BatchAccess::state(batch);
+    detail::check_batch(state, l);
+    const std::int64_t E = l.config.embed_dim;
+    const detail::MhaForward forward = detail::forward_call(l, query, key, value, options);
+    detail::activation(l, grad_out, E, "grad_out");
+    if (grad_out.shape() != query.shape())
+        throw InvalidArgument("grad_out", "its shape is " + detail::shape_text(grad_out.shape()) + " but must be out's, " +
+                                              detail::shape_text(query.shape()) + ".");
+    auto same = [](const DeviceTensor& a, const DeviceTensor& b) {
+        return detail::TensorAccess::storage(a) == detail::TensorAccess::storage(b) && a.offset_bytes() == b.offset_bytes();
+    };
+    // An f32 gradient of `like`'s shape (or the given one), dense, bindable; or, for an input that is
+    // an earlier one, none.
+    auto gradient = [&](const DeviceTensor& g, const std::array<std::int64_t, 4>& shape, const char* name, bool wanted) {
+        if (!wanted) {
+            if (g.defined())
+                throw InvalidArgument(name, "this input is an earlier one's tensor: its gradient is summed into that "
+                                            "one's; leave it empty.");
+            return;
+        }
+        if (!g.defined()) throw InvalidArgument(name, "the gradient is missing (every gradient is computed).");
+        detail::storage_of(g, *l.runtime, name);
+        if (g.dtype() != DType::f32 || g.shape() != shape || !g.contiguous())
+            throw InvalidArgument(name, "must be f32, contiguous, of shape " + detail::shape_text(shape) + ".");
+        detail::require_aligned_offset(g, detail::binding_alignment(l.runtime->device().caps()), name);
+    };
+    const bool key_own = !same(key, query), value_own = !same(value, query) && !same(value, key);
+    gradient(grads.query, query.shape(), "grads.query", true);
+    gradient(grads.key, key.shape(), "grads.key", key_own);
+    gradient(grads.value, value.shape(), "grads.value", value_own);
+    const std::int64_t in_features[4] = {E, l.config.kdim, l.config.vdim, E};
+    static const char* const weight_names[4] = {"grads.weight[q]", "grads.weight[k]", "grads.weight[v]", "grads.weight[out]"};
+    static const char* const bias_names[4] = {"grads.bias[q]", "grads.bias[k]", "grads.bias[v]", "grads.bias[out]"};
+    for (int i = 0; i < 4; ++i) {
+        gradient(grads.weight[i], {1, 1, E, in_features[i]}, weight_names[i], true);
+        gradient(grads.bias[i], {1, 1, 1, E}, bias_names[i], l.config.bias);
+    }
+    detail::MhaBackward call{.forward = forward, .grad_out = detail::flat(grad_out)};
+    call.dx[0] = detail::flat(grads.query);
+    if (key_own) call.dx[1] = detail::flat(grads.key);
+    if (value_own) call.dx[2] = detail::flat(grads.value);
+    for (int i = 0; i < 4; ++i) {
+        call.dw[i] = grads.weight[i];
+        call.db[i] = grads.bias[i];
+    }
+    detail::record_backward(state, state_, call);
 }
 
 void MhaLayer::decode(Batch& batch, KvCache& cache, const DeviceTensor& x, const DeviceTensor& out, Impl impl) const {

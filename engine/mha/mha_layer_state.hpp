@@ -75,8 +75,8 @@ AttentionReport record_forward(BatchState& batch, const std::shared_ptr<const Mh
 struct MhaBackward {
     MhaForward forward;    // the inputs, masks and options (its out and weights unused)
     DeviceTensor grad_out; // [L·N, E], the layer's dtype
-    // f32 [rows, features] of query, key and value; an input that is an earlier one (key or value
-    // the query, value the key) has none: its gradient is summed into that one's.
+    // f32 [rows, features] of query, key and value; an input that is an earlier one (the same memory:
+    // key or value the query, value the key) has none: its gradient is summed into that one's.
     DeviceTensor dx[3];
     DeviceTensor dw[4], db[4];  // f32 [out, in] and [out] in Projection order; db empty without bias
 };

@@ -228,3 +228,108 @@ TEST_CASE("mha layer: bad tensors and caches name the argument", "[gpu][mha][mha
     batch.submit().wait();
     CHECK(test::take_validation_messages(ctx).empty());
 }
+
+TEST_CASE("mha layer backward: device tensors give the host API's gradients; refusals named", "[gpu][mha][backward]") {
+    Context& ctx = test::gpu_context();
+    std::mt19937 rng(91);
+    const std::int64_t E = 16, H = 4, L = 5, S = 7, N = 2, kdim = 6, vdim = 10;
+    auto zeros = [&](const std::array<std::int64_t, 4>& shape) { return DeviceTensor::empty(ctx, DType::f32, shape); };
+    // Cross-attention with kdim and vdim (separate inputs, separate weights), then self-attention
+    // (one tensor: its gradient the sum of three uses).
+    for (const bool self : {false, true}) {
+        INFO("self " << self);
+        const MhaConfig config = self ? MhaConfig{.embed_dim = E, .num_heads = H}
+                                      : MhaConfig{.embed_dim = E, .num_heads = H, .kdim = kdim, .vdim = vdim};
+        const RandomLayer random(rng, config);
+        const MultiHeadAttention& layer = *random.layer;
+        const std::int64_t kd = self ? E : kdim, vd = self ? E : vdim, Sk = self ? L : S;
+        const auto query = random_values(rng, L * N * E, 1.5f), key = random_values(rng, Sk * N * kd, 1.5f),
+                   value = random_values(rng, Sk * N * vd, 1.5f), dy = random_values(rng, L * N * E, 1.0f);
+        MhaInputs in{.query = {query.data(), {L, N, E}}};
+        if (!self) {
+            in.key = {key.data(), {S, N, kd}};
+            in.value = {value.data(), {S, N, vd}};
+        }
+        const MhaLayerOptions options{.causal = true, .impl = Impl::unfused};
+        // The host API with the same mask: PyTorch's causal attn_mask (true = not allowed).
+        std::vector<std::uint8_t> causal(static_cast<std::size_t>(L * Sk));
+        for (std::int64_t i = 0; i < L; ++i)
+            for (std::int64_t j = 0; j < Sk; ++j) causal[static_cast<std::size_t>(i * Sk + j)] = j > i;
+        in.attn_mask = TorchMask{causal.data(), true, {L, Sk}};
+        const MhaGradients want = layer.backward(ctx, in, {dy.data(), {L, N, E}}, {.impl = Impl::unfused});
+
+        const MhaLayer device_layer(ctx, layer);
+        const DeviceTensor x_q = device_of(ctx, query, DType::f32, {1, L, N, E});
+        const DeviceTensor x_k = self ? x_q : device_of(ctx, key, DType::f32, {1, S, N, kd});
+        const DeviceTensor x_v = self ? x_q : device_of(ctx, value, DType::f32, {1, S, N, vd});
+        const DeviceTensor d_y = device_of(ctx, dy, DType::f32, {1, L, N, E});
+        MhaLayerGradients g{.query = zeros({1, L, N, E})};
+        if (!self) {
+            g.key = zeros({1, S, N, kd});
+            g.value = zeros({1, S, N, vd});
+        }
+        const std::int64_t in_features[4] = {E, kd, vd, E};
+        for (int i = 0; i < 4; ++i) {
+            g.weight[i] = zeros({1, 1, E, in_features[i]});
+            g.bias[i] = zeros({1, 1, 1, E});
+        }
+        Batch batch(ctx);
+        device_layer.backward(batch, x_q, x_k, x_v, d_y, g, options);
+        batch.submit().wait();
+        const Tolerance exact{0.0, 0.0};
+        auto expect = [&](const DeviceTensor& t, const std::vector<float>& values, const std::string& what) {
+            const Comparison c = compare(host_of(t), {values.begin(), values.end()}, exact);
+            INFO(what << ": " << c.message);
+            CHECK(c.ok);
+        };
+        expect(g.query, want.query, "query");
+        if (!self) {
+            expect(g.key, want.key, "key");
+            expect(g.value, want.value, "value");
+        }
+        // The parameters, from MhaGradients' state_dict() names.
+        const MhaGradients::Parameter* out_w = want.find("out_proj.weight");
+        const MhaGradients::Parameter* out_b = want.find("out_proj.bias");
+        REQUIRE(out_w != nullptr);
+        REQUIRE(out_b != nullptr);
+        expect(g.weight[3], out_w->values, "out_proj.weight");
+        expect(g.bias[3], out_b->values, "out_proj.bias");
+        const MhaGradients::Parameter* in_b = want.find("in_proj_bias");
+        REQUIRE(in_b != nullptr);
+        for (int i = 0; i < 3; ++i) {
+            const auto from = in_b->values.begin() + i * E;
+            expect(g.bias[i], {from, from + E}, "in_proj_bias part " + std::to_string(i));
+            if (self) {
+                const auto w0 = want.find("in_proj_weight")->values.begin() + i * E * E;
+                expect(g.weight[i], {w0, w0 + E * E}, "in_proj_weight part " + std::to_string(i));
+            } else {
+                const char* names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
+                expect(g.weight[i], want.find(names[i])->values, names[i]);
+            }
+        }
+
+        // Refusals, by the argument's name, before anything is recorded.
+        auto refusal = [&](const DeviceTensor& dy_arg, const MhaLayerGradients& grads) {
+            Batch b(ctx);
+            try {
+                device_layer.backward(b, x_q, x_k, x_v, dy_arg, grads, options);
+            } catch (const InvalidArgument& e) {
+                return e.argument();
+            }
+            return std::string("<accepted>");
+        };
+        CHECK(refusal(x_q, g) == "<accepted>");
+        CHECK(refusal(device_of(ctx, dy, DType::f32, {1, N, L, E}), g) == "grad_out");
+        MhaLayerGradients bad = g;
+        bad.weight[1] = zeros({1, 1, E, kd + 1});
+        CHECK(refusal(d_y, bad) == "grads.weight[k]");
+        bad = g;
+        bad.bias[3] = {};
+        CHECK(refusal(d_y, bad) == "grads.bias[out]");
+        bad = g;
+        if (self) bad.key = zeros({1, L, N, E});  // the key is the query's tensor
+        else bad.value = {};
+        CHECK(refusal(d_y, bad) == (self ? "grads.key" : "grads.value"));
+    }
+    CHECK(test::take_validation_messages(ctx).empty());
+}

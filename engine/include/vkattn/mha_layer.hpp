@@ -41,6 +41,17 @@ struct MhaLayerOptions {
     Impl impl = Impl::automatic;
 };
 
+// The layer's gradients on the device, all f32 and dense, overwritten by MhaLayer::backward: of the
+// inputs, each shaped as its input ({1, d1, d2, features}), and of the parameters in
+// MultiHeadAttention::Projection order (q, k, v, out): weight[i] {1, 1, E, in_i} (in_i = E, kdim,
+// vdim, E) and bias[i] {1, 1, 1, E}. An input that is an earlier one's tensor (self-attention's
+// key and value, or a value that is the key) gets no tensor of its own: leave it empty, and its
+// gradient is summed into the earlier one's. Without bias the bias tensors stay empty.
+struct MhaLayerGradients {
+    DeviceTensor query, key, value;
+    DeviceTensor weight[4], bias[4];
+};
+
 class MhaLayer {
 public:
     // Uploads the layer's weights in `dtype` (biases stay f32), blocking. InvalidArgument naming
@@ -58,6 +69,13 @@ public:
     // of MultiHeadAttention::forward are the host API's. InvalidArgument names the tensor.
     void forward(Batch& batch, const DeviceTensor& query, const DeviceTensor& key, const DeviceTensor& value,
                  const DeviceTensor& out, const MhaLayerOptions& options = {}) const;
+
+    // The gradients of grad_out (∂loss/∂out: out's shape and the layer's dtype) for the forward pass
+    // over query, key and value with these options: the forward recorded again (its o and the
+    // attention's log-sum-exp stay on the device), then every gradient of `grads` (the core's
+    // backward by options.impl: fused or three stages). InvalidArgument names the tensor.
+    void backward(Batch& batch, const DeviceTensor& query, const DeviceTensor& key, const DeviceTensor& value,
+                  const DeviceTensor& grad_out, const MhaLayerGradients& grads, const MhaLayerOptions& options = {}) const;
 
     // One decoding step of self-attention: x holds T new tokens per sequence ({1, T, N, E}, or
     // {1, N, T, E} batch_first). Their keys and values are appended to the cache; query t of
