@@ -273,12 +273,13 @@ TEST_CASE("cli run --grad-out: the gradients of every input, as the reference's;
     std::vector<float> sinks{0.5f, -1.0f, 0.25f, 2.0f};
     npy::write(dir / "sinks.npy", npy::ElementType::f32, {4}, sinks.data());
     const std::string inputs = "--q " + dir / "q.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy";
+    const std::string impl = GENERATE("auto", "unfused");  // the fused backward, or three stages
     const Result r = vk_attn("run " + inputs + " --causal=bottom-right --sinks " + dir / "sinks.npy" + " --grad-out " +
                              dir / "g.npy" + " --out " + dir / "o.npy" + " --dq " + dir / "dq.npy" + " --dk " +
-                             dir / "dk.npy" + " --dv " + dir / "dv.npy" + " --dsinks " + dir / "ds.npy");
+                             dir / "dk.npy" + " --dv " + dir / "dv.npy" + " --dsinks " + dir / "ds.npy" + " --impl " + impl);
     INFO(r.err);
     REQUIRE(r.status == 0);
-    CHECK_THAT(r.err, Catch::Contains("backward ["));
+    CHECK_THAT(r.err, Catch::Contains(impl == std::string("auto") ? "backward [" : "unfused-backward["));
 
     AttentionInputs in{.q = make_view<const void*>(q.data(), DType::f32, Layout::bhnd, {1, 4, 9, 16}),
                        .k = make_view<const void*>(k.data(), DType::f32, Layout::bhnd, {1, 2, 11, 16}),

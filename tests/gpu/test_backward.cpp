@@ -246,6 +246,16 @@ TEST_CASE("gpu backward unfused: awkward shapes, f16, bf16 and mixed k/v types",
             c.options.impl = Impl::unfused;
             check_case(c, seed++);
         }
+    {
+        // The score products staged through shared memory (the GPUs' variant; the transposed-A
+        // products never stage).
+        BackwardCase c;
+        c.name = "shared tiles forced";
+        c.options.impl = Impl::unfused;
+        c.options.variant.shared_tiles = true;
+        c.options.window = {20, 4};
+        check_case(c, seed++);
+    }
     for (const DType dtype : {DType::f16, DType::bf16}) {
         BackwardCase c;
         c.name = "causal, sinks";
