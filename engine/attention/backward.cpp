@@ -108,21 +108,7 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardChoic
 
     if (fused) {
         const BackwardConfig& config = choice.fused;
-        const std::int64_t q_groups = (p.group * p.Nq + config.subgroups * config.q_rows - 1) / (config.subgroups * config.q_rows);
-        const std::int64_t kv_groups = (p.Nkv + config.subgroups * config.kv_keys - 1) / (config.subgroups * config.kv_keys);
-        if (std::max(q_groups, kv_groups) > caps.max_workgroup_count[0])
-            throw ResourceLimit("q: the backward pass's grid of " + std::to_string(std::max(q_groups, kv_groups)) +
-                                " row blocks passes the device's " + std::to_string(caps.max_workgroup_count[0]) + ".");
-        if (const std::int64_t most = backward_keys_limit(caps, config, p); most > 0 && p.Nkv > most)
-            throw ResourceLimit("k: " + std::to_string(p.Nkv) + " keys pass the " + std::to_string(most) +
-                                " that one workgroup of the fused backward may visit on this device (its shader loops "
-                                "stop after " + std::to_string(caps.max_loop_iterations) + " iterations; the unfused "
-                                "backward takes more).");
-        if (const std::int64_t most = backward_queries_limit(caps, config, p); most > 0 && p.Nq > most)
-            throw ResourceLimit("q: " + std::to_string(p.Nq) + " queries pass the " + std::to_string(most) +
-                                " that one workgroup of the fused backward may visit on this device (its shader loops "
-                                "stop after " + std::to_string(caps.max_loop_iterations) + " iterations; the unfused "
-                                "backward takes more).");
+        if (const std::string why = backward_fused_misfit(caps, config, p); !why.empty()) throw ResourceLimit(why);
         report.variant = config.describe();
         bwd_q_kernel(runtime, config, operand_types(p));
         bwd_kv_kernel(runtime, config, operand_types(p));
@@ -228,6 +214,7 @@ void BackwardRun::record(Program& program, const BackwardBuffers& b) const {
     }
 
     if (choice_.path == Impl::unfused) {
+        if (b.dq == nullptr && b.dk == nullptr) return;  // only the sinks' or the mask's gradient
         const vk::Buffer& scores = program.scratch(scores_bytes(), "the backward's scores S");
         const vk::Buffer& grad_scores = program.scratch(scores_bytes(), "the backward's score gradients dP");
         const vk::Buffer& dk_sum = program.scratch(sum_bytes(p.Dk), "the backward's dK sums");

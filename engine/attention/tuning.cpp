@@ -318,12 +318,20 @@ std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardCo
     return backward_blocks(caps, c, p, std::max<std::int64_t>(1, p.group)) * c.subgroup * c.kv_rows_per_lane;
 }
 
-bool backward_fused_fits(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
+std::string backward_fused_misfit(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
     const std::int64_t q_groups = (p.group * p.Nq + c.subgroups * c.q_rows - 1) / (c.subgroups * c.q_rows);
     const std::int64_t kv_groups = (p.Nkv + c.subgroups * c.kv_keys - 1) / (c.subgroups * c.kv_keys);
-    const std::int64_t keys = backward_keys_limit(caps, c, p), queries = backward_queries_limit(caps, c, p);
-    return std::max(q_groups, kv_groups) <= caps.max_workgroup_count[0] && (keys == 0 || p.Nkv <= keys) &&
-           (queries == 0 || p.Nq <= queries);
+    if (std::max(q_groups, kv_groups) > caps.max_workgroup_count[0])
+        return "q: the fused backward's grid of " + std::to_string(std::max(q_groups, kv_groups)) +
+               " row blocks passes the device's " + std::to_string(caps.max_workgroup_count[0]) + ".";
+    const std::string budget = " that one workgroup of the fused backward may visit on this device (its shader loops "
+                               "stop after " + std::to_string(caps.max_loop_iterations) +
+                               " iterations; the unfused backward takes more).";
+    if (const std::int64_t most = backward_keys_limit(caps, c, p); most > 0 && p.Nkv > most)
+        return "k: " + std::to_string(p.Nkv) + " keys pass the " + std::to_string(most) + budget;
+    if (const std::int64_t most = backward_queries_limit(caps, c, p); most > 0 && p.Nq > most)
+        return "q: " + std::to_string(p.Nq) + " queries pass the " + std::to_string(most) + budget;
+    return {};
 }
 
 std::string UnfusedBackwardConfig::describe() const {
@@ -371,12 +379,6 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
     (void)m;
     const bool texel = overrides.texel_loads.value_or(true) && caps.texel_rgba32f && n % 4 == 0 && k % 4 == 0;
     return base_bmm(caps, texel, overrides);
-}
-
-BmmConfig choose_linear(const vk::DeviceCaps& caps, DType dtype, std::int64_t in_features, std::uint64_t largest_operand_bytes,
-                        const VariantOverrides& overrides) {
-    // Y = X·Wᵀ reads rows of X and of W along the input features: texels need them 4-aligned.
-    return choose_product(caps, {dtype}, in_features % 4 == 0, largest_operand_bytes, BmmForm::a_bt, overrides);
 }
 
 BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType> types, bool aligned,

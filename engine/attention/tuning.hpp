@@ -106,9 +106,10 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
 // loop budget runs out (0 = unlimited): the backward refuses longer sequences on such devices.
 std::int64_t backward_keys_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
 std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
-// Whether the fused backward runs this problem on this device: its grid and its loop budget
-// (backward_keys_limit, backward_queries_limit). Automatic choice takes three stages otherwise.
-bool backward_fused_fits(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
+// Why the fused backward cannot run this problem on this device (its grid, its loop budget:
+// backward_keys_limit, backward_queries_limit), naming the tensor; empty when it can. Automatic
+// choice takes three stages then; a forced fused backward refuses with it.
+std::string backward_fused_misfit(const vk::DeviceCaps& caps, const BackwardConfig& config, const Problem& problem);
 
 // The three-stage backward (docs/design/TRAINING.md): per query head of each group and block of
 // query rows, S = scale·Q·Kᵀ and dP = dO·Vᵀ (bmm), dS and P̃ in place (bwd_scores.comp), then
@@ -156,12 +157,8 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& problem,
                              const std::array<std::int64_t, 4>& v_strides,
                              const VariantOverrides& overrides);
 
-// A linear layer's product Y = X·Wᵀ + b (the multi-head module's projections), operands of `dtype`.
-BmmConfig choose_linear(const vk::DeviceCaps& caps, DType dtype, std::int64_t in_features,
-                        std::uint64_t largest_operand_bytes, const VariantOverrides& overrides);
-
-// One product of a backward pass (the layer's dX = dY·W and dW = dYᵀ·X, the three-stage
-// attention's dP, dQ, dK, dV): texel loads where `aligned` (every row read through a texel view
+// One product of the multi-head layer (its projections Y = X·Wᵀ + b; its backward's dX = dY·W and
+// dW = dYᵀ·X): texel loads where `aligned` (every row read through a texel view
 // starts on 4 elements and holds a multiple of 4), `types` have float views and the largest operand
 // is within the texel limit. A transposed A never stages shared tiles: bmm.comp reads it as an outer
 // product, TM rows (a multiple of 4) per vec4.

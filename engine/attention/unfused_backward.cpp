@@ -50,15 +50,15 @@ TensorDesc scratch_desc(const Problem& p, std::int64_t first_unit, std::int64_t 
     return d;
 }
 
-Slice whole_buffer(const vk::Buffer& buffer) { return {0, buffer.size(), {}}; }
-
 }  // namespace
 
 void BackwardRun::plan_unfused(const vk::DeviceCaps& caps, std::uint64_t binding_limit) {
     const Problem& p = p_;
-    // Each of S and dP in one binding; through a texel view when the products read texels.
-    std::uint64_t budget = binding_limit;
-    if (choice_.unfused.texel) budget = std::min<std::uint64_t>(budget, caps.max_texel_buffer_elements * 16);
+    const UnfusedBackwardConfig& config = choice_.unfused;
+    // Each of S and dP in one binding (through a texel view when the products read texels), and the
+    // two within a quarter of the device's memory.
+    std::uint64_t budget = std::min<std::uint64_t>(binding_limit, runtime_.device_memory_bytes() / 8);
+    if (config.texel) budget = std::min<std::uint64_t>(budget, caps.max_texel_buffer_elements * 16);
     const std::uint64_t row_bytes = static_cast<std::uint64_t>(padded_keys(p)) * 4;
     const std::int64_t inner = unfused_backward_inner_limit(caps);
     if (inner > 0 && p.Nkv > inner)
@@ -67,7 +67,15 @@ void BackwardRun::plan_unfused(const vk::DeviceCaps& caps, std::uint64_t binding
                             "stop after " + std::to_string(caps.max_loop_iterations) + " iterations).");
     if (row_bytes > budget)
         throw ResourceLimit("k: one row of the unfused backward's scores (" + std::to_string(p.Nkv) +
-                            " keys) passes the device's binding limit of " + std::to_string(budget) + " bytes.");
+                            " keys) passes its limit of " + std::to_string(budget) + " bytes.");
+    // The grids over the keys: S's and dP's columns, dK's and dV's rows.
+    const std::int64_t key_columns = (p.Nkv + config.scores.block_cols() - 1) / config.scores.block_cols();
+    const std::int64_t key_rows = (p.Nkv + config.dkv.block_rows() - 1) / config.dkv.block_rows();
+    if (key_columns > caps.max_workgroup_count[0] || key_rows > caps.max_workgroup_count[1])
+        throw ResourceLimit("k: " + std::to_string(p.Nkv) + " keys need a grid of " +
+                            std::to_string(std::max(key_columns, key_rows)) + " workgroups in the unfused backward; "
+                            "the device allows " + std::to_string(caps.max_workgroup_count[0]) + " along x and " +
+                            std::to_string(caps.max_workgroup_count[1]) + " along y.");
     std::int64_t most_rows = std::min<std::int64_t>({p.Nq, static_cast<std::int64_t>(budget / row_bytes), 65535,
                                                     caps.max_workgroup_count[1]});
     if (inner > 0) most_rows = std::min(most_rows, inner);
@@ -85,10 +93,20 @@ void BackwardRun::plan_unfused(const vk::DeviceCaps& caps, std::uint64_t binding
                             " bytes), past the device's binding limit of " + std::to_string(binding_limit) + " bytes.");
     if (sums_kv_) most_units = std::min<std::int64_t>(most_units, static_cast<std::int64_t>(binding_limit / sum_row_bytes));
     block_units_ = std::max<std::int64_t>(1, most_units);
-    bwd_scores_kernel(runtime_);
+
+    // Every pipeline it records, so that recording only records.
     const OperandTypes t = operand_types(p);
-    bmm_kernel(runtime_, choice_.unfused.scores, BmmForm::a_bt, t.q, t.k, DType::f32);
-    bmm_kernel(runtime_, choice_.unfused.scores, BmmForm::a_bt, t.q, t.v, DType::f32);
+    bwd_scores_kernel(runtime_);
+    bmm_kernel(runtime_, config.scores, BmmForm::a_bt, t.q, t.k, DType::f32);
+    bmm_kernel(runtime_, config.scores, BmmForm::a_bt, t.q, t.v, DType::f32);
+    bmm_kernel(runtime_, config.dq, BmmForm::a_b, DType::f32, t.k, t.q);
+    for (const DType out : {t.k, t.v}) {
+        bmm_kernel(runtime_, config.dkv, BmmForm::at_b, DType::f32, t.q, out, sums_kv_ ? BmmAdd::residual : BmmAdd::none);
+        if (sums_kv_) {
+            bmm_kernel(runtime_, config.dkv, BmmForm::at_b, DType::f32, t.q, DType::f32, BmmAdd::none);
+            bmm_kernel(runtime_, config.dkv, BmmForm::at_b, DType::f32, t.q, DType::f32, BmmAdd::residual);
+        }
+    }
 }
 
 std::uint64_t BackwardRun::scores_bytes() const {
@@ -145,8 +163,9 @@ void BackwardRun::record_unfused(Program& program, const BackwardBuffers& b, con
     };
     const Binding q = binding(f.q, c.q, texel_view(t.q)), k = binding(f.k, c.k, texel_view(t.k)),
                   v = binding(f.v, c.v, texel_view(t.v)), dout = binding(b.grad_out, c.grad_out, texel_view(t.q));
-    const Binding s_all = binding(&scores, whole_buffer(scores), TexelView::rgba32f),
-                  ds_all = binding(&grad_scores, whole_buffer(grad_scores), TexelView::rgba32f);
+    // The scratch bound at the sizes planned (the buffers are padded past them).
+    const Binding s_all = binding(&scores, whole(scores_bytes()), TexelView::rgba32f),
+                  ds_all = binding(&grad_scores, whole(scores_bytes()), TexelView::rgba32f);
     const float scale = static_cast<float>(p.scale);
 
     for (std::int64_t first = c.u0; first < c.u0 + c.units; first += block_units_) {
@@ -158,7 +177,6 @@ void BackwardRun::record_unfused(Program& program, const BackwardBuffers& b, con
             const TensorDesc scratch = scratch_desc(p, first, block_rows_, keys4, r0);
             TensorDesc local = scratch;  // the block's rows from 0, as the transposed products read A
             local.origin[2] = 0;
-            local.origin[3] = scratch.origin[3];
             for (std::int64_t g = 0; g < G; ++g, ++contribution) {
                 const TensorDesc qd = query_head(c.q.desc, G, g), god = query_head(c.grad_out.desc, G, g);
                 // 1. S = scale·Q·Kᵀ and dP = dO·Vᵀ.
@@ -178,7 +196,7 @@ void BackwardRun::record_unfused(Program& program, const BackwardBuffers& b, con
                 middle.bindings = {bind(5, *f.lse, c.lse), bind(6, *f.lengths, f.lengths_slice),
                                    bind(7, *f.bool_mask, c.masks.bool_mask), bind(8, *f.float_mask, c.masks.float_mask),
                                    bind(9, *f.head_terms, whole(f.head_terms_bytes)), bind(11, delta, c.delta),
-                                   bind(13, scores, whole_buffer(scores)), bind(14, grad_scores, whole_buffer(grad_scores))};
+                                   bind(13, scores, whole(scores_bytes())), bind(14, grad_scores, whole(scores_bytes()))};
                 middle.groups = {u32((keys4 / 4 + 63) / 64), u32(rows), u32(units)};
                 program.dispatch(middle);
                 program.barrier();
@@ -193,7 +211,7 @@ void BackwardRun::record_unfused(Program& program, const BackwardBuffers& b, con
                     for (const bool is_v : {true, false}) {
                         const std::int64_t D = is_v ? p.Dv : p.Dk;
                         const vk::Buffer& sum_buffer = is_v ? dv_sum : dk_sum;
-                        const Term sum{binding(&sum_buffer, whole_buffer(sum_buffer), TexelView::rgba32f), DType::f32,
+                        const Term sum{binding(&sum_buffer, whole(sum_bytes(D)), TexelView::rgba32f), DType::f32,
                                           scratch_desc(p, first, p.Nkv, D, 0)};
                         const Slice& out = is_v ? c.dv : c.dk;
                         const Term gradient{binding(is_v ? b.dv : b.dk, out, TexelView::rgba32f), is_v ? t.v : t.k,

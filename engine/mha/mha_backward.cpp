@@ -87,12 +87,9 @@ AttentionReport record_backward(BatchState& batch, const std::shared_ptr<const M
             record_product(*inputs, runtime,
                            {.form = BmmForm::a_b, .a = &ones, .b = grad[i], .c = &call.db[i], .m = 1, .n = E, .k = rows[i]});
     }
-    auto same = [](const DeviceTensor& a, const DeviceTensor& b) {
-        return TensorAccess::storage(a) == TensorAccess::storage(b) && a.offset_bytes() == b.offset_bytes();
-    };
     for (int i = 0; i < 3; ++i) {
         int target = 0;  // the first input that is this one
-        while (target < i && !same(*x[target], *x[i])) ++target;
+        while (target < i && !same_tensor(*x[target], *x[i])) ++target;
         const bool adds = target != i;
         if (adds) inputs->barrier();  // after the product it adds to
         record_product(*inputs, runtime,

@@ -292,9 +292,6 @@ void MhaLayer::backward(Batch& batch, const DeviceTensor& query, const DeviceTen
     if (grad_out.shape() != query.shape())
         throw InvalidArgument("grad_out", "its shape is " + detail::shape_text(grad_out.shape()) + " but must be out's, " +
                                               detail::shape_text(query.shape()) + ".");
-    auto same = [](const DeviceTensor& a, const DeviceTensor& b) {
-        return detail::TensorAccess::storage(a) == detail::TensorAccess::storage(b) && a.offset_bytes() == b.offset_bytes();
-    };
     // An f32 gradient of `like`'s shape (or the given one), dense, bindable; or, for an input that is
     // an earlier one, none.
     auto gradient = [&](const DeviceTensor& g, const std::array<std::int64_t, 4>& shape, const char* name, bool wanted) {
@@ -310,7 +307,8 @@ void MhaLayer::backward(Batch& batch, const DeviceTensor& query, const DeviceTen
             throw InvalidArgument(name, "must be f32, contiguous, of shape " + detail::shape_text(shape) + ".");
         detail::require_aligned_offset(g, detail::binding_alignment(l.runtime->device().caps()), name);
     };
-    const bool key_own = !same(key, query), value_own = !same(value, query) && !same(value, key);
+    const bool key_own = !detail::same_tensor(key, query),
+               value_own = !detail::same_tensor(value, query) && !detail::same_tensor(value, key);
     gradient(grads.query, query.shape(), "grads.query", true);
     gradient(grads.key, key.shape(), "grads.key", key_own);
     gradient(grads.value, value.shape(), "grads.value", value_own);

@@ -11,6 +11,7 @@
 #include "plan/program_cache.hpp"
 #include "vkattn/mha.hpp"
 #include "vkattn/plan.hpp"
+#include "tensor/storage.hpp"
 
 namespace vkattn {
 class Context;
@@ -70,6 +71,13 @@ struct MhaForward {
 // narrowed to it when `timed`. Returns the core's report.
 AttentionReport record_forward(BatchState& batch, const std::shared_ptr<const MhaLayerState>& layer,
                                const MhaForward& call, bool cache, bool timed);
+
+// Whether two activations are one tensor: the same memory, offset and shape (an input given twice,
+// as self-attention's). Data shared under another shape is another input.
+inline bool same_tensor(const DeviceTensor& a, const DeviceTensor& b) {
+    return TensorAccess::storage(a) == TensorAccess::storage(b) && a.offset_bytes() == b.offset_bytes() &&
+           a.shape() == b.shape();
+}
 
 // One backward pass over activations on the device (mha/mha_backward.cpp).
 struct MhaBackward {

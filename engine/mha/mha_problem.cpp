@@ -204,6 +204,14 @@ MhaProblem resolve_mha(const MhaConfig& config, const MhaInputs& in, const MhaOu
     return p;
 }
 
+int MhaProblem::same_as(int i) const {
+    const float* data[3] = {query, key, value};
+    const std::int64_t rows[3] = {L, S, S}, features[3] = {E, kdim, vdim};
+    for (int j = 0; j < i; ++j)
+        if (data[j] == data[i] && rows[j] == rows[i] && features[j] == features[i]) return j;
+    return i;
+}
+
 void check_mha_grad_out(const MhaProblem& p, const MhaInputs& inputs, const HostArray& grad_out) {
     std::vector<std::int64_t> want = inputs.query.shape;
     want.back() = p.E;

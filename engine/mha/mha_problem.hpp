@@ -28,6 +28,11 @@ struct MhaProblem {
     std::vector<float> additive;
     std::vector<std::int64_t> additive_shape;
 
+    // The first of the inputs query (0), key (1), value (2) that input `i` is: the same data and the
+    // same [rows, features] (self-attention's one tensor; a value that is the key). Such an input is
+    // uploaded once and collects its uses' gradients. Data shared under another shape is another input.
+    int same_as(int i) const;
+
     // Rows of a projected tensor: row r of the [rows, features] matrix holds (batch n, position t) at
     // r = t·N + n (sequence first) or n·T + t (batch first); the same order as the inputs.
     std::int64_t query_rows() const { return N * L; }

@@ -139,9 +139,7 @@ MhaGradients reference_multi_head_attention_backward(const MultiHeadAttention& l
         dw[i] = product(E, features[i], rows[i], transposed(d, E), at(xi, features[i]));
         if (layer.config().bias) db[i] = product(1, E, rows[i], one, at(d, E));
         const std::vector<float> dxi = product(rows[i], features[i], E, at(d, E), at(wi, features[i]));
-        int target = i;
-        if (i > 0 && x[i] == x[0]) target = 0;
-        else if (i == 2 && x[2] == x[1]) target = 1;
+        const int target = mp.same_as(i);
         if (dx[target]->empty()) *dx[target] = dxi;
         else
             for (std::size_t e = 0; e < dxi.size(); ++e) (*dx[target])[e] += dxi[e];

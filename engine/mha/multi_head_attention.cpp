@@ -131,8 +131,8 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
     };
     detail::MhaForward call{.L = mp.L, .S = mp.S, .N = mp.N};
     call.x_q = rows(mp.query_rows(), E, mp.query, "query");  // self-attention uploads the query once
-    call.x_k = mp.key == mp.query ? call.x_q : rows(mp.key_rows(), mp.kdim, mp.key, "key");
-    call.x_v = mp.value == mp.query ? call.x_q : mp.value == mp.key ? call.x_k : rows(mp.key_rows(), mp.vdim, mp.value, "value");
+    call.x_k = mp.same_as(1) == 0 ? call.x_q : rows(mp.key_rows(), mp.kdim, mp.key, "key");
+    call.x_v = mp.same_as(2) == 0 ? call.x_q : mp.same_as(2) == 1 ? call.x_k : rows(mp.key_rows(), mp.vdim, mp.value, "value");
     call.out = rows(mp.query_rows(), E, nullptr, "out");
     if (core_in.bool_mask) call.bool_mask = detail::own_mask(runtime, state, *core_in.bool_mask, DType::u8, "attn_mask");
     if (core_in.float_mask) call.float_mask = detail::own_mask(runtime, state, *core_in.float_mask, DType::f32, "attn_mask");

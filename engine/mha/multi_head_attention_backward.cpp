@@ -43,8 +43,9 @@ MhaGradients MultiHeadAttention::backward(Context& context, const MhaInputs& inp
     const std::int64_t qr = mp.query_rows(), kr = mp.key_rows();
     {
         const auto u = [](std::int64_t n) { return static_cast<std::uint64_t>(n); };
+        // The inputs and dY; q, k, v and their gradients; o and dO; lse and the row-sum ones.
         const std::uint64_t activations = u((2 * qr * E + kr * (mp.kdim + mp.vdim)) * eb + (qr + 2 * kr) * E * eb * 2 +
-                                            qr * E * eb);  // inputs, dY; q, k, v and their gradients; o and dO
+                                            2 * qr * E * eb + mp.N * mp.H * mp.L * 4 + std::max(qr, kr) * eb);
         const std::uint64_t input_grads = u((qr * E + kr * (mp.kdim + mp.vdim)) * 4);
         const std::uint64_t weights = u(E * (2 * E + mp.kdim + mp.vdim) * (eb + 4) + 8 * E * 4);
         detail::check_device_memory(runtime, activations + input_grads + weights,
@@ -69,15 +70,15 @@ MhaGradients MultiHeadAttention::backward(Context& context, const MhaInputs& inp
     fw.S = mp.S;
     fw.N = mp.N;
     fw.x_q = rows(qr, E, mp.query, "query");
-    fw.x_k = mp.key == mp.query ? fw.x_q : rows(kr, mp.kdim, mp.key, "key");
-    fw.x_v = mp.value == mp.query ? fw.x_q : mp.value == mp.key ? fw.x_k : rows(kr, mp.vdim, mp.value, "value");
+    fw.x_k = mp.same_as(1) == 0 ? fw.x_q : rows(kr, mp.kdim, mp.key, "key");
+    fw.x_v = mp.same_as(2) == 0 ? fw.x_q : mp.same_as(2) == 1 ? fw.x_k : rows(kr, mp.vdim, mp.value, "value");
     if (core_in.bool_mask) fw.bool_mask = detail::own_mask(runtime, state, *core_in.bool_mask, DType::u8, "attn_mask");
     if (core_in.float_mask) fw.float_mask = detail::own_mask(runtime, state, *core_in.float_mask, DType::f32, "attn_mask");
     fw.options = core_options;
     call.grad_out = rows(qr, E, grad_out.data, "grad_out");
     call.dx[0] = f32(qr, E, "the query's gradient");
-    if (mp.key != mp.query) call.dx[1] = f32(kr, mp.kdim, "the key's gradient");
-    if (mp.value != mp.query && mp.value != mp.key) call.dx[2] = f32(kr, mp.vdim, "the value's gradient");
+    if (mp.same_as(1) == 1) call.dx[1] = f32(kr, mp.kdim, "the key's gradient");
+    if (mp.same_as(2) == 2) call.dx[2] = f32(kr, mp.vdim, "the value's gradient");
     const std::int64_t in_features[4] = {E, mp.kdim, mp.vdim, E};
     for (int i = 0; i < 4; ++i) {
         call.dw[i] = f32(E, in_features[i], "a weight's gradient");

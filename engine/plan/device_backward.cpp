@@ -109,7 +109,8 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
         choose_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), variant, &why);
     BackwardChoice choice;
     choice.path = options.impl == Impl::unfused ? Impl::unfused : Impl::fused;
-    if (options.impl == Impl::automatic && (!fused || !backward_fused_fits(caps, *fused, p))) choice.path = Impl::unfused;
+    if (options.impl == Impl::automatic && (!fused || !backward_fused_misfit(caps, *fused, p).empty()))
+        choice.path = Impl::unfused;
     if (choice.path == Impl::fused && !fused)
         throw ResourceLimit("the device cannot run the fused backward pass: " + why + " (the unfused one needs none of it).");
     if (fused) choice.fused = *fused;

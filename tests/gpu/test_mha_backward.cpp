@@ -131,7 +131,7 @@ namespace {
 struct BackwardCase {
     std::int64_t E = 16, H = 4, kdim = 0, vdim = 0, L = 5, S = 7, N = 2;
     bool bias = true, batch_first = false, batched = true;
-    std::string inputs = "cross";  // self (one tensor), cross, shared_kv (value is the key)
+    std::string inputs = "cross";  // self (one tensor), cross, shared_kv (value is the key), reshaped
     std::string kpm = "none", am = "none";
     double dropout = 0.0;
     Impl impl = Impl::fused;
@@ -143,6 +143,7 @@ void expect_backward(BackwardCase c, unsigned seed) {
     if (c.vdim == 0) c.vdim = c.E;
     if (c.inputs == "self") c.S = c.L, c.kdim = c.vdim = c.E;
     if (c.inputs == "shared_kv") c.vdim = c.kdim;
+    if (c.inputs == "reshaped") c.kdim = c.E / 2, c.S = 2 * c.L;  // the key is the query's data in another shape
     INFO("seed " << seed << " E=" << c.E << " H=" << c.H << " kdim=" << c.kdim << " vdim=" << c.vdim << " L=" << c.L
                  << " S=" << c.S << " N=" << c.N << " bias=" << c.bias << " batch_first=" << c.batch_first << " batched="
                  << c.batched << " inputs=" << c.inputs << " kpm=" << c.kpm << " am=" << c.am << " dropout=" << c.dropout
@@ -169,7 +170,7 @@ void expect_backward(BackwardCase c, unsigned seed) {
                value = random_values(rng, N * c.S * c.vdim, 1.5f), dy = random_values(rng, N * c.L * c.E, 1.0f);
     MhaInputs in{.query = {query.data(), shape(c.L, c.E)}};
     if (c.inputs != "self") {
-        in.key = {key.data(), shape(c.S, c.kdim)};
+        in.key = {c.inputs == "reshaped" ? query.data() : key.data(), shape(c.S, c.kdim)};
         in.value = {c.inputs == "shared_kv" ? key.data() : value.data(), shape(c.S, c.vdim)};
     }
     std::vector<std::uint8_t> kpm;
@@ -189,7 +190,7 @@ void expect_backward(BackwardCase c, unsigned seed) {
     const MhaGradients want = reference_multi_head_attention_backward(layer, in, grad_out, options);
     CHECK(got.query.size() == query.size());
     CHECK(got.key.empty() == (c.inputs == "self"));
-    CHECK(got.value.empty() == (c.inputs != "cross"));
+    CHECK(got.value.empty() == (c.inputs == "self" || c.inputs == "shared_kv"));
     expect_gradients(got, want, gradient_tolerance_for(c.dtype), "GPU vs CPU reference");
     CHECK(got.report.attention.path == c.impl);
     const std::string messages = take_validation_messages(gpu_context());
@@ -200,7 +201,7 @@ void expect_backward(BackwardCase c, unsigned seed) {
 }  // namespace
 
 TEST_CASE("mha backward: random layers against the CPU reference", "[gpu][mha][backward]") {
-    const int which = GENERATE(range(0, 9));
+    const int which = GENERATE(range(0, 10));
     BackwardCase c;
     switch (which) {
         case 0: break;
@@ -212,6 +213,7 @@ TEST_CASE("mha backward: random layers against the CPU reference", "[gpu][mha][b
         case 6: c.dtype = DType::bf16, c.inputs = "self", c.E = 32, c.H = 2, c.L = 20; break;
         case 7: c.E = 64, c.H = 4, c.L = 65, c.S = 63, c.N = 3, c.am = "float3", c.impl = Impl::unfused; break;
         case 8: c.dropout = 0.1, c.kdim = 7, c.impl = Impl::unfused, c.dtype = DType::f16; break;
+        case 9: c.inputs = "reshaped"; break;  // one pointer, two shapes: two inputs, two gradients
     }
     expect_backward(c, 100u + static_cast<unsigned>(which));
 }

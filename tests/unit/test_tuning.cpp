@@ -331,13 +331,16 @@ TEST_CASE("tuning: the fused backward fits the loop budget; three stages take th
     caps.max_loop_iterations = 65535;  // lavapipe's loop budget
     std::string why;
     const Problem small = problem(1, 8, 8, 1024, 1024, 64, 64), long_keys = problem(1, 1, 1, 64, 200000, 64, 64);
-    CHECK(backward_fused_fits(caps, *choose_backward(caps, small, aligned, aligned, aligned, aligned, {}, &why), small));
-    CHECK_FALSE(backward_fused_fits(caps, *choose_backward(caps, long_keys, aligned, aligned, aligned, aligned, {}, &why),
-                                    long_keys));
+    CHECK(backward_fused_misfit(caps, *choose_backward(caps, small, aligned, aligned, aligned, aligned, {}, &why), small)
+              .empty());
+    CHECK_THAT(backward_fused_misfit(caps, *choose_backward(caps, long_keys, aligned, aligned, aligned, aligned, {}, &why),
+                                     long_keys),
+               Catch::StartsWith("k: 200000 keys"));
     vk::DeviceCaps unlimited = caps;
     unlimited.max_loop_iterations = 0;  // GPUs
-    CHECK(backward_fused_fits(unlimited, *choose_backward(unlimited, long_keys, aligned, aligned, aligned, aligned, {}, &why),
-                              long_keys));
+    CHECK(backward_fused_misfit(unlimited, *choose_backward(unlimited, long_keys, aligned, aligned, aligned, aligned, {}, &why),
+                                long_keys)
+              .empty());
     CHECK(unfused_backward_inner_limit(caps) > 200000);
     CHECK(unfused_backward_inner_limit(unlimited) == 0);
 
