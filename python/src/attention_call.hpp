@@ -1,0 +1,51 @@
+// One attention call from Python: NumPy arrays (any strides, through nanobind) as the engine's views,
+// run on a Context or on the CPU reference. The Python layer (vkattn/_sdpa.py) has already turned
+// PyTorch's argument conventions into rank-4 views and vkattn's mask model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include "vkattn/vkattn.hpp"
+
+namespace vkattn::python {
+
+using Input = nanobind::ndarray<nanobind::ro, nanobind::device::cpu>;  // read-only arrays welcome
+using Output = nanobind::ndarray<nanobind::device::cpu>;
+
+struct AttentionCall {
+    Input q, k, v;                                   // [B, H, N, D] views
+    Output out;                                      // [B, H, N, Dv], written
+    std::optional<Input> bool_mask, float_mask;      // C-contiguous, rank 4, broadcastable (uint8 / float32)
+    std::optional<Input> kv_lengths;                 // [B] int32
+    std::optional<Input> alibi_slopes, sinks;        // [Hq] float32
+    std::optional<Output> lse, weights;              // float32 C-contiguous [B, Hq, Nq] / [B, Hq, Nq, Nkv], written
+    std::optional<double> scale, softcap, alibi_max_bias;
+    std::string causal = "none";                     // none, top-left, bottom-right
+    std::int64_t window_left = -1, window_right = -1;
+    double dropout = 0.0;
+    std::uint64_t seed = 0;
+    std::string impl = "auto";
+};
+
+// Runs the call on `context` (the GIL released meanwhile), or on the CPU reference when null.
+// Returns the report as a dict (path, variant, gpu_ms, flops), None for the reference. Engine
+// errors propagate as the engine's exceptions, their arguments named as the Python API names them.
+nanobind::object run_attention(Context* context, const AttentionCall& call);
+
+// The gradients of the call's attention for grad_out (out's shape; the call's out is not written):
+// dq, dk, dv ([B, H, N, D] views of the inputs' dtypes) and d_sinks ([Hq] float32), each optional
+// (not wanted). The engine's backward (docs/SEMANTICS.md, "The backward pass"), or its CPU reference
+// when `context` is null; the report as run_attention's.
+struct Gradients {
+    std::optional<Output> dq, dk, dv, d_sinks;
+};
+nanobind::object run_attention_backward(Context* context, const AttentionCall& call, const Input& grad_out,
+                                        const Gradients& gradients);
+
+}  // namespace vkattn::python

@@ -1,0 +1,129 @@
+// vkattn's compiled module (`vkattn._vkattn`): the engine's public API as Python sees it — devices,
+// Context, one attention call — and its exceptions: InvalidArgument as ValueError, VulkanError,
+// ResourceLimit and DeviceLost as subclasses of RuntimeError. The package's Python modules build the
+// PyTorch-style API on it (python/vkattn).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "attention_call.hpp"
+#include "vkattn/vkattn.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+nb::dict device_dict(const vkattn::DeviceInfo& d) {
+    nb::dict out;
+    out["index"] = d.index;
+    out["name"] = d.name;
+    out["type"] = d.type;
+    out["driver"] = d.driver;
+    out["api_version"] = d.api_version;
+    out["subgroup_size"] = d.subgroup_size;
+    out["shared_memory_bytes"] = d.shared_memory_bytes;
+    out["max_storage_buffer_range"] = d.max_storage_buffer_range;
+    out["fp16_storage"] = d.fp16_storage;
+    out["fp16_arithmetic"] = d.fp16_arithmetic;
+    out["inf_nan_preserve"] = d.inf_nan_preserve;
+    nb::list heaps;
+    for (const vkattn::MemoryHeap& h : d.heaps) {
+        nb::dict heap;
+        heap["bytes"] = h.bytes;
+        heap["device_local"] = h.device_local;
+        heaps.append(heap);
+    }
+    out["heaps"] = heaps;
+    out["default"] = d.default_choice;
+    out["rejected"] = d.rejected;
+    return out;
+}
+
+}  // namespace
+
+NB_MODULE(_vkattn, m) {
+    m.doc() = "vkattn's compiled core: use the vkattn package's functions.";
+
+    // Translators run newest first: the three classes below before this catch-all for the rest.
+    nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+        try {
+            std::rethrow_exception(p);
+        } catch (const vkattn::InvalidArgument& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const vkattn::Error& e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+    });
+    nb::exception<vkattn::VulkanError>(m, "VulkanError", PyExc_RuntimeError);
+    nb::exception<vkattn::ResourceLimit>(m, "ResourceLimit", PyExc_RuntimeError);
+    nb::exception<vkattn::DeviceLost>(m, "DeviceLost", PyExc_RuntimeError);
+
+    m.def("devices", [] {
+        nb::list out;
+        for (const vkattn::DeviceInfo& d : vkattn::list_devices()) out.append(device_dict(d));
+        return out;
+    }, "Every Vulkan device, as `vk-attn devices` lists them.");
+
+    nb::class_<vkattn::Context>(m, "Context")
+        .def("__init__",
+             [](vkattn::Context* self, nb::object device, bool validation) {
+                 vkattn::ContextOptions options;
+                 if (!device.is_none()) options.device = nb::cast<std::string>(nb::str(device));
+                 options.validation = validation;
+                 nb::gil_scoped_release unlocked;
+                 new (self) vkattn::Context(options);
+             },
+             "device"_a = nb::none(), "validation"_a = false)
+        .def_prop_ro("device", [](const vkattn::Context& c) { return device_dict(c.device()); })
+        .def("validation_messages", &vkattn::Context::validation_messages)
+        .def("clear_validation_messages", &vkattn::Context::clear_validation_messages);
+
+    nb::class_<vkattn::python::AttentionCall>(m, "AttentionCall")
+        .def(nb::init<>())
+        .def_rw("q", &vkattn::python::AttentionCall::q)
+        .def_rw("k", &vkattn::python::AttentionCall::k)
+        .def_rw("v", &vkattn::python::AttentionCall::v)
+        .def_rw("out", &vkattn::python::AttentionCall::out)
+        .def_rw("bool_mask", &vkattn::python::AttentionCall::bool_mask)
+        .def_rw("float_mask", &vkattn::python::AttentionCall::float_mask)
+        .def_rw("kv_lengths", &vkattn::python::AttentionCall::kv_lengths)
+        .def_rw("alibi_slopes", &vkattn::python::AttentionCall::alibi_slopes)
+        .def_rw("sinks", &vkattn::python::AttentionCall::sinks)
+        .def_rw("lse", &vkattn::python::AttentionCall::lse)
+        .def_rw("weights", &vkattn::python::AttentionCall::weights)
+        .def_rw("scale", &vkattn::python::AttentionCall::scale)
+        .def_rw("softcap", &vkattn::python::AttentionCall::softcap)
+        .def_rw("alibi_max_bias", &vkattn::python::AttentionCall::alibi_max_bias)
+        .def_rw("causal", &vkattn::python::AttentionCall::causal)
+        .def_rw("window_left", &vkattn::python::AttentionCall::window_left)
+        .def_rw("window_right", &vkattn::python::AttentionCall::window_right)
+        .def_rw("dropout", &vkattn::python::AttentionCall::dropout)
+        .def_rw("seed", &vkattn::python::AttentionCall::seed)
+        .def_rw("impl", &vkattn::python::AttentionCall::impl);
+
+    nb::class_<vkattn::python::Gradients>(m, "Gradients")
+        .def(nb::init<>())
+        .def_rw("dq", &vkattn::python::Gradients::dq)
+        .def_rw("dk", &vkattn::python::Gradients::dk)
+        .def_rw("dv", &vkattn::python::Gradients::dv)
+        .def_rw("d_sinks", &vkattn::python::Gradients::d_sinks);
+
+    m.def("run_attention_backward",
+          [](nb::object context, const vkattn::python::AttentionCall& call, const vkattn::python::Input& grad_out,
+             const vkattn::python::Gradients& gradients) {
+              vkattn::Context* ctx = context.is_none() ? nullptr : nb::cast<vkattn::Context*>(context);
+              return vkattn::python::run_attention_backward(ctx, call, grad_out, gradients);
+          },
+          "context"_a.none(), "call"_a, "grad_out"_a, "gradients"_a,
+          "The gradients `gradients` asks for, on `context` or on the CPU reference when it is None.");
+
+    m.def("run_attention",
+          [](nb::object context, const vkattn::python::AttentionCall& call) {
+              vkattn::Context* ctx = context.is_none() ? nullptr : nb::cast<vkattn::Context*>(context);
+              return vkattn::python::run_attention(ctx, call);
+          },
+          "context"_a.none(), "call"_a, "Runs `call` on `context`, or on the CPU reference when it is None.");
+}
