@@ -4,11 +4,13 @@
 // PyTorch-style API on it (python/vkattn).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "attention_call.hpp"
+#include "mha_call.hpp"
 #include "vkattn/vkattn.hpp"
 
 namespace nb = nanobind;
@@ -119,6 +121,33 @@ NB_MODULE(_vkattn, m) {
           },
           "context"_a.none(), "call"_a, "grad_out"_a, "gradients"_a,
           "The gradients `gradients` asks for, on `context` or on the CPU reference when it is None.");
+
+    using vkattn::python::MhaCall;
+    nb::class_<MhaCall>(m, "MhaCall")
+        .def(nb::init<>())
+        .def_rw("embed_dim", &MhaCall::embed_dim)
+        .def_rw("num_heads", &MhaCall::num_heads)
+        .def_rw("kdim", &MhaCall::kdim)
+        .def_rw("vdim", &MhaCall::vdim)
+        .def_rw("bias", &MhaCall::bias)
+        .def_rw("batch_first", &MhaCall::batch_first)
+        .def_rw("parameters", &MhaCall::parameters)
+        .def_rw("query", &MhaCall::query)
+        .def_rw("key", &MhaCall::key)
+        .def_rw("value", &MhaCall::value)
+        .def_rw("key_padding_mask", &MhaCall::key_padding_mask)
+        .def_rw("attn_mask", &MhaCall::attn_mask)
+        .def_rw("key_padding_mask_bool", &MhaCall::key_padding_mask_bool)
+        .def_rw("attn_mask_bool", &MhaCall::attn_mask_bool)
+        .def_rw("average_attn_weights", &MhaCall::average_attn_weights)
+        .def_rw("impl", &MhaCall::impl)
+        .def_rw("dropout", &MhaCall::dropout)
+        .def_rw("seed", &MhaCall::seed);
+    m.def("mha_forward", &vkattn::python::mha_forward, "context"_a, "call"_a, "out"_a, "attn_weights"_a.none(),
+          "The layer's forward: out and, when given, attn_weights written.");
+    m.def("mha_backward", &vkattn::python::mha_backward, "context"_a, "call"_a, "grad_out"_a, "d_query"_a,
+          "d_key"_a.none(), "d_value"_a.none(), "d_parameters"_a,
+          "The layer's gradients for grad_out, written into the arrays given.");
 
     m.def("run_attention",
           [](nb::object context, const vkattn::python::AttentionCall& call) {

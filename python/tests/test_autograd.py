@@ -119,3 +119,15 @@ def test_a_layer_trains(context):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+def test_use_for_sdpa_routes_torch_functional(context):
+    functional = torch.nn.functional
+    had = hasattr(functional, "scaled_dot_product_attention")
+    q, k, v = (randn(1, 2, 5, 8).requires_grad_() for _ in range(3))
+    with vt.use_for_sdpa(context=context, impl="unfused"):
+        out = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+    assert hasattr(functional, "scaled_dot_product_attention") == had
+    assert_close(out.detach().numpy(), attention_torch(q.double(), k.double(), v.double(), is_causal=True)[0].detach().numpy())
+    assert q.grad is not None and k.grad is not None and v.grad is not None

@@ -1,12 +1,20 @@
-"""vkattn for PyTorch: scaled_dot_product_attention as an autograd Function whose backward is the
-engine's backward pass (docs/SEMANTICS.md, "The backward pass"), on CPU tensors.
+"""vkattn for PyTorch, on CPU tensors: scaled_dot_product_attention as an autograd Function whose
+backward is the engine's backward pass (docs/SEMANTICS.md, "The backward pass"), and
+MultiheadAttention, nn.MultiheadAttention's drop-in over the engine's multi-head layer.
 
     out = vkattn.torch.scaled_dot_product_attention(q, k, v, is_causal=True)
     out.sum().backward()            # fills q.grad, k.grad, v.grad (and sinks.grad)
+    layer.self_attn = vkattn.torch.MultiheadAttention.from_module(layer.self_attn)
 """
 
+import contextlib
+import copy
+
+import numpy as np
 import torch
 
+from . import _vkattn
+from ._context import default_context
 from ._sdpa import _attention, _attention_backward
 
 
@@ -43,3 +51,138 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if sinks is not None and not isinstance(sinks, torch.Tensor):
         sinks = torch.as_tensor(sinks, dtype=torch.float32)
     return _Attention.apply(query, key, value, sinks, options)
+
+
+def _float32(t):
+    return np.ascontiguousarray(t.detach().to(torch.float32).numpy())
+
+
+def _mask(mask):
+    """A PyTorch mask (bool: True = NOT allowed; float: added) as (array, is_bool) for the engine."""
+    if mask is None:
+        return None, False
+    if mask.dtype == torch.bool:
+        return np.ascontiguousarray(mask.detach().numpy().view(np.uint8)), True
+    return _float32(mask), False
+
+
+class _MhaFunction(torch.autograd.Function):
+    """One nn.MultiheadAttention call through the engine's layer (vkattn/mha.hpp): forward and
+    backward, the parameters given in `names` order after query, key and value."""
+
+    @staticmethod
+    def forward(ctx, spec, query, key, value, *parameters):
+        call = _vkattn.MhaCall()
+        for field in ("embed_dim", "num_heads", "kdim", "vdim", "bias", "batch_first", "average_attn_weights", "impl",
+                      "dropout", "seed"):
+            setattr(call, field, spec[field])
+        call.parameters = {name: _float32(p) for name, p in zip(spec["names"], parameters)}
+        # One tensor passed as several inputs stays one input (its gradient the sum of its uses).
+        q = _float32(query)
+        k = q if key is query else _float32(key)
+        call.query, call.key = q, k
+        call.value = q if value is query else k if value is key else _float32(value)
+        call.key_padding_mask, call.key_padding_mask_bool = _mask(spec["key_padding_mask"])
+        call.attn_mask, call.attn_mask_bool = _mask(spec["attn_mask"])
+        shape = tuple(query.shape[:-1]) + (spec["embed_dim"],)
+        out = np.empty(shape, dtype=np.float32)
+        weights = np.empty(spec["weights_shape"], dtype=np.float32) if spec["weights_shape"] else None
+        _vkattn.mha_forward(spec["context"] or default_context(), call, out, weights)
+        ctx.call, ctx.spec = call, spec
+        ctx.own = (key is not query, value is not query and value is not key)  # gradients of their own
+        ctx.shapes = (query.shape, key.shape, value.shape)
+        result = torch.from_numpy(out).to(query.dtype)
+        return result, (torch.from_numpy(weights) if weights is not None else torch.empty(0))
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_weights):
+        call, spec = ctx.call, ctx.spec
+        d_query = np.zeros(ctx.shapes[0], dtype=np.float32)
+        d_key = np.zeros(ctx.shapes[1], dtype=np.float32) if ctx.own[0] else None
+        d_value = np.zeros(ctx.shapes[2], dtype=np.float32) if ctx.own[1] else None
+        d_parameters = {name: np.zeros(array.shape, dtype=np.float32) for name, array in call.parameters.items()}
+        result = _vkattn.mha_backward(spec["context"] or default_context(), call, _float32(grad_out), d_query, d_key,
+                                      d_value, d_parameters)
+        own = result["own_gradient"]
+        assert own["key"] == ctx.own[0] and own["value"] == ctx.own[1], "the engine saw other inputs than autograd"
+        dq = torch.from_numpy(d_query)
+        dk = torch.from_numpy(d_key) if d_key is not None else None
+        dv = torch.from_numpy(d_value) if d_value is not None else None
+        grads = [torch.from_numpy(d_parameters[name]) for name in spec["names"]]
+        return (None, dq, dk, dv, *grads)
+
+
+class MultiheadAttention(torch.nn.MultiheadAttention):
+    """torch.nn.MultiheadAttention computed by vkattn: the same constructor, parameters, state_dict()
+    keys and forward signature, a drop-in replacement (inside nn.TransformerEncoderLayer too), with
+    gradients for the inputs and every parameter from the engine's backward pass. Dropout (in
+    training mode) uses vkattn's Philox generator with a seed drawn from torch's. Not supported:
+    add_bias_kv, add_zero_attn. Extra keywords: impl, context."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None, *, impl="auto", context=None):
+        if add_bias_kv or add_zero_attn:
+            raise ValueError("add_bias_kv: vkattn's MultiheadAttention takes neither add_bias_kv nor add_zero_attn.")
+        super().__init__(embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first,
+                         device=device, dtype=dtype)
+        self.impl = impl
+        self.context = context
+
+    @classmethod
+    def from_module(cls, module, *, impl="auto", context=None):
+        """A vkattn module over an existing nn.MultiheadAttention's parameters (shared, not copied: a
+        step of either's optimiser moves both)."""
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("module: vkattn's MultiheadAttention takes neither add_bias_kv nor add_zero_attn.")
+        new = copy.copy(module)  # the same parameter and submodule dicts
+        new.__class__ = cls
+        new.impl = impl
+        new.context = context
+        return new
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        batched = query.dim() == 3
+        L = query.shape[1 if self.batch_first and batched else 0]
+        S = key.shape[1 if self.batch_first and batched else 0]
+        if is_causal and attn_mask is None:
+            attn_mask = torch.ones(L, S, dtype=torch.bool).triu(1)  # True = not allowed
+        weights_shape = None
+        if need_weights:
+            N = query.shape[0 if self.batch_first else 1] if batched else None
+            per_head = (self.num_heads, L, S) if not average_attn_weights else (L, S)
+            weights_shape = ((N,) if batched else ()) + per_head
+        dropout = self.dropout if self.training else 0.0
+        names = [name for name, _ in self.named_parameters()]
+        spec = dict(embed_dim=self.embed_dim, num_heads=self.num_heads, kdim=self.kdim, vdim=self.vdim,
+                    bias=self.in_proj_bias is not None, batch_first=self.batch_first,
+                    average_attn_weights=average_attn_weights, impl=self.impl, dropout=float(dropout),
+                    seed=int(torch.randint(0, 2**62, (1,)).item()) if dropout > 0 else 0, names=names,
+                    key_padding_mask=key_padding_mask, attn_mask=attn_mask, weights_shape=weights_shape,
+                    context=self.context)
+        out, weights = _MhaFunction.apply(spec, query, key, value, *(p for _, p in self.named_parameters()))
+        return out, (weights.detach() if need_weights else None)
+
+
+@contextlib.contextmanager
+def use_for_sdpa(**options):
+    """Within the block, torch.nn.functional.scaled_dot_product_attention is vkattn's (differentiable,
+    `options` added to every call: impl, context, ...). Where the installed torch has no SDPA
+    (Debian's 1.13), the block provides one, so code written for PyTorch 2 runs; afterwards torch's
+    own (or none) is back."""
+    functional = torch.nn.functional
+    missing = object()
+    previous = getattr(functional, "scaled_dot_product_attention", missing)
+
+    def routed(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                                            **options)
+
+    functional.scaled_dot_product_attention = routed
+    try:
+        yield
+    finally:
+        if previous is missing:
+            del functional.scaled_dot_product_attention
+        else:
+            functional.scaled_dot_product_attention = previous
