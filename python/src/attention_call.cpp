@@ -71,6 +71,28 @@ std::string python_name(const std::string& argument) {
 
 }  // namespace
 
+AttentionOptions options_of(const AttentionCall& c) {
+    AttentionOptions options{.scale = c.scale, .causal = causal_of(c.causal), .softcap = c.softcap,
+                             .alibi_max_bias = c.alibi_max_bias, .dropout = c.dropout, .seed = c.seed,
+                             .impl = impl_of(c.impl)};
+    options.window = {c.window_left, c.window_right};
+    return options;
+}
+
+nb::object report_dict(const AttentionReport& report) {
+    nb::dict d;
+    d["path"] = to_string(report.path);
+    d["variant"] = report.variant;
+    d["gpu_ms"] = report.gpu_ms;
+    d["flops"] = report.flops;
+    return d;
+}
+
+void rethrow_with_python_name(const InvalidArgument& e) {
+    const std::string message = std::string(e.what()).substr(e.argument().size() + 2);
+    throw InvalidArgument(python_name(e.argument()), message);
+}
+
 namespace {
 
 // The call's inputs and options, as the engine takes them.
@@ -86,36 +108,14 @@ Prepared prepared(const AttentionCall& c) {
     if (c.float_mask) p.in.float_mask = mask_of(*c.float_mask);
     p.in.alibi_slopes = span_of<float>(c.alibi_slopes);
     p.in.sinks = span_of<float>(c.sinks);
-    p.options = {.scale = c.scale, .causal = causal_of(c.causal), .softcap = c.softcap, .alibi_max_bias = c.alibi_max_bias,
-                 .dropout = c.dropout, .seed = c.seed, .impl = impl_of(c.impl)};
-    p.options.window = {c.window_left, c.window_right};
+    p.options = options_of(c);
     return p;
-}
-
-nb::object report_dict(const AttentionReport& report) {
-    nb::dict d;
-    d["path"] = to_string(report.path);
-    d["variant"] = report.variant;
-    d["gpu_ms"] = report.gpu_ms;
-    d["flops"] = report.flops;
-    return d;
-}
-
-// Runs `body`, the engine's argument names turned into the Python API's.
-template <class Body>
-nb::object renaming(Body&& body) {
-    try {
-        return body();
-    } catch (const InvalidArgument& e) {
-        const std::string message = std::string(e.what()).substr(e.argument().size() + 2);
-        throw InvalidArgument(python_name(e.argument()), message);
-    }
 }
 
 }  // namespace
 
 nb::object run_attention(Context* context, const AttentionCall& c) {
-    return renaming([&]() -> nb::object {
+    return python_names([&]() -> nb::object {
         const Prepared p = prepared(c);
         AttentionOutputs out{.o = view_of<void*>(c.out, "o")};
         if (c.lse) out.lse = static_cast<float*>(c.lse->data());
@@ -135,7 +135,7 @@ nb::object run_attention(Context* context, const AttentionCall& c) {
 }
 
 nb::object run_attention_backward(Context* context, const AttentionCall& c, const Input& grad_out, const Gradients& g) {
-    return renaming([&]() -> nb::object {
+    return python_names([&]() -> nb::object {
         const Prepared p = prepared(c);
         const TensorView d_out = view_of<const void*>(grad_out, "grad_out");
         AttentionGradients grads;

@@ -33,6 +33,15 @@ struct AttentionCall {
     std::string impl = "auto";
 };
 
+// The call's options as the engine takes them (scale, causal, window, softcap, ALiBi, dropout, impl).
+AttentionOptions options_of(const AttentionCall& call);
+// A report as Python sees it: a dict of path, variant, gpu_ms, flops.
+nanobind::object report_dict(const AttentionReport& report);
+// Runs `body`, an engine InvalidArgument's argument renamed as the Python API names it.
+template <class Body>
+auto python_names(Body&& body) -> decltype(body());
+[[noreturn]] void rethrow_with_python_name(const InvalidArgument& error);
+
 // Runs the call on `context` (the GIL released meanwhile), or on the CPU reference when null.
 // Returns the report as a dict (path, variant, gpu_ms, flops), None for the reference. Engine
 // errors propagate as the engine's exceptions, their arguments named as the Python API names them.
@@ -47,5 +56,14 @@ struct Gradients {
 };
 nanobind::object run_attention_backward(Context* context, const AttentionCall& call, const Input& grad_out,
                                         const Gradients& gradients);
+
+template <class Body>
+auto python_names(Body&& body) -> decltype(body()) {
+    try {
+        return body();
+    } catch (const InvalidArgument& e) {
+        rethrow_with_python_name(e);
+    }
+}
 
 }  // namespace vkattn::python

@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "attention_call.hpp"
+#include "device_objects.hpp"
 #include "mha_call.hpp"
 #include "vkattn/vkattn.hpp"
 
@@ -148,6 +149,34 @@ NB_MODULE(_vkattn, m) {
     m.def("mha_backward", &vkattn::python::mha_backward, "context"_a, "call"_a, "grad_out"_a, "d_query"_a,
           "d_key"_a.none(), "d_value"_a.none(), "d_parameters"_a,
           "The layer's gradients for grad_out, written into the arrays given.");
+
+    using vkattn::python::Cache;
+    using vkattn::python::Tensor;
+    // A Tensor or Cache keeps its Context alive (keep_alive on the context argument).
+    nb::class_<Tensor>(m, "Tensor")
+        .def_static("from_numpy",
+                    [](vkattn::Context& context, const vkattn::python::Input& array, std::optional<std::string> dtype) {
+                        return vkattn::python::tensor_from_numpy(context, array, dtype);
+                    },
+                    "context"_a, "array"_a, "dtype"_a.none() = nb::none(), nb::keep_alive<0, 1>())
+        .def_static("empty", &vkattn::python::tensor_empty, "context"_a, "shape"_a, "dtype"_a, nb::keep_alive<0, 1>())
+        .def_prop_ro("shape", [](const Tensor& t) {
+            const auto& s = t.tensor.shape();
+            return std::vector<std::int64_t>(s.begin(), s.end());
+        })
+        .def_prop_ro("dtype", [](const Tensor& t) { return vkattn::to_string(t.tensor.dtype()); })
+        .def("to_numpy", &vkattn::python::tensor_to_numpy, "out"_a);
+
+    nb::class_<Cache>(m, "Cache")
+        .def(nb::init<vkattn::Context&, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                      const std::string&, bool, std::int64_t>(),
+             "context"_a, "batch"_a, "kv_heads"_a, "dim"_a, "dim_v"_a, "capacity"_a, "dtype"_a, "paged"_a, "block_size"_a,
+             nb::keep_alive<1, 2>())
+        .def("append", &Cache::append, "k"_a, "v"_a, "counts"_a)
+        .def("attention", &Cache::attention, "q"_a, "o"_a, "lse"_a.none(), "options"_a)
+        .def("reset", &Cache::reset, "lengths"_a)
+        .def_prop_ro("lengths", &Cache::lengths)
+        .def_prop_ro("capacity", &Cache::capacity);
 
     m.def("run_attention",
           [](nb::object context, const vkattn::python::AttentionCall& call) {

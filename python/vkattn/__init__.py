@@ -10,17 +10,20 @@ it); VulkanError, ResourceLimit and DeviceLost (RuntimeError subclasses) from th
 
 from ._vkattn import Context, DeviceLost, ResourceLimit, VulkanError, devices
 from ._context import default_context
+from ._device import KVCache, Tensor
 from ._sdpa import scaled_dot_product_attention
 from . import reference
 
 __all__ = [
     "Context",
     "DeviceLost",
+    "KVCache",
     "ResourceLimit",
     "VulkanError",
     "default_context",
     "devices",
     "reference",
     "scaled_dot_product_attention",
+    "Tensor",
 ]
 __version__ = "0.1.0"
