@@ -3,6 +3,7 @@
 #include <array>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace nb = nanobind;
@@ -16,7 +17,7 @@ DType dtype_of(const Array& a, const char* name) {
     if (t == nb::dtype<float>()) return DType::f32;
     if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16 && t.lanes == 1) return DType::f16;
     if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16 && t.lanes == 1) return DType::bf16;
-    throw InvalidArgument(name, "its dtype must be float32 or float16.");
+    throw InvalidArgument(name, "its dtype must be float32, float16 or bfloat16.");
 }
 
 template <class Pointer, class Array>
@@ -32,16 +33,35 @@ BasicTensorView<Pointer> view_of(const Array& a, const char* name) {
     return view;
 }
 
+// The checks the engine cannot make on a raw pointer: the element type, C order and, when given,
+// the element count.
+template <class T, class Array>
+void require(const Array& a, const char* name, std::optional<std::size_t> count = std::nullopt) {
+    if (a.dtype() != nb::dtype<T>() || !c_contiguous(a))
+        throw InvalidArgument(name, std::string("must be a C-contiguous array of ") +
+                                        (std::is_same_v<T, float> ? "float32" : std::is_same_v<T, std::uint8_t> ? "uint8" : "int32") +
+                                        ".");
+    if (count && a.size() != *count)
+        throw InvalidArgument(name, "has " + std::to_string(a.size()) + " elements but must have " + std::to_string(*count) + ".");
+}
+
 template <class T>
-std::span<const T> span_of(const std::optional<Input>& a) {
+std::span<const T> span_of(const std::optional<Input>& a, const char* name) {
     if (!a) return {};
+    require<T>(*a, name);
     return {static_cast<const T*>(a->data()), a->size()};
 }
 
-MaskView mask_of(const Input& a) {
+MaskView mask_of(const Input& a, bool is_bool) {
+    if (is_bool) require<std::uint8_t>(a, "bool_mask");
+    else require<float>(a, "float_mask");
     MaskView m{a.data(), {}};
     for (std::size_t i = 0; i < a.ndim(); ++i) m.shape.push_back(static_cast<std::int64_t>(a.shape(i)));
     return m;
+}
+
+std::size_t count_of(const TensorView& v, bool with_keys_of = false, std::int64_t keys = 0) {
+    return static_cast<std::size_t>(v.shape[0] * v.shape[1] * v.shape[2] * (with_keys_of ? keys : 1));
 }
 
 Causal causal_of(const std::string& text) {
@@ -93,6 +113,9 @@ void rethrow_with_python_name(const InvalidArgument& e) {
     throw InvalidArgument(python_name(e.argument()), message);
 }
 
+void require_floats(const Output& array, const char* name, std::size_t count) { require<float>(array, name, count); }
+void require_input_floats(const Input& array, const char* name) { require<float>(array, name); }
+
 namespace {
 
 // The call's inputs and options, as the engine takes them.
@@ -103,11 +126,11 @@ struct Prepared {
 Prepared prepared(const AttentionCall& c) {
     Prepared p;
     p.in = {.q = view_of<const void*>(c.q, "q"), .k = view_of<const void*>(c.k, "k"), .v = view_of<const void*>(c.v, "v")};
-    p.in.kv_lengths = span_of<std::int32_t>(c.kv_lengths);
-    if (c.bool_mask) p.in.bool_mask = mask_of(*c.bool_mask);
-    if (c.float_mask) p.in.float_mask = mask_of(*c.float_mask);
-    p.in.alibi_slopes = span_of<float>(c.alibi_slopes);
-    p.in.sinks = span_of<float>(c.sinks);
+    p.in.kv_lengths = span_of<std::int32_t>(c.kv_lengths, "kv_lengths");
+    if (c.bool_mask) p.in.bool_mask = mask_of(*c.bool_mask, true);
+    if (c.float_mask) p.in.float_mask = mask_of(*c.float_mask, false);
+    p.in.alibi_slopes = span_of<float>(c.alibi_slopes, "alibi_slopes");
+    p.in.sinks = span_of<float>(c.sinks, "sinks");
     p.options = options_of(c);
     return p;
 }
@@ -118,19 +141,22 @@ nb::object run_attention(Context* context, const AttentionCall& c) {
     return python_names([&]() -> nb::object {
         const Prepared p = prepared(c);
         AttentionOutputs out{.o = view_of<void*>(c.out, "o")};
-        if (c.lse) out.lse = static_cast<float*>(c.lse->data());
-        if (c.weights) out.weights = static_cast<float*>(c.weights->data());
-        if (context == nullptr) {
-            nb::gil_scoped_release unlocked;
-            reference_attention(p.in, out, p.options);
-            return nb::none();
+        const std::size_t rows = count_of(p.in.q);
+        if (c.lse) {
+            require<float>(*c.lse, "lse", rows);
+            out.lse = static_cast<float*>(c.lse->data());
+        }
+        if (c.weights) {
+            require<float>(*c.weights, "weights", rows * static_cast<std::size_t>(p.in.k.shape[2]));
+            out.weights = static_cast<float*>(c.weights->data());
         }
         AttentionReport report;
         {
-            nb::gil_scoped_release unlocked;
-            report = attention(*context, p.in, out, p.options);
+            nb::gil_scoped_release unlocked;  // no Python object is touched until it is back
+            if (context == nullptr) reference_attention(p.in, out, p.options);
+            else report = attention(*context, p.in, out, p.options);
         }
-        return report_dict(report);
+        return context == nullptr ? nb::none() : report_dict(report);
     });
 }
 
@@ -142,18 +168,17 @@ nb::object run_attention_backward(Context* context, const AttentionCall& c, cons
         if (g.dq) grads.dq = view_of<void*>(*g.dq, "dq");
         if (g.dk) grads.dk = view_of<void*>(*g.dk, "dk");
         if (g.dv) grads.dv = view_of<void*>(*g.dv, "dv");
-        if (g.d_sinks) grads.d_sinks = static_cast<float*>(g.d_sinks->data());
-        if (context == nullptr) {
-            nb::gil_scoped_release unlocked;
-            reference_attention_backward(p.in, d_out, grads, p.options);
-            return nb::none();
+        if (g.d_sinks) {
+            require<float>(*g.d_sinks, "d_sinks", static_cast<std::size_t>(p.in.q.shape[1]));
+            grads.d_sinks = static_cast<float*>(g.d_sinks->data());
         }
         AttentionReport report;
         {
-            nb::gil_scoped_release unlocked;
-            report = attention_backward(*context, p.in, d_out, grads, p.options);
+            nb::gil_scoped_release unlocked;  // no Python object is touched until it is back
+            if (context == nullptr) reference_attention_backward(p.in, d_out, grads, p.options);
+            else report = attention_backward(*context, p.in, d_out, grads, p.options);
         }
-        return report_dict(report);
+        return context == nullptr ? nb::none() : report_dict(report);
     });
 }
 

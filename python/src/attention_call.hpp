@@ -41,6 +41,21 @@ nanobind::object report_dict(const AttentionReport& report);
 template <class Body>
 auto python_names(Body&& body) -> decltype(body());
 [[noreturn]] void rethrow_with_python_name(const InvalidArgument& error);
+// An array's elements as `count` float32 values in C order, or InvalidArgument naming it (the
+// engine cannot check raw pointers).
+void require_floats(const Output& array, const char* name, std::size_t count);
+void require_input_floats(const Input& array, const char* name);
+
+// Whether `a` holds its elements densely in C order.
+template <class Array>
+bool c_contiguous(const Array& a) {
+    std::int64_t expected = 1;
+    for (std::size_t i = a.ndim(); i-- > 0;) {
+        if (a.shape(i) != 1 && a.stride(i) != expected) return false;
+        expected *= static_cast<std::int64_t>(a.shape(i));
+    }
+    return true;
+}
 
 // Runs the call on `context` (the GIL released meanwhile), or on the CPU reference when null.
 // Returns the report as a dict (path, variant, gpu_ms, flops), None for the reference. Engine

@@ -49,6 +49,12 @@ Tensor tensor_empty(Context& context, const std::vector<std::int64_t>& shape, co
 }
 
 void tensor_to_numpy(const Tensor& t, const Output& out) {
+    const nb::dlpack::dtype d = out.dtype();
+    const bool float_array = d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && d.lanes == 1;
+    const bool same_type = float_array && ((t.tensor.dtype() == DType::f32 && d.bits == 32) ||
+                                           (t.tensor.dtype() == DType::f16 && d.bits == 16));
+    if (!same_type || out.size() != static_cast<std::size_t>(t.tensor.elements()) || !c_contiguous(out))
+        throw InvalidArgument("out", "must be a C-contiguous array of the tensor's dtype and size.");
     MutableTensorView host{out.data(), t.tensor.dtype(), t.tensor.shape(), dense_strides(Layout::bhnd, t.tensor.shape())};
     nb::gil_scoped_release unlocked;
     t.tensor.download(host);

@@ -10,9 +10,13 @@ namespace nb = nanobind;
 namespace vkattn::python {
 namespace {
 
-std::span<const float> floats(const Input& a) { return {static_cast<const float*>(a.data()), a.size()}; }
+std::span<const float> floats(const Input& a, const char* name) {
+    require_input_floats(a, name);
+    return {static_cast<const float*>(a.data()), a.size()};
+}
 
-HostArray host(const Input& a) {
+HostArray host(const Input& a, const char* name) {
+    require_input_floats(a, name);
     HostArray h{static_cast<const float*>(a.data()), {}};
     for (std::size_t i = 0; i < a.ndim(); ++i) h.shape.push_back(static_cast<std::int64_t>(a.shape(i)));
     return h;
@@ -23,7 +27,7 @@ MultiHeadAttention layer_of(const MhaCall& c) {
     MhaWeights w;
     auto find = [&](const char* name) -> std::span<const float> {
         const auto it = c.parameters.find(name);
-        return it == c.parameters.end() ? std::span<const float>{} : floats(it->second);
+        return it == c.parameters.end() ? std::span<const float>{} : floats(it->second, name);
     };
     w.in_proj_weight = find("in_proj_weight");
     w.q_proj_weight = find("q_proj_weight");
@@ -38,10 +42,13 @@ MultiHeadAttention layer_of(const MhaCall& c) {
 }
 
 MhaInputs inputs_of(const MhaCall& c) {
-    MhaInputs in{.query = host(c.query)};
-    if (c.key) in.key = host(*c.key);
-    if (c.value) in.value = host(*c.value);
+    MhaInputs in{.query = host(c.query, "query")};
+    if (c.key) in.key = host(*c.key, "key");
+    if (c.value) in.value = host(*c.value, "value");
     auto mask = [](const Input& m, bool is_bool) {
+        if (!is_bool) require_input_floats(m, "attn_mask");
+        else if (m.dtype() != nb::dtype<std::uint8_t>() || !c_contiguous(m))
+            throw InvalidArgument("attn_mask", "a bool mask must be a C-contiguous uint8 array.");
         TorchMask t{m.data(), is_bool, {}};
         for (std::size_t i = 0; i < m.ndim(); ++i) t.shape.push_back(static_cast<std::int64_t>(m.shape(i)));
         return t;
@@ -71,9 +78,7 @@ nb::dict report_of(const MhaReport& r) {
 }
 
 void copy_into(const std::vector<float>& values, const Output& out, const std::string& name) {
-    if (out.size() != values.size())
-        throw InvalidArgument(name, "internal: the gradient has " + std::to_string(values.size()) + " values, its array " +
-                                        std::to_string(out.size()) + ".");
+    require_floats(out, name.c_str(), values.size());
     std::memcpy(out.data(), values.data(), values.size() * sizeof(float));
 }
 
@@ -82,6 +87,17 @@ void copy_into(const std::vector<float>& values, const Output& out, const std::s
 nb::object mha_forward(Context& context, const MhaCall& c, const Output& out, const std::optional<Output>& attn_weights) {
     const MultiHeadAttention layer = layer_of(c);
     const MhaInputs in = inputs_of(c);
+    // The outputs' sizes, which the engine cannot check on raw pointers: out the query's with E
+    // features; the weights [N, L, S] or [N, H, L, S] (no N unbatched).
+    const auto& qs = in.query.shape;
+    const auto& ks = in.key.data ? in.key.shape : qs;
+    const bool batched = qs.size() == 3;
+    const std::int64_t L = qs[batched && c.batch_first ? 1 : 0], S = ks[batched && c.batch_first ? 1 : 0];
+    const std::int64_t N = batched ? qs[c.batch_first ? 0 : 1] : 1;
+    require_floats(out, "out", static_cast<std::size_t>(N * L * c.embed_dim));
+    if (attn_weights)
+        require_floats(*attn_weights, "attn_weights",
+                       static_cast<std::size_t>(N * (c.average_attn_weights ? 1 : c.num_heads) * L * S));
     const MhaOutputs outputs{.out = static_cast<float*>(out.data()),
                              .attn_weights = attn_weights ? static_cast<float*>(attn_weights->data()) : nullptr};
     const MhaOptions options = options_of(c);
@@ -102,7 +118,7 @@ nb::object mha_backward(Context& context, const MhaCall& c, const Input& grad_ou
     MhaGradients g;
     {
         nb::gil_scoped_release unlocked;
-        g = layer.backward(context, in, host(grad_out), options);
+        g = layer.backward(context, in, host(grad_out, "grad_out"), options);
     }
     copy_into(g.query, d_query, "query");
     if (d_key && !g.key.empty()) copy_into(g.key, *d_key, "key");

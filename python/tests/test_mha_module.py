@@ -17,11 +17,11 @@ def grads(module, inputs):
     return [p.grad for p in module.parameters()] + [x.grad for x in inputs]
 
 
-@pytest.mark.parametrize("case", ["self", "cross_kdim_vdim", "self_batch_first_unbatched"])
+@pytest.mark.parametrize("case", ["self", "cross_kdim_vdim", "self_batch_first_unbatched", "cross_batch_first"])
 def test_module_matches_torch(context, case):
     E, H, L, S, N = 16, 4, 5, 7, 2
     kw = dict(kdim=6, vdim=10) if case == "cross_kdim_vdim" else {}
-    batch_first = case == "self_batch_first_unbatched"
+    batch_first = "batch_first" in case
     ref = torch.nn.MultiheadAttention(E, H, batch_first=batch_first, **kw)
     with torch.no_grad():
         for p in ref.parameters():
@@ -38,6 +38,12 @@ def test_module_matches_torch(context, case):
         args = lambda t: (t, t, t)  # noqa: E731
         inputs = [x]
         mask = dict(key_padding_mask=torch.tensor([[False] * L, [False] * (L - 2) + [True] * 2]))
+    elif case == "cross_batch_first":
+        q, k = torch.randn(N, L, E), torch.randn(N, S, E)
+        inputs = [q, k]
+        args = lambda q, k: (q, k, k)  # noqa: E731  (the value is the key)
+        mask = dict(key_padding_mask=torch.tensor([[False] * S, [False] * (S - 3) + [True] * 3]),
+                    attn_mask=torch.randn(L, S))
     else:
         q, k, v = torch.randn(L, N, E), torch.randn(S, N, 6), torch.randn(S, N, 10)
         inputs = [q, k, v]
@@ -91,3 +97,26 @@ def test_parameters_are_shared_and_unsupported_options_refused():
     assert ours.in_proj_weight is ref.in_proj_weight and ours.out_proj is ref.out_proj
     with pytest.raises(ValueError, match="add_bias_kv"):
         vt.MultiheadAttention(8, 2, add_bias_kv=True)
+
+
+def test_inputs_over_shared_memory_and_in_place_changes(context):
+    E, H, L, N = 8, 2, 4, 2
+    ref = torch.nn.MultiheadAttention(E, H)
+    ours = vt.MultiheadAttention.from_module(copy.deepcopy(ref), context=context)
+    # The key a detached view of the query: two inputs to autograd (no gradient reaches x through the
+    # key), though one memory.
+    results = []
+    for module in (ref, ours):
+        x = torch.randn(L, N, E, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        out, _ = module(x, x.detach(), x.detach(), need_weights=False)
+        out.sum().backward()
+        results.append((out.detach(), x.grad))
+    assert_close(results[1][0].numpy(), results[0][0].numpy())
+    assert_close(results[1][1].numpy(), results[0][1].numpy())
+    # An input changed in place between forward and backward is caught, as torch's own layer does.
+    x = torch.randn(L, N, E, requires_grad=True)
+    y = x * 1.0
+    out, _ = ours(y, y, y, need_weights=False)
+    y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()

@@ -27,6 +27,21 @@ def test_shapes_of_every_rank(context, shape_q, shape_kv):
     out = vkattn.scaled_dot_product_attention(q, k, v, context=context)
     assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == shape_q
     assert_close(out, attention_math(q, k, v)[0])
+    # A mask over the trailing dimensions and the first batch dimension.
+    mask = rng.random(shape_q[:1] + (1,) * (len(shape_q) - 3) + (shape_q[-2], shape_kv[-2])) < 0.7
+    mask[..., 0] = True
+    if len(shape_q) == 2:
+        mask = mask[0]
+    out = vkattn.scaled_dot_product_attention(q, k, v, attn_mask=mask, context=context)
+    assert_close(out, attention_math(q, k, v, attn_mask=mask)[0])
+
+
+def test_read_only_and_broadcast_inputs(context):
+    q = np.broadcast_to(randn(1, 1, 5, 8), (2, 3, 5, 8))  # read-only, stride 0 on the leading dims
+    k, v = randn(2, 3, 6, 8), randn(2, 3, 6, 8)
+    k.flags.writeable = False
+    out = vkattn.scaled_dot_product_attention(q, k, v, context=context)
+    assert_close(out, attention_math(q, k, v)[0])
 
 
 @pytest.mark.parametrize("mask_shape", [(7, 9), (1, 9), (2, 1, 7, 9), (2, 3, 7, 9), (3, 1, 9), (9,)])
@@ -158,6 +173,9 @@ def test_default_context_and_devices():
     (lambda q: vkattn.scaled_dot_product_attention(q, q, q, sinks=[1.0]), "sinks"),
     (lambda q: vkattn.scaled_dot_product_attention(q.astype(np.int32), q, q), "query"),
     (lambda q: vkattn.scaled_dot_product_attention(q[0, 0, 0], q, q), "query"),
+    (lambda q: vkattn.scaled_dot_product_attention(torch.from_numpy(q).bfloat16(), q, q), "query"),
+    (lambda q: vkattn.scaled_dot_product_attention(q, q, q, dropout_p=0.1, seed=-1), "seed"),
+    (lambda q: vkattn.scaled_dot_product_attention(q, q, q, dtype="bfloat16"), "dtype"),
 ])
 def test_errors_name_the_argument(call, argument):
     q = randn(1, 2, 5, 8)

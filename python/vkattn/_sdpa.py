@@ -22,14 +22,21 @@ def _numpy(x, name):
     if _is_torch(x):
         if x.device.type != "cpu":
             raise ValueError(f"{name}: the tensor is on {x.device}; vkattn reads CPU memory (move it with .cpu()).")
-        return x.detach().numpy()
+        try:
+            return x.detach().numpy()
+        except TypeError:  # a dtype NumPy lacks (bfloat16)
+            raise ValueError(f"{name}: its dtype is {x.dtype}; inputs are float32 or float16 (convert with "
+                             ".float() or .half()).") from None
     return np.asarray(x)
 
 
 def _float_input(x, name, dtype):
     a = _numpy(x, name)
     if dtype is not None:
-        a = a.astype(dtype, copy=False)
+        try:
+            a = a.astype(dtype, copy=False)
+        except TypeError:
+            raise ValueError(f"dtype: {dtype!r} is not a NumPy dtype; give float32 or float16.") from None
     if a.dtype not in _FLOAT_DTYPES:
         raise ValueError(f"{name}: its dtype is {a.dtype}; inputs are float32 or float16.")
     if a.ndim < 2:
@@ -147,6 +154,8 @@ def _prepare(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     call.softcap = None if softcap is None else float(softcap)
     call.alibi_max_bias = None if alibi_max_bias is None else float(alibi_max_bias)
     call.dropout = float(dropout_p)
+    if int(seed) < 0:
+        raise ValueError(f"seed: must be a non-negative integer below 2**64, not {seed}.")
     call.seed = int(seed)
     call.impl = impl
     return _Prepared(call, lead, heads, L, S, v.shape[-1], batch, q.ndim, torch_out)
@@ -235,7 +244,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     drops the same weights); impl "auto", "fused", "unfused" or "split"; dtype converts the inputs
     (float32 or float16) first; context (default: vkattn.default_context()).
 
-    Returns out (the query's type and dtype), or (out, lse) with return_lse, (out, weights) with
+    Returns out (the query's type; its dtype, or `dtype` when given), or (out, lse) with return_lse, (out, weights) with
     return_weights, (out, weights, lse) with both; lse (..., L) and weights (..., L, S) are float32.
     """
     return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window=window,

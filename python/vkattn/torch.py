@@ -38,12 +38,15 @@ class _Attention(torch.autograd.Function):
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False, *, window=None, softcap=None, alibi_slopes=None, alibi_max_bias=None,
-                                 sinks=None, kv_lengths=None, causal_alignment="top-left", seed=0, impl="auto",
+                                 sinks=None, kv_lengths=None, causal_alignment="top-left", seed=None, impl="auto",
                                  dtype=None, context=None):
     """vkattn.scaled_dot_product_attention on torch tensors, differentiable: gradients flow to query,
-    key, value and sinks (a float attn_mask is a constant here). Dropout regenerates the forward's
-    mask from `seed` in the backward. The extra outputs (return_lse, return_weights) are the
-    non-differentiable function's."""
+    key, value and sinks (a float attn_mask is a constant here). With dropout, each call draws its
+    Philox seed from torch's generator (as PyTorch draws fresh randomness) unless `seed` is given;
+    the backward regenerates the forward's mask from it. The extra outputs (return_lse,
+    return_weights) are the non-differentiable function's."""
+    if seed is None:
+        seed = _drawn_seed() if dropout_p > 0 else 0
     options = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
                    window=window, softcap=softcap, alibi_slopes=alibi_slopes, alibi_max_bias=alibi_max_bias,
                    kv_lengths=kv_lengths, causal_alignment=causal_alignment, seed=seed, impl=impl, dtype=dtype,
@@ -51,6 +54,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if sinks is not None and not isinstance(sinks, torch.Tensor):
         sinks = torch.as_tensor(sinks, dtype=torch.float32)
     return _Attention.apply(query, key, value, sinks, options)
+
+
+def _drawn_seed():
+    """A dropout seed from torch's generator: torch.manual_seed makes a run reproducible."""
+    return int(torch.randint(0, 2**62, (1,)).item())
 
 
 def _float32(t):
@@ -66,49 +74,72 @@ def _mask(mask):
     return _float32(mask), False
 
 
+def _mha_call(spec, query, key, value, parameters):
+    """The engine's call for one nn.MultiheadAttention forward: its config, parameters and inputs.
+    Inputs autograd sees as distinct get arrays of their own, even over shared memory (the engine
+    takes one pointer for one input), so each collects its own gradient."""
+    call = _vkattn.MhaCall()
+    for field in ("embed_dim", "num_heads", "kdim", "vdim", "bias", "batch_first", "average_attn_weights", "impl",
+                  "dropout", "seed"):
+        setattr(call, field, spec[field])
+    call.parameters = {name: _float32(p) for name, p in zip(spec["names"], parameters)}
+    q = _float32(query)
+    k = q if key is query else _own(_float32(key), q)
+    v = q if value is query else k if value is key else _own(_float32(value), q, k)
+    call.query, call.key, call.value = q, k, v
+    call.key_padding_mask, call.key_padding_mask_bool = _mask(spec["key_padding_mask"])
+    call.attn_mask, call.attn_mask_bool = _mask(spec["attn_mask"])
+    return call
+
+
+def _own(array, *others):
+    """`array`, copied if it shares its first element with one of `others`."""
+    return array.copy() if any(np.may_share_memory(array, o) for o in others) else array
+
+
 class _MhaFunction(torch.autograd.Function):
     """One nn.MultiheadAttention call through the engine's layer (vkattn/mha.hpp): forward and
-    backward, the parameters given in `names` order after query, key and value."""
+    backward, the parameters given in `spec["names"]` order after query, key and value. The tensors
+    are saved for the backward (so an in-place change in between is caught, as torch's own)."""
 
     @staticmethod
     def forward(ctx, spec, query, key, value, *parameters):
-        call = _vkattn.MhaCall()
-        for field in ("embed_dim", "num_heads", "kdim", "vdim", "bias", "batch_first", "average_attn_weights", "impl",
-                      "dropout", "seed"):
-            setattr(call, field, spec[field])
-        call.parameters = {name: _float32(p) for name, p in zip(spec["names"], parameters)}
-        # One tensor passed as several inputs stays one input (its gradient the sum of its uses).
-        q = _float32(query)
-        k = q if key is query else _float32(key)
-        call.query, call.key = q, k
-        call.value = q if value is query else k if value is key else _float32(value)
-        call.key_padding_mask, call.key_padding_mask_bool = _mask(spec["key_padding_mask"])
-        call.attn_mask, call.attn_mask_bool = _mask(spec["attn_mask"])
+        call = _mha_call(spec, query, key, value, parameters)
         shape = tuple(query.shape[:-1]) + (spec["embed_dim"],)
         out = np.empty(shape, dtype=np.float32)
         weights = np.empty(spec["weights_shape"], dtype=np.float32) if spec["weights_shape"] else None
         _vkattn.mha_forward(spec["context"] or default_context(), call, out, weights)
-        ctx.call, ctx.spec = call, spec
-        ctx.own = (key is not query, value is not query and value is not key)  # gradients of their own
-        ctx.shapes = (query.shape, key.shape, value.shape)
-        result = torch.from_numpy(out).to(query.dtype)
-        return result, (torch.from_numpy(weights) if weights is not None else torch.empty(0))
+        ctx.spec = spec
+        ctx.save_for_backward(query, key, value, *parameters)
+        ctx.same = (key is query, value is query, value is key)
+        weights_out = torch.from_numpy(weights).to(query.dtype) if weights is not None else torch.empty(0)
+        ctx.mark_non_differentiable(weights_out)
+        return torch.from_numpy(out).to(query.dtype), weights_out
 
     @staticmethod
     def backward(ctx, grad_out, grad_weights):
-        call, spec = ctx.call, ctx.spec
-        d_query = np.zeros(ctx.shapes[0], dtype=np.float32)
-        d_key = np.zeros(ctx.shapes[1], dtype=np.float32) if ctx.own[0] else None
-        d_value = np.zeros(ctx.shapes[2], dtype=np.float32) if ctx.own[1] else None
-        d_parameters = {name: np.zeros(array.shape, dtype=np.float32) for name, array in call.parameters.items()}
+        spec = ctx.spec
+        query, key, value, *parameters = ctx.saved_tensors
+        # Rebuilt from the saved tensors: the identity tests hold as in forward (saved tensors
+        # unpack to the same objects only for inputs; compare the recorded flags instead).
+        key = query if ctx.same[0] else key
+        value = query if ctx.same[1] else key if ctx.same[2] else value
+        call = _mha_call(spec, query, key, value, parameters)
+        own_key, own_value = not ctx.same[0], not (ctx.same[1] or ctx.same[2])
+        d_query = np.empty(tuple(query.shape), dtype=np.float32)
+        d_key = np.empty(tuple(key.shape), dtype=np.float32) if own_key else None
+        d_value = np.empty(tuple(value.shape), dtype=np.float32) if own_value else None
+        d_parameters = {name: np.empty(tuple(p.shape), dtype=np.float32) for name, p in zip(spec["names"], parameters)}
         result = _vkattn.mha_backward(spec["context"] or default_context(), call, _float32(grad_out), d_query, d_key,
                                       d_value, d_parameters)
         own = result["own_gradient"]
-        assert own["key"] == ctx.own[0] and own["value"] == ctx.own[1], "the engine saw other inputs than autograd"
-        dq = torch.from_numpy(d_query)
-        dk = torch.from_numpy(d_key) if d_key is not None else None
-        dv = torch.from_numpy(d_value) if d_value is not None else None
-        grads = [torch.from_numpy(d_parameters[name]) for name in spec["names"]]
+        if own["key"] != own_key or own["value"] != own_value:
+            raise RuntimeError("vkattn: the engine saw other inputs than autograd (an internal error).")
+        as_type = lambda array, like: torch.from_numpy(array).to(like.dtype)  # noqa: E731
+        dq = as_type(d_query, query)
+        dk = as_type(d_key, key) if d_key is not None else None
+        dv = as_type(d_value, value) if d_value is not None else None
+        grads = [as_type(d_parameters[name], p) for name, p in zip(spec["names"], parameters)]
         return (None, dq, dk, dv, *grads)
 
 
@@ -157,7 +188,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         spec = dict(embed_dim=self.embed_dim, num_heads=self.num_heads, kdim=self.kdim, vdim=self.vdim,
                     bias=self.in_proj_bias is not None, batch_first=self.batch_first,
                     average_attn_weights=average_attn_weights, impl=self.impl, dropout=float(dropout),
-                    seed=int(torch.randint(0, 2**62, (1,)).item()) if dropout > 0 else 0, names=names,
+                    seed=_drawn_seed() if dropout > 0 else 0, names=names,
                     key_padding_mask=key_padding_mask, attn_mask=attn_mask, weights_shape=weights_shape,
                     context=self.context)
         out, weights = _MhaFunction.apply(spec, query, key, value, *(p for _, p in self.named_parameters()))
