@@ -16,7 +16,7 @@ AttentionShape attention_shape(const Problem& p) {
 MaskParams mask_params(const Problem& p) {
     std::uint32_t flags = 0;
     if (p.causal != Causal::none) flags |= kMaskCausal;
-    if (p.causal == Causal::bottom_right) flags |= kMaskBottomRight;
+    if (p.bottom_right) flags |= kMaskBottomRight;
     if (p.has_kv_lengths) flags |= kMaskLengths;
     if (p.bool_mask.present()) flags |= kMaskBool;
     if (p.float_mask.present()) flags |= kMaskFloat;

@@ -165,6 +165,14 @@ void resolve_features(Problem& p, std::span<const float> slopes, std::span<const
         p.causal = Causal::top_left;
         p.offset = *options.causal_offset;
     }
+    p.bottom_right = p.causal == Causal::bottom_right;
+    if (options.diagonal_offset != 0 || options.diagonal_bottom_right) {
+        if (p.causal != Causal::none)
+            throw InvalidArgument("diagonal_offset", "places the diagonal without causal masking; with causal, "
+                                                     "causal_offset and bottom-right alignment place it.");
+        p.offset = options.diagonal_offset;
+        p.bottom_right = options.diagonal_bottom_right;
+    }
     p.window = options.window;
     if (p.window.left < -1 || p.window.right < -1)
         throw InvalidArgument("window", "the window (" + std::to_string(p.window.left) + ", " +
@@ -201,13 +209,14 @@ void resolve_features(Problem& p, std::span<const float> slopes, std::span<const
     p.seed = options.seed;
 
     // The shaders compute positions i + a ± window and distances i + a - j in 32-bit integers.
-    if (options.causal_offset || p.window.bounded() || !p.alibi.empty()) {
+    if (options.causal_offset || options.diagonal_offset != 0 || p.window.bounded() || !p.alibi.empty()) {
         const std::int64_t reach = std::max<std::int64_t>({p.window.left, p.window.right, 0});
         constexpr std::int64_t kHalf = std::int64_t{1} << 30;
         // Bounded before std::abs, which is undefined for -2^63.
         const bool offset_too_far = p.offset < -kHalf || p.offset > kHalf;
         if (offset_too_far)
-            throw InvalidArgument("causal_offset", "the causal offset " + std::to_string(p.offset) +
+            throw InvalidArgument(options.causal_offset ? "causal_offset" : "diagonal_offset",
+                                  "the diagonal's offset " + std::to_string(p.offset) +
                                                        " is outside [-2^30, 2^30], the range the shaders' 32-bit "
                                                        "positions allow.");
         if (reach > kHalf || p.Nq + p.Nkv + std::abs(p.offset) + reach + 1 > kMaxIndex)
@@ -444,6 +453,8 @@ std::string AttentionSpec::key() const {
     put(opt.causal);
     put(opt.causal_offset.has_value());
     put(opt.causal_offset.value_or(0));
+    put(opt.diagonal_offset);
+    put(opt.diagonal_bottom_right);
     put(opt.window.left);
     put(opt.window.right);
     put(opt.softcap.has_value());

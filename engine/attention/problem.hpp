@@ -37,7 +37,8 @@ struct Problem {
     DType dtype = DType::f32;  // q's and o's (f32, f16, bf16)
     DType k_dtype = DType::f32, v_dtype = DType::f32;  // any float or block type, each
     Causal causal = Causal::none;  // none, or on: top_left (a = offset) / bottom_right (a = len - Nq + offset)
-    std::int64_t offset = 0;       // added to the alignment (options.causal_offset)
+    std::int64_t offset = 0;       // added to the alignment (options.causal_offset or diagonal_offset)
+    bool bottom_right = false;     // the alignment adds len - Nq: causal bottom-right, or diagonal_bottom_right
     Window window;
     double softcap = 0.0;          // 0 = none
     std::vector<float> alibi;      // [Hq] slopes; empty = none
@@ -60,7 +61,7 @@ struct Problem {
     // The diagonal's offset for batch b: causal keeps key j for query i when j <= i + alignment(b);
     // the window and ALiBi are measured from the same diagonal.
     std::int64_t alignment(std::int64_t b) const {
-        return offset + (causal == Causal::bottom_right ? std::int64_t{kv_len[b]} - Nq : 0);
+        return offset + (bottom_right ? std::int64_t{kv_len[b]} - Nq : 0);
     }
 
     // The keys [first, limit) that the structural mask (key length, causal, window) leaves to query

@@ -9,6 +9,8 @@
 #include <random>
 
 #include "support/expect_case.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/testing/compare.hpp"
 #include "vkattn/testing/random.hpp"
 
 using namespace vkattn;
@@ -243,4 +245,54 @@ TEST_CASE("features: the report counts only the window's flops", "[gpu][features
     double pairs = 0;
     for (std::int64_t i = 0; i < N; ++i) pairs += static_cast<double>(std::min<std::int64_t>(i, 31) + 1);
     CHECK(windowed.report.flops == Approx(4.0 * pairs * D));
+}
+
+TEST_CASE("features: a window's diagonal without causal masking equals its explicit mask", "[gpu][features]") {
+    // diagonal_offset / diagonal_bottom_right place a window (and ALiBi) after a cache's past keys
+    // without causality (ONNX Attention's windows): the same as the window's keys given as a bool mask.
+    const Impl impl = GENERATE(Impl::unfused, Impl::fused, Impl::split);
+    const bool bottom_right = GENERATE(false, true);
+    std::mt19937 rng(fresh_seed());
+    const std::int64_t B = 2, H = 2, Nq = 9, Nkv = 30, D = 16, left = 4, right = 2, offset = 13;
+    const std::vector<std::int32_t> lengths{30, 21};
+    const HostTensor q = random_tensor(rng, DType::f32, Layout::bhnd, {B, H, Nq, D});
+    const HostTensor k = random_tensor(rng, DType::f32, Layout::bhnd, {B, H, Nkv, D});
+    const HostTensor v = random_tensor(rng, DType::f32, Layout::bhnd, {B, H, Nkv, D});
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(B * Nq * Nkv));
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t i = 0; i < Nq; ++i)
+            for (std::int64_t j = 0; j < Nkv; ++j) {
+                const std::int64_t at = i + (bottom_right ? lengths[static_cast<std::size_t>(b)] - Nq : offset);
+                mask[static_cast<std::size_t>((b * Nq + i) * Nkv + j)] = j >= at - left && j <= at + right;
+            }
+    Context& ctx = gpu_context();
+    auto run_with = [&](bool diagonal) {
+        HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {B, H, Nq, D});
+        AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .kv_lengths = lengths};
+        AttentionOptions options{.impl = impl, .splits = impl == Impl::split ? 3u : 0u};
+        if (diagonal) {
+            options.window = {left, right};
+            options.diagonal_offset = bottom_right ? 0 : offset;
+            options.diagonal_bottom_right = bottom_right;
+        } else {
+            in.bool_mask = MaskView{mask.data(), {B, 1, Nq, Nkv}};
+        }
+        const AttentionReport report = attention(ctx, in, {.o = o.mutable_view()}, options);
+        CHECK(report.path == impl);
+        return o;
+    };
+    const HostTensor windowed = run_with(true), masked = run_with(false);
+    const testing::Comparison c = testing::compare(windowed.doubles(), masked.doubles(), testing::tolerance_for(DType::f32));
+    INFO(c.message);
+    CHECK(c.ok);
+    CHECK(take_validation_messages(ctx).empty());
+    // With causal, causal's own alignment rules: refused by name.
+    AttentionOptions both{.causal = Causal::top_left, .diagonal_offset = 3};
+    HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {B, H, Nq, D});
+    try {
+        attention(ctx, {.q = q.view(), .k = k.view(), .v = v.view()}, {.o = o.mutable_view()}, both);
+        FAIL("no error");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "diagonal_offset");
+    }
 }

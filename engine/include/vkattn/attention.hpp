@@ -97,6 +97,12 @@ struct AttentionOptions {
     // plus a); cannot be combined with Causal::bottom_right, which sets a = len[b] - Nq.
     std::optional<std::int64_t> causal_offset;
     Window window;                      // combinable with causal and every mask
+    // Where the diagonal lies that a window and ALiBi measure from, without causal masking (with
+    // causal, causal's alignment and causal_offset place it): query i sits at position
+    // i + diagonal_offset, plus len[b] - Nq with diagonal_bottom_right. ONNX's Attention aligns its
+    // windows so after a KV cache's past keys, causal or not. Refused together with causal.
+    std::int64_t diagonal_offset = 0;
+    bool diagonal_bottom_right = false;
     std::optional<double> softcap;      // c > 0: s <- c·tanh(s / c) on the scaled scores
     std::optional<double> alibi_max_bias;  // the standard geometric ALiBi slopes (alibi_slopes())
     double dropout = 0.0;               // drop probability in [0, 1) on the attention weights
