@@ -167,6 +167,11 @@ std::vector<BackwardCase> feature_cases() {
     });
     add("causal offset", [](BackwardCase& c) { c.options.causal_offset = -5; });
     add("sliding window", [](BackwardCase& c) { c.options.window = {9, 3}; });
+    add("window on a diagonal without causal, key lengths", [](BackwardCase& c) {
+        c.options.window = {6, 2};
+        c.options.diagonal_bottom_right = true;
+        c.kv_lengths = {63, 40};
+    });
     add("bool mask [B, 1, Nq, Nkv]", [](BackwardCase& c) { c.bool_mask = std::vector<std::int64_t>{2, 1, 65, 63}; });
     add("float mask [Hq, 1, Nkv]", [](BackwardCase& c) { c.float_mask = std::vector<std::int64_t>{4, 1, 63}; });
     add("softcap", [](BackwardCase& c) {
