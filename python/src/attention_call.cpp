@@ -17,6 +17,8 @@ DType dtype_of(const Array& a, const char* name) {
     if (t == nb::dtype<float>()) return DType::f32;
     if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16 && t.lanes == 1) return DType::f16;
     if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16 && t.lanes == 1) return DType::bf16;
+    // NumPy has no bfloat16 of its own: the package passes ml_dtypes.bfloat16 arrays as their bits.
+    if (t == nb::dtype<std::uint16_t>()) return DType::bf16;
     throw InvalidArgument(name, "its dtype must be float32, float16 or bfloat16.");
 }
 
@@ -96,6 +98,9 @@ AttentionOptions options_of(const AttentionCall& c) {
                              .alibi_max_bias = c.alibi_max_bias, .dropout = c.dropout, .seed = c.seed,
                              .impl = impl_of(c.impl)};
     options.window = {c.window_left, c.window_right};
+    options.causal_offset = c.causal_offset;
+    options.diagonal_offset = c.diagonal_offset;
+    options.diagonal_bottom_right = c.diagonal_bottom_right;
     return options;
 }
 

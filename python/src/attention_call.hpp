@@ -27,6 +27,9 @@ struct AttentionCall {
     std::optional<Output> lse, weights;              // float32 C-contiguous [B, Hq, Nq] / [B, Hq, Nq, Nkv], written
     std::optional<double> scale, softcap, alibi_max_bias;
     std::string causal = "none";                     // none, top-left, bottom-right
+    std::optional<std::int64_t> causal_offset;       // top-left causal with the diagonal at i + offset
+    std::int64_t diagonal_offset = 0;                // without causal: the window's diagonal
+    bool diagonal_bottom_right = false;
     std::int64_t window_left = -1, window_right = -1;
     double dropout = 0.0;
     std::uint64_t seed = 0;
