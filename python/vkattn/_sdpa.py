@@ -34,9 +34,12 @@ def _float_input(x, name, dtype):
     a = _numpy(x, name)
     if dtype is not None:
         try:
-            a = a.astype(dtype, copy=False)
+            target = np.dtype(dtype)
         except TypeError:
-            raise ValueError(f"dtype: {dtype!r} is not a NumPy dtype; give float32 or float16.") from None
+            target = None
+        if target not in _FLOAT_DTYPES:
+            raise ValueError(f"dtype: {dtype!r} is not one the inputs can be converted to; give float32 or float16.")
+        a = a.astype(target, copy=False)
     if a.dtype not in _FLOAT_DTYPES:
         raise ValueError(f"{name}: its dtype is {a.dtype}; inputs are float32 or float16.")
     if a.ndim < 2:
