@@ -120,3 +120,19 @@ def test_inputs_over_shared_memory_and_in_place_changes(context):
     y.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+
+
+def test_dropout_in_training_only(context):
+    torch.manual_seed(4)
+    module = vt.MultiheadAttention(8, 2, dropout=0.5, context=context)
+    x = torch.randn(5, 2, 8, requires_grad=True)
+    module.train()
+    a, _ = module(x, x, x, need_weights=False)
+    b, _ = module(x, x, x, need_weights=False)
+    assert not torch.equal(a, b)  # a fresh Philox seed per call, drawn from torch's generator
+    (a.sum() + b.sum()).backward()
+    assert torch.isfinite(x.grad).all() and all(torch.isfinite(p.grad).all() for p in module.parameters())
+    module.eval()
+    c, _ = module(x, x, x, need_weights=False)
+    d, _ = module(x, x, x, need_weights=False)
+    assert torch.equal(c, d)  # no dropout in eval mode
