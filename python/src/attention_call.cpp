@@ -62,9 +62,8 @@ MaskView mask_of(const Input& a, bool is_bool) {
     return m;
 }
 
-std::size_t count_of(const TensorView& v, bool with_keys_of = false, std::int64_t keys = 0) {
-    return static_cast<std::size_t>(v.shape[0] * v.shape[1] * v.shape[2] * (with_keys_of ? keys : 1));
-}
+// The rows of a [B, H, N, D] view: B·H·N.
+std::size_t rows_of(const TensorView& v) { return static_cast<std::size_t>(v.shape[0] * v.shape[1] * v.shape[2]); }
 
 Causal causal_of(const std::string& text) {
     if (text == "none") return Causal::none;
@@ -146,7 +145,7 @@ nb::object run_attention(Context* context, const AttentionCall& c) {
     return python_names([&]() -> nb::object {
         const Prepared p = prepared(c);
         AttentionOutputs out{.o = view_of<void*>(c.out, "o")};
-        const std::size_t rows = count_of(p.in.q);
+        const std::size_t rows = rows_of(p.in.q);
         if (c.lse) {
             require<float>(*c.lse, "lse", rows);
             out.lse = static_cast<float*>(c.lse->data());

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import _vkattn
 from ._context import default_context
-from ._sdpa import _is_torch, _numpy
+from ._sdpa import _bindable, _is_torch, _numpy
 
 _HOST_DTYPES = {"f32": np.float32, "f16": np.float16}
 
@@ -25,9 +25,7 @@ class Tensor:
         a = _numpy(array, "array")
         if a.ndim < 2 or a.ndim > 4:
             raise ValueError(f"array: a device tensor has 2 to 4 dimensions; the shape is {a.shape}.")
-        a = a.reshape((1,) * (4 - a.ndim) + a.shape)
-        if a.strides[3] != a.itemsize or any(s < 0 or s % a.itemsize for s in a.strides):
-            a = np.ascontiguousarray(a)
+        a = _bindable(a.reshape((1,) * (4 - a.ndim) + a.shape))
         return cls(_vkattn.Tensor.from_numpy(context, a), context)
 
     from_torch = from_numpy
@@ -37,7 +35,8 @@ class Tensor:
         """Uninitialised device memory of `shape` (4 dimensions) and `dtype` (float32, float16,
         bfloat16, or one of the engine's storage types: q8_0, fp8_e4m3, ...)."""
         context = context or default_context()
-        return cls(_vkattn.Tensor.empty(context, [int(d) for d in shape], str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype), context)
+        name = dtype if isinstance(dtype, str) else str(np.dtype(dtype))
+        return cls(_vkattn.Tensor.empty(context, [int(d) for d in shape], name), context)
 
     @property
     def shape(self):

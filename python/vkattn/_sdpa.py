@@ -47,14 +47,19 @@ def _float_input(x, name, dtype):
     return a
 
 
-def _rank4(a, batch):
-    """[..., H, N, D] as [B, H, N, D] (2-D: [1, 1, N, D]): a view where NumPy can reshape without a
-    copy, with unit feature stride and non-negative element strides, else a dense copy."""
-    view = a.reshape((1, 1) + a.shape) if a.ndim == 2 else a.reshape((batch,) + a.shape[-3:])
+def _bindable(view):
+    """A rank-4 view as the engine reads it: itself when its feature stride is one element and every
+    stride a non-negative whole number of elements, else a dense copy."""
     item = view.itemsize
     if view.strides[3] != item or any(s < 0 or s % item for s in view.strides):
-        view = np.ascontiguousarray(view)
+        return np.ascontiguousarray(view)
     return view
+
+
+def _rank4(a, batch):
+    """[..., H, N, D] as [B, H, N, D] (2-D: [1, 1, N, D]): a view where NumPy can reshape without a
+    copy (_bindable), else a dense copy."""
+    return _bindable(a.reshape((1, 1) + a.shape) if a.ndim == 2 else a.reshape((batch,) + a.shape[-3:]))
 
 
 def _ints(x, name, count, dtype):

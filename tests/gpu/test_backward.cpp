@@ -121,6 +121,20 @@ Gradients gradients_like(const Inputs& in, const BackwardCase& c) {
     return g;
 }
 
+// dq, dk and dv of `got` against `want`'s, each within its tolerance (its storage type's).
+void expect_close(const Gradients& got, const Gradients& want, testing::Tolerance dq, testing::Tolerance dk,
+                  testing::Tolerance dv) {
+    for (const auto& [g, w, tol, name] : {std::tuple{&got.dq, &want.dq, dq, "dq"}, std::tuple{&got.dk, &want.dk, dk, "dk"},
+                                          std::tuple{&got.dv, &want.dv, dv, "dv"}}) {
+        const testing::Comparison cmp = testing::compare(g->doubles(), w->doubles(), tol);
+        INFO(name << ": " << cmp.message);
+        CHECK(cmp.ok);
+    }
+}
+void expect_close(const Gradients& got, const Gradients& want, testing::Tolerance tol) {
+    expect_close(got, want, tol, tol, tol);
+}
+
 void check_case(const BackwardCase& c, std::uint32_t seed) {
     INFO(c.describe() << " seed " << seed);
     const Inputs in(c, seed);
@@ -134,12 +148,7 @@ void check_case(const BackwardCase& c, std::uint32_t seed) {
     CHECK(messages.empty());
     CHECK(report.path == (c.options.impl == Impl::unfused ? Impl::unfused : Impl::fused));
     const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
-    for (const auto& [got, want, name] : {std::tuple{&gpu.dq, &ref.dq, "dq"}, std::tuple{&gpu.dk, &ref.dk, "dk"},
-                                          std::tuple{&gpu.dv, &ref.dv, "dv"}}) {
-        const testing::Comparison cmp = testing::compare(got->doubles(), want->doubles(), tol);
-        INFO(name << ": " << cmp.message);
-        CHECK(cmp.ok);
-    }
+    expect_close(gpu, ref, tol);
     // Per-head and per-mask-element sums: their Δ comes from the stored o, so the dtype's tolerance.
     for (const auto& [got, want, name] : {std::tuple{&gpu.d_sinks, &ref.d_sinks, "d_sinks"},
                                           std::tuple{&gpu.d_mask, &ref.d_mask, "d_float_mask"}}) {
@@ -279,9 +288,8 @@ TEST_CASE("gpu backward unfused: awkward shapes, f16, bf16 and mixed k/v types",
     Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
     reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);
     attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
-    CHECK(testing::compare(gpu.dq.doubles(), ref.dq.doubles(), testing::gradient_tolerance_for(DType::f32)).ok);
-    CHECK(testing::compare(gpu.dk.doubles(), ref.dk.doubles(), testing::gradient_tolerance_for(DType::f16)).ok);
-    CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), testing::gradient_tolerance_for(DType::bf16)).ok);
+    expect_close(gpu, ref, testing::gradient_tolerance_for(DType::f32), testing::gradient_tolerance_for(DType::f16),
+                 testing::gradient_tolerance_for(DType::bf16));
 }
 
 TEST_CASE("gpu backward unfused: scores past one binding take row blocks, dK and dV summed over them",
@@ -305,9 +313,7 @@ TEST_CASE("gpu backward unfused: scores past one binding take row blocks, dK and
     INFO(report.variant);
     CHECK(report.path == Impl::unfused);
     const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
-    CHECK(testing::compare(cut.dq.doubles(), ref.dq.doubles(), tol).ok);
-    CHECK(testing::compare(cut.dk.doubles(), ref.dk.doubles(), tol).ok);
-    CHECK(testing::compare(cut.dv.doubles(), ref.dv.doubles(), tol).ok);
+    expect_close(cut, ref, tol);
     CHECK(test::take_validation_messages(limited).empty());
 }
 
@@ -325,9 +331,7 @@ TEST_CASE("gpu backward: keys past the fused kernels' loop budget take three sta
     const AttentionReport report = attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
     CHECK(report.path == Impl::unfused);
     const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
-    CHECK(testing::compare(gpu.dq.doubles(), ref.dq.doubles(), tol).ok);
-    CHECK(testing::compare(gpu.dk.doubles(), ref.dk.doubles(), tol).ok);
-    CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), tol).ok);
+    expect_close(gpu, ref, tol);
     c.options.impl = Impl::fused;
     try {
         attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
@@ -350,9 +354,7 @@ TEST_CASE("gpu backward: automatic takes the fused path; both paths agree", "[gp
     CHECK(attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(unfused, true), c.options).path ==
           Impl::unfused);
     const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype);
-    CHECK(testing::compare(unfused.dq.doubles(), fused.dq.doubles(), tol).ok);
-    CHECK(testing::compare(unfused.dk.doubles(), fused.dk.doubles(), tol).ok);
-    CHECK(testing::compare(unfused.dv.doubles(), fused.dv.doubles(), tol).ok);
+    expect_close(unfused, fused, tol);
     // The sinks' kernel is the same, but each path's forward gives its own lse bits.
     CHECK(testing::compare(std::vector<double>(unfused.d_sinks.begin(), unfused.d_sinks.end()),
                            std::vector<double>(fused.d_sinks.begin(), fused.d_sinks.end()), tol).ok);
@@ -394,9 +396,8 @@ TEST_CASE("gpu backward: k and v of other float types than q (texel words)", "[g
     const AttentionReport report = attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(gpu, false), c.options);
     INFO(report.variant);
     CHECK_THAT(report.variant, Catch::Contains("texel-words"));
-    CHECK(testing::compare(gpu.dq.doubles(), ref.dq.doubles(), testing::gradient_tolerance_for(DType::f32)).ok);
-    CHECK(testing::compare(gpu.dk.doubles(), ref.dk.doubles(), testing::gradient_tolerance_for(DType::f16)).ok);
-    CHECK(testing::compare(gpu.dv.doubles(), ref.dv.doubles(), testing::gradient_tolerance_for(DType::bf16)).ok);
+    expect_close(gpu, ref, testing::gradient_tolerance_for(DType::f32), testing::gradient_tolerance_for(DType::f16),
+                 testing::gradient_tolerance_for(DType::bf16));
 }
 
 TEST_CASE("gpu backward: the same inputs give the same bits", "[gpu][backward][determinism]") {
