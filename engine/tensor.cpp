@@ -95,6 +95,15 @@ std::string to_string(Impl impl) {
     return "unknown impl " + std::to_string(static_cast<int>(impl));
 }
 
+std::string to_string(LogitsStage stage) {
+    switch (stage) {
+        case LogitsStage::scaled: return "scaled";
+        case LogitsStage::softcapped: return "softcapped";
+        case LogitsStage::masked: return "masked";
+    }
+    return "unknown logits stage " + std::to_string(static_cast<int>(stage));
+}
+
 std::array<std::int64_t, 4> dense_strides(Layout layout, const std::array<std::int64_t, 4>& shape) {
     const auto [B, H, N, D] = shape;
     (void)B;

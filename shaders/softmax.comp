@@ -9,6 +9,8 @@
 // Masked logits are MASKED (a finite sentinel, common/float_bits.glsl) and are skipped rather than
 // exponentiated, so a row with no visible key keeps m = MASKED and yields P = 0 and lse = −∞ (or the
 // sink) instead of 0/0 = NaN.
+// With P.logits_stage, pass 2 also writes each logit at the stage asked for (AttentionOutputs::logits:
+// scaled, softcapped, or masked with −∞ where a key is masked) to binding 8, beside P.
 // When one row of S exceeds a binding, the row is handled a key slice at a time in two passes
 // (SoftmaxParams::mode: MODE_STATS writes each slice's (m, l), MODE_APPLY merges them and writes P).
 // Variants: SUBGROUP_OPS (define) merges with subgroupMax/subgroupAdd, then one slot per subgroup;
@@ -31,6 +33,7 @@ layout(std430, set = 0, binding = 4) readonly buffer BoolMask { uint bool_words[
 layout(std430, set = 0, binding = 5) readonly buffer FloatMask { float float_mask[]; };
 layout(std430, set = 0, binding = 6) readonly buffer HeadTerms { float head_terms[]; };
 layout(std430, set = 0, binding = 7) buffer Stats { float stats[]; };  // (m, l) per row and key slice
+layout(std430, set = 0, binding = 8) writeonly buffer Logits { float logits[]; };
 
 #include "common/mask.glsl"
 #include "common/philox.glsl"
@@ -53,6 +56,13 @@ float logit(RowMask mask, uint j, uint row) {
     float terms;
     if (!key_terms(mask, j, terms)) return MASKED;
     return softcap(scores[row + j]) + terms;
+}
+
+// The logit of key j at P.logits_stage, given its masked logit x (MASKED where masked).
+float staged_logit(float x, uint j, uint row) {
+    if (P.logits_stage == LOGITS_SCALED) return scores[row + j];
+    if (P.logits_stage == LOGITS_SOFTCAPPED) return softcap(scores[row + j]);
+    return x == MASKED ? negative_infinity() : x;
 }
 
 // This workgroup's (m, l) over keys [k0, k1), merged across the workgroup; NaN m when a logit was NaN.
@@ -150,9 +160,12 @@ void main() {
     const float inv_l = m == MASKED || poisoned ? 0.0 : 1.0 / l;
     const bool dropout = P.mask.drop_threshold != 0u;
     const float keep_scale = P.mask.keep_scale;
+    const bool with_logits = P.logits_stage != LOGITS_NONE;
+    const uint logits_row = tensor_index(P.logits, b, h, i);
     for (uint j0 = k0; j0 < k1; j0 += CHUNK * WG)
         for (uint j = j0 + tid; j < min(k1, j0 + CHUNK * WG); j += WG) {
             const float x = logit(mask, j, row);
+            if (with_logits) logits[logits_row + j] = staged_logit(x, j, row);  // before P overwrites S
             float p = x == MASKED ? 0.0 : exp(x - m) * inv_l;
             if (dropout) p = dropout_keeps(b, h, i, j) ? p * keep_scale : 0.0;
             scores[row + j] = poisoned ? quiet_nan() : p;

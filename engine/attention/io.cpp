@@ -21,6 +21,7 @@ Operands own_buffer_operands(const Problem& p, const std::array<std::int64_t, 4>
     ops.o = operand(o_strides, {p.B, p.Hq, p.Nq, p.Dv}, p.dtype);
     ops.lse = operand({p.Hq * p.Nq, p.Nq, 1, 0}, {p.B, p.Hq, p.Nq, 1}, DType::f32);
     ops.weights = operand({p.Hq * p.Nq * p.Nkv, p.Nq * p.Nkv, p.Nkv, 1}, {p.B, p.Hq, p.Nq, p.Nkv}, DType::f32);
+    ops.logits = ops.weights;
     ops.bool_mask = {p.bool_mask.strides, 0, allocated_bytes(static_cast<std::uint64_t>(p.bool_mask.elements))};
     ops.float_mask = {p.float_mask.strides, 0, allocated_bytes(static_cast<std::uint64_t>(p.float_mask.elements) * 4)};
     return ops;

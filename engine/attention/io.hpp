@@ -58,11 +58,11 @@ struct PagedOperands {
 };
 PagedOperands paged_operands(const PagedSpec& spec, const Problem& problem);
 
-// q, k, v, o as the views say (k and v unused when paged); lse [B, Hq, Nq] and weights
+// q, k, v, o as the views say (k and v unused when paged); lse [B, Hq, Nq], weights and logits
 // [B, Hq, Nq, Nkv] dense fp32; the masks with their broadcast strides (Problem::bool_mask /
 // float_mask).
 struct Operands {
-    Operand q, k, v, o, lse, weights, bool_mask, float_mask;
+    Operand q, k, v, o, lse, weights, logits, bool_mask, float_mask;
     std::optional<PagedOperands> paged;
 };
 
@@ -74,7 +74,8 @@ Operands own_buffer_operands(const Problem& problem, const std::array<std::int64
 
 // The buffers a path binds besides its own scratch.
 struct DeviceBuffers {
-    const vk::Buffer *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr, *weights = nullptr;
+    const vk::Buffer *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr, *weights = nullptr,
+                     *logits = nullptr;
     const vk::Buffer *lengths = nullptr, *bool_mask = nullptr, *float_mask = nullptr;
     const vk::Buffer* head_terms = nullptr;  // head_terms_of(): slopes, sinks, fp8 scales (mask.glsl)
     Slice lengths_slice;                     // [B] int32 key lengths (a placeholder when absent)

@@ -79,6 +79,8 @@ struct alignas(16) FlashParams {
 
 // softmax.comp's modes (SoftmaxParams::mode; MODE_* in softmax_params.glsl).
 enum SoftmaxMode : std::uint32_t { kWholeRows = 0, kRowStats = 1, kApply = 2 };
+// SoftmaxParams::logits_stage (LOGITS_* in softmax_params.glsl): none, or 1 + vkattn::LogitsStage.
+constexpr std::uint32_t kNoLogits = 0;
 
 // softmax.comp: units are (b, query head), rows are queries.
 struct alignas(16) SoftmaxParams {
@@ -90,7 +92,9 @@ struct alignas(16) SoftmaxParams {
     std::uint32_t key_begin = 0, key_end = 0;  // this dispatch's keys [key_begin, key_end)
     std::uint32_t slices = 0;                  // key slices per row
     std::uint32_t slice = 0;                   // this dispatch's key slice
+    std::uint32_t logits_stage = kNoLogits;    // kNoLogits, or 1 + LogitsStage: what `logits` receives
     TensorDesc scores, lse;
+    TensorDesc logits;  // AttentionOutputs::logits, written where P is
 };
 
 // bmm.comp: C = alpha·A·op(B) (+ bias or residual) per unit (b, head).
@@ -220,9 +224,11 @@ static_assert(offsetof(SoftmaxParams, key_begin) == 164);
 static_assert(offsetof(SoftmaxParams, key_end) == 168);
 static_assert(offsetof(SoftmaxParams, slices) == 172);
 static_assert(offsetof(SoftmaxParams, slice) == 176);
+static_assert(offsetof(SoftmaxParams, logits_stage) == 180);
 static_assert(offsetof(SoftmaxParams, scores) == 192);
 static_assert(offsetof(SoftmaxParams, lse) == 224);
-static_assert(sizeof(SoftmaxParams) == 256);
+static_assert(offsetof(SoftmaxParams, logits) == 256);
+static_assert(sizeof(SoftmaxParams) == 288);
 
 static_assert(offsetof(BmmParams, chunk) == 0);
 static_assert(offsetof(BmmParams, M) == 16);

@@ -33,9 +33,11 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
     if (paged) {
         if (options.impl == Impl::unfused)
             throw InvalidArgument("impl", "the three-stage path does not read a paged K/V; use auto, fused or split.");
-        if (problem.want_weights)
-            throw InvalidArgument("weights", "the attention weights exist only in the three-stage path, which does not "
-                                             "read a paged K/V; use a contiguous cache to get them.");
+        if (problem.wants_score_rows())
+            throw InvalidArgument(problem.want_weights ? "weights" : "logits",
+                                  std::string(problem.want_weights ? "the attention weights" : "the logits") +
+                                      " exist only in the three-stage path, which does not read a paged K/V; use a "
+                                      "contiguous cache to get them.");
         if (!fused)
             throw InvalidArgument("paged", "a paged K/V is read by the fused kernels only, which cannot run here: " +
                                                why_not_fused + ".");
@@ -62,10 +64,10 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
     }
     switch (options.impl) {
         case Impl::automatic:
-            // The weights exist only in the three-stage path; the fused kernels need subgroups and
-            // head dimensions up to 512. Otherwise fused, or split-KV when the rows alone cannot
-            // fill the device (decoding: few queries, long keys). The report says which ran.
-            if (problem.want_weights || !fused) return unfused();
+            // The weights and logits exist only in the three-stage path; the fused kernels need
+            // subgroups and head dimensions up to 512. Otherwise fused, or split-KV when the rows
+            // alone cannot fill the device (decoding: few queries, long keys). The report says which ran.
+            if (problem.wants_score_rows() || !fused) return unfused();
             if (const std::uint32_t splits = choose_splits(caps, problem, *fused, threads); splits >= 2)
                 return flash(splits);
             return flash(0);
@@ -73,9 +75,9 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
             return unfused();
         case Impl::fused:
         case Impl::split:
-            if (problem.want_weights)
-                throw InvalidArgument("impl", "the attention weights exist only in the three-stage path; use auto or "
-                                              "unfused to get them.");
+            if (problem.wants_score_rows())
+                throw InvalidArgument("impl", std::string(problem.want_weights ? "the attention weights" : "the logits") +
+                                                  " exist only in the three-stage path; use auto or unfused to get them.");
             if (!fused)
                 throw InvalidArgument("impl", "the " + to_string(options.impl) + " path cannot run here: " +
                                                   why_not_fused + ".");

@@ -351,6 +351,12 @@ Problem resolve(const AttentionSpec& spec) {
 
     p.want_weights = spec.weights;
     p.want_lse = spec.lse;
+    p.want_logits = spec.logits;
+    p.logits_stage = options.logits_stage;
+    if (p.logits_stage != LogitsStage::scaled && p.logits_stage != LogitsStage::softcapped &&
+        p.logits_stage != LogitsStage::masked)
+        throw InvalidArgument("logits_stage", "unknown stage " + std::to_string(static_cast<int>(p.logits_stage)) +
+                                                  "; scaled, softcapped or masked.");
     if (spec.varlen) {
         if (p.bool_mask.present() || p.float_mask.present())
             throw InvalidArgument(p.bool_mask.present() ? "bool_mask" : "float_mask",
@@ -358,6 +364,8 @@ Problem resolve(const AttentionSpec& spec) {
                                   "or the key lengths.");
         if (p.want_weights)
             throw InvalidArgument("weights", "the attention weights are not returned for packed sequences (varlen).");
+        if (p.want_logits)
+            throw InvalidArgument("logits", "the logits are not returned for packed sequences (varlen).");
         p.packed_q = true;
         p.total_q = spec.varlen->q.shape[2];
         p.packed_k = spec.varlen->k.has_value();
@@ -378,6 +386,7 @@ AttentionSpec spec_of(const AttentionInputs& in, const AttentionOutputs& out, co
     if (in.float_mask) spec.float_mask = in.float_mask->shape;
     spec.weights = out.weights != nullptr;
     spec.lse = out.lse != nullptr;
+    spec.logits = out.logits != nullptr;
     spec.alibi_slopes.assign(in.alibi_slopes.begin(), in.alibi_slopes.end());
     spec.sinks.assign(in.sinks.begin(), in.sinks.end());
     spec.k_scale.assign(in.k_scale.begin(), in.k_scale.end());
@@ -436,6 +445,7 @@ std::string AttentionSpec::key() const {
     put(kv_lengths);
     put(weights);
     put(lse);
+    put(logits);
     for (const auto* mask : {&bool_mask, &float_mask}) {
         put(mask->has_value());
         if (*mask) {
@@ -469,6 +479,7 @@ std::string AttentionSpec::key() const {
         put(variant->value_or(false));
     }
     put(opt.splits);
+    put(opt.logits_stage);
     return key;
 }
 

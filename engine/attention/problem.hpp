@@ -56,7 +56,11 @@ struct Problem {
     bool packed_q = false, packed_k = false;
     std::int64_t total_q = 0, total_k = 0;
     BroadcastMask bool_mask, float_mask;
-    bool want_weights = false, want_lse = false;
+    bool want_weights = false, want_lse = false, want_logits = false;
+    LogitsStage logits_stage = LogitsStage::masked;
+
+    // The three-stage path's own outputs (the fused kernels never hold a whole score row).
+    bool wants_score_rows() const { return want_weights || want_logits; }
 
     // The diagonal's offset for batch b: causal keeps key j for query i when j <= i + alignment(b);
     // the window and ALiBi are measured from the same diagonal.
@@ -102,8 +106,15 @@ struct Problem {
     // The logit of a scaled score: softcap, then the additive terms; -inf where masked. The one
     // definition of everything before the softmax.
     double logit(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j, double scaled_score) const {
-        if (!key_visible(b, h, i, j)) return -std::numeric_limits<double>::infinity();
+        return logit_at(LogitsStage::masked, b, h, i, j, scaled_score);
+    }
+    // The same logit at an earlier stage (AttentionOutputs::logits).
+    double logit_at(LogitsStage stage, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j,
+                    double scaled_score) const {
+        if (stage == LogitsStage::scaled) return scaled_score;
         const double s = softcap > 0.0 ? softcap * std::tanh(scaled_score / softcap) : scaled_score;
+        if (stage == LogitsStage::softcapped) return s;
+        if (!key_visible(b, h, i, j)) return -std::numeric_limits<double>::infinity();
         return s + additive(b, h, i, j);
     }
 
@@ -158,7 +169,7 @@ struct AttentionSpec {
     std::optional<VarlenSpec> varlen;
     bool kv_lengths = false;
     std::optional<std::vector<std::int64_t>> bool_mask, float_mask;  // the masks' shapes
-    bool weights = false, lse = false;
+    bool weights = false, lse = false, logits = false;
     std::vector<float> alibi_slopes, sinks;
     std::vector<float> k_scale, v_scale;  // [1] or [Hkv]; empty = 1
     AttentionOptions options;

@@ -39,11 +39,15 @@ struct ChunkSlices {
 };
 // One key slice of a chunk: K and V (rows from the slice's first key, as bmm numbers them), the
 // scores as bmm's result and operand (keys from the slice's first) and as the softmax reads them
-// (absolute keys), and the masks (absolute keys).
+// (absolute keys), the logits output and the masks (absolute keys).
 struct KeySliceBindings {
-    Slice k, v, scores_bmm, scores_softmax;
+    Slice k, v, scores_bmm, scores_softmax, logits;
     MaskSlices masks;
 };
+
+std::uint32_t softmax_logits_stage(const Problem& p) {
+    return p.want_logits ? 1 + static_cast<std::uint32_t>(p.logits_stage) : kNoLogits;
+}
 
 class Planner {
 public:
@@ -81,6 +85,7 @@ public:
         s.scores_bmm = scores(c, keys, Indexing::relative_features, scratch_bytes);
         const Features row_keys = whole_rows ? Features{0, p_.Nkv} : keys;
         s.scores_softmax = scores(c, row_keys, Indexing::absolute, scratch_bytes);
+        if (p_.want_logits) s.logits = ops_.logits.slice(row_keys, query_box(c, p_.Hq), 4, align_, Indexing::absolute);
         s.masks = mask_slices(p_, ops_, query_box(c, p_.Hq), align_, row_keys);
         return s;
     }
@@ -104,8 +109,8 @@ public:
                 !ok(k.scores_bmm, config_.output.texel))
                 return false;
             // With whole rows the softmax's scores and masks are the same for every slice: check once.
-            if ((i == 0 || !cut.whole_rows) && (!ok(k.scores_softmax, false) || !ok(k.masks.bool_mask, false) ||
-                                                !ok(k.masks.float_mask, false)))
+            if ((i == 0 || !cut.whole_rows) && (!ok(k.scores_softmax, false) || !ok(k.logits, false) ||
+                                                !ok(k.masks.bool_mask, false) || !ok(k.masks.float_mask, false)))
                 return false;
         }
         return true;
@@ -241,8 +246,10 @@ public:
                                      .key_end = u32(range.begin + range.length),
                                      .slices = u32(n_slices),
                                      .slice = u32(i),
+                                     .logits_stage = softmax_logits_stage(p),
                                      .scores = k.scores_softmax.desc,
-                                     .lse = s.lse.desc};
+                                     .lse = s.lse.desc,
+                                     .logits = k.logits.desc};
                 params.mask.bool_mask = k.masks.bool_mask.desc;
                 params.mask.float_mask = k.masks.float_mask.desc;
                 Dispatch stage2{.kernel = &softmax, .params = params};
@@ -250,7 +257,8 @@ public:
                                    bind(3, *d.lengths, d.lengths_slice), bind(4, *d.bool_mask, k.masks.bool_mask),
                                    bind(5, *d.float_mask, k.masks.float_mask),
                                    bind(6, *d.head_terms, whole(d.head_terms_bytes)),
-                                   bind(7, *stats, whole(cut.whole_rows ? 16 : planner_.stats_bytes(c, cut)))};
+                                   bind(7, *stats, whole(cut.whole_rows ? 16 : planner_.stats_bytes(c, cut))),
+                                   p.want_logits ? bind(8, *d.logits, k.logits) : bind(8, *no_addend, whole(16))};
                 stage2.groups = {u32(c.rows), u32(c.units), 1};
                 r.dispatch(stage2);
             };

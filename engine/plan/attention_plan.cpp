@@ -24,13 +24,13 @@ struct Bound {
         const DeviceTensor* tensor = nullptr;
         Storage* storage = nullptr;
     };
-    Tensor q, k, v, o, kv_lengths, bool_mask, float_mask, weights, lse;
+    Tensor q, k, v, o, kv_lengths, bool_mask, float_mask, weights, lse, logits;
     Tensor block_table;                 // paged: the table and the pools (k and v absent)
     std::vector<Tensor> k_pools, v_pools;
     Tensor cu_q, cu_k;                  // varlen
     std::vector<const Tensor*> all() const {
-        std::vector<const Tensor*> list{&q, &k, &v, &o, &kv_lengths, &bool_mask, &float_mask, &weights, &lse, &block_table,
-                                        &cu_q, &cu_k};
+        std::vector<const Tensor*> list{&q, &k, &v, &o, &kv_lengths, &bool_mask, &float_mask, &weights, &lse, &logits,
+                                        &block_table, &cu_q, &cu_k};
         for (const auto* pools : {&k_pools, &v_pools})
             for (const Tensor& t : *pools) list.push_back(&t);
         return list;
@@ -152,6 +152,7 @@ Bound bind(const PlanState& plan, const DeviceAttentionInputs& in, const DeviceA
     b.float_mask = check_optional(plan, in.float_mask, s.float_mask.has_value(), DType::f32,
                                   s.float_mask ? rank4(*s.float_mask) : in.float_mask.shape(), "float_mask");
     b.weights = check_optional(plan, out.weights, s.weights, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "weights");
+    b.logits = check_optional(plan, out.logits, s.logits, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "logits");
     b.lse = check_optional(plan, out.lse, s.lse, DType::f32,
                            p.packed_q ? std::array<std::int64_t, 4>{1, p.Hq, p.total_q, 1} : std::array<std::int64_t, 4>{p.B, p.Hq, p.Nq, 1},
                            "lse");
@@ -269,6 +270,10 @@ void PlanState::record(Program& program, const DeviceAttentionInputs& in, const 
         ops.weights = operand(b.weights, {p.Hq * p.Nq * p.Nkv, p.Nq * p.Nkv, p.Nkv, 1});
         buffers.weights = &b.weights.storage->buffer;
     }
+    if (b.logits.tensor) {
+        ops.logits = operand(b.logits, {p.Hq * p.Nq * p.Nkv, p.Nq * p.Nkv, p.Nkv, 1});
+        buffers.logits = &b.logits.storage->buffer;
+    }
     buffers.q = &b.q.storage->buffer;
     buffers.o = &b.o.storage->buffer;
     buffers.bool_mask = buffers.float_mask = buffers.lengths = buffers.head_terms = &placeholder->buffer;
@@ -320,7 +325,7 @@ void PlanState::run(BatchState& batch, const DeviceAttentionInputs& in, const De
         if (cache) programs.insert(key, program);
     }
     if (runtime->poison_outputs()) {
-        for (const Bound::Tensor* t : {&b.o, &b.weights, &b.lse}) {
+        for (const Bound::Tensor* t : {&b.o, &b.weights, &b.lse, &b.logits}) {
             // The caller's buffers may not take copies (wrap): those go unpoisoned.
             if (!t->tensor || !(t->storage->usage & VK_BUFFER_USAGE_TRANSFER_DST_BIT)) continue;
             const DeviceTensor& tensor = *t->tensor;
@@ -383,6 +388,7 @@ AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutp
         spec.float_mask = std::vector<std::int64_t>(in.float_mask.shape().begin(), in.float_mask.shape().end());
     spec.weights = out.weights.defined();
     spec.lse = out.lse.defined();
+    spec.logits = out.logits.defined();
     spec.alibi_slopes.assign(in.alibi_slopes.begin(), in.alibi_slopes.end());
     spec.sinks.assign(in.sinks.begin(), in.sinks.end());
     spec.k_scale.assign(in.k_scale.begin(), in.k_scale.end());

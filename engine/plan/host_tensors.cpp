@@ -65,14 +65,15 @@ HostTensors::HostTensors(Runtime& runtime, const Problem& p, const AttentionInpu
              (p.has_kv_lengths ? allocated_bytes(u64(4 * p.B)) : 0);
     lse_ = p.want_lse ? allocated_bytes(u64(p.B * p.Hq * p.Nq) * 4) : 0;
     weights_ = p.want_weights ? allocated_bytes(u64(p.B * p.Hq * p.Nq * p.Nkv) * 4) : 0;
+    logits_ = p.want_logits ? allocated_bytes(u64(p.B * p.Hq * p.Nq * p.Nkv) * 4) : 0;
 }
 
-std::uint64_t HostTensors::bytes() const { return q_ + k_ + v_ + o_ + masks_ + lse_ + weights_; }
+std::uint64_t HostTensors::bytes() const { return q_ + k_ + v_ + o_ + masks_ + lse_ + weights_ + logits_; }
 
 std::string HostTensors::itemised() const {
     return "q " + std::to_string(q_) + ", k " + std::to_string(k_) + ", v " + std::to_string(v_) + ", o " +
            std::to_string(o_) + ", masks " + std::to_string(masks_) + ", lse " + std::to_string(lse_) + ", weights " +
-           std::to_string(weights_);
+           std::to_string(weights_) + ", logits " + std::to_string(logits_);
 }
 
 void HostTensors::upload(BatchState& batch, DeviceAttentionInputs& din, DeviceAttentionOutputs& dout) {
@@ -102,6 +103,7 @@ void HostTensors::upload(BatchState& batch, DeviceAttentionInputs& din, DeviceAt
     din.v_scale = in.v_scale;
     if (p.want_lse) dout.lse = own_dense(rt, DType::f32, {p.B, p.Hq, p.Nq, 1}, "lse");
     if (p.want_weights) dout.weights = own_dense(rt, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "weights");
+    if (p.want_logits) dout.logits = own_dense(rt, DType::f32, {p.B, p.Hq, p.Nq, p.Nkv}, "logits");
 }
 
 void HostTensors::download(BatchState& batch, const DeviceAttentionOutputs& dout) {
@@ -113,6 +115,7 @@ void HostTensors::download(BatchState& batch, const DeviceAttentionOutputs& dout
     };
     if (p.want_lse) read_back(batch, dout.lse, dense(out.lse, {p.B, p.Hq, p.Nq, 1}));
     if (p.want_weights) read_back(batch, dout.weights, dense(out.weights, {p.B, p.Hq, p.Nq, p.Nkv}));
+    if (p.want_logits) read_back(batch, dout.logits, dense(out.logits, {p.B, p.Hq, p.Nq, p.Nkv}));
 }
 
 }  // namespace vkattn::detail

@@ -24,7 +24,7 @@ public:
 
     // Allocates the temporaries, fills the inputs, and points the device call's tensors at them.
     void upload(BatchState& batch, DeviceAttentionInputs& device_in, DeviceAttentionOutputs& device_out);
-    // O (row by row through the caller's strides: gaps are never touched), lse and weights back.
+    // O (row by row through the caller's strides: gaps are never touched), lse, weights and logits back.
     void download(BatchState& batch, const DeviceAttentionOutputs& device_out);
 
 private:
@@ -32,7 +32,7 @@ private:
     const Problem* p_;
     const AttentionInputs* in_;
     const AttentionOutputs* out_;
-    std::uint64_t q_, k_, v_, o_, masks_, lse_, weights_;
+    std::uint64_t q_, k_, v_, o_, masks_, lse_, weights_, logits_;
 };
 
 // A device tensor with its own memory and the host view's strides (base 0, the span allocated).

@@ -147,8 +147,9 @@ void put_row(std::vector<double>& dst, std::int64_t index, const std::vector<dou
 void reference_attention(const AttentionInputs& inputs, const AttentionOutputs& outputs,
                          const AttentionOptions& options) {
     const Problem p = detail::resolve(inputs, outputs, options);
-    // o goes through its view's strides and dtype; weights [rows, Nkv] and lse [rows] are dense fp32.
-    for_each_row(p, inputs, [&](std::int64_t index, Row r, const std::vector<double>&,
+    // o goes through its view's strides and dtype; weights and logits [rows, Nkv] and lse [rows] are
+    // dense fp32.
+    for_each_row(p, inputs, [&](std::int64_t index, Row r, const std::vector<double>& scores,
                                 const std::vector<double>& weights, double lse,
                                 const std::vector<double>& out) {
         for (std::int64_t e = 0; e < p.Dv; ++e)
@@ -159,6 +160,11 @@ void reference_attention(const AttentionInputs& inputs, const AttentionOutputs& 
                 dst[j] = static_cast<float>(weights[static_cast<std::size_t>(j)]);
         }
         if (outputs.lse != nullptr) outputs.lse[index] = static_cast<float>(lse);
+        if (outputs.logits != nullptr) {
+            float* dst = outputs.logits + index * p.Nkv;
+            for (std::int64_t j = 0; j < p.Nkv; ++j)
+                dst[j] = static_cast<float>(p.logit_at(p.logits_stage, r.b, r.h, r.i, j, scores[static_cast<std::size_t>(j)]));
+        }
     });
 }
 

@@ -80,6 +80,12 @@ Impl impl_of(const std::string& text) {
     throw InvalidArgument("impl", "must be \"auto\", \"unfused\", \"fused\" or \"split\", not \"" + text + "\".");
 }
 
+LogitsStage logits_stage_of(const std::string& text) {
+    for (const LogitsStage stage : {LogitsStage::scaled, LogitsStage::softcapped, LogitsStage::masked})
+        if (text == to_string(stage)) return stage;
+    throw InvalidArgument("logits_stage", "must be \"scaled\", \"softcapped\" or \"masked\", not \"" + text + "\".");
+}
+
 // The engine's argument names as scaled_dot_product_attention's.
 std::string python_name(const std::string& argument) {
     static constexpr std::pair<std::string_view, std::string_view> names[] = {
@@ -100,6 +106,7 @@ AttentionOptions options_of(const AttentionCall& c) {
     options.causal_offset = c.causal_offset;
     options.diagonal_offset = c.diagonal_offset;
     options.diagonal_bottom_right = c.diagonal_bottom_right;
+    options.logits_stage = logits_stage_of(c.logits_stage);
     return options;
 }
 
@@ -153,6 +160,10 @@ nb::object run_attention(Context* context, const AttentionCall& c) {
         if (c.weights) {
             require<float>(*c.weights, "weights", rows * static_cast<std::size_t>(p.in.k.shape[2]));
             out.weights = static_cast<float*>(c.weights->data());
+        }
+        if (c.logits) {
+            require<float>(*c.logits, "logits", rows * static_cast<std::size_t>(p.in.k.shape[2]));
+            out.logits = static_cast<float*>(c.logits->data());
         }
         AttentionReport report;
         {

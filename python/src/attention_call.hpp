@@ -25,6 +25,8 @@ struct AttentionCall {
     std::optional<Input> kv_lengths;                 // [B] int32
     std::optional<Input> alibi_slopes, sinks;        // [Hq] float32
     std::optional<Output> lse, weights;              // float32 C-contiguous [B, Hq, Nq] / [B, Hq, Nq, Nkv], written
+    std::optional<Output> logits;                    // float32 C-contiguous [B, Hq, Nq, Nkv] at logits_stage, written
+    std::string logits_stage = "masked";             // scaled, softcapped, masked (vkattn::LogitsStage)
     std::optional<double> scale, softcap, alibi_max_bias;
     std::string causal = "none";                     // none, top-left, bottom-right
     std::optional<std::int64_t> causal_offset;       // top-left causal with the diagonal at i + offset

@@ -97,6 +97,8 @@ NB_MODULE(_vkattn, m) {
         .def_rw("sinks", &vkattn::python::AttentionCall::sinks)
         .def_rw("lse", &vkattn::python::AttentionCall::lse)
         .def_rw("weights", &vkattn::python::AttentionCall::weights)
+        .def_rw("logits", &vkattn::python::AttentionCall::logits)
+        .def_rw("logits_stage", &vkattn::python::AttentionCall::logits_stage)
         .def_rw("scale", &vkattn::python::AttentionCall::scale)
         .def_rw("softcap", &vkattn::python::AttentionCall::softcap)
         .def_rw("alibi_max_bias", &vkattn::python::AttentionCall::alibi_max_bias)

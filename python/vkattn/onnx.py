@@ -17,6 +17,8 @@ try:
 except ImportError:  # bfloat16 inputs need ml_dtypes (the onnx package brings it)
     _BF16 = None
 
+# qk_matmul_output_mode: 0-2 are the engine's logits at a stage, 3 its weights (the probabilities).
+_LOGITS_STAGE = {0: "scaled", 1: "softcapped", 2: "masked"}
 _QK_AFTER_SOFTMAX = 3
 
 
@@ -49,11 +51,11 @@ def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv
               softmax_precision=None, left_window_size=-1, right_window_size=-1, need_qk_matmul_output=False,
               impl="auto", context=None):
     """ONNX Attention: returns (Y, present_key, present_value, qk_matmul_output). qk_matmul_output is
-    computed when `need_qk_matmul_output` (the node lists that output): mode 3 (the softmax's
-    probabilities) is the engine's weights; modes 0-2 (the scores before softcap, after it, after the
-    bias) need the engine's scores output, not there yet (NotImplementedError). Otherwise None.
-    softmax_precision is accepted and has no effect: the engine's softmax is float32 for every input
-    type."""
+    computed when `need_qk_matmul_output` (the node lists that output), by the engine: modes 0, 1
+    and 2 are its logits at the stages scaled (scale·Q·Kᵀ), softcapped and masked (softcap, then the
+    mask added, −∞ where a key is masked), mode 3 its weights (the softmax's probabilities; zero rows
+    where every key is masked). Otherwise None. softmax_precision is accepted and has no effect: the
+    engine's softmax is float32 for every input type."""
     q, k, v = _floats(Q, "Q"), _floats(K, "K"), _floats(V, "V")
     if not (q.ndim == k.ndim == v.ndim):
         raise ValueError(f"K: Q, K and V must have the same rank; their shapes are {q.shape}, {k.shape}, {v.shape}.")
@@ -118,15 +120,18 @@ def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv
     call.scale = None if scale is None else float(scale)
     call.softcap = float(softcap) if softcap else None
     call.impl = impl
+    if qk_matmul_output_mode not in (0, 1, 2, _QK_AFTER_SOFTMAX):
+        raise ValueError(f"qk_matmul_output_mode: it is {qk_matmul_output_mode}; ONNX defines 0, 1, 2 and 3.")
     qk = None
     if need_qk_matmul_output:
-        if qk_matmul_output_mode != _QK_AFTER_SOFTMAX:
-            raise NotImplementedError(f"qk_matmul_output_mode {qk_matmul_output_mode}: the engine does not output its "
-                                      "scores yet (modes 0-2); mode 3, the probabilities, it does.")
-        weights = np.empty((B, Hq, L, S), dtype=np.float32)
-        call.weights = weights
+        qk32 = np.empty((B, Hq, L, S), dtype=np.float32)
+        if qk_matmul_output_mode == _QK_AFTER_SOFTMAX:
+            call.weights = qk32
+        else:
+            call.logits = qk32
+            call.logits_stage = _LOGITS_STAGE[qk_matmul_output_mode]
     _vkattn.run_attention(context or default_context(), call)
     if need_qk_matmul_output:
-        qk = weights.astype(q.dtype)
+        qk = qk32.astype(q.dtype)
     Y = y.reshape(B, L, Hq * Dv) if three_d else y
     return Y, present_key, present_value, qk

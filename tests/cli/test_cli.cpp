@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <sys/wait.h>
@@ -154,19 +155,24 @@ TEST_CASE("cli run: every rank and dtype round-trips and matches the reference",
     // Each rank also exercises one spelling of the causal flag (a bare --causal is top-left).
     const std::string causal_flag = rank == 2 ? "--causal" : rank == 3 ? "--causal=top-left" : "--causal=bottom-right";
     const Causal causal = rank == 4 ? Causal::bottom_right : Causal::top_left;
+    // And one logits stage (the default, masked, where none is named).
+    const LogitsStage stage = rank == 2 ? LogitsStage::masked : rank == 3 ? LogitsStage::scaled : LogitsStage::softcapped;
+    const std::string stage_flag = rank == 2 ? "" : " --softcap 0.5 --logits-stage " + to_string(stage);
     const Result r = vk_attn("run --q " + dir / "q.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy" + " " +
                              causal_flag + " --out " + dir / "o.npy" + " --weights " + dir / "w.npy" + " --lse " +
-                             dir / "l.npy");
+                             dir / "l.npy" + " --logits " + dir / "s.npy" + stage_flag);
     INFO(r.err);
     REQUIRE(r.status == 0);
     CHECK_THAT(r.err, Catch::Contains("unfused"));  // the path that ran is reported
-    const npy::Array o = npy::read(dir / "o.npy"), w = npy::read(dir / "w.npy"), l = npy::read(dir / "l.npy");
+    const npy::Array o = npy::read(dir / "o.npy"), w = npy::read(dir / "w.npy"), l = npy::read(dir / "l.npy"),
+                     s = npy::read(dir / "s.npy");
     auto expect_shape = qs;
     expect_shape.back() = vs.back();
     CHECK(o.shape == expect_shape);
     CHECK(o.type == npy::ElementType::f32);
     expect_shape.back() = ks[ks.size() - 2];
     CHECK(w.shape == expect_shape);
+    CHECK(s.shape == expect_shape);
     CHECK(l.shape == std::vector<std::int64_t>(qs.begin(), qs.end() - 1));
 
     // The library's reference on the same (rounded) values.
@@ -176,11 +182,19 @@ TEST_CASE("cli run: every rank and dtype round-trips and matches the reference",
     AttentionInputs in{.q = make_view<const void*>(q.data(), DType::f32, Layout::bhnd, q4),
                        .k = make_view<const void*>(k.data(), DType::f32, Layout::bhnd, k4),
                        .v = make_view<const void*>(v.data(), DType::f32, Layout::bhnd, v4)};
-    reference_attention(in, {.o = make_view<void*>(ref.data(), DType::f32, Layout::bhnd, o4)}, {.causal = causal});
+    std::vector<float> ref_logits(static_cast<std::size_t>(s.count()));
+    std::optional<double> softcap;
+    if (rank != 2) softcap = 0.5;
+    reference_attention(in, {.o = make_view<void*>(ref.data(), DType::f32, Layout::bhnd, o4), .logits = ref_logits.data()},
+                        {.causal = causal, .softcap = softcap, .logits_stage = stage});
     const Comparison c = compare({o.as<float>(), o.as<float>() + o.count()}, {ref.begin(), ref.end()},
                                  tolerance_for(f16 ? DType::f16 : DType::f32));
     INFO(c.message);
     CHECK(c.ok);
+    const Comparison cs = compare({s.as<float>(), s.as<float>() + s.count()}, {ref_logits.begin(), ref_logits.end()},
+                                  tolerance_for(DType::f32));
+    INFO("logits: " << cs.message);
+    CHECK(cs.ok);
 }
 
 TEST_CASE("cli run: Fortran-order and big-endian .npy inputs give the same output as C-order ones", "[cli][npy]") {
@@ -248,6 +262,8 @@ TEST_CASE("cli run: bad input exits 1 with one line naming the file or flag, wri
         {"--q " + dir / "q.npy" + " --k " + dir / "k3.npy" + " --v " + dir / "k3.npy", "multiple"},
         {"--q " + dir / "q.npy" + inputs + " --mask " + dir / "mask.npy", "--mask"},
         {"--q " + dir / "q.npy" + inputs + " --impl fused --weights " + dir / "w.npy", "--weights"},
+        {"--q " + dir / "q.npy" + inputs + " --impl split --logits " + dir / "w.npy", "--logits"},
+        {"--q " + dir / "q.npy" + inputs + " --logits " + dir / "w.npy" + " --logits-stage raw", "--logits-stage"},
         {"--q " + dir / "q.npy" + inputs + " --causal=sideways", "--causal"},
         {"--q " + dir / "q.npy" + inputs + " --kv-lengths " + dir / "mask.npy", "--kv-lengths"},
     };

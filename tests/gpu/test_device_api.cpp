@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "support/gpu_context.hpp"
@@ -101,6 +102,7 @@ struct DeviceCase {
     DType dtype = DType::f32;
     Impl impl = Impl::automatic;
     bool weights = false, lse = false, mask = false;
+    std::optional<LogitsStage> logits;
     std::uint32_t splits = 0;
 };
 
@@ -129,27 +131,31 @@ void run_device_case(Context& ctx, const DeviceCase& c, unsigned seed) {
     DeviceAttentionOutputs out{.o = do_all.seq(1, Nq)};
     if (c.weights) out.weights = DeviceTensor::empty(ctx, DType::f32, {B, Hq, Nq, cap});
     if (c.lse) out.lse = DeviceTensor::empty(ctx, DType::f32, {B, Hq, Nq, 1});
-    const AttentionOptions options{.causal = Causal::bottom_right, .impl = c.impl, .splits = c.splits};
+    if (c.logits) out.logits = DeviceTensor::empty(ctx, DType::f32, {B, Hq, Nq, cap});
+    const AttentionOptions options{.causal = Causal::bottom_right, .impl = c.impl, .splits = c.splits,
+                                   .logits_stage = c.logits.value_or(LogitsStage::masked)};
 
     const AttentionPlan plan(ctx, in, out, options);
     Batch batch(ctx);
     plan.run(batch, in, out);
     HostTensor o_all = nan_tensor(c.dtype, Layout::bhnd, sentinel.shape);
     std::vector<float> weights(static_cast<std::size_t>(B * Hq * Nq * cap), NAN), lse(static_cast<std::size_t>(B * Hq * Nq), NAN);
+    std::vector<float> logits(weights.size(), NAN);
     batch.download(do_all, o_all.mutable_view());
     if (c.weights) batch.download(out.weights, make_view<void*>(weights.data(), DType::f32, Layout::bhnd, out.weights.shape()));
     if (c.lse) batch.download(out.lse, make_view<void*>(lse.data(), DType::f32, Layout::bhnd, out.lse.shape()));
+    if (c.logits) batch.download(out.logits, make_view<void*>(logits.data(), DType::f32, Layout::bhnd, out.logits.shape()));
     batch.submit().wait();
 
     // The reference on the same host data, through the same views.
     HostTensor ref_o = nan_tensor(c.dtype, Layout::bhnd, {B, Hq, Nq, D});
-    std::vector<float> ref_w(weights.size()), ref_lse(lse.size());
+    std::vector<float> ref_w(weights.size()), ref_lse(lse.size()), ref_logits(logits.size());
     AttentionInputs host_in{.q = sub_view(q_all.view().data, c.dtype, Nq * D, dq), .k = k.view(), .v = v.view(),
                             .kv_lengths = lengths};
     if (c.mask) host_in.bool_mask = MaskView{mask.data(), {Nq, cap}};
     reference_attention(host_in,
                         {.o = ref_o.mutable_view(), .weights = c.weights ? ref_w.data() : nullptr,
-                         .lse = c.lse ? ref_lse.data() : nullptr},
+                         .lse = c.lse ? ref_lse.data() : nullptr, .logits = c.logits ? ref_logits.data() : nullptr},
                         options);
     std::vector<double> got, want;
     for (std::int64_t b = 0; b < B; ++b)
@@ -171,6 +177,12 @@ void run_device_case(Context& ctx, const DeviceCase& c, unsigned seed) {
         INFO("weights: " << w.message);
         CHECK(w.ok);
     }
+    if (c.logits) {
+        const Comparison l = compare({logits.begin(), logits.end()}, {ref_logits.begin(), ref_logits.end()},
+                                     tolerance_for(DType::f32));
+        INFO("logits: " << l.message);
+        CHECK(l.ok);
+    }
     if (c.lse) {
         const Comparison l = compare_lse({lse.begin(), lse.end()}, {ref_lse.begin(), ref_lse.end()});
         INFO("lse: " << l.message);
@@ -188,6 +200,7 @@ TEST_CASE("plans: attention on device views, lengths on the device, against the 
     c.impl = GENERATE(Impl::unfused, Impl::fused, Impl::split);
     c.mask = GENERATE(false, true);
     c.weights = c.impl == Impl::unfused;
+    if (c.impl == Impl::unfused) c.logits = c.mask ? LogitsStage::masked : LogitsStage::scaled;
     c.lse = true;
     c.splits = c.impl == Impl::split ? 3 : 0;
     run_device_case(ctx, c, 100 + static_cast<unsigned>(c.impl) * 7 + (c.mask ? 1 : 0));

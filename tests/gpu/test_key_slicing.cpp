@@ -6,6 +6,7 @@
 // on whole rows, or in two passes over the slices when one row of scores exceeds a binding.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -25,8 +26,8 @@ Context limited_context(std::uint64_t max_binding_bytes) {
     return Context(options);
 }
 
-// Every mask and model feature, each on its own; run_case compares o, lse (and the weights) with
-// the reference.
+// Every mask and model feature, each on its own; run_case compares o, lse (and the weights and
+// logits) with the reference.
 struct Feature {
     const char* name;
     std::function<void(Case&)> apply;
@@ -93,8 +94,12 @@ TEST_CASE("key slicing: every path and feature with K and V beyond one binding",
     // 700 keys: P rows are 4-aligned, so stage 3 reads key slices of P as texels.
     const std::int64_t nkv = setup.impl == Impl::unfused ? GENERATE(701, 700) : 701;
     Context ctx = limited_context(setup.limit);
+    std::size_t index = 0;
     for (const Feature& f : features()) {
         Case c = long_keys(setup.impl, dtype, nkv);
+        // The logits are written beside P, slice by slice: each stage in turn.
+        if (setup.impl == Impl::unfused)
+            c.logits = std::array{LogitsStage::scaled, LogitsStage::softcapped, LogitsStage::masked}[index++ % 3];
         if (setup.limit < 4096) {  // one score row per chunk: keep the chunks few
             c.B = 1;
             c.Hq = 2;

@@ -220,6 +220,7 @@ TEST_CASE("paged kv cache: bad options, appends, tables and plans name the argum
     CHECK_THROWS_WITH(AttentionPlan(ctx, cache.inputs(q), {o_dev}, {.impl = Impl::unfused}), Catch::Contains("impl"));
     const DeviceTensor weights = DeviceTensor::empty(ctx, DType::f32, {2, 4, 1, 8});
     CHECK_THROWS_WITH(AttentionPlan(ctx, cache.inputs(q), {.o = o_dev, .weights = weights}), Catch::Contains("weights"));
+    CHECK_THROWS_WITH(AttentionPlan(ctx, cache.inputs(q), {.o = o_dev, .logits = weights}), Catch::Contains("logits"));
     DeviceAttentionInputs no_lengths = cache.inputs(q);
     no_lengths.kv_lengths = {};
     CHECK_THROWS_WITH(AttentionPlan(ctx, no_lengths, {o_dev}), Catch::Contains("kv_lengths"));

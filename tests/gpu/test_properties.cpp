@@ -68,6 +68,8 @@ Case random_case(std::mt19937& rng) {
     const int impl = static_cast<int>(uniform(0, 3));
     c.impl = impl == 0 ? Impl::automatic : impl == 1 ? Impl::unfused : impl == 2 ? Impl::fused : Impl::split;
     c.weights = (c.impl == Impl::unfused || c.impl == Impl::automatic) && chance(0.5);
+    if ((c.impl == Impl::unfused || c.impl == Impl::automatic) && chance(0.3))
+        c.logits = static_cast<LogitsStage>(uniform(0, 2));
     c.lse = chance(0.7);
     c.splits = c.impl == Impl::split ? static_cast<std::uint32_t>(uniform(1, 5)) : 0;
     switch (uniform(0, 3)) {

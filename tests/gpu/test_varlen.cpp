@@ -342,6 +342,7 @@ TEST_CASE("varlen: bad offsets, shapes and options name the argument", "[gpu][va
     in.bool_mask = DeviceTensor::empty(ctx, DType::u8, {1, 1, 6, 6});
     CHECK(argument(in, {.o = o}) == "bool_mask");
     CHECK(argument(good, {.o = o, .weights = DeviceTensor::empty(ctx, DType::f32, {2, 2, 6, 6})}) == "weights");
+    CHECK(argument(good, {.o = o, .logits = DeviceTensor::empty(ctx, DType::f32, {2, 2, 6, 6})}) == "logits");
     CHECK(argument(good, {.o = o}, {.impl = Impl::unfused}) == "impl");
     in = good;
     in.varlen.cu_seqlens_k = {};

@@ -18,7 +18,8 @@ namespace vkattn::tool {
 namespace {
 
 struct RunOptions {
-    std::string q, k, v, mask, kv_lengths, out, weights, lse;
+    std::string q, k, v, mask, kv_lengths, out, weights, lse, logits;
+    std::string logits_stage = "masked";
     std::string causal;  // "", "top-left", "bottom-right"
     bool causal_given = false;
     std::optional<double> scale;
@@ -34,6 +35,13 @@ int run(const RunOptions& o) {
     const Impl impl = parse_impl(o.impl);
     if (!o.weights.empty() && (impl == Impl::fused || impl == Impl::split))
         throw InvalidArgument("--weights", "the attention weights need the three-stage path; use --impl auto or unfused.");
+    if (!o.logits.empty() && (impl == Impl::fused || impl == Impl::split))
+        throw InvalidArgument("--logits", "the logits need the three-stage path; use --impl auto or unfused.");
+    LogitsStage logits_stage = LogitsStage::masked;
+    if (o.logits_stage == "scaled") logits_stage = LogitsStage::scaled;
+    else if (o.logits_stage == "softcapped") logits_stage = LogitsStage::softcapped;
+    else if (o.logits_stage != "masked")
+        throw InvalidArgument("--logits-stage", "must be scaled, softcapped or masked, not \"" + o.logits_stage + "\".");
     Causal causal = Causal::none;
     if (o.causal_given) {
         if (o.causal.empty() || o.causal == "top-left") causal = Causal::top_left;
@@ -86,12 +94,14 @@ int run(const RunOptions& o) {
     const auto rows = static_cast<std::size_t>(o_shape[0] * o_shape[1] * o_shape[2]);
     std::vector<float> weights(o.weights.empty() ? 0 : rows * static_cast<std::size_t>(k.shape[2]));
     std::vector<float> lse(o.lse.empty() ? 0 : rows);
+    std::vector<float> logits(o.logits.empty() ? 0 : rows * static_cast<std::size_t>(k.shape[2]));
     AttentionOutputs out{.o = out_o.mutable_view(),
                          .weights = o.weights.empty() ? nullptr : weights.data(),
-                         .lse = o.lse.empty() ? nullptr : lse.data()};
+                         .lse = o.lse.empty() ? nullptr : lse.data(),
+                         .logits = o.logits.empty() ? nullptr : logits.data()};
 
     const Features features = load_features(o.features);
-    AttentionOptions options{.scale = o.scale, .causal = causal, .impl = impl};
+    AttentionOptions options{.scale = o.scale, .causal = causal, .impl = impl, .logits_stage = logits_stage};
     features.apply(options, in);
 
     // The backward pass: dO in the run's dtype, the gradients asked for in the inputs' types.
@@ -144,6 +154,7 @@ int run(const RunOptions& o) {
     pending.push_back({o.out, with_last(v.shape[3]), o32.data()});
     if (!o.weights.empty()) pending.push_back({o.weights, with_last(k.shape[2]), weights.data()});
     if (!o.lse.empty()) pending.push_back({o.lse, rank_shape, lse.data()});
+    if (!o.logits.empty()) pending.push_back({o.logits, with_last(k.shape[2]), logits.data()});
     std::vector<float> seen_k, seen_v;  // the K and V the kernels read: the stored values, scaled
     if (!o.dequantized_k.empty()) pending.push_back({o.dequantized_k, k.float_shape(), (seen_k = k.floats(kv.scales)).data()});
     if (!o.dequantized_v.empty()) pending.push_back({o.dequantized_v, v.float_shape(), (seen_v = v.floats(kv.scales)).data()});
@@ -184,6 +195,10 @@ Action add_run(CLI::App& app) {
     app.add_option("--out", o->out, "Output O .npy (float32, the rank of --q)")->required();
     app.add_option("--weights", o->weights, "Also write the attention weights .npy (float32 [.., Nq, Nkv])");
     app.add_option("--lse", o->lse, "Also write the row log-sum-exp .npy (float32 [.., Nq])");
+    app.add_option("--logits", o->logits, "Also write the logits .npy (float32 [.., Nq, Nkv]) at --logits-stage");
+    app.add_option("--logits-stage", o->logits_stage, "scaled (scale*q.k), softcapped, or masked (what the softmax "
+                                                      "takes: softcapped, plus ALiBi and a float mask; -inf where masked)")
+        ->capture_default_str();
     app.add_option("--grad-out", o->grad_out, "Backward pass: dL/dO .npy (o's shape, a float type as --q); runs the "
                                               "forward and the backward with the same flags");
     app.add_option("--dq", o->dq, "Write dL/dQ .npy (float32, the shape of --q); needs --grad-out");

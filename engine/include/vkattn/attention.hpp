@@ -35,8 +35,18 @@ enum class Impl : std::uint8_t {
     split,      // split-KV flash decoding
 };
 
+// Which logits AttentionOutputs::logits holds: the scores on their way to the softmax, at one of
+// three stages (ONNX Attention's qk_matmul_output modes 0, 1 and 2; docs/SEMANTICS.md).
+enum class LogitsStage : std::uint8_t {
+    scaled,      // scale·q·kᵀ
+    softcapped,  // after the softcap (the scaled scores without one)
+    masked,      // what the softmax takes: softcapped, plus ALiBi and the float mask; −∞ where masked
+                 // (bool mask, key lengths, causal, window, a float mask's −∞)
+};
+
 std::string to_string(Causal causal);
 std::string to_string(Impl impl);
+std::string to_string(LogitsStage stage);
 
 // The standard ALiBi slopes (Press et al., as in BLOOM and llama.cpp) for Hq heads:
 // n2 = 2^floor(log2 Hq), m0 = 2^(-max_bias / n2), m1 = 2^(-max_bias / 2 / n2);
@@ -61,6 +71,7 @@ struct AttentionOutputs {
     MutableTensorView o;     // [B, Hq, Nq, Dv], same dtype as q
     float* weights = nullptr;  // optional, fp32 dense [B, Hq, Nq, Nkv]
     float* lse = nullptr;      // optional, fp32 dense [B, Hq, Nq], natural log; -inf for empty rows
+    float* logits = nullptr;   // optional, fp32 dense [B, Hq, Nq, Nkv], at options.logits_stage
 };
 
 // The backward pass's results (vkattn::reference_attention_backward; docs/SEMANTICS.md, "The backward
@@ -110,6 +121,7 @@ struct AttentionOptions {
     Impl impl = Impl::automatic;
     VariantOverrides variant;
     std::uint32_t splits = 0;  // split-KV: key slices (0 = chosen for the device); with Impl::split
+    LogitsStage logits_stage = LogitsStage::masked;  // what outputs.logits holds
 };
 
 // What ran: the path, the kernel variant and the GPU time of the whole dispatch chain.

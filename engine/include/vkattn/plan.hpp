@@ -53,8 +53,8 @@ struct DevicePagedKv {
 // packed rows, never read or written past them); max_seqlen_q and max_seqlen_k bound every
 // sequence's length (rows past max_seqlen_q are not computed). Causal::bottom_right aligns each
 // sequence's last query with its last key (FlashAttention's causal); the window, softcap, ALiBi,
-// sinks and dropout apply per sequence. Masks and the attention weights are not taken with it, and
-// the three-stage path does not run it (fused and split do).
+// sinks and dropout apply per sequence. Masks, the attention weights and the logits are not taken
+// with it, and the three-stage path does not run it (fused and split do).
 struct DeviceVarlen {
     DeviceTensor cu_seqlens_q;  // i32, B + 1 contiguous elements (any rank-4 shape)
     DeviceTensor cu_seqlens_k;  // i32, B + 1; empty: k and v are per sequence
@@ -86,6 +86,7 @@ struct DeviceAttentionOutputs {
     DeviceTensor o;        // [B, Hq, Nq, Dv], the dtype of q
     DeviceTensor weights;  // optional: f32, contiguous [B, Hq, Nq, Nkv]
     DeviceTensor lse;      // optional: f32, contiguous [B, Hq, Nq, 1] ([1, Hq, total_q, 1] varlen)
+    DeviceTensor logits;   // optional: f32, contiguous [B, Hq, Nq, Nkv], at options.logits_stage
 };
 
 class AttentionPlan {

@@ -8,7 +8,7 @@
 
 namespace vkattn {
 
-// Same arguments, same validation and same outputs (o, weights, lse) as vkattn::attention.
+// Same arguments, same validation and same outputs (o, weights, lse, logits) as vkattn::attention.
 // options.impl and options.variant are ignored.
 void reference_attention(const AttentionInputs& inputs, const AttentionOutputs& outputs,
                          const AttentionOptions& options = {});

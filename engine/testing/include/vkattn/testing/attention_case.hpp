@@ -28,6 +28,7 @@ struct Case {
     std::optional<std::vector<std::int64_t>> bool_mask_shape;
     std::optional<std::vector<std::int64_t>> float_mask_shape;
     bool weights = true, lse = true;
+    std::optional<LogitsStage> logits;  // also returns the logits at this stage (three-stage path)
     std::optional<double> scale;
     float amplitude = 1.0f;  // of q and k: ~1e2 gives scores of ~1e4
     VariantOverrides variant;
@@ -72,6 +73,7 @@ struct Case {
         if (variant.texel_loads) s << " texel=" << *variant.texel_loads;
         if (variant.shared_tiles) s << " shared=" << *variant.shared_tiles;
         if (variant.subgroup_ops) s << " subgroup=" << *variant.subgroup_ops;
+        if (logits) s << " logits=" << to_string(*logits);
         return s.str();
     }
 };
@@ -141,12 +143,13 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     const auto rows = static_cast<std::size_t>(c.B * c.Hq * c.Nq);
     std::vector<float> weights(c.weights ? scores : 0, std::numeric_limits<float>::quiet_NaN());
     std::vector<float> lse(c.lse ? rows : 0, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> logits(c.logits ? scores : 0, std::numeric_limits<float>::quiet_NaN());
     AttentionOutputs out{.o = o.mutable_view(), .weights = c.weights ? weights.data() : nullptr,
-                         .lse = c.lse ? lse.data() : nullptr};
+                         .lse = c.lse ? lse.data() : nullptr, .logits = c.logits ? logits.data() : nullptr};
     AttentionOptions options{.scale = c.scale, .causal = c.causal, .causal_offset = c.causal_offset,
                              .window = c.window, .softcap = c.softcap, .alibi_max_bias = c.alibi_max_bias,
                              .dropout = c.dropout, .seed = c.dropout_seed, .impl = c.impl, .variant = c.variant,
-                             .splits = c.splits};
+                             .splits = c.splits, .logits_stage = c.logits.value_or(LogitsStage::masked)};
 
     CaseResult result;
     result.report = attention(context, in, out, options);
@@ -174,6 +177,13 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     check("o", got, want, tol);
     // Weights and lse are computed in fp32 from fp32 scores in every dtype.
     if (c.weights) check("weights", {weights.begin(), weights.end()}, stages.weights, tolerance_for(DType::f32));
+    if (c.logits) {  // the reference's own logits output, −∞ where masked (compared exactly)
+        HostTensor unused_o = nan_tensor(c.dtype, c.layout, {c.B, c.Hq, c.Nq, c.Dv});
+        std::vector<float> reference_logits(scores);
+        reference_attention(in, AttentionOutputs{.o = unused_o.mutable_view(), .logits = reference_logits.data()}, options);
+        check("logits", {logits.begin(), logits.end()}, {reference_logits.begin(), reference_logits.end()},
+              tolerance_for(DType::f32));
+    }
     if (c.lse) {
         const Comparison cmp = compare_lse({lse.begin(), lse.end()}, stages.lse);
         if (!cmp.ok) {
