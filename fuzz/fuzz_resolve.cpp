@@ -190,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (flags & 64) in.alibi_slopes = slopes = read_per_head(r);
     if (flags & 128) in.sinks = sinks = read_per_head(r);
     float weights_and_lse[4];
-    if (flags & 8) out.weights = out.logits = weights_and_lse;
+    if (flags & 8) out.weights = weights_and_lse;
     if (flags & 16) out.lse = weights_and_lse;
 
     AttentionOptions options;
@@ -206,7 +206,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     options.causal = static_cast<Causal>(((flags2 >> 4) & 3) % 3);
     options.dropout = r.real();
     options.seed = r.u64();
-    options.logits_stage = static_cast<LogitsStage>(r.u8() % 4);  // 3: not a stage, refused by name
     if (flags2 & 64) {
         const DType other = dtype == DType::f32 ? DType::f16 : DType::f32;
         switch (r.u8() % 4) {
@@ -226,6 +225,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             default: if (in.float_mask) in.float_mask->data = nullptr; break;
         }
     }
+
+    // Last, so that the fields before keep their bytes: the logits (with or without the weights) and
+    // their stage, rarely one that is not a stage (refused by name).
+    const std::uint8_t logits = r.u8();
+    if (logits & 4) out.logits = weights_and_lse;
+    options.logits_stage = static_cast<LogitsStage>(logits == 255 ? 3 : logits % 3);
 
     try {
         const detail::Problem p = detail::resolve(in, out, options);

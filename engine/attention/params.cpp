@@ -31,7 +31,10 @@ MaskParams mask_params(const Problem& p) {
             .inv_softcap = p.softcap > 0.0 ? static_cast<float>(1.0 / p.softcap) : 0.0f,
             .keep_scale = static_cast<float>(p.keep_scale()),
             .drop_threshold = p.drop_threshold,
-            .seed = {static_cast<std::uint32_t>(p.seed), static_cast<std::uint32_t>(p.seed >> 32)}};
+            .seed = {static_cast<std::uint32_t>(p.seed), static_cast<std::uint32_t>(p.seed >> 32)},
+            .key_total = static_cast<std::uint32_t>(p.key_total),
+            .origin = {static_cast<std::uint32_t>(p.origin[0]), static_cast<std::uint32_t>(p.origin[1]),
+                       static_cast<std::uint32_t>(p.origin[2]), static_cast<std::uint32_t>(p.origin[3])}};
 }
 
 std::vector<float> head_terms_of(const Problem& p) {

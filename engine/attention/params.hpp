@@ -40,6 +40,11 @@ struct alignas(16) MaskParams {
     float keep_scale = 0.0f;        // 1 / (1 - p)
     std::uint32_t drop_threshold = 0;   // 0 = no dropout
     std::array<std::uint32_t, 2> seed{};  // the 64-bit seed's low, high word
+    // A block of a larger attention (AttentionOptions::block): the whole's key count, which clamps
+    // the key lengths (the whole's), and the call's (b, h, i, j) origin in it: keys before origin[3]
+    // are not the call's, and dropout draws the whole's Philox numbers. 0s and Nkv for a whole call.
+    std::uint32_t key_total = 0;
+    alignas(16) std::array<std::uint32_t, 4> origin{};  // uvec4: 16-byte aligned
     TensorDesc bool_mask, float_mask;
 };
 
@@ -179,27 +184,29 @@ static_assert(offsetof(MaskParams, inv_softcap) == 20);
 static_assert(offsetof(MaskParams, keep_scale) == 24);
 static_assert(offsetof(MaskParams, drop_threshold) == 28);
 static_assert(offsetof(MaskParams, seed) == 32);  // uvec2: 8-byte aligned
-static_assert(offsetof(MaskParams, bool_mask) == 48);
-static_assert(offsetof(MaskParams, float_mask) == 80);
-static_assert(sizeof(MaskParams) == 112);
+static_assert(offsetof(MaskParams, key_total) == 40);
+static_assert(offsetof(MaskParams, origin) == 48);
+static_assert(offsetof(MaskParams, bool_mask) == 64);
+static_assert(offsetof(MaskParams, float_mask) == 96);
+static_assert(sizeof(MaskParams) == 128);
 
 static_assert(offsetof(FlashParams, shape) == 0);
 static_assert(offsetof(FlashParams, chunk) == 32);
 static_assert(offsetof(FlashParams, mask) == 48);
-static_assert(offsetof(FlashParams, scale) == 160);
-static_assert(offsetof(FlashParams, keys_per_split) == 164);
-static_assert(offsetof(FlashParams, first_split) == 168);
-static_assert(offsetof(FlashParams, first_column) == 172);
-static_assert(offsetof(FlashParams, o_split_stride) == 176);
-static_assert(offsetof(FlashParams, lse_split_stride) == 180);
-static_assert(offsetof(FlashParams, q) == 192);
-static_assert(offsetof(FlashParams, k) == 224);
-static_assert(offsetof(FlashParams, v) == 256);
-static_assert(offsetof(FlashParams, o) == 288);
-static_assert(offsetof(FlashParams, lse) == 320);
-static_assert(offsetof(FlashParams, paged) == 352);
-static_assert(offsetof(FlashParams, varlen) == 384);
-static_assert(sizeof(FlashParams) == 400);
+static_assert(offsetof(FlashParams, scale) == 176);
+static_assert(offsetof(FlashParams, keys_per_split) == 180);
+static_assert(offsetof(FlashParams, first_split) == 184);
+static_assert(offsetof(FlashParams, first_column) == 188);
+static_assert(offsetof(FlashParams, o_split_stride) == 192);
+static_assert(offsetof(FlashParams, lse_split_stride) == 196);
+static_assert(offsetof(FlashParams, q) == 208);
+static_assert(offsetof(FlashParams, k) == 240);
+static_assert(offsetof(FlashParams, v) == 272);
+static_assert(offsetof(FlashParams, o) == 304);
+static_assert(offsetof(FlashParams, lse) == 336);
+static_assert(offsetof(FlashParams, paged) == 368);
+static_assert(offsetof(FlashParams, varlen) == 400);
+static_assert(sizeof(FlashParams) == 416);
 
 static_assert(offsetof(Varlen, packed_q) == 0);
 static_assert(offsetof(Varlen, packed_k) == 4);
@@ -219,16 +226,16 @@ static_assert(sizeof(PagedKv) == 32);
 static_assert(offsetof(SoftmaxParams, shape) == 0);
 static_assert(offsetof(SoftmaxParams, chunk) == 32);
 static_assert(offsetof(SoftmaxParams, mask) == 48);
-static_assert(offsetof(SoftmaxParams, mode) == 160);
-static_assert(offsetof(SoftmaxParams, key_begin) == 164);
-static_assert(offsetof(SoftmaxParams, key_end) == 168);
-static_assert(offsetof(SoftmaxParams, slices) == 172);
-static_assert(offsetof(SoftmaxParams, slice) == 176);
-static_assert(offsetof(SoftmaxParams, logits_stage) == 180);
-static_assert(offsetof(SoftmaxParams, scores) == 192);
-static_assert(offsetof(SoftmaxParams, lse) == 224);
-static_assert(offsetof(SoftmaxParams, logits) == 256);
-static_assert(sizeof(SoftmaxParams) == 288);
+static_assert(offsetof(SoftmaxParams, mode) == 176);
+static_assert(offsetof(SoftmaxParams, key_begin) == 180);
+static_assert(offsetof(SoftmaxParams, key_end) == 184);
+static_assert(offsetof(SoftmaxParams, slices) == 188);
+static_assert(offsetof(SoftmaxParams, slice) == 192);
+static_assert(offsetof(SoftmaxParams, logits_stage) == 196);
+static_assert(offsetof(SoftmaxParams, scores) == 208);
+static_assert(offsetof(SoftmaxParams, lse) == 240);
+static_assert(offsetof(SoftmaxParams, logits) == 272);
+static_assert(sizeof(SoftmaxParams) == 304);
 
 static_assert(offsetof(BmmParams, chunk) == 0);
 static_assert(offsetof(BmmParams, M) == 16);
@@ -259,18 +266,18 @@ static_assert(sizeof(CombineParams) == 208);
 
 static_assert(offsetof(BackwardParams, shape) == 0);
 static_assert(offsetof(BackwardParams, mask) == 32);
-static_assert(offsetof(BackwardParams, scale) == 144);
-static_assert(offsetof(BackwardParams, first_column) == 148);
-static_assert(offsetof(BackwardParams, rows) == 152);
-static_assert(offsetof(BackwardParams, first_unit) == 156);
-static_assert(offsetof(BackwardParams, q) == 160);
-static_assert(offsetof(BackwardParams, grad_out) == 288);
-static_assert(offsetof(BackwardParams, dv) == 448);
-static_assert(offsetof(BackwardParams, mask_shape) == 480);
-static_assert(offsetof(BackwardParams, mask_work) == 496);
-static_assert(offsetof(BackwardParams, scores) == 512);
-static_assert(offsetof(BackwardParams, scores_work) == 544);
-static_assert(sizeof(BackwardParams) == 560);
+static_assert(offsetof(BackwardParams, scale) == 160);
+static_assert(offsetof(BackwardParams, first_column) == 164);
+static_assert(offsetof(BackwardParams, rows) == 168);
+static_assert(offsetof(BackwardParams, first_unit) == 172);
+static_assert(offsetof(BackwardParams, q) == 176);
+static_assert(offsetof(BackwardParams, grad_out) == 304);
+static_assert(offsetof(BackwardParams, dv) == 464);
+static_assert(offsetof(BackwardParams, mask_shape) == 496);
+static_assert(offsetof(BackwardParams, mask_work) == 512);
+static_assert(offsetof(BackwardParams, scores) == 528);
+static_assert(offsetof(BackwardParams, scores_work) == 560);
+static_assert(sizeof(BackwardParams) == 576);
 
 static_assert(offsetof(AppendParams, B) == 0);
 static_assert(offsetof(AppendParams, new_rows) == 12);

@@ -123,8 +123,9 @@ std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
 }
 
 bool Problem::kept(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-    return dropout_keeps(seed, drop_threshold, static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(h),
-                         static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
+    return dropout_keeps(seed, drop_threshold, static_cast<std::uint32_t>(b + origin[0]),
+                         static_cast<std::uint32_t>(h + origin[1]), static_cast<std::uint32_t>(i + origin[2]),
+                         static_cast<std::uint32_t>(j + origin[3]));
 }
 
 double Problem::visible_pairs() const {
@@ -226,6 +227,43 @@ void resolve_features(Problem& p, std::span<const float> slopes, std::span<const
                                                 " + " + std::to_string(reach) + " must stay below " + kMaxIndexText +
                                                 ", and the window side within 2^30.");
     }
+}
+
+// The call as a block of a larger attention: its origin and the whole's sizes checked, the
+// diagonal's offset moved into the block's coordinates. Without a block: origin 0, key_total = Nkv.
+void resolve_block(Problem& p, const AttentionOptions& options, bool paged_or_varlen) {
+    const Block& block = options.block;
+    p.key_total = p.Nkv;
+    if (block.whole()) return;
+    if (paged_or_varlen)
+        throw InvalidArgument("block", "a block of a larger attention takes contiguous k and v, not a paged K/V or "
+                                       "packed sequences.");
+    if (options.alibi_max_bias && block.head != 0)
+        throw InvalidArgument("block", "with a head origin, ALiBi's slopes are the whole's: pass the block's heads' "
+                                       "alibi_slopes instead of alibi_max_bias.");
+    constexpr std::int64_t kHalf = std::int64_t{1} << 30;
+    const std::int64_t queries = block.queries ? block.queries : block.query + p.Nq;
+    const std::int64_t keys = block.keys ? block.keys : block.key + p.Nkv;
+    for (const auto& [value, name] : {std::pair{block.batch, "batch"}, std::pair{block.head, "head"},
+                                      std::pair{block.query, "query"}, std::pair{block.key, "key"},
+                                      std::pair{queries, "queries"}, std::pair{keys, "keys"}})
+        if (value < 0 || value > kHalf)
+            throw InvalidArgument("block", std::string("its ") + name + " is " + std::to_string(value) +
+                                               ", outside [0, 2^30].");
+    if (queries < block.query + p.Nq || keys < block.key + p.Nkv)
+        throw InvalidArgument("block", "the whole has " + std::to_string(queries) + " queries and " +
+                                           std::to_string(keys) + " keys, fewer than the block's last, " +
+                                           std::to_string(block.query + p.Nq) + " and " +
+                                           std::to_string(block.key + p.Nkv) + ".");
+    p.origin = {block.batch, block.head, block.query, block.key};
+    p.key_total = keys;
+    // Query i, key j of the block are the whole's i + query, j + key: j <= i + a in the whole is
+    // j <= i + a + query - key here, and bottom-right's a = len[b] - queries is len[b] - Nq here
+    // plus Nq - queries.
+    p.offset += block.query - block.key + (p.bottom_right ? p.Nq - queries : 0);
+    if (p.offset < -kHalf || p.offset > kHalf)
+        throw InvalidArgument("block", "the diagonal's offset in the block's coordinates, " + std::to_string(p.offset) +
+                                           ", is outside [-2^30, 2^30], the range the shaders' 32-bit positions allow.");
 }
 
 }  // namespace
@@ -339,13 +377,14 @@ Problem resolve(const AttentionSpec& spec) {
     p.causal = options.causal;
 
     p.has_kv_lengths = spec.kv_lengths;
-    p.kv_len.assign(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(p.Nkv));
 
     const std::array<std::int64_t, 4> scores{p.B, p.Hq, p.Nq, p.Nkv};
     if (spec.bool_mask) p.bool_mask = broadcast(*spec.bool_mask, "bool_mask", scores);
     if (spec.float_mask) p.float_mask = broadcast(*spec.float_mask, "float_mask", scores);
 
     resolve_features(p, spec.alibi_slopes, spec.sinks, options);
+    resolve_block(p, options, spec.paged.has_value() || spec.varlen.has_value());
+    p.kv_len.assign(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(p.key_total));
     p.k_scale = resolve_fp8_scale(spec.k_scale, p.k_dtype, p.Hkv, "k_scale", "k");
     p.v_scale = resolve_fp8_scale(spec.v_scale, p.v_dtype, p.Hkv, "v_scale", "v");
 
@@ -409,10 +448,11 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out, const At
                                                     " key lengths but the batch size is " + std::to_string(p.B) + ".");
         for (std::size_t b = 0; b < in.kv_lengths.size(); ++b) {
             const std::int32_t len = in.kv_lengths[b];
-            if (len < 0 || len > p.Nkv)
+            if (len < 0 || len > p.key_total)
                 throw InvalidArgument("kv_lengths", "the key length of batch " + std::to_string(b) + " is " +
-                                                        std::to_string(len) + ", outside [0, Nkv = " +
-                                                        std::to_string(p.Nkv) + "].");
+                                                        std::to_string(len) + ", outside [0, " +
+                                                        (p.key_total == p.Nkv ? "Nkv" : "the whole's keys") + " = " +
+                                                        std::to_string(p.key_total) + "].");
         }
         p.kv_len.assign(in.kv_lengths.begin(), in.kv_lengths.end());
     }
@@ -480,6 +520,9 @@ std::string AttentionSpec::key() const {
     }
     put(opt.splits);
     put(opt.logits_stage);
+    for (const std::int64_t x : {opt.block.batch, opt.block.head, opt.block.query, opt.block.key, opt.block.queries,
+                                 opt.block.keys})
+        put(x);
     return key;
 }
 

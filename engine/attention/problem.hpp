@@ -48,9 +48,14 @@ struct Problem {
     double dropout = 0.0;
     std::uint32_t drop_threshold = 0;  // dropout_threshold(dropout); 0 = nothing dropped
     std::uint64_t seed = 0;
-    // [B], Nkv where not given. On the device path the lengths live on the device: Nkv here, an
-    // upper bound (flops() then counts every key).
+    // [B], in the whole's keys (key_total where not given). On the device path the lengths live on
+    // the device: key_total here, an upper bound (flops() then counts every key).
     std::vector<std::int32_t> kv_len;
+    // A block of a larger attention (AttentionOptions::block): the call's (b, h, i, j) origin in the
+    // whole and the whole's key count (Nkv for a whole call). `offset` is then the block's own:
+    // the whole's, moved by the origin and, bottom-right, by the whole's query count.
+    std::array<std::int64_t, 4> origin{};
+    std::int64_t key_total = 0;
     bool has_kv_lengths = false;
     // Varlen: Q/O/LSE (and K/V) packed; totals are their rows. Nq and Nkv are the max_seqlens.
     bool packed_q = false, packed_k = false;
@@ -75,7 +80,7 @@ struct Problem {
     };
     KeyRange key_range(std::int64_t b, std::int64_t i) const {
         const std::int64_t at = i + alignment(b);
-        std::int64_t limit = kv_len[b];
+        std::int64_t limit = std::min<std::int64_t>(kv_len[b] - origin[3], Nkv);
         if (causal != Causal::none) limit = std::min(limit, at + 1);
         if (window.right >= 0) limit = std::min(limit, at + window.right + 1);
         const std::int64_t first = window.left >= 0 ? std::max<std::int64_t>(at - window.left, 0) : 0;

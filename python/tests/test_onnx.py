@@ -62,7 +62,7 @@ def test_bad_nodes_name_the_input(context, arguments, argument):
 
 
 def reference_node(inputs, **attributes):
-    """The onnx package's own reference implementation of one Attention node (opset 24)."""
+    """The onnx package's own reference implementation of one Attention node (opset 25: windows)."""
     from onnx.reference import ReferenceEvaluator
 
     names = [name if value is not None else "" for name, value in zip(INPUTS, inputs)]
@@ -74,7 +74,7 @@ def reference_node(inputs, **attributes):
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
          for n, v in zip(INPUTS, inputs) if v is not None],
         [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in OUTPUTS])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
     feeds = {n: v for n, v in zip(INPUTS, inputs) if v is not None}
     return ReferenceEvaluator(model).run(None, feeds)
 

@@ -33,14 +33,23 @@ struct RowMask {
     int position;       // i + a: the diagonal key; ALiBi measures |position - j|
 };
 
-// Clamped to [0, Nkv]: lengths written on the device (a KV cache's, the caller's) are not checked
-// on the host, and a length past the keys bound must not read past them.
-// Packed keys (varlen) have the length cu_seqlens_k gives them.
+// Batch b's key length in the whole attention's keys (a block's whole: P.mask.key_total keys, Nkv
+// for a whole call), clamped to them: lengths written on the device (a KV cache's, the caller's) are
+// not checked on the host. Packed keys (varlen) have the length cu_seqlens_k gives them.
+int whole_kv_length(uint b) {
+#ifdef VARLEN
+    if (P.varlen.packed_k != 0u) return int(k_packed_length(b));
+#endif
+    const int total = int(P.mask.key_total);
+    return has_flag(MASK_LENGTHS) ? clamp(kv_lengths[b], 0, total) : total;
+}
+
+// This call's keys of batch b: the whole's from origin.w on, at most Nkv (never read past them).
 int kv_length(uint b) {
 #ifdef VARLEN
     if (P.varlen.packed_k != 0u) return int(k_packed_length(b));
 #endif
-    return has_flag(MASK_LENGTHS) ? clamp(kv_lengths[b], 0, int(P.shape.Nkv)) : int(P.shape.Nkv);
+    return clamp(whole_kv_length(b) - int(P.mask.origin.w), 0, int(P.shape.Nkv));
 }
 
 // The queries of batch b: Nq, or a packed sequence's own (varlen).
@@ -53,9 +62,10 @@ int query_length(uint b) {
 }
 
 // The diagonal's offset: causal keeps key j for query i when j <= i + alignment(b). Bottom-right
-// aligns the batch's last query with its last key.
+// aligns the batch's last query with its last key (the whole's: a block's offset holds its origin
+// and the whole's query count, Problem::offset).
 int alignment(uint b) {
-    return P.mask.offset + (has_flag(MASK_BOTTOM_RIGHT) ? kv_length(b) - query_length(b) : 0);
+    return P.mask.offset + (has_flag(MASK_BOTTOM_RIGHT) ? whole_kv_length(b) - query_length(b) : 0);
 }
 
 RowMask row_mask(uint b, uint h, uint i) {

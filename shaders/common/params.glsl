@@ -49,6 +49,11 @@ struct MaskParams {
     float keep_scale;    // dropout's scale of a kept weight: 1 / (1 - p)
     uint drop_threshold; // a weight is dropped when its Philox word is below this; 0 = no dropout
     uvec2 seed;          // dropout's Philox key: (low, high) word of the 64-bit seed
+    // A block of a larger attention (vkattn::Block): the whole's key count (clamps the key lengths,
+    // which count the whole's keys) and the call's (b, h, i, j) origin in it (keys before origin.w
+    // are not the call's; dropout draws the whole's Philox numbers). Nkv and 0s for a whole call.
+    uint key_total;
+    uvec4 origin;
     TensorDesc bool_mask;   // bool mask, one byte per element, broadcast strides (0 on broadcast dims)
     TensorDesc float_mask;  // float mask (added to the logits), broadcast strides
 };

@@ -14,9 +14,11 @@ uvec4 philox4x32_10(uvec4 counter, uvec2 key) {
     return counter;
 }
 
-// Whether weight (b, h, i, j) survives dropout (P.mask.drop_threshold, P.mask.seed: MaskParams).
+// Whether weight (b, h, i, j) survives dropout (P.mask.drop_threshold, P.mask.seed: MaskParams),
+// numbered as in the whole attention that this call may be a block of (P.mask.origin).
 bool dropout_keeps(uint b, uint h, uint i, uint j) {
-    return philox4x32_10(uvec4(j, i, h, b), P.mask.seed).x >= P.mask.drop_threshold;
+    const uvec4 o = P.mask.origin;
+    return philox4x32_10(uvec4(j + o.w, i + o.z, h + o.y, b + o.x), P.mask.seed).x >= P.mask.drop_threshold;
 }
 
 #endif

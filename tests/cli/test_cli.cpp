@@ -197,6 +197,30 @@ TEST_CASE("cli run: every rank and dtype round-trips and matches the reference",
     CHECK(cs.ok);
 }
 
+TEST_CASE("cli run --devices: the call split over two contexts writes what one device writes", "[cli]") {
+    Workdir dir;
+    std::mt19937 rng(23);
+    write_tensor(rng, dir / "q.npy", {3, 4, 9, 16}, false);
+    write_tensor(rng, dir / "k.npy", {3, 2, 21, 16}, false);
+    write_tensor(rng, dir / "v.npy", {3, 2, 21, 16}, false);
+    const std::string inputs = " --q " + dir / "q.npy" + " --k " + dir / "k.npy" + " --v " + dir / "v.npy" +
+                               " --causal=bottom-right --dropout 0.2 --seed 3 --impl unfused";
+    const Result one = vk_attn("run" + inputs + " --out " + dir / "o1.npy" + " --weights " + dir / "w1.npy");
+    const Result two = vk_attn("run" + inputs + " --devices 0,0 --out " + dir / "o2.npy" + " --weights " + dir / "w2.npy");
+    INFO(one.err << two.err);
+    REQUIRE(one.status == 0);
+    REQUIRE(two.status == 0);
+    CHECK_THAT(two.err, Catch::Contains("2 devices"));
+    for (const auto& [a, b] : {std::pair{"o1.npy", "o2.npy"}, std::pair{"w1.npy", "w2.npy"}}) {
+        const npy::Array x = npy::read(dir / a), y = npy::read(dir / b);
+        CHECK(x.shape == y.shape);
+        const Comparison c = compare({x.as<float>(), x.as<float>() + x.count()}, {y.as<float>(), y.as<float>() + y.count()},
+                                     tolerance_for(DType::f32));
+        INFO(a << ": " << c.message);
+        CHECK(c.ok);
+    }
+}
+
 TEST_CASE("cli run: Fortran-order and big-endian .npy inputs give the same output as C-order ones", "[cli][npy]") {
     Workdir dir;
     std::mt19937 rng(31);
@@ -264,6 +288,8 @@ TEST_CASE("cli run: bad input exits 1 with one line naming the file or flag, wri
         {"--q " + dir / "q.npy" + inputs + " --impl fused --weights " + dir / "w.npy", "--weights"},
         {"--q " + dir / "q.npy" + inputs + " --impl split --logits " + dir / "w.npy", "--logits"},
         {"--q " + dir / "q.npy" + inputs + " --logits " + dir / "w.npy" + " --logits-stage raw", "--logits-stage"},
+        {"--q " + dir / "q.npy" + inputs + " --logits-stage scaled", "--logits-stage"},
+        {"--q " + dir / "q.npy" + inputs + " --devices 0,,0", "--devices"},
         {"--q " + dir / "q.npy" + inputs + " --causal=sideways", "--causal"},
         {"--q " + dir / "q.npy" + inputs + " --kv-lengths " + dir / "mask.npy", "--kv-lengths"},
     };

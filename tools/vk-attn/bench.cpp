@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "device_set.hpp"
 #include "features.hpp"
 #include "kv_storage.hpp"
 #include "output_table.hpp"
@@ -37,7 +38,7 @@ struct BenchOptions {
     bool causal = false;
     int repeat = 10, warmup = 2;
     bool validate = false;
-    std::string dtype = "f32", layout = "bhnd", impl = "auto", device;
+    std::string dtype = "f32", layout = "bhnd", impl = "auto", device, devices;
     KvStorageFlags storage;             // K's and V's type (empty: --dtype) and fp8 scales
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     std::string texel_loads = "auto";   // on / off: force texel or word loads
@@ -191,6 +192,11 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     Context context(copts);
     std::cerr << "device: " << context.device().name << " (" << context.device().type << ", "
               << context.device().driver << ")\n";
+    const DeviceSet device_set(o.devices, context);
+    if (device_set.several()) {
+        if (o.backward) throw InvalidArgument("--devices", "the backward pass runs on one device; drop --devices.");
+        std::cerr << "attention on " << device_set.describe() << " (ceilings on the first)\n";
+    }
     Printer printer(std::cout, o.json ? Format::json : o.csv ? Format::csv : Format::table);
 
     double ceiling = 0;
@@ -286,7 +292,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         std::vector<double> samples;
         with_flag_names([&] {
             if (o.validate) {
-                attention(context, in, out, options);
+                device_set.attention(in, out, options);
                 validation = validate();
                 if (!validation->ok) {
                     all_ok = false;
@@ -296,9 +302,9 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                               << to_string(dtype) << "/" << to_string(kv_dtype) << ": " << validation->message << '\n';
                 }
             }
-            for (int w = 0; w < o.warmup; ++w) attention(context, in, out, options);
+            for (int w = 0; w < o.warmup; ++w) device_set.attention(in, out, options);
             for (int r = 0; r < o.repeat; ++r) {
-                report = attention(context, in, out, options);
+                report = device_set.attention(in, out, options);
                 samples.push_back(report.gpu_ms);
             }
         });
@@ -365,6 +371,8 @@ Action add_bench(CLI::App& app) {
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
+    app.add_option("--devices", o->devices, "Several devices, e.g. 0,1 (a device may repeat): each call's (batch, "
+                                            "K/V head) units split among them; gpu time is the slowest device's");
     app.add_flag("--gemm", o->gemm, "Also measure the GEMM ceiling (the engine's tiled matrix shader)");
     app.add_option("--gemm-size", o->gemm_size, "Size of the square GEMM")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--copy", o->copy, "Also measure the bandwidth ceiling (a buffer copy); points then report kv_vs_copy, "

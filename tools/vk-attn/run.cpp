@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "device_set.hpp"
 #include "parse_impl.hpp"
 #include "features.hpp"
 #include "kv_storage.hpp"
@@ -19,11 +20,11 @@ namespace {
 
 struct RunOptions {
     std::string q, k, v, mask, kv_lengths, out, weights, lse, logits;
-    std::string logits_stage = "masked";
+    std::string logits_stage;  // with --logits; masked when not given
     std::string causal;  // "", "top-left", "bottom-right"
     bool causal_given = false;
     std::optional<double> scale;
-    std::string impl = "auto", dtype, device;
+    std::string impl = "auto", dtype, device, devices;
     std::string dequantized_k, dequantized_v;  // what the kernels read, as float32
     std::string grad_out, dq, dk, dv, dsinks;  // the backward pass: dO in, gradients out
     FeatureFlags features;
@@ -37,10 +38,12 @@ int run(const RunOptions& o) {
         throw InvalidArgument("--weights", "the attention weights need the three-stage path; use --impl auto or unfused.");
     if (!o.logits.empty() && (impl == Impl::fused || impl == Impl::split))
         throw InvalidArgument("--logits", "the logits need the three-stage path; use --impl auto or unfused.");
+    if (!o.logits_stage.empty() && o.logits.empty())
+        throw InvalidArgument("--logits-stage", "says which logits --logits writes; give --logits too.");
     LogitsStage logits_stage = LogitsStage::masked;
     if (o.logits_stage == "scaled") logits_stage = LogitsStage::scaled;
     else if (o.logits_stage == "softcapped") logits_stage = LogitsStage::softcapped;
-    else if (o.logits_stage != "masked")
+    else if (!o.logits_stage.empty() && o.logits_stage != "masked")
         throw InvalidArgument("--logits-stage", "must be scaled, softcapped or masked, not \"" + o.logits_stage + "\".");
     Causal causal = Causal::none;
     if (o.causal_given) {
@@ -132,14 +135,18 @@ int run(const RunOptions& o) {
     if (!o.dv.empty()) grads.dv = dv.mutable_view();
     if (!o.dsinks.empty()) grads.d_sinks = dsinks.data();
 
+    const DeviceSet device_set(o.devices, context);
+    if (device_set.several() && backward)
+        throw InvalidArgument("--devices", "the backward pass runs on one device; drop --devices or --grad-out.");
     with_flag_names([&] {
         // The backward first: its arguments are checked before anything is printed (it runs its own
         // forward on the device), so a bad one is the only line on stderr.
         AttentionReport backward_report;
         if (backward) backward_report = attention_backward(context, in, grad_out->view(), grads, options);
-        const AttentionReport report = attention(context, in, out, options);
-        std::cerr << "vk-attn: " << to_string(report.path) << " path on " << context.device().name << " ["
-                  << report.variant << "], " << report.gpu_ms << " ms\n";
+        const AttentionReport report = device_set.attention(in, out, options);
+        std::cerr << "vk-attn: " << to_string(report.path) << " path on "
+                  << (device_set.several() ? device_set.describe() : context.device().name) << " [" << report.variant
+                  << "], " << report.gpu_ms << " ms\n";
         if (backward) std::cerr << "vk-attn: backward [" << backward_report.variant << "], " << backward_report.gpu_ms << " ms\n";
     });
     const std::vector<float> o32 = out_o.floats();
@@ -191,14 +198,16 @@ Action add_run(CLI::App& app) {
                                                         "with Dk elements): the stored values, scaled");
     app.add_option("--dequantized-v", o->dequantized_v, "Also write the V the kernels read (float32)");
     app.add_option("--device", o->device, "Device index or name substring");
+    app.add_option("--devices", o->devices, "Several devices, e.g. 0,1 (a device may repeat): the call's (batch, "
+                                            "K/V head) units split among them, one thread each");
     add_feature_flags(app, o->features);
     app.add_option("--out", o->out, "Output O .npy (float32, the rank of --q)")->required();
     app.add_option("--weights", o->weights, "Also write the attention weights .npy (float32 [.., Nq, Nkv])");
     app.add_option("--lse", o->lse, "Also write the row log-sum-exp .npy (float32 [.., Nq])");
     app.add_option("--logits", o->logits, "Also write the logits .npy (float32 [.., Nq, Nkv]) at --logits-stage");
     app.add_option("--logits-stage", o->logits_stage, "scaled (scale*q.k), softcapped, or masked (what the softmax "
-                                                      "takes: softcapped, plus ALiBi and a float mask; -inf where masked)")
-        ->capture_default_str();
+                                                      "takes: softcapped, plus ALiBi and a float mask; -inf where "
+                                                      "masked; the default)");
     app.add_option("--grad-out", o->grad_out, "Backward pass: dL/dO .npy (o's shape, a float type as --q); runs the "
                                               "forward and the backward with the same flags");
     app.add_option("--dq", o->dq, "Write dL/dQ .npy (float32, the shape of --q); needs --grad-out");

@@ -101,6 +101,19 @@ struct Window {
     bool bounded() const { return left >= 0 || right >= 0; }
 };
 
+// This call as a block of a larger attention, for callers that shard one (heads across devices,
+// the sequence across ranks): the call's element (b, h, i, j) is the whole's (b + batch, h + head,
+// i + query, j + key). The mask model follows the whole: kv_lengths count the whole's keys (up to
+// `keys`), the causal diagonal (bottom-right: len[b] - `queries`, plus any offset), the window and
+// ALiBi's distances are the whole's, and dropout draws the whole's Philox numbers; so blocks of a
+// sharded call compute exactly the whole's, and their outputs merge by their log-sum-exp
+// (docs/SEMANTICS.md, "Blocks"). Masks, slopes and sinks are the block's own, sliced by the caller.
+struct Block {
+    std::int64_t batch = 0, head = 0, query = 0, key = 0;  // the call's origin in the whole
+    std::int64_t queries = 0, keys = 0;  // the whole's Nq and Nkv; 0: the call's own past its origin
+    bool whole() const { return batch == 0 && head == 0 && query == 0 && key == 0 && queries == 0 && keys == 0; }
+};
+
 struct AttentionOptions {
     std::optional<double> scale;  // default 1/sqrt(Dk)
     Causal causal = Causal::none;
@@ -122,6 +135,7 @@ struct AttentionOptions {
     VariantOverrides variant;
     std::uint32_t splits = 0;  // split-KV: key slices (0 = chosen for the device); with Impl::split
     LogitsStage logits_stage = LogitsStage::masked;  // what outputs.logits holds
+    Block block;  // this call as a block of a larger attention (sharding); the default is the whole
 };
 
 // What ran: the path, the kernel variant and the GPU time of the whole dispatch chain.

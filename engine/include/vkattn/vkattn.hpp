@@ -9,6 +9,7 @@
 #include "vkattn/kv_cache.hpp"
 #include "vkattn/mha.hpp"
 #include "vkattn/mha_layer.hpp"
+#include "vkattn/multi_device.hpp"
 #include "vkattn/paged_kv_cache.hpp"
 #include "vkattn/plan.hpp"
 #include "vkattn/quantize.hpp"

@@ -1,0 +1,49 @@
+// One block of a whole attention call's host inputs: the views of q, k and v narrowed to the block's
+// batches, heads and rows (no copy), the masks' parts copied C-contiguous (broadcast dimensions stay
+// 1), and the per-batch and per-head constants narrowed, with AttentionOptions::block set so that
+// the block computes exactly the whole's (docs/SEMANTICS.md, "Blocks"). Shared by head parallelism
+// (engine/shard/head_parallel.cpp) and the sequence-parallel ring (the distributed target).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/problem.hpp"
+#include "vkattn/attention.hpp"
+
+namespace vkattn::detail {
+
+// [begin, begin + length) along one axis.
+struct Extent {
+    std::int64_t begin = 0, length = 0;
+};
+
+// A block of the whole: batches, K/V heads (their query heads follow by the group), query rows
+// and keys.
+struct BlockBox {
+    Extent batches, kv_heads, queries, keys;
+};
+
+class BlockInputs {
+public:
+    // `whole` is resolved from `in` and `options` (the checks already passed).
+    BlockInputs(const Problem& whole, const AttentionInputs& in, const AttentionOptions& options, const BlockBox& box);
+    BlockInputs(const BlockInputs&) = delete;  // `inputs` points into this object's storage
+    BlockInputs& operator=(const BlockInputs&) = delete;
+
+    AttentionInputs inputs;
+    AttentionOptions options;
+    Extent heads;  // the block's query heads
+
+private:
+    std::vector<std::uint8_t> bool_mask_;
+    std::vector<float> float_mask_, slopes_, sinks_, k_scale_, v_scale_;
+    std::vector<std::int64_t> bool_shape_, float_shape_;
+};
+
+// The block of a whole output narrowed to a batch/head box: o by its strides (no copy); dense
+// [B, Hq, Nq, ...] outputs (weights, lse, logits) only where the box is one contiguous run of rows:
+// a single batch, or whole batches of every head (head_parallel cuts boxes so).
+AttentionOutputs block_outputs(const Problem& whole, const AttentionOutputs& out, const BlockBox& box);
+
+}  // namespace vkattn::detail

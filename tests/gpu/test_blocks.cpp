@@ -1,0 +1,271 @@
+// Blocks of a larger attention (AttentionOptions::block), the ground sharding stands on: a whole
+// call cut into blocks of batches, query heads (by K/V head group), query rows and keys, each run
+// alone with its origin and its own slices of the masks, slopes and lengths, and the key blocks of
+// each query block merged by their log-sum-exp, equals the whole: every mask and model feature
+// keeps its meaning, dropout included (the whole's Philox numbers), the sinks counted once.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <random>
+
+#include "support/gpu_context.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/random.hpp"
+#include "vkattn/vkattn.hpp"
+
+using namespace vkattn;
+using namespace vkattn::testing;
+
+namespace {
+
+struct Range {
+    std::int64_t begin, length;
+};
+
+// Part of a host view: its batches, heads and rows (no copy).
+TensorView part(const TensorView& t, Range b, Range h, Range n) {
+    TensorView v = t;
+    v.data = static_cast<const char*>(t.data) +
+             static_cast<std::ptrdiff_t>(size_of(t.dtype)) *
+                 (b.begin * t.strides[0] + h.begin * t.strides[1] + n.begin * t.strides[2]);
+    v.shape = {b.length, h.length, n.length, t.shape[3]};
+    return v;
+}
+
+// Part of a mask broadcastable to [B, Hq, Nq, Nkv], copied C-contiguous (its broadcast dimensions
+// stay 1).
+template <class T>
+std::vector<T> mask_part(const std::vector<T>& mask, const std::vector<std::int64_t>& shape,
+                         const std::array<Range, 4>& box, std::vector<std::int64_t>& part_shape) {
+    std::array<std::int64_t, 4> full{1, 1, 1, 1};
+    std::copy(shape.begin(), shape.end(), full.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
+    std::array<Range, 4> cut;
+    for (int d = 0; d < 4; ++d) cut[d] = full[d] == 1 ? Range{0, 1} : box[d];
+    part_shape.clear();
+    for (int d = 4 - static_cast<int>(shape.size()); d < 4; ++d) part_shape.push_back(cut[d].length);
+    std::vector<T> out;
+    for (std::int64_t b = 0; b < cut[0].length; ++b)
+        for (std::int64_t h = 0; h < cut[1].length; ++h)
+            for (std::int64_t i = 0; i < cut[2].length; ++i)
+                for (std::int64_t j = 0; j < cut[3].length; ++j)
+                    out.push_back(mask[static_cast<std::size_t>(
+                        (((b + cut[0].begin) * full[1] + h + cut[1].begin) * full[2] + i + cut[2].begin) * full[3] +
+                        j + cut[3].begin)]);
+    return out;
+}
+
+std::vector<Range> cuts(std::int64_t n, std::initializer_list<std::int64_t> starts) {
+    std::vector<Range> r;
+    std::vector<std::int64_t> s(starts);
+    s.push_back(n);
+    for (std::size_t i = 0; i + 1 < s.size(); ++i)
+        if (s[i + 1] > s[i]) r.push_back({s[i], s[i + 1] - s[i]});
+    return r;
+}
+
+struct Whole {
+    std::int64_t B = 2, Hq = 4, Hkv = 2, Nq = 23, Nkv = 61, D = 16;
+    DType dtype = DType::f32;
+    Impl impl = Impl::automatic;
+    AttentionOptions options;
+    bool lengths = false, bool_mask = false, float_mask = false, slopes = false, sinks = false;
+};
+
+// Runs `w` whole on the CPU reference and in blocks on the device; compares o and lse.
+void expect_blocks_equal_whole(const Whole& w, unsigned seed) {
+    Context& ctx = test::gpu_context();
+    std::mt19937 rng(seed);
+    const HostTensor q = random_tensor(rng, w.dtype, Layout::bnhd, {w.B, w.Hq, w.Nq, w.D});
+    const HostTensor k = random_tensor(rng, w.dtype, Layout::bhnd, {w.B, w.Hkv, w.Nkv, w.D});
+    const HostTensor v = random_tensor(rng, w.dtype, Layout::bhnd, {w.B, w.Hkv, w.Nkv, w.D});
+    std::vector<std::int32_t> lengths{45, 61};
+    const std::vector<std::int64_t> bool_shape{w.B, 1, w.Nq, w.Nkv}, float_shape{w.Hq, w.Nq, w.Nkv};
+    std::vector<std::uint8_t> allowed(static_cast<std::size_t>(w.B * w.Nq * w.Nkv));
+    std::vector<float> added(static_cast<std::size_t>(w.Hq * w.Nq * w.Nkv));
+    std::bernoulli_distribution keep(0.8);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (auto& a : allowed) a = keep(rng) ? 1 : 0;
+    for (auto& a : added) a = keep(rng) ? uniform(rng) : -std::numeric_limits<float>::infinity();
+    std::vector<float> slopes, sinks;
+    for (std::int64_t h = 0; h < w.Hq; ++h) {
+        slopes.push_back(0.05f + 0.1f * static_cast<float>(h));
+        sinks.push_back(uniform(rng));
+    }
+
+    AttentionInputs whole_in{.q = q.view(), .k = k.view(), .v = v.view()};
+    if (w.lengths) whole_in.kv_lengths = lengths;
+    if (w.bool_mask) whole_in.bool_mask = MaskView{allowed.data(), bool_shape};
+    if (w.float_mask) whole_in.float_mask = MaskView{added.data(), float_shape};
+    if (w.slopes) whole_in.alibi_slopes = slopes;
+    if (w.sinks) whole_in.sinks = sinks;
+    HostTensor want = nan_tensor(w.dtype, Layout::bhnd, {w.B, w.Hq, w.Nq, w.D});
+    std::vector<float> want_lse(static_cast<std::size_t>(w.B * w.Hq * w.Nq));
+    reference_attention(whole_in, {.o = want.mutable_view(), .lse = want_lse.data()}, w.options);
+    const std::vector<double> want_o = want.doubles();
+
+    // The blocks: batches one by one, query heads by K/V head (group of 2), rows and keys cut unevenly.
+    std::vector<double> got_o(want_o.size(), std::numeric_limits<double>::quiet_NaN());
+    std::vector<double> got_lse(want_lse.size(), std::numeric_limits<double>::quiet_NaN());
+    const std::int64_t g = w.Hq / w.Hkv;
+    for (const Range b : cuts(w.B, {0, 1}))
+        for (const Range hk : cuts(w.Hkv, {0, 1}))
+            for (const Range i : cuts(w.Nq, {0, 9})) {
+                const Range h{hk.begin * g, hk.length * g};
+                const std::size_t rows = static_cast<std::size_t>(b.length * h.length * i.length);
+                std::vector<double> m(rows, -INFINITY), acc(rows * static_cast<std::size_t>(w.D), 0.0);
+                bool first_key_block = true;
+                for (const Range j : cuts(w.Nkv, {0, 20, 37})) {
+                    AttentionInputs in{.q = part(whole_in.q, b, h, i), .k = part(whole_in.k, b, hk, j),
+                                       .v = part(whole_in.v, b, hk, j)};
+                    std::vector<std::int32_t> len;
+                    if (w.lengths) in.kv_lengths = len = {lengths.begin() + b.begin, lengths.begin() + b.begin + b.length};
+                    std::vector<std::int64_t> bs, fs;
+                    std::vector<std::uint8_t> bool_part;
+                    std::vector<float> float_part;
+                    if (w.bool_mask) {
+                        bool_part = mask_part(allowed, bool_shape, {b, h, i, j}, bs);
+                        in.bool_mask = MaskView{bool_part.data(), bs};
+                    }
+                    if (w.float_mask) {
+                        float_part = mask_part(added, float_shape, {b, h, i, j}, fs);
+                        in.float_mask = MaskView{float_part.data(), fs};
+                    }
+                    const std::vector<float> slope_part(slopes.begin() + h.begin, slopes.begin() + h.begin + h.length);
+                    const std::vector<float> sink_part(sinks.begin() + h.begin, sinks.begin() + h.begin + h.length);
+                    if (w.slopes) in.alibi_slopes = slope_part;
+                    if (w.sinks && first_key_block) in.sinks = sink_part;  // counted once per row
+                    AttentionOptions options = w.options;
+                    options.impl = w.impl;
+                    options.block = {.batch = b.begin, .head = h.begin, .query = i.begin, .key = j.begin,
+                                     .queries = w.Nq, .keys = w.Nkv};
+                    HostTensor o = nan_tensor(w.dtype, Layout::bhnd, {b.length, h.length, i.length, w.D});
+                    std::vector<float> lse(rows, std::numeric_limits<float>::quiet_NaN());
+                    attention(ctx, in, {.o = o.mutable_view(), .lse = lse.data()}, options);
+                    // Merge: out = Σ e^(lse_s - lse) o_s, lse = log Σ e^(lse_s), running.
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        const double ls = lse[r];
+                        if (ls == -INFINITY) continue;  // no visible key in this block
+                        const double mm = std::max(m[r], ls);
+                        const double old_scale = m[r] == -INFINITY ? 0.0 : std::exp(m[r] - mm);
+                        const double new_scale = std::exp(ls - mm);
+                        const auto row = static_cast<std::int64_t>(r);
+                        for (std::int64_t d = 0; d < w.D; ++d) {
+                            const auto x = static_cast<std::size_t>(r * static_cast<std::size_t>(w.D) + static_cast<std::size_t>(d));
+                            const double od = o.at(row / (h.length * i.length), row / i.length % h.length, row % i.length, d);
+                            acc[x] = acc[x] * old_scale + new_scale * od;
+                        }
+                        // m holds the running lse: acc is normalised to it.
+                        const double sum = old_scale + new_scale;
+                        for (std::int64_t d = 0; d < w.D; ++d)
+                            acc[r * static_cast<std::size_t>(w.D) + static_cast<std::size_t>(d)] /= sum;
+                        m[r] = mm + std::log(sum);
+                    }
+                    first_key_block = false;
+                }
+                for (std::int64_t bb = 0; bb < b.length; ++bb)
+                    for (std::int64_t hh = 0; hh < h.length; ++hh)
+                        for (std::int64_t ii = 0; ii < i.length; ++ii) {
+                            const auto r = static_cast<std::size_t>((bb * h.length + hh) * i.length + ii);
+                            const auto whole_row = static_cast<std::size_t>(
+                                ((b.begin + bb) * w.Hq + h.begin + hh) * w.Nq + i.begin + ii);
+                            got_lse[whole_row] = m[r];
+                            for (std::int64_t d = 0; d < w.D; ++d)
+                                got_o[whole_row * static_cast<std::size_t>(w.D) + static_cast<std::size_t>(d)] =
+                                    m[r] == -INFINITY ? 0.0 : acc[r * static_cast<std::size_t>(w.D) + static_cast<std::size_t>(d)];
+                        }
+            }
+    const Comparison o_cmp = compare(got_o, want_o, tolerance_for(w.dtype));
+    const Comparison lse_cmp = compare_lse(got_lse, {want_lse.begin(), want_lse.end()});
+    INFO("o: " << o_cmp.message << "\nlse: " << lse_cmp.message);
+    CHECK(o_cmp.ok);
+    CHECK(lse_cmp.ok);
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+}  // namespace
+
+TEST_CASE("blocks: a whole cut into blocks and merged by lse equals the whole, every feature", "[gpu][blocks]") {
+    using Setup = std::function<void(Whole&)>;
+    const auto [name, setup] = GENERATE(table<const char*, Setup>({
+        {"plain", [](Whole&) {}},
+        {"top-left causal", [](Whole& w) { w.options.causal = Causal::top_left; }},
+        {"bottom-right causal, key lengths", [](Whole& w) {
+             w.options.causal = Causal::bottom_right;
+             w.lengths = true;
+         }},
+        {"causal offset -4, window (7, -1)", [](Whole& w) {
+             w.options.causal_offset = -4;
+             w.options.window = {7, -1};
+         }},
+        {"window (5, 3) on a bottom-right diagonal, no causal", [](Whole& w) {
+             w.options.window = {5, 3};
+             w.options.diagonal_bottom_right = true;
+             w.lengths = true;
+         }},
+        {"bool and float masks", [](Whole& w) { w.bool_mask = w.float_mask = true; }},
+        {"ALiBi slopes, softcap", [](Whole& w) {
+             w.slopes = true;
+             w.options.softcap = 2.0;
+         }},
+        {"sinks", [](Whole& w) { w.sinks = true; }},
+        {"dropout", [](Whole& w) {
+             w.options.dropout = 0.3;
+             w.options.seed = 99;
+         }},
+        {"everything", [](Whole& w) {
+             w.options.causal = Causal::bottom_right;
+             w.options.window = {30, -1};
+             w.options.softcap = 3.0;
+             w.options.dropout = 0.2;
+             w.options.seed = 7;
+             w.lengths = w.bool_mask = w.float_mask = w.slopes = w.sinks = true;
+         }},
+    }));
+    const Impl impl = GENERATE(Impl::unfused, Impl::fused, Impl::split);
+    INFO(name << ", " << to_string(impl));
+    Whole w;
+    w.impl = impl;
+    setup(w);
+    expect_blocks_equal_whole(w, 31);
+}
+
+TEST_CASE("blocks: ALiBi from its max bias with a head origin of 0, and f16", "[gpu][blocks]") {
+    Whole w;
+    w.Hkv = 1;  // every block holds all the heads: alibi_max_bias is the whole's
+    w.dtype = DType::f16;
+    w.options.alibi_max_bias = 8.0;
+    w.options.causal = Causal::top_left;
+    expect_blocks_equal_whole(w, 5);
+}
+
+TEST_CASE("blocks: bad origins and sizes are named", "[gpu][blocks]") {
+    Context& ctx = test::gpu_context();
+    const HostTensor q = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 3, 8});
+    const HostTensor k = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 5, 8});
+    HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 3, 8});
+    const AttentionInputs in{.q = q.view(), .k = k.view(), .v = k.view()};
+    const AttentionOutputs out{.o = o.mutable_view()};
+    auto refused = [&](Block block, const char* says, std::optional<double> max_bias = std::nullopt) {
+        AttentionOptions options{.alibi_max_bias = max_bias, .block = block};
+        CHECK_THROWS_WITH(attention(ctx, in, out, options), Catch::StartsWith("block: ") && Catch::Contains(says));
+    };
+    refused({.query = -1}, "query");
+    refused({.key = 4, .keys = 8}, "fewer");
+    refused({.queries = 2}, "fewer");
+    refused({.head = 2}, "alibi_slopes", 8.0);
+    refused({.key = std::int64_t{1} << 31}, "2^30");
+    // Key lengths count the whole's keys: up to `keys`, and no further.
+    const std::vector<std::int32_t> long_length{9}, too_long{10};
+    AttentionInputs with_lengths = in;
+    with_lengths.kv_lengths = long_length;
+    CHECK_NOTHROW(attention(ctx, with_lengths, out, {.block = {.key = 4, .keys = 9}}));
+    with_lengths.kv_lengths = too_long;
+    CHECK_THROWS_WITH(attention(ctx, with_lengths, out, {.block = {.key = 4, .keys = 9}}),
+                      Catch::StartsWith("kv_lengths: ") && Catch::Contains("9"));
+    CHECK(test::take_validation_messages(ctx).empty());
+}
