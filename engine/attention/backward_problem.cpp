@@ -65,6 +65,11 @@ void check_backward(const Problem& p, const AttentionSpec& forward, const Backwa
 Problem resolve_backward(const AttentionInputs& inputs, const TensorView& grad_out, const AttentionGradients& grads,
                          const AttentionOptions& options) {
     check_backward_types(inputs.k.dtype, inputs.v.dtype);
+    // This call runs its own forward, whose o and lse would be the block's, not the whole's: the
+    // gradients of a block of a larger attention need the whole's (the device call takes them).
+    if (!options.block.whole())
+        throw InvalidArgument("block", "a block's backward needs the whole attention's o and lse; use the device "
+                                       "attention_backward(batch, inputs, o, lse, ...) with them.");
     // The forward's checks, with a dense stand-in for o: grad_out may broadcast, which no output may.
     std::uint32_t unused = 0;
     AttentionOutputs forward;

@@ -267,5 +267,10 @@ TEST_CASE("blocks: bad origins and sizes are named", "[gpu][blocks]") {
     with_lengths.kv_lengths = too_long;
     CHECK_THROWS_WITH(attention(ctx, with_lengths, out, {.block = {.key = 4, .keys = 9}}),
                       Catch::StartsWith("kv_lengths: ") && Catch::Contains("9"));
+    // The host backward runs its own forward (the block's o and lse, not the whole's): refused.
+    const HostTensor grad = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 3, 8});
+    HostTensor dq = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 3, 8});
+    CHECK_THROWS_WITH(attention_backward(ctx, in, grad.view(), {.dq = dq.mutable_view()}, {.block = {.key = 1}}),
+                      Catch::StartsWith("block: "));
     CHECK(test::take_validation_messages(ctx).empty());
 }
