@@ -1,0 +1,62 @@
+// Context parallelism over MPI: ring attention (Liu et al. 2023, as ring-flash-attention and
+// PyTorch's context_parallel run it over NCCL), for sequences too long for one device. The library
+// target vkattn::distributed, built when CMake finds MPI; the core library stays MPI-free.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "vkattn/attention.hpp"
+#include "vkattn/context.hpp"
+
+namespace vkattn::distributed {
+
+// How the whole sequence is cut into the ranks' shards (queries and keys alike, each over its own
+// length). contiguous: rank r holds rows [offset_r, offset_r + n_r) in rank order, any n_r (uneven
+// shards welcome). zigzag: the sequence is cut into 2P chunks (chunk c holds rows
+// [floor(N·c / 2P), floor(N·(c+1) / 2P))), rank r holding chunks r and 2P − 1 − r one after the
+// other, which balances causal work across the ranks.
+enum class Sharding { contiguous, zigzag };
+
+// The rows of the whole sequence of length `total` that `rank` of `ranks` holds, as (first row,
+// length) segments in the order the shard stores them.
+struct Segment {
+    std::int64_t first = 0, length = 0;
+};
+std::vector<Segment> shard_segments(Sharding sharding, std::int64_t total, const std::vector<std::int64_t>& lengths,
+                                    int rank);
+
+struct RingOptions {
+    Sharding sharding = Sharding::contiguous;
+    double timeout_s = 120.0;  // the longest any wait on another rank may take
+};
+
+// What this rank did: P steps, each attending its queries to the K/V shard it holds while that
+// shard travels on. Times are this rank's wall clock.
+struct RingReport {
+    int ranks = 0;
+    std::vector<double> step_ms;    // each step: compute, then whatever wait the transfer still needed
+    double compute_ms = 0.0;        // inside attention calls
+    double wait_ms = 0.0;           // blocked on the transfer after the step's compute
+    std::uint64_t bytes_sent = 0;   // K and V shards sent to the next rank
+    int blocks_run = 0, blocks_skipped = 0;  // (query segment, key segment) pairs; skipped: no visible key
+};
+
+// Attention of this rank's query shard over the whole sequence's keys, the K/V shards passed round
+// the ring of `comm`'s ranks: in step s rank r holds rank (r − s) mod P's K/V shard and sends it to
+// rank r + 1 (MPI_Isend/MPI_Irecv, overlapped with the step's compute). Each (query segment, key
+// segment) pair is one attention call with AttentionOptions::block at the segments' positions, so the
+// mask model, key lengths (the whole's, [B] on every rank), ALiBi and dropout's Philox numbers are
+// the whole's; pairs with no visible key are skipped; the partial (o, lse) merge by their log-sum-exp
+// and the sinks join each row's denominator once, at the end. `shard`: q [B, Hq, n_q, Dk], k and v
+// [B, Hkv, n_k, D] (any types attention takes), this rank's rows by `ring.sharding`; `out`: o
+// [B, Hq, n_q, Dv] and optionally lse [B, Hq, n_q]. Masks and the weights/logits outputs are not taken.
+// Every rank must call it with the same options and B, heads and dims: the ranks check their shards
+// together first, and every rank throws the first failing rank's InvalidArgument (naming that rank)
+// before any work. A wait longer than ring.timeout_s throws vkattn::Error on the waiting rank.
+RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
+                          const AttentionOptions& options = {}, const RingOptions& ring = {});
+
+}  // namespace vkattn::distributed

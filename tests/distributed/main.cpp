@@ -1,0 +1,14 @@
+// The distributed suite's main: MPI around Catch2. Every rank runs every test in the same order (the
+// ring's collectives need it), so the tests use CHECK, never REQUIRE, around collective calls.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    const int failed = Catch::Session().run(argc, argv);
+    int any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}
