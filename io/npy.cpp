@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <ostream>
 #include <string_view>
@@ -333,7 +334,17 @@ std::int64_t Array::count() const {
     return n;
 }
 
-Array parse(std::span<const std::byte> bytes, const std::string& name) {
+namespace {
+
+// A file's header and where its data starts; the data's size checked against `file_size`.
+struct Framing {
+    Header header;
+    std::size_t data_offset = 0;
+    std::int64_t count = 0, data_bytes = 0;
+};
+
+// `bytes` holds at least the whole header (the file's first bytes); `file_size` is the whole file's.
+Framing frame(std::span<const std::byte> bytes, std::uint64_t file_size, const std::string& name) {
     static const unsigned char magic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     if (bytes.size() < 10 || std::memcmp(bytes.data(), magic, 6) != 0)
         fail(name, "not a NumPy .npy file (the magic string \\x93NUMPY is missing).");
@@ -347,28 +358,34 @@ Array parse(std::span<const std::byte> bytes, const std::string& name) {
     std::size_t header_len = 0;
     for (std::size_t i = 0; i < length_bytes; ++i) header_len |= static_cast<std::size_t>(bytes[8 + i]) << (8 * i);
     if (header_len > bytes.size() - header_start) fail(name, "the .npy file is truncated inside its header.");
-    const Header header =
-        HeaderParser({reinterpret_cast<const char*>(bytes.data() + header_start), header_len}, name).parse();
-
-    Array a;
-    a.type = header.type;
-    a.shape = header.shape;
-    std::int64_t count = 1;
-    for (auto d : a.shape)
-        if (__builtin_mul_overflow(count, d, &count)) fail(name, "the .npy shape's element count overflows.");
-    const std::size_t size = element_size(a.type);
-    std::int64_t data_bytes = 0;
-    if (__builtin_mul_overflow(count, static_cast<std::int64_t>(size), &data_bytes))
+    Framing f;
+    f.header = HeaderParser({reinterpret_cast<const char*>(bytes.data() + header_start), header_len}, name).parse();
+    f.count = 1;
+    for (auto d : f.header.shape)
+        if (__builtin_mul_overflow(f.count, d, &f.count)) fail(name, "the .npy shape's element count overflows.");
+    if (__builtin_mul_overflow(f.count, static_cast<std::int64_t>(element_size(f.header.type)), &f.data_bytes))
         fail(name, "the .npy data size overflows.");
-    const std::size_t available = bytes.size() - header_start - header_len;
-    if (static_cast<std::uint64_t>(data_bytes) > available)
-        fail(name, "the file is truncated: the shape needs " + std::to_string(data_bytes) + " bytes of data, the file holds " +
+    f.data_offset = header_start + header_len;
+    const std::uint64_t available = file_size - f.data_offset;
+    if (static_cast<std::uint64_t>(f.data_bytes) > available)
+        fail(name, "the file is truncated: the shape needs " + std::to_string(f.data_bytes) + " bytes of data, the file holds " +
                        std::to_string(available) + ".");
-    const auto* begin = bytes.data() + header_start + header_len;
-    if (!header.fortran_order || a.shape.size() < 2 || count == 0) {
-        a.data.assign(begin, begin + data_bytes);  // C order; or rank 0 or 1 or empty, where both orders agree
+    return f;
+}
+
+}  // namespace
+
+Array parse(std::span<const std::byte> bytes, const std::string& name) {
+    const Framing f = frame(bytes, bytes.size(), name);
+    Array a;
+    a.type = f.header.type;
+    a.shape = f.header.shape;
+    const std::size_t size = element_size(a.type);
+    const auto* begin = bytes.data() + f.data_offset;
+    if (!f.header.fortran_order || a.shape.size() < 2 || f.count == 0) {
+        a.data.assign(begin, begin + f.data_bytes);  // C order; or rank 0 or 1 or empty, where both orders agree
     } else {
-        a.data.resize(static_cast<std::size_t>(data_bytes));
+        a.data.resize(static_cast<std::size_t>(f.data_bytes));
         switch (size) {
             case 1: fortran_to_c<1>(begin, a.data.data(), a.shape); break;
             case 2: fortran_to_c<2>(begin, a.data.data(), a.shape); break;
@@ -376,7 +393,72 @@ Array parse(std::span<const std::byte> bytes, const std::string& name) {
             default: fortran_to_c<8>(begin, a.data.data(), a.shape); break;
         }
     }
-    if (header.big_endian != (std::endian::native == std::endian::big)) swap_bytes(a.data, size);
+    if (f.header.big_endian != (std::endian::native == std::endian::big)) swap_bytes(a.data, size);
+    return a;
+}
+
+Array read_rows(const std::filesystem::path& path, const RowSelector& select) {
+    const std::string name = path.string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(name, "cannot be opened for reading.");
+    in.seekg(0, std::ios::end);
+    const auto file_size = static_cast<std::uint64_t>(in.tellg());
+    // The header: its length is in the first 12 bytes; read that much and then the whole header.
+    std::vector<std::byte> head(static_cast<std::size_t>(std::min<std::uint64_t>(file_size, 12)));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
+    std::size_t header_end = head.size();
+    if (head.size() >= 10) {
+        const bool long_length = static_cast<unsigned>(head[6]) != 1;
+        std::size_t length = static_cast<std::size_t>(head[8]) | static_cast<std::size_t>(head[9]) << 8;
+        if (long_length && head.size() >= 12)
+            length |= static_cast<std::size_t>(head[10]) << 16 | static_cast<std::size_t>(head[11]) << 24;
+        header_end = std::min<std::uint64_t>(file_size, (long_length ? 12 : 10) + static_cast<std::uint64_t>(length));
+    }
+    head.resize(header_end);
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
+    const Framing f = frame(head, file_size, name);
+    const std::vector<std::int64_t>& shape = f.header.shape;
+    if (shape.size() < 2) fail(name, "rows are selected along the second-to-last axis; the array has rank " +
+                                         std::to_string(shape.size()) + ".");
+    const std::int64_t rows = shape[shape.size() - 2];
+    const std::vector<RowRange> ranges = select(rows);
+    std::int64_t kept = 0;
+    for (const RowRange& r : ranges) {
+        if (r.first < 0 || r.length < 0 || r.first + r.length > rows)
+            fail(name, "rows [" + std::to_string(r.first) + ", " + std::to_string(r.first + r.length) +
+                           ") are outside the file's " + std::to_string(rows) + ".");
+        kept += r.length;
+    }
+    const std::size_t size = element_size(f.header.type);
+    const std::int64_t row_bytes = shape.back() * static_cast<std::int64_t>(size);
+    std::int64_t outer = 1;
+    for (std::size_t d = 0; d + 2 < shape.size(); ++d) outer *= shape[d];
+    Array a;
+    a.type = f.header.type;
+    a.shape = shape;
+    a.shape[shape.size() - 2] = kept;
+    a.data.resize(static_cast<std::size_t>(outer * kept * row_bytes));
+    if (f.header.fortran_order && f.count > 0) {  // rows are not contiguous on disk: read it all, then cut
+        const Array whole = read(path);
+        std::byte* to = a.data.data();
+        for (std::int64_t o = 0; o < outer; ++o)
+            for (const RowRange& r : ranges) {
+                const auto* from = whole.data.data() + (o * rows + r.first) * row_bytes;
+                to = std::copy(from, from + r.length * row_bytes, to);
+            }
+        return a;
+    }
+    std::byte* to = a.data.data();
+    for (std::int64_t o = 0; o < outer; ++o)
+        for (const RowRange& r : ranges) {
+            in.seekg(static_cast<std::streamoff>(f.data_offset + static_cast<std::uint64_t>((o * rows + r.first) * row_bytes)));
+            in.read(reinterpret_cast<char*>(to), static_cast<std::streamsize>(r.length * row_bytes));
+            if (!in) fail(name, "could not be read.");
+            to += r.length * row_bytes;
+        }
+    if (f.header.big_endian != (std::endian::native == std::endian::big)) swap_bytes(a.data, size);
     return a;
 }
 

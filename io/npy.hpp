@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,16 @@ struct Array {
 // Throws vkattn::InvalidArgument(name, ...).
 Array parse(std::span<const std::byte> bytes, const std::string& name);
 Array read(const std::filesystem::path& path);
+
+// Only some rows of a file, along its second-to-last axis (the sequence of a [.., N, D] tensor):
+// `select` is handed that axis's length and returns the ranges to keep, in the order they are wanted;
+// the Array holds them one after the other (that axis shrunk to their total). A C-order file is read
+// range by range (the rest never enters memory); a Fortran-order one is read whole, then cut.
+struct RowRange {
+    std::int64_t first = 0, length = 0;
+};
+using RowSelector = std::function<std::vector<RowRange>(std::int64_t rows)>;
+Array read_rows(const std::filesystem::path& path, const RowSelector& select);
 
 // Writes `count(shape)` elements from `data`, as format 1.0.
 void write(const std::filesystem::path& path, ElementType type, const std::vector<std::int64_t>& shape,

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "context_parallel.hpp"
 #include "device_set.hpp"
 #include "parse_impl.hpp"
 #include "features.hpp"
@@ -27,12 +28,38 @@ struct RunOptions {
     std::string impl = "auto", dtype, device, devices;
     std::string dequantized_k, dequantized_v;  // what the kernels read, as float32
     std::string grad_out, dq, dk, dv, dsinks;  // the backward pass: dO in, gradients out
+    bool context_parallel = false, zigzag = false;  // one rank of an MPI job (mpirun -np P)
     FeatureFlags features;
     KvStorageFlags storage;
 };
 
+int run_rank(const RunOptions& o, const ContextParallel* cp);
+
 int run(const RunOptions& o) {
+    if (o.zigzag && !o.context_parallel) throw InvalidArgument("--zigzag", "shards the sequence for --context-parallel.");
+    if (!o.context_parallel) return run_rank(o, nullptr);
+    const ContextParallel cp(o.zigzag);
+    try {
+        return run_rank(o, &cp);
+    } catch (const std::exception& e) {
+        cp.abort(e);
+    }
+}
+
+// One process's run: the whole call, or (with cp) this rank's shard of the sequence, O and lse
+// gathered on rank 0, which alone writes them.
+int run_rank(const RunOptions& o, const ContextParallel* cp) {
     if (o.out.empty()) throw InvalidArgument("--out", "is required.");
+    if (cp) {
+        for (const auto& [given, flag] : {std::pair{!o.mask.empty(), "--mask"}, std::pair{!o.weights.empty(), "--weights"},
+                                          std::pair{!o.logits.empty(), "--logits"}, std::pair{!o.grad_out.empty(), "--grad-out"},
+                                          std::pair{!o.devices.empty(), "--devices"},
+                                          std::pair{!o.dequantized_k.empty() || !o.dequantized_v.empty(), "--dequantized-k"}})
+            if (given)
+                throw InvalidArgument(flag, "is not taken with --context-parallel yet (o and lse are; masks: use "
+                                            "causal, windows or key lengths).");
+    }
+    const npy::RowSelector* shard_rows = cp ? &cp->rows() : nullptr;
     const Impl impl = parse_impl(o.impl);
     if (!o.weights.empty() && (impl == Impl::fused || impl == Impl::split))
         throw InvalidArgument("--weights", "the attention weights need the three-stage path; use --impl auto or unfused.");
@@ -56,14 +83,15 @@ int run(const RunOptions& o) {
     if (!o.dtype.empty()) asked = dtype_from_string(o.dtype, "--dtype");
     if (asked && asked != DType::f32 && asked != DType::f16 && asked != DType::bf16)
         throw InvalidArgument("--dtype", "must be f32, f16 or bf16 (K and V take other types through --kv-dtype).");
-    const StoredTensor q = load_floats(o.q, "--q", asked);
+    const StoredTensor q = load_floats(o.q, "--q", asked, shard_rows);
+    const std::int64_t q_total = cp ? cp->last_total() : q.shape[2];  // the whole sequence's queries
     const DType dtype = q.dtype;
 
     ContextOptions copts;
     copts.device = o.device;
     Context context(copts);
     const StoredKv kv =
-        with_flag_names([&] { return load_kv(context, o.k, o.v, load_kv_storage(o.storage, dtype), q.shape[3]); });
+        with_flag_names([&] { return load_kv(context, o.k, o.v, load_kv_storage(o.storage, dtype), q.shape[3], shard_rows); });
     const StoredTensor &k = kv.k, &v = kv.v;
     AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = kv.scales, .v_scale = kv.scales};
 
@@ -143,15 +171,29 @@ int run(const RunOptions& o) {
         // forward on the device), so a bad one is the only line on stderr.
         AttentionReport backward_report;
         if (backward) backward_report = attention_backward(context, in, grad_out->view(), grads, options);
+        if (cp) {
+            const RingRun r = cp->attention(context, in, out, options);
+            if (cp->rank() == 0)
+                std::cerr << "vk-attn: ring attention over " << r.ranks << " ranks (this rank on " << context.device().name
+                          << "), " << r.blocks_run << " blocks run, " << r.blocks_skipped << " skipped, median step "
+                          << r.step_ms << " ms\n";
+            return;
+        }
         const AttentionReport report = device_set.attention(in, out, options);
         std::cerr << "vk-attn: " << to_string(report.path) << " path on "
                   << (device_set.several() ? device_set.describe() : context.device().name) << " [" << report.variant
                   << "], " << report.gpu_ms << " ms\n";
         if (backward) std::cerr << "vk-attn: backward [" << backward_report.variant << "], " << backward_report.gpu_ms << " ms\n";
     });
-    const std::vector<float> o32 = out_o.floats();
+    std::vector<float> o32 = out_o.floats();
     // Outputs keep the rank of q.
     std::vector<std::int64_t> rank_shape(q.file_shape.begin(), q.file_shape.end() - 1);
+    if (cp) {  // the ranks' rows, in sequence order, on rank 0, which alone writes
+        o32 = cp->gather(o32, o_shape[0], o_shape[1], q_total, o_shape[3]);
+        if (!o.lse.empty()) lse = cp->gather(lse, o_shape[0], o_shape[1], q_total, 1);
+        if (cp->rank() != 0) return 0;
+        rank_shape.back() = q_total;
+    }
     std::vector<PendingOutput> pending;
     auto with_last = [&](std::int64_t last) {
         auto s = rank_shape;
@@ -200,6 +242,10 @@ Action add_run(CLI::App& app) {
     app.add_option("--device", o->device, "Device index or name substring");
     app.add_option("--devices", o->devices, "Several devices, e.g. 0,1 (a device may repeat): the call's (batch, "
                                             "K/V head) units split among them, one thread each");
+    app.add_flag("--context-parallel", o->context_parallel,
+                 "Run as one rank of an MPI job (mpirun -np P vk-attn run ...): each rank reads only its shard of the "
+                 "sequence, ring attention passes the K/V shards round, rank 0 writes O and lse");
+    app.add_flag("--zigzag", o->zigzag, "With --context-parallel: rank r holds chunks r and 2P-1-r of 2P (balances causal)");
     add_feature_flags(app, o->features);
     app.add_option("--out", o->out, "Output O .npy (float32, the rank of --q)")->required();
     app.add_option("--weights", o->weights, "Also write the attention weights .npy (float32 [.., Nq, Nkv])");

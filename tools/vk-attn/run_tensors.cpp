@@ -11,9 +11,11 @@ namespace vkattn::tool {
 namespace {
 
 // A tensor file of rank 2 to 4 with no empty dimension, and its shape promoted to rank 4.
-npy::Array read_tensor(const std::string& path, const char* flag, std::array<std::int64_t, 4>& shape) {
+// With `rows`, only those rows of the sequence axis are read (a context-parallel rank's shard).
+npy::Array read_tensor(const std::string& path, const char* flag, std::array<std::int64_t, 4>& shape,
+                       const npy::RowSelector* rows) {
     if (path.empty()) throw InvalidArgument(flag, "is required.");
-    npy::Array a = npy::read(path);
+    npy::Array a = rows ? npy::read_rows(path, *rows) : npy::read(path);
     if (a.shape.size() < 2 || a.shape.size() > 4)
         throw InvalidArgument(flag, path + " has rank " + std::to_string(a.shape.size()) +
                                         "; tensors are [B, H, N, D], [H, N, D] or [N, D].");
@@ -83,23 +85,24 @@ std::vector<std::int64_t> StoredTensor::float_shape() const {
     return s;
 }
 
-StoredTensor load_floats(const std::string& path, const char* flag, std::optional<DType> dtype) {
+StoredTensor load_floats(const std::string& path, const char* flag, std::optional<DType> dtype,
+                         const npy::RowSelector* rows) {
     std::array<std::int64_t, 4> shape{};
-    const npy::Array a = read_tensor(path, flag, shape);
+    const npy::Array a = read_tensor(path, flag, shape, rows);
     const DType file_type = float_type_of(a, path, flag);
     return converted(file_tensor(a, shape, file_type), dtype.value_or(file_type));
 }
 
 StoredKv load_kv(Context& context, const std::string& k_path, const std::string& v_path, const KvStorage& storage,
-                 std::int64_t dk) {
+                 std::int64_t dk, const npy::RowSelector* rows) {
     std::array<std::int64_t, 4> k_shape{}, v_shape{};
-    const npy::Array ka = read_tensor(k_path, "--k", k_shape), va = read_tensor(v_path, "--v", v_shape);
+    const npy::Array ka = read_tensor(k_path, "--k", k_shape, rows), va = read_tensor(v_path, "--v", v_shape, rows);
     const DType dtype = storage.dtype;
     const std::vector<float> scales = head_scales(storage, k_shape[1]);
     const bool k_rows = ka.type == npy::ElementType::u8, v_rows = va.type == npy::ElementType::u8;
     const bool quantized = is_block_type(dtype) || is_fp8(dtype);
-    for (const auto& [rows, path, flag] : {std::tuple{k_rows, &k_path, "--k"}, std::tuple{v_rows, &v_path, "--v"}})
-        if (rows && !quantized)
+    for (const auto& [as_rows, path, flag] : {std::tuple{k_rows, &k_path, "--k"}, std::tuple{v_rows, &v_path, "--v"}})
+        if (as_rows && !quantized)
             throw InvalidArgument(flag, *path + " holds uint8 rows, which are the bytes of a block or fp8 type; "
                                                 "name it with --kv-dtype (K and V are " + to_string(dtype) + ").");
     if (k_rows != v_rows)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kv_storage.hpp"
+#include "npy.hpp"
 #include "vkattn/context.hpp"
 #include "vkattn/tensor.hpp"
 
@@ -38,7 +39,9 @@ struct StoredTensor {
 
 // A float file (rank 2 to 4: float32, float16 or bf16 bits as uint16) stored in `dtype` (f32, f16
 // or bf16; unset: the file's own type). InvalidArgument naming `flag` for another file type.
-StoredTensor load_floats(const std::string& path, const char* flag, std::optional<DType> dtype);
+// With `rows`, only the sequence rows it selects are read (a context-parallel rank's shard).
+StoredTensor load_floats(const std::string& path, const char* flag, std::optional<DType> dtype,
+                         const npy::RowSelector* rows = nullptr);
 
 // K and V stored in `storage`'s type (any K/V type) with its fp8 scales, from float files or, for a
 // block or fp8 type, uint8 files of quantized rows (both, or neither). `dk` is Q's head dimension,
@@ -48,6 +51,6 @@ struct StoredKv {
     std::vector<float> scales;  // fp8: one per K/V head (head_scales), else empty
 };
 StoredKv load_kv(Context& context, const std::string& k_path, const std::string& v_path, const KvStorage& storage,
-                 std::int64_t dk);
+                 std::int64_t dk, const npy::RowSelector* rows = nullptr);
 
 }  // namespace vkattn::tool

@@ -1,0 +1,122 @@
+#include "context_parallel.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+
+#include "vkattn/errors.hpp"
+
+#ifdef VKATTN_HAVE_MPI
+#include <mpi.h>
+
+#include "vkattn/distributed.hpp"
+#endif
+
+namespace vkattn::tool {
+
+#ifdef VKATTN_HAVE_MPI
+
+namespace {
+distributed::Sharding sharding_of(bool zigzag) {
+    return zigzag ? distributed::Sharding::zigzag : distributed::Sharding::contiguous;
+}
+std::vector<std::int64_t> even_lengths(std::int64_t total, int P) {
+    std::vector<std::int64_t> lengths;
+    for (int r = 0; r < P; ++r) lengths.push_back(total * (r + 1) / P - total * r / P);
+    return lengths;
+}
+}  // namespace
+
+ContextParallel::ContextParallel(bool zigzag) : zigzag_(zigzag) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init(nullptr, nullptr);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks_);
+    rows_ = [this](std::int64_t total) {
+        last_total_ = total;
+        return rows_of(rank_, total);
+    };
+}
+
+ContextParallel::~ContextParallel() { MPI_Finalize(); }
+
+void ContextParallel::abort(const std::exception& error) const {
+    std::cerr << "vk-attn: " << (dynamic_cast<const Error*>(&error) ? "" : "unexpected error: ") << error.what()
+              << " (rank " << rank_ << " of " << ranks_ << ")" << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::exit(1);  // MPI_Abort does not return; this satisfies [[noreturn]]
+}
+
+std::vector<npy::RowRange> ContextParallel::rows_of(int rank, std::int64_t total) const {
+    std::vector<npy::RowRange> out;
+    for (const distributed::Segment& s :
+         distributed::shard_segments(sharding_of(zigzag_), total, even_lengths(total, ranks_), rank))
+        out.push_back({s.first, s.length});
+    return out;
+}
+
+RingRun ContextParallel::attention(Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
+                                   const AttentionOptions& options) const {
+    const distributed::RingReport r = distributed::ring_attention(MPI_COMM_WORLD, context, shard, out, options,
+                                                                  {.sharding = sharding_of(zigzag_)});
+    RingRun run{.compute_ms = r.compute_ms, .wait_ms = r.wait_ms, .bytes_sent = r.bytes_sent, .ranks = r.ranks,
+                .blocks_run = r.blocks_run, .blocks_skipped = r.blocks_skipped};
+    std::vector<double> steps = r.step_ms;
+    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+    run.step_ms = steps.empty() ? 0.0 : steps[steps.size() / 2];
+    return run;
+}
+
+std::vector<float> ContextParallel::gather(const std::vector<float>& shard, std::int64_t B, std::int64_t H,
+                                           std::int64_t total, std::int64_t X) const {
+    std::vector<int> counts(static_cast<std::size_t>(ranks_)), displacements(static_cast<std::size_t>(ranks_));
+    int at = 0;
+    for (int r = 0; r < ranks_; ++r) {
+        std::int64_t n = 0;
+        for (const npy::RowRange& s : rows_of(r, total)) n += s.length;
+        counts[static_cast<std::size_t>(r)] = static_cast<int>(B * H * n * X);
+        displacements[static_cast<std::size_t>(r)] = at;
+        at += counts[static_cast<std::size_t>(r)];
+    }
+    std::vector<float> all(rank_ == 0 ? static_cast<std::size_t>(at) : 0);
+    MPI_Gatherv(shard.data(), static_cast<int>(shard.size()), MPI_FLOAT, all.data(), counts.data(), displacements.data(),
+                MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (rank_ != 0) return {};
+    std::vector<float> whole(static_cast<std::size_t>(B * H * total * X));
+    for (int r = 0; r < ranks_; ++r) {
+        const std::vector<npy::RowRange> segments = rows_of(r, total);
+        std::int64_t n = 0;
+        for (const npy::RowRange& s : segments) n += s.length;
+        const float* from = all.data() + displacements[static_cast<std::size_t>(r)];
+        for (std::int64_t bh = 0; bh < B * H; ++bh) {
+            std::int64_t row = 0;
+            for (const npy::RowRange& s : segments)
+                for (std::int64_t i = 0; i < s.length; ++i, ++row)
+                    std::copy_n(from + (bh * n + row) * X, X, whole.data() + (bh * total + s.first + i) * X);
+        }
+    }
+    return whole;
+}
+
+#else
+
+ContextParallel::ContextParallel(bool) {
+    throw InvalidArgument("--context-parallel", "this vk-attn was built without MPI (apt-get install libopenmpi-dev "
+                                                "openmpi-bin, then rebuild).");
+}
+ContextParallel::~ContextParallel() = default;
+void ContextParallel::abort(const std::exception&) const { std::exit(1); }
+std::vector<npy::RowRange> ContextParallel::rows_of(int, std::int64_t) const { return {}; }
+RingRun ContextParallel::attention(Context&, const AttentionInputs&, const AttentionOutputs&, const AttentionOptions&) const {
+    return {};
+}
+std::vector<float> ContextParallel::gather(const std::vector<float>&, std::int64_t, std::int64_t, std::int64_t,
+                                           std::int64_t) const {
+    return {};
+}
+
+#endif
+
+}  // namespace vkattn::tool
