@@ -1,5 +1,6 @@
 #include "collective.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -56,6 +57,78 @@ double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char
         if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));  // spin briefly, then yield
     }
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct TransferProgress::State {
+    std::vector<MPI_Request>* requests = nullptr;
+    double timeout_s = 0.0;
+    std::chrono::steady_clock::time_point posted, completed;
+    std::atomic<bool> done{false}, timed_out{false}, stop{false};
+    std::string error;
+    std::thread thread;
+};
+
+TransferProgress::TransferProgress(std::vector<MPI_Request>& requests, double timeout_s) : state_(std::make_unique<State>()) {
+    State& s = *state_;
+    s.requests = &requests;
+    s.timeout_s = timeout_s;
+    s.posted = std::chrono::steady_clock::now();
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (requests.empty() || level < MPI_THREAD_SERIALIZED) return;
+    s.thread = std::thread([&s] {
+        const auto deadline = s.posted + std::chrono::duration<double>(s.timeout_s);
+        while (!s.stop) {
+            int flag = 0;
+            const int code = MPI_Testall(static_cast<int>(s.requests->size()), s.requests->data(), &flag, MPI_STATUSES_IGNORE);
+            if (code != MPI_SUCCESS) {
+                s.error = "MPI_Testall failed";
+                return;
+            }
+            if (flag) {
+                s.completed = std::chrono::steady_clock::now();
+                s.done = true;
+                return;
+            }
+            if (std::chrono::steady_clock::now() > deadline) {
+                s.timed_out = true;
+                return;
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+    });
+}
+
+TransferProgress::~TransferProgress() {
+    if (state_ && state_->thread.joinable()) {
+        state_->stop = true;
+        state_->thread.join();
+    }
+}
+
+TransferProgress::Outcome TransferProgress::finish() {
+    using Clock = std::chrono::steady_clock;
+    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    State& s = *state_;
+    const auto computed = Clock::now();
+    Outcome o;
+    if (s.requests->empty()) return o;
+    if (s.thread.joinable()) {
+        s.thread.join();  // it ends by itself: done, failed or timed out
+        if (!s.error.empty()) throw Error("ring attention: " + s.error + ".");
+        if (s.timed_out)
+            throw Error("ring attention: no answer from the neighbouring rank within " + std::to_string(s.timeout_s) +
+                        " s (did it fail?).");
+        o.transfer_ms = ms(s.completed - s.posted);
+        o.hidden_ms = ms(std::min(s.completed, computed) - s.posted);
+        o.wait_ms = std::max(0.0, ms(s.completed - computed));
+        return o;
+    }
+    // No progress thread: what the compute did not hide is what is left to wait for now.
+    o.wait_ms = wait_all(*s.requests, s.timeout_s, "ring attention");
+    o.transfer_ms = ms(Clock::now() - s.posted);
+    o.hidden_ms = o.transfer_ms - o.wait_ms;
+    return o;
 }
 
 }  // namespace vkattn::distributed::detail

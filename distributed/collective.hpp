@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 namespace vkattn::distributed::detail {
@@ -17,6 +18,28 @@ void agree(MPI_Comm comm, const std::function<void()>& check);
 // Waits for `requests`, polling, at most `timeout_s` seconds; then throws vkattn::Error naming
 // `what`. Returns the milliseconds waited.
 double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char* what);
+
+// Drives one ring step's transfers while the step's compute runs. MPI moves a large message only
+// inside MPI calls (rendezvous), so left alone a transfer would wait for the step's end: a thread
+// tests the requests meanwhile (allowed from MPI_THREAD_SERIALIZED on, since the computing thread
+// makes no MPI call until finish()), noting when they completed. Below that level, finish() waits as
+// wait_all does.
+class TransferProgress {
+public:
+    TransferProgress(std::vector<MPI_Request>& requests, double timeout_s);
+    ~TransferProgress();
+    struct Outcome {
+        double wait_ms = 0.0;      // after the compute, until the transfer completed
+        double transfer_ms = 0.0;  // posting to completion
+        double hidden_ms = 0.0;    // of which during the compute
+    };
+    // Call when the compute is done: waits for the transfer (at most the timeout: vkattn::Error).
+    Outcome finish();
+
+private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
 
 // A failed MPI call as vkattn::Error.
 void check_mpi(int code, const char* what);

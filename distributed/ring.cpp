@@ -202,6 +202,7 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
             make_view<const void*>(k_buf[cur].data(), shard.k.dtype, Layout::bhnd, {B, Hkv, held, shard.k.shape[3]});
         const TensorView v_held =
             make_view<const void*>(v_buf[cur].data(), shard.v.dtype, Layout::bhnd, {B, Hkv, held, Dv});
+        detail::TransferProgress progress(requests, ring.timeout_s);
         const auto compute_start = Clock::now();
         std::int64_t q_local = 0;
         for (const Segment& qs : q_segments) {
@@ -224,7 +225,7 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
                     ++report.blocks_skipped;
                     continue;
                 }
-                attention(context, in, part, block);
+                report.flops += attention(context, in, part, block).flops;
                 ++report.blocks_run;
                 // Merge: acc·e^m + o_s·e^lse_s, renormalised to the new running lse.
                 for (std::int64_t b = 0; b < B; ++b)
@@ -249,7 +250,10 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
         }
         const double compute = ms_since(compute_start);
         report.compute_ms += compute;
-        if (!requests.empty()) report.wait_ms += detail::wait_all(requests, ring.timeout_s, "ring attention");
+        const detail::TransferProgress::Outcome transfer = progress.finish();
+        report.wait_ms += transfer.wait_ms;
+        report.transfer_ms += transfer.transfer_ms;
+        report.hidden_ms += transfer.hidden_ms;
         report.step_ms.push_back(ms_since(start));
     }
 
@@ -272,6 +276,33 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
                 if (out.lse) out.lse[row] = static_cast<float>(m[row]);
             }
     return report;
+}
+
+double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat, double timeout_s) {
+    int me = 0, P = 1;
+    detail::check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank");
+    detail::check_mpi(MPI_Comm_size(comm, &P), "MPI_Comm_size");
+    std::vector<std::uint8_t> send(static_cast<std::size_t>(bytes), 1), receive(static_cast<std::size_t>(bytes));
+    constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
+    std::vector<double> times;
+    for (int r = 0; r < repeat; ++r) {
+        detail::check_mpi(MPI_Barrier(comm), "MPI_Barrier");
+        const auto start = Clock::now();
+        std::vector<MPI_Request> requests;
+        for (std::uint64_t at = 0, piece = 0; at < bytes; at += kPiece, ++piece) {
+            const int count = static_cast<int>(std::min(kPiece, bytes - at));
+            requests.emplace_back();
+            detail::check_mpi(MPI_Isend(send.data() + at, count, MPI_BYTE, (me + 1) % P, static_cast<int>(piece), comm,
+                                        &requests.back()), "sending");
+            requests.emplace_back();
+            detail::check_mpi(MPI_Irecv(receive.data() + at, count, MPI_BYTE, (me + P - 1) % P, static_cast<int>(piece),
+                                        comm, &requests.back()), "receiving");
+        }
+        detail::wait_all(requests, timeout_s, "the ring's transfer");
+        times.push_back(ms_since(start));
+    }
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+    return times[times.size() / 2];
 }
 
 }  // namespace vkattn::distributed

@@ -5,7 +5,8 @@
 #include <mpi.h>
 
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE;  // a thread drives each ring step's transfer
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     const int failed = Catch::Session().run(argc, argv);
     int any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "context_parallel.hpp"
 #include "device_set.hpp"
 #include "features.hpp"
 #include "kv_storage.hpp"
@@ -47,6 +48,7 @@ struct BenchOptions {
     bool copy = false;
     std::int64_t copy_mib = 64;
     bool backward = false;  // time the backward pass (and forward + backward)
+    bool context_parallel = false, zigzag = false;  // one rank of an MPI job: ring attention
     bool json = false, csv = false;
     std::string plot;
     FeatureFlags features;
@@ -174,7 +176,105 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
     return ok;
 }
 
+// --context-parallel: this process is one rank; each point's sequence is sharded over the ranks,
+// each rank generating its own shard, and ring attention runs `repeat` times after `warmup`. Rank 0
+// prints a row per point: the median step, its compute and the wait for the transfer after it, the
+// transfer alone (the same bytes passed round without compute), the fraction of the transfers' time
+// in flight that the compute covered (over every rank and step), the bytes each rank sent per step,
+// and GFLOP/s over the slowest rank's ring.
+int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps, const ContextParallel& cp) {
+    for (const auto& [given, flag] : {std::pair{o.backward, "--backward"}, std::pair{!o.devices.empty(), "--devices"},
+                                      std::pair{o.gemm, "--gemm"}, std::pair{o.copy, "--copy"},
+                                      std::pair{o.validate, "--validate"}, std::pair{!o.plot.empty(), "--plot"}})
+        if (given) throw InvalidArgument(flag, "is not taken with --context-parallel.");
+    const DType dtype = dtype_from_string(o.dtype, "--dtype");
+    const KvStorage storage = load_kv_storage(o.storage, dtype);
+    const Features features = load_features(o.features);
+    ContextOptions copts;
+    copts.device = o.device;
+    Context context(copts);
+    if (cp.rank() == 0)
+        std::cerr << "ring attention over " << cp.ranks() << " ranks" << (o.zigzag ? " (zigzag)" : "") << "; rank 0 on "
+                  << context.device().name << "\n";
+    Printer printer(std::cout, o.json ? Format::json : o.csv ? Format::csv : Format::table);
+    std::mt19937 rng(42 + static_cast<unsigned>(cp.rank()));
+    for (auto B : parse_sweep(sweeps[0], "--batch"))
+        for (auto H : parse_sweep(sweeps[1], "--heads"))
+            for (auto N : parse_sweep(sweeps[2], "--seq"))
+                for (auto D : parse_sweep(sweeps[3], "--dim")) {
+                    const std::int64_t Hkv = o.kv_heads ? o.kv_heads : H, Dv = o.dim_v ? o.dim_v : D;
+                    std::int64_t n = 0;
+                    for (const npy::RowRange& r : cp.rows_of(cp.rank(), N)) n += r.length;
+                    check_block_dims(storage.dtype, D, Dv);
+                    const std::vector<float> scales = head_scales(storage, Hkv);
+                    const testing::HostTensor q = testing::random_tensor(rng, dtype, Layout::bhnd, {B, H, n, D});
+                    const testing::HostTensor k = testing::random_tensor(rng, storage.dtype, Layout::bhnd, {B, Hkv, n, D}, 1.0f, scales);
+                    const testing::HostTensor v = testing::random_tensor(rng, storage.dtype, Layout::bhnd, {B, Hkv, n, Dv}, 1.0f, scales);
+                    testing::HostTensor out = testing::nan_tensor(dtype, Layout::bhnd, {B, H, n, Dv});
+                    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
+                    in.k_scale = in.v_scale = scales;
+                    AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = parse_impl(o.impl)};
+                    features.apply(options, in);
+                    for (int w = 0; w < o.warmup; ++w) cp.attention(context, in, {.o = out.mutable_view()}, options);
+                    std::vector<double> steps, totals;
+                    RingRun last;
+                    double compute = 0.0, wait = 0.0, in_flight = 0.0, hidden = 0.0;
+                    for (int r = 0; r < o.repeat; ++r) {
+                        last = cp.attention(context, in, {.o = out.mutable_view()}, options);
+                        steps.push_back(last.step_ms);
+                        totals.push_back(cp.max(last.total_ms));  // the ring ends with its slowest rank
+                        compute += last.compute_ms / o.repeat;
+                        wait += last.wait_ms / o.repeat;
+                        in_flight += last.transfer_ms;
+                        hidden += last.hidden_ms;
+                    }
+                    in_flight = cp.sum(in_flight);
+                    hidden = cp.sum(hidden);
+                    const std::uint64_t step_bytes =
+                        storage_bytes(storage.dtype, B * Hkv * n * D) + storage_bytes(storage.dtype, B * Hkv * n * Dv);
+                    const double transfer = cp.ranks() > 1 ? cp.transfer_ms(step_bytes) : 0.0;
+                    const double flops = cp.sum(last.flops);
+                    const double steps_with_transfer = std::max(1, cp.ranks() - 1);
+                    const double wait_per_step = cp.max(wait) / steps_with_transfer;
+                    const testing::Timing t = testing::summarize(totals);
+                    if (cp.rank() != 0) continue;
+                    Row row;
+                    row.add("impl", std::string("ring"));
+                    row.add("ranks", static_cast<std::int64_t>(cp.ranks()));
+                    row.add("sharding", std::string(o.zigzag ? "zigzag" : "contiguous"));
+                    row.add("batch", B);
+                    row.add("heads", H);
+                    row.add("kv_heads", Hkv);
+                    row.add("seq", N);
+                    row.add("dim", D);
+                    row.add("causal", std::string(o.causal ? "yes" : "no"));
+                    row.add("ring_ms", t.median_ms);
+                    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+                    row.add("step_ms", steps[steps.size() / 2]);
+                    row.add("compute_ms", compute / cp.ranks());
+                    row.add("wait_ms", wait_per_step);
+                    row.add("transfer_ms", transfer);
+                    row.add("hidden", in_flight > 0 ? hidden / in_flight : 1.0);
+                    row.add("mib_sent_per_step", static_cast<double>(step_bytes) / (1 << 20));
+                    row.add("gflops", flops / (t.median_ms * 1e6));
+                    row.add("blocks_run", static_cast<std::int64_t>(last.blocks_run));
+                    row.add("blocks_skipped", static_cast<std::int64_t>(last.blocks_skipped));
+                    printer.print(row);
+                }
+    if (cp.rank() == 0) printer.finish();
+    return 0;
+}
+
 int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
+    if (o.zigzag && !o.context_parallel) throw InvalidArgument("--zigzag", "shards the sequence for --context-parallel.");
+    if (o.context_parallel) {
+        const ContextParallel cp(o.zigzag);
+        try {
+            return run_ring_bench(o, sweeps, cp);
+        } catch (const std::exception& e) {
+            cp.abort(e);
+        }
+    }
     const auto batches = parse_sweep(sweeps[0], "--batch");
     const auto heads = parse_sweep(sweeps[1], "--heads");
     const auto seqs = parse_sweep(sweeps[2], "--seq");
@@ -378,6 +478,10 @@ Action add_bench(CLI::App& app) {
     app.add_flag("--copy", o->copy, "Also measure the bandwidth ceiling (a buffer copy); points then report kv_vs_copy, "
                                     "their K/V bytes per second over the copy's");
     app.add_option("--copy-mib", o->copy_mib, "MiB the copy ceiling copies")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_flag("--context-parallel", o->context_parallel,
+                 "Run as one rank of an MPI job (mpirun -np P vk-attn bench ...): ring attention over the ranks; "
+                 "reports the step time, bytes sent, and how much of the transfer the compute hides");
+    app.add_flag("--zigzag", o->zigzag, "With --context-parallel: zigzag sharding (balances causal)");
     app.add_flag("--backward", o->backward, "Time the backward pass (dQ, dK, dV; and forward + backward): GFLOP/s count "
                                             "2·(3·Dk + 2·Dv) per visible pair; --validate compares the gradients with the "
                                             "reference");

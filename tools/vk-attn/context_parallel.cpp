@@ -31,7 +31,8 @@ std::vector<std::int64_t> even_lengths(std::int64_t total, int P) {
 ContextParallel::ContextParallel(bool zigzag) : zigzag_(zigzag) {
     int initialized = 0;
     MPI_Initialized(&initialized);
-    if (!initialized) MPI_Init(nullptr, nullptr);
+    int provided = MPI_THREAD_SINGLE;  // a thread drives each step's transfer (vkattn/distributed.hpp)
+    if (!initialized) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks_);
     rows_ = [this](std::int64_t total) {
@@ -62,11 +63,29 @@ RingRun ContextParallel::attention(Context& context, const AttentionInputs& shar
     const distributed::RingReport r = distributed::ring_attention(MPI_COMM_WORLD, context, shard, out, options,
                                                                   {.sharding = sharding_of(zigzag_)});
     RingRun run{.compute_ms = r.compute_ms, .wait_ms = r.wait_ms, .bytes_sent = r.bytes_sent, .ranks = r.ranks,
-                .blocks_run = r.blocks_run, .blocks_skipped = r.blocks_skipped};
+                .blocks_run = r.blocks_run, .blocks_skipped = r.blocks_skipped, .flops = r.flops,
+                .transfer_ms = r.transfer_ms, .hidden_ms = r.hidden_ms};
+    for (const double ms : r.step_ms) run.total_ms += ms;
     std::vector<double> steps = r.step_ms;
     std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
     run.step_ms = steps.empty() ? 0.0 : steps[steps.size() / 2];
     return run;
+}
+
+double ContextParallel::sum(double value) const {
+    double total = 0.0;
+    MPI_Allreduce(&value, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return total;
+}
+
+double ContextParallel::max(double value) const {
+    double most = 0.0;
+    MPI_Allreduce(&value, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return most;
+}
+
+double ContextParallel::transfer_ms(std::uint64_t bytes) const {
+    return distributed::ring_transfer_ms(MPI_COMM_WORLD, bytes);
 }
 
 std::vector<float> ContextParallel::gather(const std::vector<float>& shard, std::int64_t B, std::int64_t H,
@@ -112,6 +131,9 @@ std::vector<npy::RowRange> ContextParallel::rows_of(int, std::int64_t) const { r
 RingRun ContextParallel::attention(Context&, const AttentionInputs&, const AttentionOutputs&, const AttentionOptions&) const {
     return {};
 }
+double ContextParallel::sum(double value) const { return value; }
+double ContextParallel::max(double value) const { return value; }
+double ContextParallel::transfer_ms(std::uint64_t) const { return 0.0; }
 std::vector<float> ContextParallel::gather(const std::vector<float>&, std::int64_t, std::int64_t, std::int64_t,
                                            std::int64_t) const {
     return {};

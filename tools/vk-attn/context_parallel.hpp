@@ -19,6 +19,9 @@ struct RingRun {
     double compute_ms = 0.0, wait_ms = 0.0;
     std::uint64_t bytes_sent = 0;
     int ranks = 0, blocks_run = 0, blocks_skipped = 0;
+    double flops = 0.0;     // this rank's blocks'
+    double total_ms = 0.0;  // every step
+    double transfer_ms = 0.0, hidden_ms = 0.0;  // the transfers, and their part during the compute
 };
 
 class ContextParallel {
@@ -41,6 +44,10 @@ public:
 
     RingRun attention(Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
                       const AttentionOptions& options) const;
+    double sum(double value) const;  // over the ranks
+    double max(double value) const;  // over the ranks
+    // One ring step's transfer alone (every rank sending `bytes` on): ms, median of a few.
+    double transfer_ms(std::uint64_t bytes) const;
     // Every rank's [B, H, n_r, X] float rows, placed at their sequence positions in the whole
     // [B, H, N, X] on rank 0 (other ranks get nothing back).
     std::vector<float> gather(const std::vector<float>& shard, std::int64_t B, std::int64_t H, std::int64_t total,

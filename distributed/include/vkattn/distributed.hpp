@@ -40,10 +40,23 @@ struct RingReport {
     std::vector<double> step_ms;    // each step: compute, then whatever wait the transfer still needed
     double compute_ms = 0.0;        // inside attention calls
     double wait_ms = 0.0;           // blocked on the transfer after the step's compute
+    double transfer_ms = 0.0;       // the transfers, posting to completion (a thread drives them
+    double hidden_ms = 0.0;         // during the compute where MPI allows: MPI_THREAD_SERIALIZED);
+                                    // hidden: the part during the compute
     std::uint64_t bytes_sent = 0;   // K and V shards sent to the next rank
     int blocks_run = 0, blocks_skipped = 0;  // (query segment, key segment) pairs; skipped: no visible key
+    double flops = 0.0;             // the blocks' useful flops (AttentionReport::flops), this rank's
 };
 
+// The ring's transfer alone: every rank sends `bytes` to the next and receives as much from the
+// previous, as one step of ring_attention does, without compute. Milliseconds, the median of
+// `repeat` exchanges (bench: how much of the transfer the compute hides).
+double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, double timeout_s = 120.0);
+
+// Initialize MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...) or better, so that a thread
+// can drive each step's transfer while the step computes; with MPI_Init the transfer waits for the
+// step's end.
+//
 // Attention of this rank's query shard over the whole sequence's keys, the K/V shards passed round
 // the ring of `comm`'s ranks: in step s rank r holds rank (r − s) mod P's K/V shard and sends it to
 // rank r + 1 (MPI_Isend/MPI_Irecv, overlapped with the step's compute). Each (query segment, key
