@@ -21,13 +21,16 @@ void agree(MPI_Comm comm, const std::function<void()>& check) {
     int rank = 0, ranks = 1;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &ranks);
-    std::string argument, message;
+    std::string argument, message;  // argument empty: an error that is not an InvalidArgument
     int failed = ranks;  // this rank's index when its check threw, else "none" (ranks)
     try {
         check();
     } catch (const InvalidArgument& e) {
         argument = e.argument();
         message = std::string(e.what()).substr(argument.size() + 2);
+        failed = rank;
+    } catch (const std::exception& e) {  // every rank must reach the agreement below, whatever was thrown
+        message = e.what();
         failed = rank;
     }
     int first = ranks;
@@ -40,7 +43,9 @@ void agree(MPI_Comm comm, const std::function<void()>& check) {
     text.resize(static_cast<std::size_t>(length));
     check_mpi(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm), "sharing an argument error");
     const std::size_t cut = text.find('\n');
-    throw InvalidArgument(text.substr(0, cut), "rank " + std::to_string(first) + ": " + text.substr(cut + 1));
+    const std::string what = "rank " + std::to_string(first) + ": " + text.substr(cut + 1);
+    if (cut == 0) throw Error(what);
+    throw InvalidArgument(text.substr(0, cut), what);
 }
 
 double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char* what) {

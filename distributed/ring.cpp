@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include "attention/problem.hpp"
 #include "collective.hpp"
@@ -51,7 +52,16 @@ void store(void* data, DType dtype, std::int64_t i, double value) {
     else static_cast<std::uint16_t*>(data)[i] = dtype == DType::f16 ? float_to_half(x) : float_to_bf16(x);
 }
 
-// What every rank must share: shapes other than the sequence, types and options.
+// FNV-1a over a span's bytes: per-rank constants (lengths, slopes, sinks, scales) must agree.
+template <class T>
+std::int64_t digest(std::span<const T> values) {
+    std::uint64_t h = 1469598103934665603ull;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+    for (std::size_t i = 0; i < values.size_bytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    return static_cast<std::int64_t>(h ^ values.size());
+}
+
+// What every rank must share: shapes other than the sequence, types, options and per-rank constants.
 std::vector<std::int64_t> signature(const AttentionInputs& in, const AttentionOptions& o, const RingOptions& ring) {
     auto bits = [](double x) { return std::bit_cast<std::int64_t>(x); };
     return {in.q.shape[0], in.q.shape[1], in.k.shape[1], in.q.shape[3], in.v.shape[3],
@@ -61,13 +71,15 @@ std::vector<std::int64_t> signature(const AttentionInputs& in, const AttentionOp
             bits(o.scale.value_or(-1.0)), static_cast<std::int64_t>(o.causal), o.causal_offset.value_or(-(1LL << 40)),
             o.diagonal_offset, o.diagonal_bottom_right, o.window.left, o.window.right, bits(o.softcap.value_or(0.0)),
             bits(o.alibi_max_bias.value_or(0.0)), bits(o.dropout), static_cast<std::int64_t>(o.seed),
-            static_cast<std::int64_t>(o.impl), static_cast<std::int64_t>(ring.sharding)};
+            static_cast<std::int64_t>(o.impl), static_cast<std::int64_t>(ring.sharding), digest(in.kv_lengths),
+            digest(in.alibi_slopes), digest(in.sinks), digest(in.k_scale), digest(in.v_scale)};
 }
 constexpr const char* kSignatureNames[] = {
     "the batch size", "the query heads", "the K/V heads", "Dk", "Dv", "q's dtype", "k's dtype", "v's dtype",
     "the key lengths' count", "the ALiBi slopes' count", "the sinks' count", "scale", "causal", "causal_offset",
     "diagonal_offset", "diagonal_bottom_right", "the window's left side", "the window's right side", "softcap",
-    "alibi_max_bias", "dropout", "seed", "impl", "the sharding"};
+    "alibi_max_bias", "dropout", "seed", "impl", "the sharding", "kv_lengths", "alibi_slopes", "sinks", "k_scale",
+    "v_scale"};
 
 struct Step {
     int holder;  // whose K/V shard this rank holds
@@ -107,9 +119,12 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
     // The block a pair of segments is: this rank's queries of one segment over keys of another.
     auto block_options = [&](const Segment& qs, const Segment& ks) {
         AttentionOptions o = options;
+        o.alibi_max_bias.reset();  // given as the whole's slopes (`slopes` below): blocks take no max bias
         o.block = {.query = qs.first, .key = ks.first, .queries = Nq, .keys = Nkv};
         return o;
     };
+    const std::vector<float> slopes = options.alibi_max_bias ? alibi_slopes(shard.q.shape[1], *options.alibi_max_bias)
+                                                             : std::vector<float>(shard.alibi_slopes.begin(), shard.alibi_slopes.end());
     const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], Dv = shard.v.shape[3];
     const std::int64_t nq = shard.q.shape[2];
 
@@ -138,9 +153,9 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
             throw InvalidArgument("v", "its shard has " + std::to_string(shard.v.shape[2]) + " rows but k's has " +
                                            std::to_string(shard.k.shape[2]) + ".");
         // The engine's own checks, on this rank's first pair (every pair shares them but the rows).
-        AttentionInputs in = shard;
+        AttentionInputs in = shard;  // with the sinks: resolve() checks them (one per query head)
         in.q = rows(shard.q, 0, q_segments[0].length);
-        in.sinks = {};
+        in.alibi_slopes = slopes;
         AttentionOutputs part{.o = out.o};
         part.o.shape[2] = q_segments[0].length;
         (void)vkattn::detail::resolve(in, part, block_options(q_segments[0], key_segments(me)[0]));
@@ -213,6 +228,7 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
                 in.k = rows(k_held, k_local, ks.length);
                 in.v = rows(v_held, k_local, ks.length);
                 in.sinks = {};  // joined once, after the merge
+                in.alibi_slopes = slopes;
                 const AttentionOptions block = block_options(qs, ks);
                 const std::size_t part_rows = static_cast<std::size_t>(B * Hq * qs.length);
                 std::vector<std::uint8_t> o_part(static_cast<std::size_t>(storage_bytes(shard.q.dtype, static_cast<std::int64_t>(part_rows) * Dv)));
@@ -279,6 +295,8 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
 }
 
 double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat, double timeout_s) {
+    // Every rank sends and receives the largest rank's bytes (shards may be uneven).
+    detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UINT64_T, MPI_MAX, comm), "agreeing on the size");
     int me = 0, P = 1;
     detail::check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank");
     detail::check_mpi(MPI_Comm_size(comm, &P), "MPI_Comm_size");

@@ -238,9 +238,10 @@ void resolve_block(Problem& p, const AttentionOptions& options, bool paged_or_va
     if (paged_or_varlen)
         throw InvalidArgument("block", "a block of a larger attention takes contiguous k and v, not a paged K/V or "
                                        "packed sequences.");
-    if (options.alibi_max_bias && block.head != 0)
-        throw InvalidArgument("block", "with a head origin, ALiBi's slopes are the whole's: pass the block's heads' "
-                                       "alibi_slopes instead of alibi_max_bias.");
+    if (options.alibi_max_bias)  // the slopes depend on the whole's head count, which a block does not know
+        throw InvalidArgument("block", "ALiBi's standard slopes are the whole's: pass the block's heads' "
+                                       "alibi_slopes (vkattn::alibi_slopes(whole heads, max bias), narrowed) instead "
+                                       "of alibi_max_bias.");
     constexpr std::int64_t kHalf = std::int64_t{1} << 30;
     const std::int64_t queries = block.queries ? block.queries : block.query + p.Nq;
     const std::int64_t keys = block.keys ? block.keys : block.key + p.Nkv;

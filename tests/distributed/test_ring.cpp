@@ -163,6 +163,10 @@ TEST_CASE("ring: every feature, both shardings, equals the whole on every rank",
              c.sinks = c.slopes = true;
              c.options.softcap = 3.0;
          }},
+        {"ALiBi from its max bias, bottom-right causal", [](RingCase& c) {
+             c.options.alibi_max_bias = 8.0;
+             c.options.causal = Causal::bottom_right;
+         }},
         {"dropout", [](RingCase& c) {
              c.options.dropout = 0.2;
              c.options.seed = 11;
@@ -188,7 +192,6 @@ TEST_CASE("ring: every feature, both shardings, equals the whole on every rank",
 
 TEST_CASE("ring: zigzag skips the blocks causal hides", "[distributed]") {
     const int P = ranks_of();
-    HostTensor q = nan_tensor(DType::f32, Layout::bhnd, {1, 1, 0, 8});
     std::mt19937 rng(1);
     const std::int64_t N = 8 * P;  // chunks of 4
     const HostTensor whole = random_tensor(rng, DType::f32, Layout::bhnd, {1, 1, N, 8});
@@ -203,6 +206,9 @@ TEST_CASE("ring: zigzag skips the blocks causal hides", "[distributed]") {
     CHECK(r.blocks_skipped > 0);
     CHECK(r.bytes_sent == static_cast<std::uint64_t>(2 * 8 * 8 * 4 * (P - 1)));
 }
+
+static HostTensor good_of(std::mt19937& rng) { return random_tensor(rng, DType::f32, Layout::bhnd, {1, 2, 5, 16}); }
+static HostTensor o16_of() { return nan_tensor(DType::f32, Layout::bhnd, {1, 2, 5, 16}); }
 
 TEST_CASE("ring: a rank with a bad shard makes every rank throw its error, naming it", "[distributed]") {
     const int me = rank_of();
@@ -219,6 +225,13 @@ TEST_CASE("ring: a rank with a bad shard makes every rank throw its error, namin
         CHECK(e.argument() == "shard");
         CHECK_THAT(e.what(), Catch::Contains("rank " + std::to_string(ranks_of() - 1)) && Catch::Contains("Dk"));
     }
+    // Sinks are one per query head, checked as attention checks them.
+    const std::vector<float> one_sink{0.5f};
+    CHECK_THROWS_WITH(distributed::ring_attention(MPI_COMM_WORLD, context(),
+                                                  {.q = good_of(rng).view(), .k = good_of(rng).view(),
+                                                   .v = good_of(rng).view(), .sinks = one_sink},
+                                                  {.o = o16_of().mutable_view()}),
+                      Catch::StartsWith("sinks: rank 0: "));
     // A mask is refused on every rank alike.
     const std::vector<std::uint8_t> mask(25, 1);
     const HostTensor good = random_tensor(rng, DType::f32, Layout::bhnd, {1, 2, 5, 16});

@@ -135,11 +135,15 @@ void expect_blocks_equal_whole(const Whole& w, unsigned seed) {
                         float_part = mask_part(added, float_shape, {b, h, i, j}, fs);
                         in.float_mask = MaskView{float_part.data(), fs};
                     }
-                    const std::vector<float> slope_part(slopes.begin() + h.begin, slopes.begin() + h.begin + h.length);
+                    // alibi_max_bias: its standard slopes over the whole's heads, narrowed (blocks refuse it).
+                    const std::vector<float> standard =
+                        w.options.alibi_max_bias ? alibi_slopes(w.Hq, *w.options.alibi_max_bias) : slopes;
+                    const std::vector<float> slope_part(standard.begin() + h.begin, standard.begin() + h.begin + h.length);
                     const std::vector<float> sink_part(sinks.begin() + h.begin, sinks.begin() + h.begin + h.length);
-                    if (w.slopes) in.alibi_slopes = slope_part;
+                    if (w.slopes || w.options.alibi_max_bias) in.alibi_slopes = slope_part;
                     if (w.sinks && first_key_block) in.sinks = sink_part;  // counted once per row
                     AttentionOptions options = w.options;
+                    options.alibi_max_bias.reset();
                     options.impl = w.impl;
                     options.block = {.batch = b.begin, .head = h.begin, .query = i.begin, .key = j.begin,
                                      .queries = w.Nq, .keys = w.Nkv};
@@ -234,9 +238,8 @@ TEST_CASE("blocks: a whole cut into blocks and merged by lse equals the whole, e
     expect_blocks_equal_whole(w, 31);
 }
 
-TEST_CASE("blocks: ALiBi from its max bias with a head origin of 0, and f16", "[gpu][blocks]") {
+TEST_CASE("blocks: ALiBi's standard slopes narrowed to the blocks' heads, and f16", "[gpu][blocks]") {
     Whole w;
-    w.Hkv = 1;  // every block holds all the heads: alibi_max_bias is the whole's
     w.dtype = DType::f16;
     w.options.alibi_max_bias = 8.0;
     w.options.causal = Causal::top_left;
@@ -258,6 +261,7 @@ TEST_CASE("blocks: bad origins and sizes are named", "[gpu][blocks]") {
     refused({.key = 4, .keys = 8}, "fewer");
     refused({.queries = 2}, "fewer");
     refused({.head = 2}, "alibi_slopes", 8.0);
+    refused({.key = 1}, "alibi_slopes", 8.0);  // head origin 0, yet the whole may have more heads
     refused({.key = std::int64_t{1} << 31}, "2^30");
     // Key lengths count the whole's keys: up to `keys`, and no further.
     const std::vector<std::int32_t> long_length{9}, too_long{10};

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <limits>
 
 #include "vkattn/errors.hpp"
 
@@ -90,25 +91,33 @@ double ContextParallel::transfer_ms(std::uint64_t bytes) const {
 
 std::vector<float> ContextParallel::gather(const std::vector<float>& shard, std::int64_t B, std::int64_t H,
                                            std::int64_t total, std::int64_t X) const {
+    // Counted in rows of X floats (one MPI datatype), so that the counts fit MPI's int far longer.
+    if (B * H * total > std::numeric_limits<int>::max())
+        throw InvalidArgument("--out", "B·H·N = " + std::to_string(B * H * total) + " rows are more than one gather "
+                                       "takes (2^31 - 1).");
     std::vector<int> counts(static_cast<std::size_t>(ranks_)), displacements(static_cast<std::size_t>(ranks_));
     int at = 0;
     for (int r = 0; r < ranks_; ++r) {
         std::int64_t n = 0;
         for (const npy::RowRange& s : rows_of(r, total)) n += s.length;
-        counts[static_cast<std::size_t>(r)] = static_cast<int>(B * H * n * X);
+        counts[static_cast<std::size_t>(r)] = static_cast<int>(B * H * n);
         displacements[static_cast<std::size_t>(r)] = at;
         at += counts[static_cast<std::size_t>(r)];
     }
-    std::vector<float> all(rank_ == 0 ? static_cast<std::size_t>(at) : 0);
-    MPI_Gatherv(shard.data(), static_cast<int>(shard.size()), MPI_FLOAT, all.data(), counts.data(), displacements.data(),
-                MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Datatype row_type;
+    MPI_Type_contiguous(static_cast<int>(X), MPI_FLOAT, &row_type);
+    MPI_Type_commit(&row_type);
+    std::vector<float> all(rank_ == 0 ? static_cast<std::size_t>(at) * static_cast<std::size_t>(X) : 0);
+    MPI_Gatherv(shard.data(), counts[static_cast<std::size_t>(rank_)], row_type, all.data(), counts.data(),
+                displacements.data(), row_type, 0, MPI_COMM_WORLD);
+    MPI_Type_free(&row_type);
     if (rank_ != 0) return {};
     std::vector<float> whole(static_cast<std::size_t>(B * H * total * X));
     for (int r = 0; r < ranks_; ++r) {
         const std::vector<npy::RowRange> segments = rows_of(r, total);
         std::int64_t n = 0;
         for (const npy::RowRange& s : segments) n += s.length;
-        const float* from = all.data() + displacements[static_cast<std::size_t>(r)];
+        const float* from = all.data() + static_cast<std::ptrdiff_t>(displacements[static_cast<std::size_t>(r)]) * X;
         for (std::int64_t bh = 0; bh < B * H; ++bh) {
             std::int64_t row = 0;
             for (const npy::RowRange& s : segments)

@@ -12,6 +12,7 @@ DeviceSet::DeviceSet(const std::string& list, Context& single) {
         contexts_.push_back(&single);
         return;
     }
+    if (list.back() == ',') throw InvalidArgument("--devices", "\"" + list + "\" has an empty entry; give 0,1,...");
     std::stringstream entries(list);
     std::string entry;
     while (std::getline(entries, entry, ',')) {

@@ -48,8 +48,8 @@ struct RingReport {
     double flops = 0.0;             // the blocks' useful flops (AttentionReport::flops), this rank's
 };
 
-// The ring's transfer alone: every rank sends `bytes` to the next and receives as much from the
-// previous, as one step of ring_attention does, without compute. Milliseconds, the median of
+// The ring's transfer alone: every rank sends the largest rank's `bytes` to the next and receives as
+// much from the previous, as one step of ring_attention does, without compute. Milliseconds, the median of
 // `repeat` exchanges (bench: how much of the transfer the compute hides).
 double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, double timeout_s = 120.0);
 
@@ -68,7 +68,11 @@ double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, doub
 // [B, Hq, n_q, Dv] and optionally lse [B, Hq, n_q]. Masks and the weights/logits outputs are not taken.
 // Every rank must call it with the same options and B, heads and dims: the ranks check their shards
 // together first, and every rank throws the first failing rank's InvalidArgument (naming that rank)
-// before any work. A wait longer than ring.timeout_s throws vkattn::Error on the waiting rank.
+// before any work (shapes but the sequence, types, options and the values of kv_lengths, slopes,
+// sinks and fp8 scales must agree). A wait longer than ring.timeout_s (counted from the step's
+// posting, so it includes the step's compute) throws vkattn::Error on the waiting rank. After an
+// error past the agreement, transfers may still be pending on `comm`: end the job (MPI_Abort, as
+// vk-attn does) rather than reuse it.
 RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
                           const AttentionOptions& options = {}, const RingOptions& ring = {});
 

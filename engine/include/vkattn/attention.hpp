@@ -107,7 +107,8 @@ struct Window {
 // `keys`), the causal diagonal (bottom-right: len[b] - `queries`, plus any offset), the window and
 // ALiBi's distances are the whole's, and dropout draws the whole's Philox numbers; so blocks of a
 // sharded call compute exactly the whole's, and their outputs merge by their log-sum-exp
-// (docs/SEMANTICS.md, "Blocks"). Masks, slopes and sinks are the block's own, sliced by the caller.
+// (docs/SEMANTICS.md, "Blocks"). Masks, slopes and sinks are the block's own, sliced by the caller
+// (alibi_max_bias is refused: pass the whole's standard slopes, narrowed).
 struct Block {
     std::int64_t batch = 0, head = 0, query = 0, key = 0;  // the call's origin in the whole
     std::int64_t queries = 0, keys = 0;  // the whole's Nq and Nkv; 0: the call's own past its origin
