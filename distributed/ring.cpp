@@ -11,6 +11,7 @@
 
 #include "attention/problem.hpp"
 #include "collective.hpp"
+#include "reference/tensor_access.hpp"
 #include "vkattn/distributed.hpp"
 #include "vkattn/errors.hpp"
 
@@ -38,18 +39,6 @@ TensorView rows(TensorView t, std::int64_t first, std::int64_t length) {
     t.data = static_cast<const std::uint8_t*>(t.data) + storage_bytes(t.dtype, first * t.strides[2]);
     t.shape[2] = length;
     return t;
-}
-
-double load(const void* data, DType dtype, std::int64_t i) {
-    if (dtype == DType::f32) return static_cast<const float*>(data)[i];
-    const std::uint16_t bits = static_cast<const std::uint16_t*>(data)[i];
-    return dtype == DType::f16 ? half_to_float(bits) : bf16_to_float(bits);
-}
-
-void store(void* data, DType dtype, std::int64_t i, double value) {
-    const auto x = static_cast<float>(value);
-    if (dtype == DType::f32) static_cast<float*>(data)[i] = x;
-    else static_cast<std::uint16_t*>(data)[i] = dtype == DType::f16 ? float_to_half(x) : float_to_bf16(x);
 }
 
 // FNV-1a over a span's bytes: per-rank constants (lengths, slopes, sinks, scales) must agree.
@@ -256,8 +245,9 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
                             const double sum = old_scale + new_scale;
                             for (std::int64_t e = 0; e < Dv; ++e) {
                                 double& a = acc[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)];
-                                a = (a * old_scale + new_scale * load(o_part.data(), shard.q.dtype,
-                                                                      static_cast<std::int64_t>(p) * Dv + e)) / sum;
+                                a = (a * old_scale + new_scale * load_element(o_part.data(), shard.q.dtype,
+                                                                              static_cast<std::int64_t>(p) * Dv + e)) /
+                                    sum;
                             }
                             m[row] = mm + std::log(sum);
                         }
@@ -287,8 +277,8 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
                     m[row] = total;
                 }
                 for (std::int64_t e = 0; e < Dv; ++e)
-                    store(out.o.data, out.o.dtype, out.o.offset(b, h, i, e),
-                          acc[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)] * scale);
+                    vkattn::detail::store(out.o, b, h, i, e,
+                                          acc[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)] * scale);
                 if (out.lse) out.lse[row] = static_cast<float>(m[row]);
             }
     return report;

@@ -2,6 +2,7 @@
 // context, each run into blocks (shard/block_inputs.hpp), one thread per context.
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -48,20 +49,24 @@ AttentionReport attention(std::span<Context* const> contexts, const AttentionInp
     const std::int64_t units = whole.B * whole.Hkv;
     const auto devices = static_cast<std::int64_t>(contexts.size());
 
+    // Each context's blocks, their inputs built (masks copied) and checked before any runs: a bad
+    // argument leaves the outputs untouched.
     struct Share {
         std::vector<BlockBox> boxes;
+        std::vector<std::unique_ptr<detail::BlockInputs>> blocks;  // one per box (not copyable: spans into it)
         std::vector<AttentionReport> reports;
         std::exception_ptr error;
     };
     std::vector<Share> shares(contexts.size());
-    for (std::int64_t d = 0; d < devices; ++d)
-        shares[static_cast<std::size_t>(d)].boxes = blocks_of(units * d / devices, units * (d + 1) / devices, whole);
-    // Every block is checked before any runs: a bad argument leaves the outputs untouched.
-    for (const Share& share : shares)
+    for (std::int64_t d = 0; d < devices; ++d) {
+        Share& share = shares[static_cast<std::size_t>(d)];
+        share.boxes = blocks_of(units * d / devices, units * (d + 1) / devices, whole);
         for (const BlockBox& box : share.boxes) {
-            const detail::BlockInputs block(whole, inputs, options, box);
+            share.blocks.push_back(std::make_unique<detail::BlockInputs>(whole, inputs, options, box));
+            const detail::BlockInputs& block = *share.blocks.back();
             (void)detail::resolve(block.inputs, detail::block_outputs(whole, outputs, box), block.options);
         }
+    }
 
     std::vector<std::thread> threads;
     for (std::size_t d = 0; d < shares.size(); ++d) {
@@ -69,10 +74,10 @@ AttentionReport attention(std::span<Context* const> contexts, const AttentionInp
         threads.emplace_back([&, d] {
             Share& share = shares[d];
             try {
-                for (const BlockBox& box : share.boxes) {
-                    const detail::BlockInputs block(whole, inputs, options, box);
-                    share.reports.push_back(
-                        attention(*contexts[d], block.inputs, detail::block_outputs(whole, outputs, box), block.options));
+                for (std::size_t i = 0; i < share.boxes.size(); ++i) {
+                    const detail::BlockInputs& block = *share.blocks[i];
+                    share.reports.push_back(attention(*contexts[d], block.inputs,
+                                                      detail::block_outputs(whole, outputs, share.boxes[i]), block.options));
                 }
             } catch (...) {
                 share.error = std::current_exception();

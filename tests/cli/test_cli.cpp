@@ -199,6 +199,16 @@ TEST_CASE("cli run: every rank and dtype round-trips and matches the reference",
     CHECK(cs.ok);
 }
 
+// Two float32 .npy files of one shape, within fp32 tolerance of each other.
+static void expect_same_floats(const fs::path& a, const fs::path& b) {
+    const npy::Array x = npy::read(a), y = npy::read(b);
+    CHECK(x.shape == y.shape);
+    const Comparison c = compare({x.as<float>(), x.as<float>() + x.count()}, {y.as<float>(), y.as<float>() + y.count()},
+                                 tolerance_for(DType::f32));
+    INFO(a.filename().string() << ": " << c.message);
+    CHECK(c.ok);
+}
+
 TEST_CASE("cli run --devices: the call split over two contexts writes what one device writes", "[cli]") {
     Workdir dir;
     std::mt19937 rng(23);
@@ -213,14 +223,8 @@ TEST_CASE("cli run --devices: the call split over two contexts writes what one d
     REQUIRE(one.status == 0);
     REQUIRE(two.status == 0);
     CHECK_THAT(two.err, Catch::Contains("2 devices"));
-    for (const auto& [a, b] : {std::pair{"o1.npy", "o2.npy"}, std::pair{"w1.npy", "w2.npy"}}) {
-        const npy::Array x = npy::read(dir / a), y = npy::read(dir / b);
-        CHECK(x.shape == y.shape);
-        const Comparison c = compare({x.as<float>(), x.as<float>() + x.count()}, {y.as<float>(), y.as<float>() + y.count()},
-                                     tolerance_for(DType::f32));
-        INFO(a << ": " << c.message);
-        CHECK(c.ok);
-    }
+    for (const auto& [a, b] : {std::pair{"o1.npy", "o2.npy"}, std::pair{"w1.npy", "w2.npy"}})
+        expect_same_floats(dir / a, dir / b);
 }
 
 #ifdef VKATTN_MPIEXEC
@@ -247,14 +251,8 @@ TEST_CASE("cli run --context-parallel: mpirun -np 2 and 3 write what one device 
         INFO(ranks << " ranks" << zigzag << "\n" << r.err);
         REQUIRE(r.status == 0);
         CHECK_THAT(r.err, Catch::Contains("ring attention over " + std::to_string(ranks) + " ranks"));
-        for (const auto& [a, b] : {std::pair{"o.npy", "o_cp.npy"}, std::pair{"l.npy", "l_cp.npy"}}) {
-            const npy::Array x = npy::read(dir / a), y = npy::read(dir / b);
-            CHECK(x.shape == y.shape);
-            const Comparison c = compare({x.as<float>(), x.as<float>() + x.count()},
-                                         {y.as<float>(), y.as<float>() + y.count()}, tolerance_for(DType::f32));
-            INFO(a << ": " << c.message);
-            CHECK(c.ok);
-        }
+        for (const auto& [a, b] : {std::pair{"o.npy", "o_cp.npy"}, std::pair{"l.npy", "l_cp.npy"}})
+            expect_same_floats(dir / a, dir / b);
         fs::remove(dir / "o_cp.npy");
         fs::remove(dir / "l_cp.npy");
     }

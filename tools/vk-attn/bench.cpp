@@ -249,8 +249,7 @@ int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps
                     row.add("dim", D);
                     row.add("causal", std::string(o.causal ? "yes" : "no"));
                     row.add("ring_ms", t.median_ms);
-                    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
-                    row.add("step_ms", steps[steps.size() / 2]);
+                    row.add("step_ms", testing::summarize(steps).median_ms);
                     row.add("compute_ms", compute / cp.ranks());
                     row.add("wait_ms", wait_per_step);
                     row.add("transfer_ms", transfer);
