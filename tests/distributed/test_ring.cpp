@@ -85,58 +85,77 @@ struct RingCase {
     bool lengths = false, sinks = false, slopes = false;
 };
 
+// A case's whole inputs (the same on every rank) and this rank's shard of them.
+struct RingData {
+    HostTensor q, k, v;
+    std::vector<std::int32_t> lengths;
+    std::vector<float> sinks, slopes;
+    AttentionInputs whole;
+    std::vector<Segment> mine;  // this rank's rows
+    HostTensor q_shard, k_shard, v_shard;
+    AttentionInputs shard;
+
+    RingData(const RingCase& c, std::mt19937& rng)
+        : q(random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hq, c.N, c.D})),
+          k(random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hkv, c.N, c.D})),
+          v(random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hkv, c.N, c.D})),
+          lengths{static_cast<std::int32_t>(c.N - 9), static_cast<std::int32_t>(c.N)} {
+        for (std::int64_t h = 0; h < c.Hq; ++h) {
+            sinks.push_back(0.5f - 0.3f * static_cast<float>(h));
+            slopes.push_back(0.1f + 0.05f * static_cast<float>(h));
+        }
+        whole = {.q = q.view(), .k = k.view(), .v = v.view()};
+        if (c.lengths) whole.kv_lengths = lengths;
+        if (c.sinks) whole.sinks = sinks;
+        if (c.slopes) whole.alibi_slopes = slopes;
+        const int P = ranks_of();
+        std::vector<std::int64_t> shard_lengths = contiguous_lengths(c.N, P);
+        if (c.sharding == Sharding::zigzag)
+            for (int r = 0; r < P; ++r) {
+                std::int64_t n = 0;
+                for (const Segment& s : distributed::shard_segments(Sharding::zigzag, c.N, shard_lengths, r)) n += s.length;
+                shard_lengths[static_cast<std::size_t>(r)] = n;
+            }
+        mine = distributed::shard_segments(c.sharding, c.N, shard_lengths, rank_of());
+        q_shard = gather_rows(q, mine);
+        k_shard = gather_rows(k, mine);
+        v_shard = gather_rows(v, mine);
+        shard = whole;
+        shard.q = q_shard.view();
+        shard.k = k_shard.view();
+        shard.v = v_shard.view();
+    }
+    RingData(const RingData&) = delete;  // the inputs point into the members
+
+    // This rank's rows of a whole [B, H, N, D] tensor, as doubles in shard order.
+    std::vector<double> rows_of(const HostTensor& t) const { return gather_rows(t, mine).doubles(); }
+};
+
 void expect_ring_equals_whole(const RingCase& c) {
     const int me = rank_of(), P = ranks_of();
     std::mt19937 rng(2024);  // the same whole on every rank
-    const HostTensor q = random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hq, c.N, c.D});
-    const HostTensor k = random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hkv, c.N, c.D});
-    const HostTensor v = random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hkv, c.N, c.D});
-    const std::vector<std::int32_t> lengths{static_cast<std::int32_t>(c.N - 9), static_cast<std::int32_t>(c.N)};
-    std::vector<float> sinks, slopes;
-    for (std::int64_t h = 0; h < c.Hq; ++h) {
-        sinks.push_back(0.5f - 0.3f * static_cast<float>(h));
-        slopes.push_back(0.1f + 0.05f * static_cast<float>(h));
-    }
-    AttentionInputs whole{.q = q.view(), .k = k.view(), .v = v.view()};
-    if (c.lengths) whole.kv_lengths = lengths;
-    if (c.sinks) whole.sinks = sinks;
-    if (c.slopes) whole.alibi_slopes = slopes;
+    const RingData data(c, rng);
     HostTensor want = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, c.N, c.D});
     std::vector<float> want_lse(static_cast<std::size_t>(c.B * c.Hq * c.N));
-    reference_attention(whole, {.o = want.mutable_view(), .lse = want_lse.data()}, c.options);
+    reference_attention(data.whole, {.o = want.mutable_view(), .lse = want_lse.data()}, c.options);
 
-    // This rank's shard.
-    std::vector<std::int64_t> shard_lengths = contiguous_lengths(c.N, P);
-    if (c.sharding == Sharding::zigzag)
-        for (int r = 0; r < P; ++r) {
-            std::int64_t n = 0;
-            for (const Segment& s : distributed::shard_segments(Sharding::zigzag, c.N, shard_lengths, r)) n += s.length;
-            shard_lengths[static_cast<std::size_t>(r)] = n;
-        }
-    const std::vector<Segment> mine = distributed::shard_segments(c.sharding, c.N, shard_lengths, me);
-    const HostTensor qs = gather_rows(q, mine), ks = gather_rows(k, mine), vs = gather_rows(v, mine);
-    AttentionInputs shard = whole;
-    shard.q = qs.view();
-    shard.k = ks.view();
-    shard.v = vs.view();
-    HostTensor o = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, qs.shape[2], c.D});
-    std::vector<float> lse(static_cast<std::size_t>(c.B * c.Hq * qs.shape[2]), NAN);
+    const std::int64_t nq = data.q_shard.shape[2];
+    HostTensor o = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, nq, c.D});
+    std::vector<float> lse(static_cast<std::size_t>(c.B * c.Hq * nq), NAN);
     const distributed::RingReport report = distributed::ring_attention(
-        MPI_COMM_WORLD, context(), shard, {.o = o.mutable_view(), .lse = lse.data()}, c.options,
+        MPI_COMM_WORLD, context(), data.shard, {.o = o.mutable_view(), .lse = lse.data()}, c.options,
         {.sharding = c.sharding, .timeout_s = 60});
     CHECK(report.step_ms.size() == static_cast<std::size_t>(P));
     CHECK(report.blocks_run > 0);
 
     // The whole's rows of this shard.
-    std::vector<double> want_o, want_l;
+    std::vector<double> want_l;
     for (std::int64_t b = 0; b < c.B; ++b)
         for (std::int64_t h = 0; h < c.Hq; ++h)
-            for (const Segment& s : mine)
-                for (std::int64_t i = s.first; i < s.first + s.length; ++i) {
+            for (const Segment& s : data.mine)
+                for (std::int64_t i = s.first; i < s.first + s.length; ++i)
                     want_l.push_back(want_lse[static_cast<std::size_t>((b * c.Hq + h) * c.N + i)]);
-                    for (std::int64_t d = 0; d < c.D; ++d) want_o.push_back(want.at(b, h, i, d));
-                }
-    const Comparison co = compare(o.doubles(), want_o, tolerance_for(c.dtype));
+    const Comparison co = compare(o.doubles(), data.rows_of(want), tolerance_for(c.dtype));
     const Comparison cl = compare_lse({lse.begin(), lse.end()}, want_l);
     INFO("rank " << me << " of " << P << ": o: " << co.message << "\nlse: " << cl.message);
     CHECK(co.ok);
@@ -144,11 +163,59 @@ void expect_ring_equals_whole(const RingCase& c) {
     CHECK(context().validation_messages().empty());
 }
 
-}  // namespace
+// The ring's forward then its backward, against the whole's reference gradients: this rank's rows
+// of dq, dk and dv, and the sinks' gradient on every rank.
+void expect_ring_gradients_equal_whole(const RingCase& c) {
+    const int me = rank_of(), P = ranks_of();
+    std::mt19937 rng(77);
+    const RingData data(c, rng);
+    const HostTensor grad_out = random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hq, c.N, c.D});
+    HostTensor want_dq = nan_tensor(c.dtype, Layout::bhnd, data.q.shape), want_dk = nan_tensor(c.dtype, Layout::bhnd, data.k.shape),
+               want_dv = nan_tensor(c.dtype, Layout::bhnd, data.v.shape);
+    std::vector<float> want_d_sinks(static_cast<std::size_t>(c.Hq), NAN);
+    reference_attention_backward(data.whole, grad_out.view(),
+                                 {.dq = want_dq.mutable_view(), .dk = want_dk.mutable_view(), .dv = want_dv.mutable_view(),
+                                  .d_sinks = c.sinks ? want_d_sinks.data() : nullptr},
+                                 c.options);
 
-TEST_CASE("ring: every feature, both shardings, equals the whole on every rank", "[distributed]") {
-    using Setup = std::function<void(RingCase&)>;
-    const std::vector<std::pair<const char*, Setup>> cases{
+    const std::int64_t nq = data.q_shard.shape[2];
+    HostTensor o = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, nq, c.D});
+    std::vector<float> lse(static_cast<std::size_t>(c.B * c.Hq * nq), NAN);
+    const distributed::RingOptions ring{.sharding = c.sharding, .timeout_s = 60};
+    distributed::ring_attention(MPI_COMM_WORLD, context(), data.shard, {.o = o.mutable_view(), .lse = lse.data()},
+                                c.options, ring);
+    const HostTensor grad_shard = gather_rows(grad_out, data.mine);
+    HostTensor dq = nan_tensor(c.dtype, Layout::bhnd, data.q_shard.shape), dk = nan_tensor(c.dtype, Layout::bhnd, data.k_shard.shape),
+               dv = nan_tensor(c.dtype, Layout::bhnd, data.v_shard.shape);
+    std::vector<float> d_sinks(static_cast<std::size_t>(c.Hq), NAN);
+    const distributed::RingReport report = distributed::ring_attention_backward(
+        MPI_COMM_WORLD, context(), data.shard, o.view(), lse, grad_shard.view(),
+        {.dq = dq.mutable_view(), .dk = dk.mutable_view(), .dv = dv.mutable_view(),
+         .d_sinks = c.sinks ? d_sinks.data() : nullptr},
+        c.options, ring);
+    CHECK(report.step_ms.size() == static_cast<std::size_t>(P));
+    CHECK(report.blocks_run > 0);
+    CHECK(report.flops > 0);
+
+    const Tolerance tol = gradient_tolerance_for(c.dtype);
+    for (const auto& [got, want, name] : {std::tuple{&dq, &want_dq, "dq"}, std::tuple{&dk, &want_dk, "dk"},
+                                          std::tuple{&dv, &want_dv, "dv"}}) {
+        const Comparison cmp = compare(got->doubles(), data.rows_of(*want), tol);
+        INFO("rank " << me << " of " << P << ": " << name << ": " << cmp.message);
+        CHECK(cmp.ok);
+    }
+    if (c.sinks) {
+        const Comparison cmp = compare({d_sinks.begin(), d_sinks.end()}, {want_d_sinks.begin(), want_d_sinks.end()}, tol);
+        INFO("rank " << me << ": d_sinks: " << cmp.message);
+        CHECK(cmp.ok);
+    }
+    CHECK(context().validation_messages().empty());
+}
+
+// Every feature the ring keeps the whole's meaning of.
+using Setup = std::function<void(RingCase&)>;
+const std::vector<std::pair<const char*, Setup>>& ring_cases() {
+    static const std::vector<std::pair<const char*, Setup>> cases{
         {"non-causal", [](RingCase&) {}},
         {"top-left causal", [](RingCase& c) { c.options.causal = Causal::top_left; }},
         {"bottom-right causal, key lengths", [](RingCase& c) {
@@ -180,14 +247,37 @@ TEST_CASE("ring: every feature, both shardings, equals the whole on every rank",
              c.options.impl = Impl::fused;
          }},
     };
+    return cases;
+}
+
+}  // namespace
+
+TEST_CASE("ring: every feature, both shardings, equals the whole on every rank", "[distributed]") {
     for (const Sharding sharding : {Sharding::contiguous, Sharding::zigzag})
-        for (const auto& [name, setup] : cases) {
+        for (const auto& [name, setup] : ring_cases()) {
             INFO(name << (sharding == Sharding::zigzag ? ", zigzag" : ", contiguous"));
             RingCase c;
             c.sharding = sharding;
             setup(c);
             expect_ring_equals_whole(c);
         }
+}
+
+TEST_CASE("ring backward: every feature, both shardings, the whole's gradients on every rank", "[distributed]") {
+    for (const Sharding sharding : {Sharding::contiguous, Sharding::zigzag})
+        for (const auto& [name, setup] : ring_cases()) {
+            INFO(name << (sharding == Sharding::zigzag ? ", zigzag" : ", contiguous"));
+            RingCase c;
+            c.sharding = sharding;
+            setup(c);
+            expect_ring_gradients_equal_whole(c);
+        }
+    RingCase bf16;  // the three-stage backward, bf16
+    bf16.dtype = DType::bf16;
+    bf16.sinks = true;
+    bf16.options.impl = Impl::unfused;
+    bf16.options.causal = Causal::bottom_right;
+    expect_ring_gradients_equal_whole(bf16);
 }
 
 TEST_CASE("ring: zigzag skips the blocks causal hides", "[distributed]") {
@@ -241,4 +331,34 @@ TEST_CASE("ring: a rank with a bad shard makes every rank throw its error, namin
                                                    .bool_mask = MaskView{mask.data(), {5, 5}}},
                                                   {.o = o16.mutable_view()}),
                       Catch::StartsWith("bool_mask: rank 0: "));
+}
+
+TEST_CASE("ring backward: a rank's bad o, lse or gradients make every rank throw, naming it", "[distributed]") {
+    const int last = ranks_of() - 1;
+    std::mt19937 rng(5);
+    const HostTensor t = good_of(rng), o = good_of(rng), grad = good_of(rng);
+    HostTensor dq = o16_of(), dk = o16_of(), dv = o16_of();
+    const AttentionInputs in{.q = t.view(), .k = t.view(), .v = t.view()};
+    const std::vector<float> lse(10, 0.0f);
+    // The last rank's lse is short.
+    const std::span<const float> lse_here(lse.data(), rank_of() == last ? 9 : 10);
+    CHECK_THROWS_WITH(distributed::ring_attention_backward(MPI_COMM_WORLD, context(), in, o.view(), lse_here, grad.view(),
+                                                           {.dq = dq.mutable_view()}),
+                      Catch::StartsWith("lse: rank " + std::to_string(last) + ": ") && Catch::Contains("B·Hq·n_q = 10"));
+    CHECK_THROWS_WITH(distributed::ring_attention_backward(MPI_COMM_WORLD, context(), in, o.view(), lse, grad.view(),
+                                                           {.dk = dk.mutable_view()}),
+                      Catch::StartsWith("dv: rank 0: ") && Catch::Contains("together"));
+    // grad_out of another dtype; a gradient of another shape.
+    const HostTensor grad16 = random_tensor(rng, DType::f16, Layout::bhnd, {1, 2, 5, 16});
+    CHECK_THROWS_WITH(distributed::ring_attention_backward(MPI_COMM_WORLD, context(), in, o.view(), lse, grad16.view(),
+                                                           {.dq = dq.mutable_view()}),
+                      Catch::StartsWith("grad_out: rank 0: "));
+    HostTensor short_dk = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 4, 16});
+    CHECK_THROWS_WITH(distributed::ring_attention_backward(MPI_COMM_WORLD, context(), in, o.view(), lse, grad.view(),
+                                                           {.dk = short_dk.mutable_view(), .dv = dv.mutable_view()}),
+                      Catch::StartsWith("dk: rank 0: "));
+    // Nothing was written.
+    for (const HostTensor* g : {&dq, &dk, &dv})
+        for (const double x : g->doubles()) REQUIRE(std::isnan(x));
+    CHECK(context().validation_messages().empty());
 }

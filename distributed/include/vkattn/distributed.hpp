@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "vkattn/attention.hpp"
@@ -75,5 +76,25 @@ double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, doub
 // vk-attn does) rather than reuse it.
 RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
                           const AttentionOptions& options = {}, const RingOptions& ring = {});
+
+// The backward of ring_attention, on ring-flash-attention's schedule: the gradients of a loss with
+// respect to this rank's shards, given its shards of the forward's o and lse (ring_attention's
+// outputs for the same inputs and options: o [B, Hq, n_q, Dv] of q's dtype, lse B·Hq·n_q values) and
+// grad_out = ∂loss/∂o (o's shape and dtype). The K/V shards travel the ring as in the forward; in
+// each step this rank runs, in one submission, the device backward (attention_backward on device
+// tensors) of every visible pair of its query segments and the held key segments, as blocks of the
+// whole given the whole's o and lse rows; dQ stays here, and the held shard's dK and dV join an
+// fp32 accumulator that follows that shard round the ring one step behind it and arrives home
+// after the last step (one transfer more than the forward's, not hidden). The sinks' gradient
+// (−Σ e^(sink − lse)·(dO·O) over every row) is summed over the ranks. `grads`: dq like q, dk and dv
+// like this rank's k and v (together, or neither), d_sinks [Hq] with sinks; no d_float_mask (no
+// masks). Float types only (f32, f16, bf16); a pair's gradients are rounded to the storage type
+// once before the sum (as a device backward's own key slices are not), so f16/bf16 gradients
+// carry up to a few roundings more than one device's. Arguments agreed across the ranks first,
+// every wait bounded, as ring_attention; report: bytes_sent counts the dK/dV transfers too, flops
+// the backward's (2·(3·Dk + 2·Dv) per visible pair).
+RingReport ring_attention_backward(MPI_Comm comm, Context& context, const AttentionInputs& shard, const TensorView& o,
+                                   std::span<const float> lse, const TensorView& grad_out, const AttentionGradients& grads,
+                                   const AttentionOptions& options = {}, const RingOptions& ring = {});
 
 }  // namespace vkattn::distributed

@@ -1,0 +1,300 @@
+// The ring's backward (vkattn/distributed.hpp), as ring-flash-attention runs it: the K/V shards
+// travel the ring as in the forward; each step a rank computes, on the device, the gradients of its
+// queries and of the K/V shard it holds for every visible (query segment, key segment) pair, keeps
+// dQ, and adds the held shard's dK/dV to the accumulator that follows that shard round the ring one
+// step behind it, arriving home after the last step.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "attention/problem.hpp"
+#include "collective.hpp"
+#include "reference/tensor_access.hpp"
+#include "ring_setup.hpp"
+#include "vkattn/batch.hpp"
+#include "vkattn/distributed.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/plan.hpp"
+
+namespace vkattn::distributed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+vkattn::detail::TensorLayout layout_of(const auto& t) { return {t.dtype, t.shape, t.strides}; }
+
+// The bytes of the first `elements` floats of a buffer, to send or receive.
+std::span<std::uint8_t> bytes_of(std::vector<float>& values, std::int64_t elements) {
+    return {reinterpret_cast<std::uint8_t*>(values.data()), static_cast<std::size_t>(elements) * sizeof(float)};
+}
+
+// One (query segment, key segment) pair's gradients: on the device, and downloaded (storage type).
+struct PairGradients {
+    DeviceTensor dq, dk, dv;
+    std::vector<std::uint8_t> dq_host, dk_host, dv_host;
+};
+
+// A dense host buffer of `shape` in `dtype` and a view of it.
+MutableTensorView host_buffer(std::vector<std::uint8_t>& bytes, DType dtype, const std::array<std::int64_t, 4>& shape) {
+    bytes.resize(static_cast<std::size_t>(storage_bytes(dtype, shape[0] * shape[1] * shape[2] * shape[3])));
+    return make_view(static_cast<void*>(bytes.data()), dtype, Layout::bhnd, shape);
+}
+
+}  // namespace
+
+RingReport ring_attention_backward(MPI_Comm comm, Context& context, const AttentionInputs& shard, const TensorView& o,
+                                   std::span<const float> lse, const TensorView& grad_out, const AttentionGradients& grads,
+                                   const AttentionOptions& options, const RingOptions& ring) {
+    const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dk = shard.q.shape[3];
+    const std::int64_t Hkv = shard.k.shape[1], Dv = shard.v.shape[3];
+    const bool want_dq = grads.dq.data != nullptr, want_kv = grads.dk.data != nullptr;
+    const detail::RingSetup setup = detail::prepare(
+        comm, shard, options, ring, [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
+            vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);
+            if (grads.d_float_mask) throw InvalidArgument("d_float_mask", "ring attention takes no masks.");
+            if (want_kv != (grads.dv.data != nullptr))
+                throw InvalidArgument(want_kv ? "dv" : "dk", "the backward pass computes dK and dV together; give both.");
+            const std::array<std::int64_t, 4> o_shape{B, Hq, nq, Dv};
+            for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&grad_out, "grad_out"}}) {
+                if (t->data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
+                if (t->shape != o_shape || t->dtype != shard.q.dtype)
+                    throw InvalidArgument(name, "must be this rank's shard of the forward's o: " +
+                                                    vkattn::detail::shape_text(o_shape) + " of q's dtype.");
+            }
+            if (lse.size() != static_cast<std::size_t>(B * Hq * nq))
+                throw InvalidArgument("lse", "has " + std::to_string(lse.size()) + " values but this rank's shard of the "
+                                                 "forward's log-sum-exp has B·Hq·n_q = " + std::to_string(B * Hq * nq) + ".");
+            if (want_dq && grads.dq.shape != shard.q.shape)
+                throw InvalidArgument("dq", "the shape is " + vkattn::detail::shape_text(grads.dq.shape) + " but must be q's, " +
+                                                vkattn::detail::shape_text(shard.q.shape) + ".");
+            // The engine's checks of the first pair's backward (dk and dv: the whole shard, as `first`'s k and v).
+            const std::int64_t rows = r.q_segments[0].length;
+            std::uint32_t unused = 0;
+            const AttentionOutputs part{
+                .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, rows, Dv})};
+            const vkattn::detail::Problem p = vkattn::detail::resolve(first, part, block);
+            vkattn::detail::check_backward(
+                p, vkattn::detail::spec_of(first, part, block),
+                {.grad_out = layout_of(detail::rows(grad_out, 0, rows)),
+                 .dq = want_dq ? std::optional(layout_of(detail::rows(grads.dq, 0, rows))) : std::nullopt,
+                 .dk = want_kv ? std::optional(layout_of(grads.dk)) : std::nullopt,
+                 .dv = want_kv ? std::optional(layout_of(grads.dv)) : std::nullopt,
+                 .d_sinks = grads.d_sinks != nullptr});
+        });
+    const int P = setup.P, me = setup.me;
+    detail::KvRing kv(setup, shard.k, shard.v);
+    RingReport report;
+    report.ranks = P;
+
+    // On the device for the whole ring: this rank's q, o, grad_out and key lengths, and the forward's
+    // lse of each query segment (the backward takes it contiguous); the held K/V, filled each step.
+    const DeviceTensor q = DeviceTensor::from_host(context, shard.q);
+    const DeviceTensor o_rows = DeviceTensor::from_host(context, o);
+    const DeviceTensor grad_rows = DeviceTensor::from_host(context, grad_out);
+    DeviceTensor lengths;
+    if (!shard.kv_lengths.empty())
+        lengths = DeviceTensor::from_host(
+            context, make_view(static_cast<const void*>(shard.kv_lengths.data()), DType::i32, Layout::bhnd, {1, 1, 1, B}));
+    std::vector<DeviceTensor> lse_rows;
+    for (std::int64_t q_local = 0; const Segment& qs : setup.q_segments) {
+        std::vector<float> part;
+        for (std::int64_t bh = 0; bh < B * Hq; ++bh)
+            part.insert(part.end(), lse.begin() + bh * nq + q_local, lse.begin() + bh * nq + q_local + qs.length);
+        lse_rows.push_back(DeviceTensor::from_host(
+            context, make_view(static_cast<const void*>(part.data()), DType::f32, Layout::bhnd, {B, Hq, qs.length, 1})));
+        q_local += qs.length;
+    }
+    const std::int64_t most = *std::max_element(setup.k_rows.begin(), setup.k_rows.end());
+    const DeviceTensor k_held = DeviceTensor::empty(context, shard.k.dtype, {B, Hkv, most, Dk});
+    const DeviceTensor v_held = DeviceTensor::empty(context, shard.v.dtype, {B, Hkv, most, Dv});
+    std::vector<PairGradients> pairs;  // one per pair of a step, kept across steps
+
+    // dQ accumulated here; the held shard's dK/dV in fp32: this step's part, the accumulator
+    // arriving from the previous rank, and the one leaving for the next.
+    std::vector<double> dq(want_dq ? static_cast<std::size_t>(B * Hq * nq * Dk) : 0);
+    const auto kv_elements = [&](std::int64_t rows, std::int64_t D) { return B * Hkv * rows * D; };
+    std::vector<float> dk_part, dv_part, dk_in, dv_in, dk_out, dv_out;
+    if (want_kv)
+        for (auto* buffer : {&dk_part, &dk_in, &dk_out, &dv_part, &dv_in, &dv_out})
+            buffer->resize(static_cast<std::size_t>(kv_elements(most, buffer == &dk_part || buffer == &dk_in || buffer == &dk_out ? Dk : Dv)));
+
+    for (int s = 0; s < P; ++s) {
+        const auto start = Clock::now();
+        const int holder = setup.holder(s);
+        const std::int64_t held = setup.k_rows[static_cast<std::size_t>(holder)];
+        std::vector<MPI_Request> requests;
+        kv.post(comm, s, requests, report.bytes_sent);
+        if (want_kv && s > 0) {  // the previous step's shard's accumulator on; the held shard's in
+            const std::int64_t leaving = setup.k_rows[static_cast<std::size_t>(setup.holder(s - 1))];
+            detail::post_exchange(comm, setup, s, detail::Carried::dk, bytes_of(dk_out, kv_elements(leaving, Dk)),
+                                  bytes_of(dk_in, kv_elements(held, Dk)), requests, report.bytes_sent);
+            detail::post_exchange(comm, setup, s, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
+                                  bytes_of(dv_in, kv_elements(held, Dv)), requests, report.bytes_sent);
+        }
+        detail::TransferProgress progress(requests, ring.timeout_s);
+        const auto compute_start = Clock::now();
+
+        // Every visible pair's backward in one submission.
+        Batch batch(context);
+        batch.upload(k_held.seq(0, held), kv.k(s));
+        batch.upload(v_held.seq(0, held), kv.v(s));
+        struct Ran {
+            std::size_t pair;
+            std::int64_t q_local, k_local;
+            Segment qs, ks;
+        };
+        std::vector<Ran> ran;
+        std::int64_t q_local = 0;
+        for (std::size_t qi = 0; qi < setup.q_segments.size(); ++qi) {
+            const Segment& qs = setup.q_segments[qi];
+            std::int64_t k_local = 0;
+            for (const Segment& ks : setup.key_segments(holder)) {
+                const AttentionInputs host = setup.block_inputs(shard, kv.k(s), kv.v(s), q_local, qs, k_local, ks);
+                const AttentionOptions block = setup.block_options(options, qs, ks);
+                std::uint32_t unused = 0;
+                const AttentionOutputs stand_in{
+                    .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, qs.length, Dv})};
+                if (qs.length == 0 || ks.length == 0 || (!want_dq && !want_kv) ||
+                    vkattn::detail::resolve(host, stand_in, block).visible_pairs() == 0) {
+                    ++report.blocks_skipped;
+                    k_local += ks.length;
+                    continue;
+                }
+                const std::size_t slot = ran.size();
+                if (slot == pairs.size()) pairs.emplace_back();
+                PairGradients& g = pairs[slot];
+                // Sized for the largest segments any step brings.
+                if (want_dq && (!g.dq.defined() || g.dq.shape()[2] < qs.length))
+                    g.dq = DeviceTensor::empty(context, shard.q.dtype, {B, Hq, qs.length, Dk});
+                if (want_kv && (!g.dk.defined() || g.dk.shape()[2] < ks.length)) {
+                    g.dk = DeviceTensor::empty(context, shard.k.dtype, {B, Hkv, ks.length, Dk});
+                    g.dv = DeviceTensor::empty(context, shard.v.dtype, {B, Hkv, ks.length, Dv});
+                }
+                const DeviceAttentionInputs in{.q = q.seq(q_local, qs.length),
+                                               .k = k_held.seq(k_local, ks.length),
+                                               .v = v_held.seq(k_local, ks.length),
+                                               .kv_lengths = lengths,
+                                               .alibi_slopes = setup.slopes};
+                const DeviceAttentionGradients out{.dq = want_dq ? g.dq.seq(0, qs.length) : DeviceTensor{},
+                                                   .dk = want_kv ? g.dk.seq(0, ks.length) : DeviceTensor{},
+                                                   .dv = want_kv ? g.dv.seq(0, ks.length) : DeviceTensor{}};
+                report.flops += attention_backward(batch, in, o_rows.seq(q_local, qs.length), lse_rows[qi],
+                                                   grad_rows.seq(q_local, qs.length), out, block)
+                                    .flops;
+                if (want_dq) batch.download(out.dq, host_buffer(g.dq_host, shard.q.dtype, out.dq.shape()));
+                if (want_kv) {
+                    batch.download(out.dk, host_buffer(g.dk_host, shard.k.dtype, out.dk.shape()));
+                    batch.download(out.dv, host_buffer(g.dv_host, shard.v.dtype, out.dv.shape()));
+                }
+                ran.push_back({slot, q_local, k_local, qs, ks});
+                ++report.blocks_run;
+                k_local += ks.length;
+            }
+            q_local += qs.length;
+        }
+        batch.submit().wait();
+
+        // Sum the pairs: dQ into this rank's rows, dK/dV into the held shard's part.
+        if (want_kv) {
+            std::fill(dk_part.begin(), dk_part.end(), 0.0f);
+            std::fill(dv_part.begin(), dv_part.end(), 0.0f);
+        }
+        for (const Ran& r : ran) {
+            const PairGradients& g = pairs[r.pair];
+            for (std::int64_t b = 0; b < B; ++b) {
+                if (want_dq)
+                    for (std::int64_t h = 0; h < Hq; ++h)
+                        for (std::int64_t i = 0; i < r.qs.length; ++i)
+                            for (std::int64_t e = 0; e < Dk; ++e)
+                                dq[static_cast<std::size_t>(((b * Hq + h) * nq + r.q_local + i) * Dk + e)] +=
+                                    load_element(g.dq_host.data(), shard.q.dtype, ((b * Hq + h) * r.qs.length + i) * Dk + e);
+                if (want_kv)
+                    for (std::int64_t h = 0; h < Hkv; ++h)
+                        for (std::int64_t j = 0; j < r.ks.length; ++j) {
+                            const std::int64_t from = (b * Hkv + h) * r.ks.length + j, to = (b * Hkv + h) * held + r.k_local + j;
+                            for (std::int64_t e = 0; e < Dk; ++e)
+                                dk_part[static_cast<std::size_t>(to * Dk + e)] +=
+                                    static_cast<float>(load_element(g.dk_host.data(), shard.k.dtype, from * Dk + e));
+                            for (std::int64_t e = 0; e < Dv; ++e)
+                                dv_part[static_cast<std::size_t>(to * Dv + e)] +=
+                                    static_cast<float>(load_element(g.dv_host.data(), shard.v.dtype, from * Dv + e));
+                        }
+            }
+        }
+        report.compute_ms += ms_since(compute_start);
+        const detail::TransferProgress::Outcome transfer = progress.finish();
+        report.wait_ms += transfer.wait_ms;
+        report.transfer_ms += transfer.transfer_ms;
+        report.hidden_ms += transfer.hidden_ms;
+        // The accumulator leaving in the next step: what arrived plus this rank's part.
+        if (want_kv)
+            for (auto [out, in, part, D] : {std::tuple{&dk_out, &dk_in, &dk_part, Dk}, std::tuple{&dv_out, &dv_in, &dv_part, Dv}})
+                for (std::int64_t x = 0; x < kv_elements(held, D); ++x) {
+                    const auto at = static_cast<std::size_t>(x);
+                    (*out)[at] = (s > 0 ? (*in)[at] : 0.0f) + (*part)[at];
+                }
+        report.step_ms.push_back(ms_since(start));
+    }
+
+    // Home: the last step's accumulator is the next rank's finished dK/dV; this rank's comes from
+    // the previous one.
+    if (want_kv && P > 1) {
+        const auto start = Clock::now();
+        const std::int64_t leaving = setup.k_rows[static_cast<std::size_t>(setup.holder(P - 1))];
+        const std::int64_t mine = setup.k_rows[static_cast<std::size_t>(me)];
+        std::vector<MPI_Request> requests;
+        detail::post_exchange(comm, setup, P, detail::Carried::dk, bytes_of(dk_out, kv_elements(leaving, Dk)),
+                              bytes_of(dk_in, kv_elements(mine, Dk)), requests, report.bytes_sent);
+        detail::post_exchange(comm, setup, P, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
+                              bytes_of(dv_in, kv_elements(mine, Dv)), requests, report.bytes_sent);
+        const double waited = detail::wait_all(requests, ring.timeout_s, "the ring's dK/dV");
+        report.wait_ms += waited;
+        report.transfer_ms += waited;
+        report.step_ms.back() += ms_since(start);
+        std::swap(dk_out, dk_in);
+        std::swap(dv_out, dv_in);
+    }
+
+    // The sinks' gradient, −Σ_i e^(sink − lse_i)·(dO_i·O_i) over every query row (the lse holds the
+    // sink), summed over the ranks.
+    if (grads.d_sinks) {
+        std::vector<double> d_sinks(static_cast<std::size_t>(Hq), 0.0);
+        for (std::int64_t h = 0; h < Hq; ++h) {
+            const float sink = shard.sinks[static_cast<std::size_t>(h)];
+            if (sink == -std::numeric_limits<float>::infinity()) continue;
+            for (std::int64_t b = 0; b < B; ++b)
+                for (std::int64_t i = 0; i < nq; ++i) {
+                    const double row_lse = lse[static_cast<std::size_t>((b * Hq + h) * nq + i)];
+                    if (row_lse == -std::numeric_limits<double>::infinity()) continue;
+                    double delta = 0.0;
+                    for (std::int64_t e = 0; e < Dv; ++e)
+                        delta += vkattn::detail::load(grad_out, b, h, i, e) * vkattn::detail::load(o, b, h, i, e);
+                    d_sinks[static_cast<std::size_t>(h)] -= std::exp(sink - row_lse) * delta;
+                }
+        }
+        detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, d_sinks.data(), static_cast<int>(Hq), MPI_DOUBLE, MPI_SUM, comm),
+                          "summing the sinks' gradient");
+        for (std::int64_t h = 0; h < Hq; ++h) grads.d_sinks[h] = static_cast<float>(d_sinks[static_cast<std::size_t>(h)]);
+    }
+    for (std::int64_t b = 0; b < B; ++b) {
+        if (want_dq)
+            for (std::int64_t h = 0; h < Hq; ++h)
+                for (std::int64_t i = 0; i < nq; ++i)
+                    for (std::int64_t e = 0; e < Dk; ++e)
+                        vkattn::detail::store(grads.dq, b, h, i, e, dq[static_cast<std::size_t>(((b * Hq + h) * nq + i) * Dk + e)]);
+        if (want_kv)
+            for (std::int64_t h = 0; h < Hkv; ++h)
+                for (std::int64_t j = 0; j < shard.k.shape[2]; ++j) {
+                    const std::int64_t row = (b * Hkv + h) * shard.k.shape[2] + j;
+                    for (std::int64_t e = 0; e < Dk; ++e)
+                        vkattn::detail::store(grads.dk, b, h, j, e, dk_out[static_cast<std::size_t>(row * Dk + e)]);
+                    for (std::int64_t e = 0; e < Dv; ++e)
+                        vkattn::detail::store(grads.dv, b, h, j, e, dv_out[static_cast<std::size_t>(row * Dv + e)]);
+                }
+    }
+    return report;
+}
+
+}  // namespace vkattn::distributed

@@ -1,0 +1,209 @@
+#include "ring_setup.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "attention/problem.hpp"
+#include "collective.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::distributed::detail {
+namespace {
+
+// FNV-1a over a span's bytes: per-rank constants (lengths, slopes, sinks, scales) must agree.
+template <class T>
+std::int64_t digest(std::span<const T> values) {
+    std::uint64_t h = 1469598103934665603ull;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+    for (std::size_t i = 0; i < values.size_bytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    return static_cast<std::int64_t>(h ^ values.size());
+}
+
+// What every rank must share: shapes other than the sequence, types, options and per-rank constants.
+std::vector<std::int64_t> signature(const AttentionInputs& in, const AttentionOptions& o, const RingOptions& ring) {
+    auto bits = [](double x) { return std::bit_cast<std::int64_t>(x); };
+    return {in.q.shape[0], in.q.shape[1], in.k.shape[1], in.q.shape[3], in.v.shape[3],
+            static_cast<std::int64_t>(in.q.dtype), static_cast<std::int64_t>(in.k.dtype),
+            static_cast<std::int64_t>(in.v.dtype), static_cast<std::int64_t>(in.kv_lengths.size()),
+            static_cast<std::int64_t>(in.alibi_slopes.size()), static_cast<std::int64_t>(in.sinks.size()),
+            bits(o.scale.value_or(-1.0)), static_cast<std::int64_t>(o.causal), o.causal_offset.value_or(-(1LL << 40)),
+            o.diagonal_offset, o.diagonal_bottom_right, o.window.left, o.window.right, bits(o.softcap.value_or(0.0)),
+            bits(o.alibi_max_bias.value_or(0.0)), bits(o.dropout), static_cast<std::int64_t>(o.seed),
+            static_cast<std::int64_t>(o.impl), static_cast<std::int64_t>(ring.sharding), digest(in.kv_lengths),
+            digest(in.alibi_slopes), digest(in.sinks), digest(in.k_scale), digest(in.v_scale)};
+}
+constexpr const char* kSignatureNames[] = {
+    "the batch size", "the query heads", "the K/V heads", "Dk", "Dv", "q's dtype", "k's dtype", "v's dtype",
+    "the key lengths' count", "the ALiBi slopes' count", "the sinks' count", "scale", "causal", "causal_offset",
+    "diagonal_offset", "diagonal_bottom_right", "the window's left side", "the window's right side", "softcap",
+    "alibi_max_bias", "dropout", "seed", "impl", "the sharding", "kv_lengths", "alibi_slopes", "sinks", "k_scale",
+    "v_scale"};
+
+// MPI counts are int: a message goes in pieces of 1 GiB, at most kPieces of them (the tag's room).
+constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
+constexpr std::uint64_t kPieces = 64;
+
+}  // namespace
+
+std::vector<Segment> RingSetup::key_segments(int rank) const { return shard_segments(sharding, Nkv, k_rows, rank); }
+
+AttentionOptions RingSetup::block_options(const AttentionOptions& options, const Segment& qs, const Segment& ks) const {
+    AttentionOptions o = options;
+    o.alibi_max_bias.reset();  // given as the whole's slopes (`slopes`): blocks take no max bias
+    o.block = {.query = qs.first, .key = ks.first, .queries = Nq, .keys = Nkv};
+    return o;
+}
+
+AttentionInputs RingSetup::block_inputs(const AttentionInputs& shard, const TensorView& k, const TensorView& v,
+                                        std::int64_t q_local, const Segment& qs, std::int64_t k_local,
+                                        const Segment& ks) const {
+    AttentionInputs in = shard;
+    in.q = rows(shard.q, q_local, qs.length);
+    in.k = rows(k, k_local, ks.length);
+    in.v = rows(v, k_local, ks.length);
+    in.sinks = {};
+    in.alibi_slopes = slopes;
+    return in;
+}
+
+RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
+                  const CallCheck& check) {
+    RingSetup r;
+    check_mpi(MPI_Comm_rank(comm, &r.me), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm, &r.P), "MPI_Comm_size");
+    r.sharding = ring.sharding;
+    const auto ranks = static_cast<std::size_t>(r.P);
+
+    // Every rank's shard lengths and signature, gathered before any check can throw.
+    const std::array<std::int64_t, 2> mine{shard.q.shape[2], shard.k.shape[2]};
+    std::vector<std::int64_t> lengths(2 * ranks);
+    check_mpi(MPI_Allgather(mine.data(), 2, MPI_INT64_T, lengths.data(), 2, MPI_INT64_T, comm), "gathering the shard lengths");
+    for (std::size_t i = 0; i < ranks; ++i) {
+        r.q_rows.push_back(lengths[2 * i]);
+        r.k_rows.push_back(lengths[2 * i + 1]);
+        r.Nq += lengths[2 * i];
+        r.Nkv += lengths[2 * i + 1];
+    }
+    const std::vector<std::int64_t> sig = signature(shard, options, ring);
+    std::vector<std::int64_t> sigs(sig.size() * ranks);
+    check_mpi(MPI_Allgather(sig.data(), static_cast<int>(sig.size()), MPI_INT64_T, sigs.data(),
+                            static_cast<int>(sig.size()), MPI_INT64_T, comm),
+              "gathering the ranks' arguments");
+    r.q_segments = shard_segments(r.sharding, r.Nq, r.q_rows, r.me);
+    r.slopes = options.alibi_max_bias ? alibi_slopes(shard.q.shape[1], *options.alibi_max_bias)
+                                      : std::vector<float>(shard.alibi_slopes.begin(), shard.alibi_slopes.end());
+
+    agree(comm, [&] {
+        for (std::size_t i = 1; i < ranks; ++i)
+            for (std::size_t f = 0; f < sig.size(); ++f)
+                if (sigs[i * sig.size() + f] != sigs[f] && static_cast<int>(i) == r.me)
+                    throw InvalidArgument("shard", std::string(kSignatureNames[f]) + " differs from rank 0's; every rank "
+                                                   "passes the same shapes (but the sequence), types and options.");
+        if (!options.block.whole()) throw InvalidArgument("block", "ring attention makes the blocks itself.");
+        if (shard.bool_mask || shard.float_mask)
+            throw InvalidArgument(shard.bool_mask ? "bool_mask" : "float_mask",
+                                  "ring attention does not take masks yet; use causal, windows or key lengths.");
+        for (const auto& [segments, got, total, name] :
+             {std::tuple{r.q_segments, shard.q.shape[2], r.Nq, "q"}, std::tuple{r.key_segments(r.me), shard.k.shape[2], r.Nkv, "k"}}) {
+            std::int64_t want = 0;
+            for (const Segment& s : segments) want += s.length;
+            if (want != got)
+                throw InvalidArgument(name, "this rank's shard has " + std::to_string(got) + " rows but zigzag sharding of " +
+                                                std::to_string(total) + " rows over " + std::to_string(r.P) +
+                                                " ranks gives it " + std::to_string(want) + ".");
+        }
+        if (shard.v.shape[2] != shard.k.shape[2])
+            throw InvalidArgument("v", "its shard has " + std::to_string(shard.v.shape[2]) + " rows but k's has " +
+                                           std::to_string(shard.k.shape[2]) + ".");
+        // The largest message: a K/V shard, or its gradient's fp32 accumulator (the backward's).
+        const std::int64_t most = *std::max_element(r.k_rows.begin(), r.k_rows.end());
+        const std::uint64_t widest = std::max({storage_bytes(shard.k.dtype, shard.k.shape[3]), storage_bytes(shard.v.dtype, shard.v.shape[3]),
+                                               std::uint64_t{4} * static_cast<std::uint64_t>(std::max(shard.k.shape[3], shard.v.shape[3]))});
+        if (widest * static_cast<std::uint64_t>(shard.k.shape[0] * shard.k.shape[1] * most) > kPiece * kPieces)
+            throw InvalidArgument("k", "a rank's K/V shard (or its gradient) passes " + std::to_string(kPieces) +
+                                           " GiB, the most one ring message carries; use more ranks.");
+        // The engine's own checks, on this rank's first pair (every pair shares them but the rows;
+        // here with this rank's whole K/V shard, at the first key segment's origin).
+        AttentionInputs first = shard;  // with the sinks: resolve() checks them (one per query head)
+        first.q = rows(shard.q, 0, r.q_segments[0].length);
+        first.alibi_slopes = r.slopes;
+        check(r, first, r.block_options(options, r.q_segments[0], r.key_segments(r.me)[0]));
+    });
+    return r;
+}
+
+namespace {
+
+// A K or V shard as one contiguous [B, H, n, D] buffer, row after row (any storage type), to send.
+std::vector<std::uint8_t> pack(const TensorView& t, std::int64_t capacity_rows) {
+    const auto [B, H, N, D] = t.shape;
+    const std::uint64_t row = storage_bytes(t.dtype, D);
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(row * static_cast<std::uint64_t>(B * H * capacity_rows)));
+    std::uint8_t* to = out.data();
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < H; ++h)
+            for (std::int64_t n = 0; n < N; ++n, to += row)
+                std::memcpy(to, static_cast<const std::uint8_t*>(t.data) + storage_bytes(t.dtype, t.offset(b, h, n, 0)), row);
+    return out;
+}
+
+}  // namespace
+
+KvRing::KvRing(const RingSetup& setup, const TensorView& k, const TensorView& v) : setup_(setup), shape_{k, v} {
+    const std::int64_t most = *std::max_element(setup.k_rows.begin(), setup.k_rows.end());
+    for (int which = 0; which < 2; ++which) {
+        const TensorView& t = shape_[static_cast<std::size_t>(which)];
+        buffers_[static_cast<std::size_t>(which)][0] = pack(t, most);
+        buffers_[static_cast<std::size_t>(which)][1].resize(buffers_[static_cast<std::size_t>(which)][0].size());
+    }
+}
+
+TensorView KvRing::held(int step, int which) const {
+    const TensorView& t = shape_[static_cast<std::size_t>(which)];
+    const std::int64_t rows = setup_.k_rows[static_cast<std::size_t>(setup_.holder(step))];
+    return make_view<const void*>(buffers_[static_cast<std::size_t>(which)][static_cast<std::size_t>(step % 2)].data(),
+                                  t.dtype, Layout::bhnd, {t.shape[0], t.shape[1], rows, t.shape[3]});
+}
+
+void KvRing::post(MPI_Comm comm, int step, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent) {
+    if (step + 1 >= setup_.P) return;
+    const std::int64_t incoming = setup_.k_rows[static_cast<std::size_t>(setup_.holder(step + 1))];
+    for (int which = 0; which < 2; ++which) {
+        const TensorView& t = shape_[static_cast<std::size_t>(which)];
+        const std::uint64_t row = storage_bytes(t.dtype, t.shape[3]) * static_cast<std::uint64_t>(t.shape[0] * t.shape[1]);
+        auto& bufs = buffers_[static_cast<std::size_t>(which)];
+        const TensorView now = held(step, which);
+        post_exchange(comm, setup_, step, which == 0 ? Carried::k : Carried::v,
+                      {bufs[static_cast<std::size_t>(step % 2)].data(), static_cast<std::size_t>(row * static_cast<std::uint64_t>(now.shape[2]))},
+                      {bufs[static_cast<std::size_t>(1 - step % 2)].data(), static_cast<std::size_t>(row * static_cast<std::uint64_t>(incoming))},
+                      requests, bytes_sent);
+    }
+}
+
+void post_exchange(MPI_Comm comm, const RingSetup& setup, int step, Carried what, std::span<const std::uint8_t> send,
+                   std::span<std::uint8_t> receive, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent) {
+    const std::uint64_t most = std::max(send.size(), receive.size());
+    for (std::uint64_t at = 0, piece = 0; at < most; at += kPiece, ++piece) {
+        // Below MPI's smallest allowed tag bound, 32767: 128 steps × 4 kinds × 64 pieces.
+        const int tag = static_cast<int>(((static_cast<std::uint64_t>(step % 128) * 4 + static_cast<std::uint64_t>(what)) * kPieces + piece));
+        if (at < send.size()) {
+            const auto count = static_cast<int>(std::min<std::uint64_t>(kPiece, send.size() - at));
+            requests.emplace_back();
+            check_mpi(MPI_Isend(send.data() + at, count, MPI_BYTE, setup.next(), tag, comm, &requests.back()),
+                      "sending to the next rank");
+            bytes_sent += static_cast<std::uint64_t>(count);
+        }
+        if (at < receive.size()) {
+            requests.emplace_back();
+            check_mpi(MPI_Irecv(receive.data() + at, static_cast<int>(std::min<std::uint64_t>(kPiece, receive.size() - at)),
+                                MPI_BYTE, setup.previous(), tag, comm, &requests.back()),
+                      "receiving from the previous rank");
+        }
+    }
+}
+
+}  // namespace vkattn::distributed::detail

@@ -1,0 +1,87 @@
+// What the ring's forward and backward share: the ranks' shard lengths gathered and their arguments
+// agreed before any work, the segment pairs each step attends as blocks of the whole, and the
+// exchange of a buffer with the ring's neighbours.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "vkattn/attention.hpp"
+#include "vkattn/distributed.hpp"
+
+namespace vkattn::distributed::detail {
+
+struct RingSetup {
+    int me = 0, P = 1;
+    Sharding sharding = Sharding::contiguous;
+    std::vector<std::int64_t> q_rows, k_rows;  // every rank's shard lengths
+    std::int64_t Nq = 0, Nkv = 0;              // the whole's
+    std::vector<Segment> q_segments;           // this rank's query rows in the whole
+    std::vector<float> slopes;  // the whole's ALiBi slopes (given, or alibi_max_bias's standard ones)
+
+    int next() const { return (me + 1) % P; }
+    int previous() const { return (me + P - 1) % P; }
+    // Whose K/V shard this rank holds in step s (its own in step 0).
+    int holder(int step) const { return (me - step % P + P) % P; }
+    std::vector<Segment> key_segments(int rank) const;
+    // `options` for the block of this rank's query segment `qs` over the key segment `ks`.
+    AttentionOptions block_options(const AttentionOptions& options, const Segment& qs, const Segment& ks) const;
+    // The inputs of that block: `q` this rank's rows from `q_local`, k and v the held shard's rows from
+    // `k_local`, the whole's slopes, no sinks (joined once, after the merge).
+    AttentionInputs block_inputs(const AttentionInputs& shard, const TensorView& k, const TensorView& v, std::int64_t q_local,
+                                 const Segment& qs, std::int64_t k_local, const Segment& ks) const;
+};
+
+// Rows [first, first + length) of a view (no copy).
+template <class View>
+View rows(View t, std::int64_t first, std::int64_t length) {
+    using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data)>>, const std::uint8_t, std::uint8_t>;
+    t.data = static_cast<Byte*>(t.data) + storage_bytes(t.dtype, first * t.strides[2]);
+    t.shape[2] = length;
+    return t;
+}
+
+// The checks of one ring call beyond the shared ones: given the setup and the first pair's block
+// (inputs and options), throws InvalidArgument for this call's own arguments (outputs, gradients).
+using CallCheck = std::function<void(const RingSetup&, const AttentionInputs& first, const AttentionOptions& first_options)>;
+
+// Gathers every rank's shard lengths and arguments and agrees on them (agree()): the same shapes
+// but the sequence, types, options and per-rank constants everywhere, shards of the sharding's
+// lengths, no block or masks, the engine's own checks on this rank's first pair, then `check`.
+RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
+                  const CallCheck& check);
+
+// What a step's messages carry; part of their tags.
+enum class Carried { k, v, dk, dv };
+
+// Posts one buffer's exchange round the ring: `send` to the next rank, `receive` from the previous,
+// in pieces an int count can carry, tagged by step and what they carry. Adds the bytes sent to
+// `bytes_sent`.
+void post_exchange(MPI_Comm comm, const RingSetup& setup, int step, Carried what, std::span<const std::uint8_t> send,
+                   std::span<std::uint8_t> receive, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent);
+
+// This rank's K/V shard packed for transport ([B, Hkv, n, D] rows, any storage type) and the shard
+// arriving: two buffers each, the step's held shard in one while the next arrives in the other.
+class KvRing {
+public:
+    KvRing(const RingSetup& setup, const TensorView& k, const TensorView& v);
+    // Posts step s's exchange: the held shard on to the next rank, the previous rank's into the
+    // spare buffers; nothing in the last step.
+    void post(MPI_Comm comm, int step, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent);
+    // The shard held in step s, [B, Hkv, its holder's rows, D].
+    TensorView k(int step) const { return held(step, 0); }
+    TensorView v(int step) const { return held(step, 1); }
+
+private:
+    TensorView held(int step, int which) const;
+    const RingSetup& setup_;
+    std::array<TensorView, 2> shape_;  // k's and v's: dtype, B, Hkv, D
+    std::array<std::array<std::vector<std::uint8_t>, 2>, 2> buffers_;  // [k or v][step parity]
+};
+
+}  // namespace vkattn::distributed::detail
