@@ -263,6 +263,26 @@ TEST_CASE("cli run --context-parallel: mpirun -np 2 and 3 write what one device 
     CHECK_THAT(bad.err, Catch::Contains("--weights"));
     CHECK_FALSE(fs::exists(dir / "o_cp.npy"));
 }
+
+TEST_CASE("cli bench --context-parallel: the ring's forward and backward rows", "[cli][distributed]") {
+    for (const std::string backward : {"", " --backward"}) {
+        const Result r = mpi_vk_attn(2, "bench --context-parallel --zigzag --causal --seq 96 --heads 2 --dim 16 --repeat 2 "
+                                        "--warmup 0 --json" + backward);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const nlohmann::json row = nlohmann::json::parse(r.out);  // one point: one object
+        CHECK(row["impl"] == (backward.empty() ? "ring" : "ring_backward"));
+        CHECK(row["ranks"] == 2);
+        CHECK(row["gflops"].get<double>() > 0.0);
+        CHECK(row["blocks_skipped"].get<int>() > 0);  // zigzag: causal hides some pairs
+        // K and V per step (f32: 2 · B·Hkv·48·D·4 bytes); the backward's dK/dV accumulators as many again.
+        const double mib = 2.0 * 2 * 48 * 16 * 4 / (1 << 20);
+        CHECK(row["mib_sent_per_step"].get<double>() == Approx(backward.empty() ? mib : 2 * mib));
+    }
+    const Result quantized = mpi_vk_attn(2, "bench --context-parallel --backward --seq 64 --dim 32 --kv-dtype q8_0");
+    CHECK(quantized.status != 0);
+    CHECK_THAT(quantized.err, Catch::Contains("--kv-dtype"));
+}
 #endif
 
 TEST_CASE("cli run: Fortran-order and big-endian .npy inputs give the same output as C-order ones", "[cli][npy]") {

@@ -181,14 +181,18 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
 // prints a row per point: the median step, its compute and the wait for the transfer after it, the
 // transfer alone (the same bytes passed round without compute), the fraction of the transfers' time
 // in flight that the compute covered (over every rank and step), the bytes each rank sent per step,
-// and GFLOP/s over the slowest rank's ring.
+// and GFLOP/s over the slowest rank's ring. With --backward the forward runs once (its o and lse)
+// and the ring's backward is timed: K/V and the dK/dV accumulators travel, GFLOP/s the backward's.
 int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps, const ContextParallel& cp) {
-    for (const auto& [given, flag] : {std::pair{o.backward, "--backward"}, std::pair{!o.devices.empty(), "--devices"},
+    for (const auto& [given, flag] : {std::pair{!o.devices.empty(), "--devices"},
                                       std::pair{o.gemm, "--gemm"}, std::pair{o.copy, "--copy"},
                                       std::pair{o.validate, "--validate"}, std::pair{!o.plot.empty(), "--plot"}})
         if (given) throw InvalidArgument(flag, "is not taken with --context-parallel.");
     const DType dtype = dtype_from_string(o.dtype, "--dtype");
     const KvStorage storage = load_kv_storage(o.storage, dtype);
+    if (o.backward && storage.dtype != DType::f32 && storage.dtype != DType::f16 && storage.dtype != DType::bf16)
+        throw InvalidArgument("--kv-dtype", "the backward pass trains float k and v (f32, f16, bf16), not " +
+                                                to_string(storage.dtype) + ".");
     const Features features = load_features(o.features);
     ContextOptions copts;
     copts.device = o.device;
@@ -215,12 +219,28 @@ int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps
                     in.k_scale = in.v_scale = scales;
                     AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = parse_impl(o.impl)};
                     features.apply(options, in);
-                    for (int w = 0; w < o.warmup; ++w) cp.attention(context, in, {.o = out.mutable_view()}, options);
+                    // --backward: the forward once (its o and lse), then the backward timed.
+                    std::vector<float> lse(static_cast<std::size_t>(B * H * n));
+                    const testing::HostTensor grad_out =
+                        o.backward ? testing::random_tensor(rng, dtype, Layout::bhnd, {B, H, n, Dv}) : testing::HostTensor{};
+                    testing::HostTensor dq, dk, dv;
+                    if (o.backward) {
+                        dq = testing::nan_tensor(dtype, Layout::bhnd, q.shape);
+                        dk = testing::nan_tensor(storage.dtype, Layout::bhnd, k.shape);
+                        dv = testing::nan_tensor(storage.dtype, Layout::bhnd, v.shape);
+                    }
+                    if (o.backward) cp.attention(context, in, {.o = out.mutable_view(), .lse = lse.data()}, options);
+                    const auto run_once = [&] {
+                        if (!o.backward) return cp.attention(context, in, {.o = out.mutable_view()}, options);
+                        return cp.backward(context, in, out.view(), lse, grad_out.view(),
+                                           {.dq = dq.mutable_view(), .dk = dk.mutable_view(), .dv = dv.mutable_view()}, options);
+                    };
+                    for (int w = 0; w < o.warmup; ++w) run_once();
                     std::vector<double> steps, totals;
                     RingRun last;
                     double compute = 0.0, wait = 0.0, in_flight = 0.0, hidden = 0.0;
                     for (int r = 0; r < o.repeat; ++r) {
-                        last = cp.attention(context, in, {.o = out.mutable_view()}, options);
+                        last = run_once();
                         steps.push_back(last.step_ms);
                         totals.push_back(cp.max(last.total_ms));  // the ring ends with its slowest rank
                         compute += last.compute_ms / o.repeat;
@@ -230,8 +250,10 @@ int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps
                     }
                     in_flight = cp.sum(in_flight);
                     hidden = cp.sum(hidden);
+                    // K and V; the backward's dK and dV accumulators too (fp32).
                     const std::uint64_t step_bytes =
-                        storage_bytes(storage.dtype, B * Hkv * n * D) + storage_bytes(storage.dtype, B * Hkv * n * Dv);
+                        storage_bytes(storage.dtype, B * Hkv * n * D) + storage_bytes(storage.dtype, B * Hkv * n * Dv) +
+                        (o.backward ? static_cast<std::uint64_t>(4 * B * Hkv * n * (D + Dv)) : 0);
                     const double transfer = cp.ranks() > 1 ? cp.transfer_ms(step_bytes) : 0.0;
                     const double flops = cp.sum(last.flops);
                     const double steps_with_transfer = std::max(1, cp.ranks() - 1);
@@ -239,7 +261,7 @@ int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps
                     const testing::Timing t = testing::summarize(totals);
                     if (cp.rank() != 0) continue;
                     Row row;
-                    row.add("impl", std::string("ring"));
+                    row.add("impl", std::string(o.backward ? "ring_backward" : "ring"));
                     row.add("ranks", static_cast<std::int64_t>(cp.ranks()));
                     row.add("sharding", std::string(o.zigzag ? "zigzag" : "contiguous"));
                     row.add("batch", B);

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include "vkattn/distributed.hpp"
+#include "vkattn/testing/benchmark.hpp"
 #endif
 
 namespace vkattn::tool {
@@ -59,18 +60,29 @@ std::vector<npy::RowRange> ContextParallel::rows_of(int rank, std::int64_t total
     return out;
 }
 
-RingRun ContextParallel::attention(Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
-                                   const AttentionOptions& options) const {
-    const distributed::RingReport r = distributed::ring_attention(MPI_COMM_WORLD, context, shard, out, options,
-                                                                  {.sharding = sharding_of(zigzag_)});
+namespace {
+
+RingRun summarize(const distributed::RingReport& r) {
     RingRun run{.compute_ms = r.compute_ms, .wait_ms = r.wait_ms, .bytes_sent = r.bytes_sent, .ranks = r.ranks,
                 .blocks_run = r.blocks_run, .blocks_skipped = r.blocks_skipped, .flops = r.flops,
                 .transfer_ms = r.transfer_ms, .hidden_ms = r.hidden_ms};
     for (const double ms : r.step_ms) run.total_ms += ms;
-    std::vector<double> steps = r.step_ms;
-    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
-    run.step_ms = steps.empty() ? 0.0 : steps[steps.size() / 2];
+    run.step_ms = r.step_ms.empty() ? 0.0 : testing::summarize(r.step_ms).median_ms;
     return run;
+}
+
+}  // namespace
+
+RingRun ContextParallel::attention(Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
+                                   const AttentionOptions& options) const {
+    return summarize(distributed::ring_attention(MPI_COMM_WORLD, context, shard, out, options, {.sharding = sharding_of(zigzag_)}));
+}
+
+RingRun ContextParallel::backward(Context& context, const AttentionInputs& shard, const TensorView& o,
+                                  std::span<const float> lse, const TensorView& grad_out, const AttentionGradients& grads,
+                                  const AttentionOptions& options) const {
+    return summarize(distributed::ring_attention_backward(MPI_COMM_WORLD, context, shard, o, lse, grad_out, grads, options,
+                                                          {.sharding = sharding_of(zigzag_)}));
 }
 
 double ContextParallel::sum(double value) const {
@@ -138,6 +150,10 @@ ContextParallel::~ContextParallel() = default;
 void ContextParallel::abort(const std::exception&) const { std::exit(1); }
 std::vector<npy::RowRange> ContextParallel::rows_of(int, std::int64_t) const { return {}; }
 RingRun ContextParallel::attention(Context&, const AttentionInputs&, const AttentionOutputs&, const AttentionOptions&) const {
+    return {};
+}
+RingRun ContextParallel::backward(Context&, const AttentionInputs&, const TensorView&, std::span<const float>, const TensorView&,
+                                  const AttentionGradients&, const AttentionOptions&) const {
     return {};
 }
 double ContextParallel::sum(double value) const { return value; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "npy.hpp"
@@ -44,6 +45,9 @@ public:
 
     RingRun attention(Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
                       const AttentionOptions& options) const;
+    // ring_attention_backward given this rank's o and lse of the forward.
+    RingRun backward(Context& context, const AttentionInputs& shard, const TensorView& o, std::span<const float> lse,
+                     const TensorView& grad_out, const AttentionGradients& grads, const AttentionOptions& options) const;
     double sum(double value) const;  // over the ranks
     double max(double value) const;  // over the ranks
     // One ring step's transfer alone (every rank sending `bytes` on): ms, median of a few.
