@@ -60,7 +60,8 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
         for (const Segment& qs : setup.q_segments) {
             std::int64_t k_local = 0;
             for (const Segment& ks : setup.key_segments(setup.holder(s))) {
-                const AttentionInputs in = setup.block_inputs(shard, kv.k(s), kv.v(s), q_local, qs, k_local, ks);
+                const detail::PairInputs pair(setup, shard, kv.k(s), kv.v(s), q_local, qs, k_local, ks);
+                const AttentionInputs& in = pair.in;
                 const AttentionOptions block = setup.block_options(options, qs, ks);
                 const std::size_t part_rows = static_cast<std::size_t>(B * Hq * qs.length);
                 std::vector<std::uint8_t> o_part(static_cast<std::size_t>(storage_bytes(shard.q.dtype, static_cast<std::int64_t>(part_rows) * Dv)));

@@ -42,6 +42,13 @@ MutableTensorView host_buffer(std::vector<std::uint8_t>& bytes, DType dtype, con
     return make_view(static_cast<void*>(bytes.data()), dtype, Layout::bhnd, shape);
 }
 
+// A mask's part as a device tensor of its shape, left-padded with 1s to rank 4.
+DeviceTensor device_mask(Context& context, const void* data, DType dtype, const std::vector<std::int64_t>& shape) {
+    std::array<std::int64_t, 4> s{1, 1, 1, 1};
+    std::copy(shape.begin(), shape.end(), s.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
+    return DeviceTensor::from_host(context, make_view(data, dtype, Layout::bhnd, s));
+}
+
 }  // namespace
 
 RingReport ring_attention_backward(MPI_Comm comm, Context& context, const AttentionInputs& shard, const TensorView& o,
@@ -50,10 +57,13 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
     const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dk = shard.q.shape[3];
     const std::int64_t Hkv = shard.k.shape[1], Dv = shard.v.shape[3];
     const bool want_dq = grads.dq.data != nullptr, want_kv = grads.dk.data != nullptr;
+    const bool want_d_mask = grads.d_float_mask != nullptr;
     const detail::RingSetup setup = detail::prepare(
         comm, shard, options, ring, [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
             vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);
-            if (grads.d_float_mask) throw InvalidArgument("d_float_mask", "ring attention takes no masks.");
+            if (grads.d_float_mask && !shard.float_mask)
+                throw InvalidArgument("d_float_mask", "there is no float mask to differentiate; give float_mask or no "
+                                                      "d_float_mask.");
             if (want_kv != (grads.dv.data != nullptr))
                 throw InvalidArgument(want_kv ? "dv" : "dk", "the backward pass computes dK and dV together; give both.");
             const std::array<std::int64_t, 4> o_shape{B, Hq, nq, Dv};
@@ -66,11 +76,14 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
             if (lse.size() != static_cast<std::size_t>(B * Hq * nq))
                 throw InvalidArgument("lse", "has " + std::to_string(lse.size()) + " values but this rank's shard of the "
                                                  "forward's log-sum-exp has B·Hq·n_q = " + std::to_string(B * Hq * nq) + ".");
-            if (want_dq && grads.dq.shape != shard.q.shape)
-                throw InvalidArgument("dq", "the shape is " + vkattn::detail::shape_text(grads.dq.shape) + " but must be q's, " +
-                                                vkattn::detail::shape_text(shard.q.shape) + ".");
-            // The engine's checks of the first pair's backward (dk and dv: the whole shard, as `first`'s k and v).
-            const std::int64_t rows = r.q_segments[0].length;
+            for (const auto& [grad, input, name, input_name] :
+                 {std::tuple{&grads.dq, &shard.q, "dq", "q"}, std::tuple{&grads.dk, &shard.k, "dk", "k"},
+                  std::tuple{&grads.dv, &shard.v, "dv", "v"}})
+                if (grad->data != nullptr && grad->shape != input->shape)
+                    throw InvalidArgument(name, "the shape is " + vkattn::detail::shape_text(grad->shape) + " but must be " +
+                                                    input_name + "'s, " + vkattn::detail::shape_text(input->shape) + ".");
+            // The engine's checks of the first pair's backward.
+            const std::int64_t rows = r.q_segments[0].length, keys = first.k.shape[2];
             std::uint32_t unused = 0;
             const AttentionOutputs part{
                 .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, rows, Dv})};
@@ -79,9 +92,10 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                 p, vkattn::detail::spec_of(first, part, block),
                 {.grad_out = layout_of(detail::rows(grad_out, 0, rows)),
                  .dq = want_dq ? std::optional(layout_of(detail::rows(grads.dq, 0, rows))) : std::nullopt,
-                 .dk = want_kv ? std::optional(layout_of(grads.dk)) : std::nullopt,
-                 .dv = want_kv ? std::optional(layout_of(grads.dv)) : std::nullopt,
-                 .d_sinks = grads.d_sinks != nullptr});
+                 .dk = want_kv ? std::optional(layout_of(detail::rows(grads.dk, 0, keys))) : std::nullopt,
+                 .dv = want_kv ? std::optional(layout_of(detail::rows(grads.dv, 0, keys))) : std::nullopt,
+                 .d_sinks = grads.d_sinks != nullptr,
+                 .d_float_mask = grads.d_float_mask != nullptr});
         });
     const int P = setup.P, me = setup.me;
     detail::KvRing kv(setup, shard.k, shard.v);
@@ -114,6 +128,12 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
     // dQ accumulated here; the held shard's dK/dV in fp32: this step's part, the accumulator
     // arriving from the previous rank, and the one leaving for the next.
     std::vector<double> dq(want_dq ? static_cast<std::size_t>(B * Hq * nq * Dk) : 0);
+    std::vector<double> d_mask;  // the float mask's gradient, its own shape
+    if (want_d_mask) {
+        std::int64_t elements = 1;
+        for (const std::int64_t n : shard.float_mask->shape) elements *= n;
+        d_mask.assign(static_cast<std::size_t>(elements), 0.0);
+    }
     const auto kv_elements = [&](std::int64_t rows, std::int64_t D) { return B * Hkv * rows * D; };
     std::vector<float> dk_part, dv_part, dk_in, dv_in, dk_out, dv_out;
     if (want_kv)
@@ -144,6 +164,9 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
             std::size_t pair;
             std::int64_t q_local, k_local;
             Segment qs, ks;
+            std::array<vkattn::detail::Extent, 4> mask_box;
+            DeviceTensor bool_mask, float_mask, d_mask;  // the masks' parts, alive until the submission ends
+            std::vector<float> d_mask_host;
         };
         std::vector<Ran> ran;
         std::int64_t q_local = 0;
@@ -151,12 +174,13 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
             const Segment& qs = setup.q_segments[qi];
             std::int64_t k_local = 0;
             for (const Segment& ks : setup.key_segments(holder)) {
-                const AttentionInputs host = setup.block_inputs(shard, kv.k(s), kv.v(s), q_local, qs, k_local, ks);
+                const detail::PairInputs pair(setup, shard, kv.k(s), kv.v(s), q_local, qs, k_local, ks);
+                const AttentionInputs& host = pair.in;
                 const AttentionOptions block = setup.block_options(options, qs, ks);
                 std::uint32_t unused = 0;
                 const AttentionOutputs stand_in{
                     .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, qs.length, Dv})};
-                if (qs.length == 0 || ks.length == 0 || (!want_dq && !want_kv) ||
+                if (qs.length == 0 || ks.length == 0 || (!want_dq && !want_kv && !want_d_mask) ||
                     vkattn::detail::resolve(host, stand_in, block).visible_pairs() == 0) {
                     ++report.blocks_skipped;
                     k_local += ks.length;
@@ -172,14 +196,24 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                     g.dk = DeviceTensor::empty(context, shard.k.dtype, {B, Hkv, ks.length, Dk});
                     g.dv = DeviceTensor::empty(context, shard.v.dtype, {B, Hkv, ks.length, Dv});
                 }
+                Ran r{.pair = slot, .q_local = q_local, .k_local = k_local, .qs = qs, .ks = ks, .mask_box = pair.mask_box};
+                if (host.bool_mask) r.bool_mask = device_mask(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
+                if (host.float_mask) r.float_mask = device_mask(context, pair.float_mask.data(), DType::f32, pair.float_shape);
+                if (want_d_mask) {
+                    r.d_mask = DeviceTensor::empty(context, DType::f32, r.float_mask.shape());
+                    r.d_mask_host.resize(pair.float_mask.size());
+                }
                 const DeviceAttentionInputs in{.q = q.seq(q_local, qs.length),
                                                .k = k_held.seq(k_local, ks.length),
                                                .v = v_held.seq(k_local, ks.length),
                                                .kv_lengths = lengths,
+                                               .bool_mask = r.bool_mask,
+                                               .float_mask = r.float_mask,
                                                .alibi_slopes = setup.slopes};
                 const DeviceAttentionGradients out{.dq = want_dq ? g.dq.seq(0, qs.length) : DeviceTensor{},
                                                    .dk = want_kv ? g.dk.seq(0, ks.length) : DeviceTensor{},
-                                                   .dv = want_kv ? g.dv.seq(0, ks.length) : DeviceTensor{}};
+                                                   .dv = want_kv ? g.dv.seq(0, ks.length) : DeviceTensor{},
+                                                   .d_float_mask = r.d_mask};
                 report.flops += attention_backward(batch, in, o_rows.seq(q_local, qs.length), lse_rows[qi],
                                                    grad_rows.seq(q_local, qs.length), out, block)
                                     .flops;
@@ -188,7 +222,10 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                     batch.download(out.dk, host_buffer(g.dk_host, shard.k.dtype, out.dk.shape()));
                     batch.download(out.dv, host_buffer(g.dv_host, shard.v.dtype, out.dv.shape()));
                 }
-                ran.push_back({slot, q_local, k_local, qs, ks});
+                if (want_d_mask)
+                    batch.download(r.d_mask, make_view(static_cast<void*>(r.d_mask_host.data()), DType::f32, Layout::bhnd,
+                                                       r.d_mask.shape()));
+                ran.push_back(std::move(r));
                 ++report.blocks_run;
                 k_local += ks.length;
             }
@@ -202,6 +239,12 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
             std::fill(dv_part.begin(), dv_part.end(), 0.0f);
         }
         for (const Ran& r : ran) {
+            if (want_d_mask) {  // the part's gradient added back where the part came from
+                const float* part = r.d_mask_host.data();
+                vkattn::detail::for_each_part_row(shard.float_mask->shape, r.mask_box, [&](std::int64_t first, std::int64_t count) {
+                    for (std::int64_t x = 0; x < count; ++x) d_mask[static_cast<std::size_t>(first + x)] += *part++;
+                });
+            }
             const PairGradients& g = pairs[r.pair];
             for (std::int64_t b = 0; b < B; ++b) {
                 if (want_dq)
@@ -278,6 +321,7 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                           "summing the sinks' gradient");
         for (std::int64_t h = 0; h < Hq; ++h) grads.d_sinks[h] = static_cast<float>(d_sinks[static_cast<std::size_t>(h)]);
     }
+    for (std::size_t x = 0; x < d_mask.size(); ++x) grads.d_float_mask[x] = static_cast<float>(d_mask[x]);
     for (std::int64_t b = 0; b < B; ++b) {
         if (want_dq)
             for (std::int64_t h = 0; h < Hq; ++h)

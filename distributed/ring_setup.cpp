@@ -33,14 +33,16 @@ std::vector<std::int64_t> signature(const AttentionInputs& in, const AttentionOp
             bits(o.scale.value_or(-1.0)), static_cast<std::int64_t>(o.causal), o.causal_offset.value_or(-(1LL << 40)),
             o.diagonal_offset, o.diagonal_bottom_right, o.window.left, o.window.right, bits(o.softcap.value_or(0.0)),
             bits(o.alibi_max_bias.value_or(0.0)), bits(o.dropout), static_cast<std::int64_t>(o.seed),
-            static_cast<std::int64_t>(o.impl), static_cast<std::int64_t>(ring.sharding), digest(in.kv_lengths),
+            static_cast<std::int64_t>(o.impl), static_cast<std::int64_t>(ring.sharding), in.bool_mask.has_value(),
+            in.float_mask.has_value(), digest(in.kv_lengths),
             digest(in.alibi_slopes), digest(in.sinks), digest(in.k_scale), digest(in.v_scale)};
 }
 constexpr const char* kSignatureNames[] = {
     "the batch size", "the query heads", "the K/V heads", "Dk", "Dv", "q's dtype", "k's dtype", "v's dtype",
     "the key lengths' count", "the ALiBi slopes' count", "the sinks' count", "scale", "causal", "causal_offset",
     "diagonal_offset", "diagonal_bottom_right", "the window's left side", "the window's right side", "softcap",
-    "alibi_max_bias", "dropout", "seed", "impl", "the sharding", "kv_lengths", "alibi_slopes", "sinks", "k_scale",
+    "alibi_max_bias", "dropout", "seed", "impl", "the sharding", "whether a bool mask is given",
+    "whether a float mask is given", "kv_lengths", "alibi_slopes", "sinks", "k_scale",
     "v_scale"};
 
 // MPI counts are int: a message goes in pieces of 1 GiB, at most kPieces of them (the tag's room).
@@ -58,16 +60,30 @@ AttentionOptions RingSetup::block_options(const AttentionOptions& options, const
     return o;
 }
 
-AttentionInputs RingSetup::block_inputs(const AttentionInputs& shard, const TensorView& k, const TensorView& v,
-                                        std::int64_t q_local, const Segment& qs, std::int64_t k_local,
-                                        const Segment& ks) const {
-    AttentionInputs in = shard;
+PairInputs::PairInputs(const RingSetup& setup, const AttentionInputs& shard, const TensorView& k, const TensorView& v,
+                       std::int64_t q_local, const Segment& qs, std::int64_t k_local, const Segment& ks)
+    : in(shard) {
     in.q = rows(shard.q, q_local, qs.length);
     in.k = rows(k, k_local, ks.length);
     in.v = rows(v, k_local, ks.length);
     in.sinks = {};
-    in.alibi_slopes = slopes;
-    return in;
+    in.alibi_slopes = setup.slopes;
+    mask_box = {{{0, shard.q.shape[0]}, {0, shard.q.shape[1]}, {q_local, qs.length}, {ks.first, ks.length}}};
+    const auto& box = mask_box;
+    if (shard.bool_mask) {
+        const auto* data = static_cast<const std::uint8_t*>(shard.bool_mask->data);
+        bool_shape = vkattn::detail::for_each_part_row(shard.bool_mask->shape, box, [&](std::int64_t first, std::int64_t count) {
+            bool_mask.insert(bool_mask.end(), data + first, data + first + count);
+        });
+        in.bool_mask = MaskView{bool_mask.data(), bool_shape};
+    }
+    if (shard.float_mask) {
+        const auto* data = static_cast<const float*>(shard.float_mask->data);
+        float_shape = vkattn::detail::for_each_part_row(shard.float_mask->shape, box, [&](std::int64_t first, std::int64_t count) {
+            float_mask.insert(float_mask.end(), data + first, data + first + count);
+        });
+        in.float_mask = MaskView{float_mask.data(), float_shape};
+    }
 }
 
 RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
@@ -104,15 +120,19 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
                     throw InvalidArgument("shard", std::string(kSignatureNames[f]) + " differs from rank 0's; every rank "
                                                    "passes the same shapes (but the sequence), types and options.");
         if (!options.block.whole()) throw InvalidArgument("block", "ring attention makes the blocks itself.");
-        if (shard.bool_mask || shard.float_mask)
-            throw InvalidArgument(shard.bool_mask ? "bool_mask" : "float_mask",
-                                  "ring attention does not take masks yet; use causal, windows or key lengths.");
+        // Masks: this rank's rows over the whole's keys.
+        for (const auto& [mask, name] : {std::pair{&shard.bool_mask, "bool_mask"}, std::pair{&shard.float_mask, "float_mask"}})
+            if (*mask) {
+                if ((*mask)->data == nullptr) throw InvalidArgument(name, "the mask has no data pointer.");
+                (void)vkattn::detail::broadcast_mask((*mask)->shape, name,
+                                                     {shard.q.shape[0], shard.q.shape[1], shard.q.shape[2], r.Nkv});
+            }
         for (const auto& [segments, got, total, name] :
              {std::tuple{r.q_segments, shard.q.shape[2], r.Nq, "q"}, std::tuple{r.key_segments(r.me), shard.k.shape[2], r.Nkv, "k"}}) {
             std::int64_t want = 0;
             for (const Segment& s : segments) want += s.length;
             if (want != got)
-                throw InvalidArgument(name, "this rank's shard has " + std::to_string(got) + " rows but zigzag sharding of " +
+                throw InvalidArgument(name, "this rank's shard has " + std::to_string(got) + " rows but this sharding of " +
                                                 std::to_string(total) + " rows over " + std::to_string(r.P) +
                                                 " ranks gives it " + std::to_string(want) + ".");
         }
@@ -126,12 +146,13 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
         if (widest * static_cast<std::uint64_t>(shard.k.shape[0] * shard.k.shape[1] * most) > kPiece * kPieces)
             throw InvalidArgument("k", "a rank's K/V shard (or its gradient) passes " + std::to_string(kPieces) +
                                            " GiB, the most one ring message carries; use more ranks.");
-        // The engine's own checks, on this rank's first pair (every pair shares them but the rows;
-        // here with this rank's whole K/V shard, at the first key segment's origin).
-        AttentionInputs first = shard;  // with the sinks: resolve() checks them (one per query head)
-        first.q = rows(shard.q, 0, r.q_segments[0].length);
-        first.alibi_slopes = r.slopes;
-        check(r, first, r.block_options(options, r.q_segments[0], r.key_segments(r.me)[0]));
+        // The engine's own checks, on this rank's first pair with its own K/V shard (every pair
+        // shares them but the rows).
+        const Segment qs = r.q_segments[0];
+        const Segment ks = r.key_segments(r.me)[0];  // a copy: key_segments returns a new vector
+        PairInputs first(r, shard, shard.k, shard.v, 0, qs, 0, ks);
+        first.in.sinks = shard.sinks;  // resolve() checks them (one per query head)
+        check(r, first.in, r.block_options(options, qs, ks));
     });
     return r;
 }

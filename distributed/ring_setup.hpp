@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "shard/block_inputs.hpp"
 #include "vkattn/attention.hpp"
 #include "vkattn/distributed.hpp"
 
@@ -31,10 +32,23 @@ struct RingSetup {
     std::vector<Segment> key_segments(int rank) const;
     // `options` for the block of this rank's query segment `qs` over the key segment `ks`.
     AttentionOptions block_options(const AttentionOptions& options, const Segment& qs, const Segment& ks) const;
-    // The inputs of that block: `q` this rank's rows from `q_local`, k and v the held shard's rows from
-    // `k_local`, the whole's slopes, no sinks (joined once, after the merge).
-    AttentionInputs block_inputs(const AttentionInputs& shard, const TensorView& k, const TensorView& v, std::int64_t q_local,
-                                 const Segment& qs, std::int64_t k_local, const Segment& ks) const;
+};
+
+// The inputs of one block: this rank's query segment `qs` (its rows from `q_local`) over the key
+// segment `ks` of the held shard `k`, `v` (its rows from `k_local`): views of q, k and v, the masks'
+// parts (this rank's rows, the segment's columns of the whole's keys) copied, the whole's slopes,
+// no sinks (joined once, after the merge).
+struct PairInputs {
+    PairInputs(const RingSetup& setup, const AttentionInputs& shard, const TensorView& k, const TensorView& v,
+               std::int64_t q_local, const Segment& qs, std::int64_t k_local, const Segment& ks);
+    PairInputs(const PairInputs&) = delete;  // `in` points into the members
+    PairInputs& operator=(const PairInputs&) = delete;
+
+    AttentionInputs in;
+    std::array<vkattn::detail::Extent, 4> mask_box;  // the masks' part: extents over [B, Hq, n_q, Nkv]
+    std::vector<std::uint8_t> bool_mask;
+    std::vector<float> float_mask;
+    std::vector<std::int64_t> bool_shape, float_shape;
 };
 
 // Rows [first, first + length) of a view (no copy).
@@ -52,7 +66,8 @@ using CallCheck = std::function<void(const RingSetup&, const AttentionInputs& fi
 
 // Gathers every rank's shard lengths and arguments and agrees on them (agree()): the same shapes
 // but the sequence, types, options and per-rank constants everywhere, shards of the sharding's
-// lengths, no block or masks, the engine's own checks on this rank's first pair, then `check`.
+// lengths, masks broadcastable to [B, Hq, n_q, Nkv] (this rank's rows, the whole's keys), no block,
+// the engine's own checks on this rank's first pair, then `check`.
 RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
                   const CallCheck& check);
 

@@ -420,8 +420,7 @@ Array read_rows(const std::filesystem::path& path, const RowSelector& select) {
     in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
     const Framing f = frame(head, file_size, name);
     const std::vector<std::int64_t>& shape = f.header.shape;
-    if (shape.size() < 2) fail(name, "rows are selected along the second-to-last axis; the array has rank " +
-                                         std::to_string(shape.size()) + ".");
+    if (shape.size() < 2) return read(path);  // no row axis: the whole array, `select` not asked
     const std::int64_t rows = shape[shape.size() - 2];
     const std::vector<RowRange> ranges = select(rows);
     std::int64_t kept = 0;

@@ -43,7 +43,8 @@ Array read(const std::filesystem::path& path);
 // Only some rows of a file, along its second-to-last axis (the sequence of a [.., N, D] tensor):
 // `select` is handed that axis's length and returns the ranges to keep, in the order they are wanted;
 // the Array holds them one after the other (that axis shrunk to their total). A C-order file is read
-// range by range (the rest never enters memory); a Fortran-order one is read whole, then cut.
+// range by range (the rest never enters memory); a Fortran-order one is read whole, then cut. An
+// array of rank 0 or 1 has no such axis: it is read whole, `select` not asked.
 struct RowRange {
     std::int64_t first = 0, length = 0;
 };

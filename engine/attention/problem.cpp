@@ -85,8 +85,10 @@ void check_index_range(const char* name, const std::string& what, std::int64_t v
                                         "with 32-bit integers.");
 }
 
-BroadcastMask broadcast(const std::vector<std::int64_t>& shape, const char* name,
-                        const std::array<std::int64_t, 4>& target) {
+}  // namespace
+
+BroadcastMask broadcast_mask(const std::vector<std::int64_t>& shape, const char* name,
+                             const std::array<std::int64_t, 4>& target) {
     const auto rank = static_cast<int>(shape.size());
     if (rank > 4)
         throw InvalidArgument(name, "a mask has at most 4 dimensions, but this one has " +
@@ -111,8 +113,6 @@ BroadcastMask broadcast(const std::vector<std::int64_t>& shape, const char* name
     out.elements = stride;
     return out;
 }
-
-}  // namespace
 
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
     std::int64_t r = 0;
@@ -380,8 +380,8 @@ Problem resolve(const AttentionSpec& spec) {
     p.has_kv_lengths = spec.kv_lengths;
 
     const std::array<std::int64_t, 4> scores{p.B, p.Hq, p.Nq, p.Nkv};
-    if (spec.bool_mask) p.bool_mask = broadcast(*spec.bool_mask, "bool_mask", scores);
-    if (spec.float_mask) p.float_mask = broadcast(*spec.float_mask, "float_mask", scores);
+    if (spec.bool_mask) p.bool_mask = broadcast_mask(*spec.bool_mask, "bool_mask", scores);
+    if (spec.float_mask) p.float_mask = broadcast_mask(*spec.float_mask, "float_mask", scores);
 
     resolve_features(p, spec.alibi_slopes, spec.sinks, options);
     resolve_block(p, options, spec.paged.has_value() || spec.varlen.has_value());

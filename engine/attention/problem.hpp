@@ -22,6 +22,7 @@ namespace vkattn::detail {
 struct BroadcastMask {
     const void* data = nullptr;  // host data (the host API and the reference); null on the device path
     std::array<std::int64_t, 4> strides{};
+
     std::int64_t elements = 0;  // how many elements the mask really holds; 0 = no mask
 
     bool present() const { return elements > 0; }
@@ -29,6 +30,11 @@ struct BroadcastMask {
         return b * strides[0] + h * strides[1] + i * strides[2] + j * strides[3];
     }
 };
+
+// A mask of `shape` broadcast to `target` ([B, Hq, Nq, Nkv]): its strides there; InvalidArgument
+// naming `name` when a dimension is neither 1 nor the target's, or the rank passes 4.
+BroadcastMask broadcast_mask(const std::vector<std::int64_t>& shape, const char* name,
+                             const std::array<std::int64_t, 4>& target);
 
 struct Problem {
     std::int64_t B = 0, Hq = 0, Hkv = 0, Nq = 0, Nkv = 0, Dk = 0, Dv = 0;

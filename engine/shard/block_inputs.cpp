@@ -3,10 +3,28 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
+
+std::vector<std::int64_t> for_each_part_row(const std::vector<std::int64_t>& shape, const std::array<Extent, 4>& box,
+                                            const std::function<void(std::int64_t first, std::int64_t count)>& row) {
+    const std::size_t rank = shape.size();
+    std::array<std::int64_t, 4> full{1, 1, 1, 1};
+    std::copy(shape.begin(), shape.end(), full.begin() + static_cast<std::ptrdiff_t>(4 - rank));
+    std::array<Extent, 4> cut;
+    for (std::size_t d = 0; d < 4; ++d) cut[d] = full[d] == 1 ? Extent{0, 1} : box[d];
+    std::vector<std::int64_t> part_shape(rank);
+    for (std::size_t d = 0; d < rank; ++d) part_shape[d] = cut[4 - rank + d].length;
+    for (std::int64_t b = cut[0].begin; b < cut[0].begin + cut[0].length; ++b)
+        for (std::int64_t h = cut[1].begin; h < cut[1].begin + cut[1].length; ++h)
+            for (std::int64_t i = cut[2].begin; i < cut[2].begin + cut[2].length; ++i)
+                row(((b * full[1] + h) * full[2] + i) * full[3] + cut[3].begin, cut[3].length);
+    return part_shape;
+}
+
 namespace {
 
 // A view narrowed to batches, heads and rows from the given firsts (no copy).
@@ -21,26 +39,13 @@ View narrowed(const View& t, Extent b, Extent h, Extent n) {
     return v;
 }
 
-// The part [b, h, i, j] of a C-contiguous mask broadcast to [B, Hq, Nq, Nkv], copied C-contiguous
-// in the mask's own rank (a broadcast dimension stays 1).
 template <class T>
 std::vector<T> mask_part(const MaskView& mask, const std::array<Extent, 4>& box, std::vector<std::int64_t>& shape) {
-    const std::size_t rank = mask.shape.size();
-    std::array<std::int64_t, 4> full{1, 1, 1, 1};
-    std::copy(mask.shape.begin(), mask.shape.end(), full.begin() + static_cast<std::ptrdiff_t>(4 - rank));
-    std::array<Extent, 4> cut;
-    for (std::size_t d = 0; d < 4; ++d) cut[d] = full[d] == 1 ? Extent{0, 1} : box[d];
-    shape.assign(rank, 0);
-    for (std::size_t d = 0; d < rank; ++d) shape[d] = cut[4 - rank + d].length;
     const T* data = static_cast<const T*>(mask.data);
     std::vector<T> out;
-    out.reserve(static_cast<std::size_t>(cut[0].length * cut[1].length * cut[2].length * cut[3].length));
-    for (std::int64_t b = cut[0].begin; b < cut[0].begin + cut[0].length; ++b)
-        for (std::int64_t h = cut[1].begin; h < cut[1].begin + cut[1].length; ++h)
-            for (std::int64_t i = cut[2].begin; i < cut[2].begin + cut[2].length; ++i) {
-                const T* row = data + ((b * full[1] + h) * full[2] + i) * full[3];
-                out.insert(out.end(), row + cut[3].begin, row + cut[3].begin + cut[3].length);
-            }
+    shape = for_each_part_row(mask.shape, box, [&](std::int64_t first, std::int64_t count) {
+        out.insert(out.end(), data + first, data + first + count);
+    });
     return out;
 }
 

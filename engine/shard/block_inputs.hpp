@@ -5,7 +5,9 @@
 // (engine/shard/head_parallel.cpp) and the sequence-parallel ring (the distributed target).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "attention/problem.hpp"
@@ -23,6 +25,13 @@ struct Extent {
 struct BlockBox {
     Extent batches, kv_heads, queries, keys;
 };
+
+// Calls `row(first, count)` for each row (along the keys) of the part `box` ([B, Hq, Nq, Nkv]
+// extents) of a C-contiguous mask of `shape` broadcast to [B, Hq, Nq, Nkv]: `count` elements from
+// the mask's element `first`, in the part's C order. Returns the part's shape, in the mask's rank (a
+// broadcast dimension stays 1). Masks' parts are copied by it, and their gradients added back.
+std::vector<std::int64_t> for_each_part_row(const std::vector<std::int64_t>& shape, const std::array<Extent, 4>& box,
+                                            const std::function<void(std::int64_t first, std::int64_t count)>& row);
 
 class BlockInputs {
 public:

@@ -256,6 +256,31 @@ TEST_CASE("cli run --context-parallel: mpirun -np 2 and 3 write what one device 
         fs::remove(dir / "o_cp.npy");
         fs::remove(dir / "l_cp.npy");
     }
+    // Masks: each rank reads its rows of a [B, 1, N, N] bool mask; a float [N] padding mask (no row
+    // axis) whole; a mask whose rows are neither N nor 1 is refused by name.
+    std::vector<std::uint8_t> allowed(2 * 53 * 53);
+    std::vector<float> padding(53);
+    std::bernoulli_distribution keep(0.8);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (auto& a : allowed) a = keep(rng) ? 1 : 0;
+    for (auto& p : padding) p = keep(rng) ? uniform(rng) : -std::numeric_limits<float>::infinity();
+    npy::write(dir / "bool.npy", npy::ElementType::boolean, {2, 1, 53, 53}, allowed.data());
+    npy::write(dir / "padding.npy", npy::ElementType::f32, {53}, padding.data());
+    npy::write(dir / "short.npy", npy::ElementType::f32, {52, 53}, std::vector<float>(52 * 53).data());
+    for (const char* mask : {"bool.npy", "padding.npy"}) {
+        const Result single = vk_attn("run" + inputs + " --mask " + dir / mask + " --out " + dir / "om.npy" + " --lse " + dir / "lm.npy");
+        REQUIRE(single.status == 0);
+        const Result r = mpi_vk_attn(3, "run" + inputs + " --mask " + dir / mask + " --context-parallel --zigzag --out " +
+                                            dir / "om_cp.npy" + " --lse " + dir / "lm_cp.npy");
+        INFO(mask << "\n" << r.err);
+        REQUIRE(r.status == 0);
+        for (const auto& [a, b] : {std::pair{"om.npy", "om_cp.npy"}, std::pair{"lm.npy", "lm_cp.npy"}})
+            expect_same_floats(dir / a, dir / b);
+    }
+    const Result short_mask = mpi_vk_attn(2, "run" + inputs + " --mask " + dir / "short.npy" + " --context-parallel --out " +
+                                                 dir / "o_cp.npy");
+    CHECK(short_mask.status != 0);
+    CHECK_THAT(short_mask.err, Catch::Contains("--mask") && Catch::Contains("52 rows"));
     // What the ring does not take yet: every rank stops with the error, nothing is written.
     const Result bad = mpi_vk_attn(2, "run" + inputs + " --context-parallel --out " + dir / "o_cp.npy" + " --weights " +
                                           dir / "w.npy");

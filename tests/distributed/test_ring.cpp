@@ -83,7 +83,30 @@ struct RingCase {
     Sharding sharding = Sharding::contiguous;
     AttentionOptions options;
     bool lengths = false, sinks = false, slopes = false;
+    bool bool_mask = false, float_mask = false;  // [B, 1, N, N] and [Hq, N, N]
+    bool padding_mask = false;                   // a float [B, 1, 1, N]: broadcast over the query rows
 };
+
+// The rows of `segments` (dimension 2 of the mask's shape left-padded to rank 4) of a C-contiguous
+// mask, or the mask itself when it broadcasts over the rows.
+template <class T>
+std::vector<T> mask_rows(const std::vector<T>& mask, const std::vector<std::int64_t>& shape, const std::vector<Segment>& segments,
+                         std::vector<std::int64_t>& part_shape) {
+    std::array<std::int64_t, 4> full{1, 1, 1, 1};
+    std::copy(shape.begin(), shape.end(), full.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
+    part_shape = shape;
+    if (full[2] == 1) return mask;
+    std::vector<T> out;
+    std::int64_t rows = 0;
+    for (std::int64_t bh = 0; bh < full[0] * full[1]; ++bh)
+        for (const Segment& s : segments) {
+            const auto first = mask.begin() + (bh * full[2] + s.first) * full[3];
+            out.insert(out.end(), first, first + s.length * full[3]);
+            if (bh == 0) rows += s.length;
+        }
+    part_shape[part_shape.size() - 2] = rows;
+    return out;
+}
 
 // A case's whole inputs (the same on every rank) and this rank's shard of them.
 struct RingData {
@@ -92,6 +115,9 @@ struct RingData {
     std::vector<float> sinks, slopes;
     AttentionInputs whole;
     std::vector<Segment> mine;  // this rank's rows
+    std::vector<std::uint8_t> allowed, allowed_shard;
+    std::vector<float> added, added_shard;
+    std::vector<std::int64_t> bool_shape, float_shape, bool_shard_shape, float_shard_shape;
     HostTensor q_shard, k_shard, v_shard;
     AttentionInputs shard;
 
@@ -104,7 +130,23 @@ struct RingData {
             sinks.push_back(0.5f - 0.3f * static_cast<float>(h));
             slopes.push_back(0.1f + 0.05f * static_cast<float>(h));
         }
+        std::bernoulli_distribution keep(0.8);
+        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+        bool_shape = {c.B, 1, c.N, c.N};
+        float_shape = c.padding_mask ? std::vector<std::int64_t>{c.B, 1, 1, c.N} : std::vector<std::int64_t>{c.Hq, c.N, c.N};
+        if (c.bool_mask) {
+            allowed.resize(static_cast<std::size_t>(c.B * c.N * c.N));
+            for (auto& a : allowed) a = keep(rng) ? 1 : 0;
+        }
+        if (c.float_mask || c.padding_mask) {
+            std::int64_t elements = 1;
+            for (const std::int64_t n : float_shape) elements *= n;
+            added.resize(static_cast<std::size_t>(elements));
+            for (auto& a : added) a = keep(rng) ? uniform(rng) : -std::numeric_limits<float>::infinity();
+        }
         whole = {.q = q.view(), .k = k.view(), .v = v.view()};
+        if (c.bool_mask) whole.bool_mask = MaskView{allowed.data(), bool_shape};
+        if (!added.empty()) whole.float_mask = MaskView{added.data(), float_shape};
         if (c.lengths) whole.kv_lengths = lengths;
         if (c.sinks) whole.sinks = sinks;
         if (c.slopes) whole.alibi_slopes = slopes;
@@ -124,6 +166,14 @@ struct RingData {
         shard.q = q_shard.view();
         shard.k = k_shard.view();
         shard.v = v_shard.view();
+        if (c.bool_mask) {
+            allowed_shard = mask_rows(allowed, bool_shape, mine, bool_shard_shape);
+            shard.bool_mask = MaskView{allowed_shard.data(), bool_shard_shape};
+        }
+        if (!added.empty()) {
+            added_shard = mask_rows(added, float_shape, mine, float_shard_shape);
+            shard.float_mask = MaskView{added_shard.data(), float_shard_shape};
+        }
     }
     RingData(const RingData&) = delete;  // the inputs point into the members
 
@@ -172,10 +222,12 @@ void expect_ring_gradients_equal_whole(const RingCase& c) {
     const HostTensor grad_out = random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hq, c.N, c.D});
     HostTensor want_dq = nan_tensor(c.dtype, Layout::bhnd, data.q.shape), want_dk = nan_tensor(c.dtype, Layout::bhnd, data.k.shape),
                want_dv = nan_tensor(c.dtype, Layout::bhnd, data.v.shape);
-    std::vector<float> want_d_sinks(static_cast<std::size_t>(c.Hq), NAN);
+    std::vector<float> want_d_sinks(static_cast<std::size_t>(c.Hq), NAN), want_d_mask(data.added.size(), NAN);
+    const bool mask_grad = !data.added.empty();
     reference_attention_backward(data.whole, grad_out.view(),
                                  {.dq = want_dq.mutable_view(), .dk = want_dk.mutable_view(), .dv = want_dv.mutable_view(),
-                                  .d_sinks = c.sinks ? want_d_sinks.data() : nullptr},
+                                  .d_sinks = c.sinks ? want_d_sinks.data() : nullptr,
+                                  .d_float_mask = mask_grad ? want_d_mask.data() : nullptr},
                                  c.options);
 
     const std::int64_t nq = data.q_shard.shape[2];
@@ -187,11 +239,11 @@ void expect_ring_gradients_equal_whole(const RingCase& c) {
     const HostTensor grad_shard = gather_rows(grad_out, data.mine);
     HostTensor dq = nan_tensor(c.dtype, Layout::bhnd, data.q_shard.shape), dk = nan_tensor(c.dtype, Layout::bhnd, data.k_shard.shape),
                dv = nan_tensor(c.dtype, Layout::bhnd, data.v_shard.shape);
-    std::vector<float> d_sinks(static_cast<std::size_t>(c.Hq), NAN);
+    std::vector<float> d_sinks(static_cast<std::size_t>(c.Hq), NAN), d_mask(data.added_shard.size(), NAN);
     const distributed::RingReport report = distributed::ring_attention_backward(
         MPI_COMM_WORLD, context(), data.shard, o.view(), lse, grad_shard.view(),
         {.dq = dq.mutable_view(), .dk = dk.mutable_view(), .dv = dv.mutable_view(),
-         .d_sinks = c.sinks ? d_sinks.data() : nullptr},
+         .d_sinks = c.sinks ? d_sinks.data() : nullptr, .d_float_mask = mask_grad ? d_mask.data() : nullptr},
         c.options, ring);
     CHECK(report.step_ms.size() == static_cast<std::size_t>(P));
     CHECK(report.blocks_run > 0);
@@ -207,6 +259,16 @@ void expect_ring_gradients_equal_whole(const RingCase& c) {
     if (c.sinks) {
         const Comparison cmp = compare({d_sinks.begin(), d_sinks.end()}, {want_d_sinks.begin(), want_d_sinks.end()}, tol);
         INFO("rank " << me << ": d_sinks: " << cmp.message);
+        CHECK(cmp.ok);
+    }
+    if (mask_grad) {
+        // The gradient of this rank's mask: its rows of the whole's, or, for a mask broadcast over
+        // the rows, its share of the whole's sum (the ranks' shares add up to it).
+        std::vector<std::int64_t> shape;
+        std::vector<float> want = mask_rows(want_d_mask, data.float_shape, data.mine, shape);
+        if (c.padding_mask) MPI_Allreduce(MPI_IN_PLACE, d_mask.data(), static_cast<int>(d_mask.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        const Comparison cmp = compare({d_mask.begin(), d_mask.end()}, {want.begin(), want.end()}, tol);
+        INFO("rank " << me << ": d_float_mask: " << cmp.message);
         CHECK(cmp.ok);
     }
     CHECK(context().validation_messages().empty());
@@ -241,6 +303,14 @@ const std::vector<std::pair<const char*, Setup>>& ring_cases() {
         {"fp16, causal", [](RingCase& c) {
              c.dtype = DType::f16;
              c.options.causal = Causal::top_left;
+         }},
+        {"bool and float masks, bottom-right causal", [](RingCase& c) {
+             c.bool_mask = c.float_mask = true;
+             c.options.causal = Causal::bottom_right;
+         }},
+        {"key padding float mask (broadcast over rows), three stages", [](RingCase& c) {
+             c.padding_mask = true;
+             c.options.impl = Impl::unfused;
          }},
         {"MQA, fused kernels forced", [](RingCase& c) {
              c.Hkv = 1;
@@ -322,15 +392,16 @@ TEST_CASE("ring: a rank with a bad shard makes every rank throw its error, namin
                                                    .v = good_of(rng).view(), .sinks = one_sink},
                                                   {.o = o16_of().mutable_view()}),
                       Catch::StartsWith("sinks: rank 0: "));
-    // A mask is refused on every rank alike.
-    const std::vector<std::uint8_t> mask(25, 1);
+    // A mask of the wrong shape, on one rank: its rows must be the shard's.
     const HostTensor good = random_tensor(rng, DType::f32, Layout::bhnd, {1, 2, 5, 16});
     HostTensor o16 = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 5, 16});
+    const std::vector<std::int64_t> mask_shape{me == ranks_of() - 1 ? 6 : 5, 5 * ranks_of()};
+    std::vector<std::uint8_t> rows(static_cast<std::size_t>(mask_shape[0] * mask_shape[1]), 1);
     CHECK_THROWS_WITH(distributed::ring_attention(MPI_COMM_WORLD, context(),
                                                   {.q = good.view(), .k = good.view(), .v = good.view(),
-                                                   .bool_mask = MaskView{mask.data(), {5, 5}}},
+                                                   .bool_mask = MaskView{rows.data(), mask_shape}},
                                                   {.o = o16.mutable_view()}),
-                      Catch::StartsWith("bool_mask: rank 0: "));
+                      Catch::StartsWith("bool_mask: rank " + std::to_string(ranks_of() - 1) + ": ") && Catch::Contains("6"));
 }
 
 TEST_CASE("ring backward: a rank's bad o, lse or gradients make every rank throw, naming it", "[distributed]") {

@@ -713,5 +713,18 @@ TEST_CASE("npy row selections read only the rows asked for, in any order, from e
     }
     CHECK_THROWS_WITH(npy::read_rows(dir / "c.npy", [](std::int64_t) { return std::vector<npy::RowRange>{{8, 3}}; }),
                       Catch::Contains("c.npy") && Catch::Contains("outside"));
+    // Rank 1 has no row axis: read whole, the selector not asked.
+    const std::vector<std::byte> line = npy_file(npy_dict("<f2", false, "(40,)"), {whole.data.begin(), whole.data.begin() + 80});
+    {
+        std::ofstream out(dir / "line.npy", std::ios::binary);
+        out.write(reinterpret_cast<const char*>(line.data()), static_cast<std::streamsize>(line.size()));
+    }
+    bool asked = false;
+    const npy::Array all = npy::read_rows(dir / "line.npy", [&](std::int64_t) {
+        asked = true;
+        return std::vector<npy::RowRange>{};
+    });
+    CHECK_FALSE(asked);
+    CHECK(all.shape == std::vector<std::int64_t>{40});
     fs::remove_all(dir);
 }

@@ -51,13 +51,12 @@ int run(const RunOptions& o) {
 int run_rank(const RunOptions& o, const ContextParallel* cp) {
     if (o.out.empty()) throw InvalidArgument("--out", "is required.");
     if (cp) {
-        for (const auto& [given, flag] : {std::pair{!o.mask.empty(), "--mask"}, std::pair{!o.weights.empty(), "--weights"},
+        for (const auto& [given, flag] : {std::pair{!o.weights.empty(), "--weights"},
                                           std::pair{!o.logits.empty(), "--logits"}, std::pair{!o.grad_out.empty(), "--grad-out"},
                                           std::pair{!o.devices.empty(), "--devices"},
                                           std::pair{!o.dequantized_k.empty() || !o.dequantized_v.empty(), "--dequantized-k"}})
             if (given)
-                throw InvalidArgument(flag, "is not taken with --context-parallel yet (o and lse are; masks: use "
-                                            "causal, windows or key lengths).");
+                throw InvalidArgument(flag, "is not taken with --context-parallel yet (o and lse are).");
     }
     const npy::RowSelector* shard_rows = cp ? &cp->rows() : nullptr;
     const Impl impl = parse_impl(o.impl);
@@ -97,7 +96,15 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
 
     npy::Array mask;
     if (!o.mask.empty()) {
-        mask = npy::read(o.mask);
+        // With --context-parallel, this rank's rows of the mask (its second-to-last axis cut as q's),
+        // unless the mask broadcasts over the rows there.
+        mask = !cp ? npy::read(o.mask) : npy::read_rows(o.mask, [&](std::int64_t n) -> std::vector<npy::RowRange> {
+            if (n == 1) return {{0, 1}};
+            if (n != q_total)
+                throw InvalidArgument("--mask", o.mask + " has " + std::to_string(n) + " rows on its second-to-last axis; "
+                                                "a mask's rows are the queries' (" + std::to_string(q_total) + ") or 1.");
+            return (*shard_rows)(n);
+        });
         if (mask.type == npy::ElementType::boolean) in.bool_mask = MaskView{mask.data.data(), mask.shape};
         else if (mask.type == npy::ElementType::f32) in.float_mask = MaskView{mask.data.data(), mask.shape};
         else throw InvalidArgument("--mask", o.mask + " holds " + npy::descr_of(mask.type) +
