@@ -11,10 +11,12 @@
 
 #include "attention/problem.hpp"
 #include "collective.hpp"
+#include "device_shard.hpp"
 #include "ring_setup.hpp"
 #include "reference/tensor_access.hpp"
 #include "vkattn/distributed.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/plan.hpp"
 
 namespace vkattn::distributed {
 namespace {
@@ -22,60 +24,77 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-}  // namespace
+// This rank's rows after the ring: o (normalised) and its log-sum-exp, sinks joined.
+struct Merged {
+    std::vector<double> o, lse;
+};
 
-RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
-                          const AttentionOptions& options, const RingOptions& ring) {
-    const detail::RingSetup setup = detail::prepare(
-        comm, shard, options, ring, [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
-            if (out.weights || out.logits)
-                throw InvalidArgument(out.weights ? "weights" : "logits", "ring attention returns o and lse only.");
-            AttentionOutputs part{.o = out.o};
-            part.o.shape[2] = r.q_segments[0].length;
-            (void)vkattn::detail::resolve(first, part, block);
-            const std::array<std::int64_t, 4> o_shape{shard.q.shape[0], shard.q.shape[1], shard.q.shape[2], shard.v.shape[3]};
-            if (out.o.shape != o_shape)
-                throw InvalidArgument("o", "its shape must be [B, Hq, n_q, Dv] of this rank's shard.");
-        });
+// The forward on the device: `q` on the device, `host` the same shard in host memory (checks, the
+// masks' parts, the K/V shards packed for MPI). Each step's held K/V shard is uploaded once; each
+// visible pair is one attention call on device tensors, its partial (o, lse) merged on the host.
+RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup& setup, const AttentionInputs& host,
+                       const DeviceTensor& q, const AttentionOptions& options, const RingOptions& ring, Merged& merged) {
     const int P = setup.P;
-    const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], Dv = shard.v.shape[3];
-    const std::int64_t nq = shard.q.shape[2];
-
-    detail::KvRing kv(setup, shard.k, shard.v);
+    const std::int64_t B = host.q.shape[0], Hq = host.q.shape[1], Hkv = host.k.shape[1], nq = host.q.shape[2];
+    const std::int64_t Dv = host.v.shape[3];
+    detail::KvRing kv(setup, host.k, host.v);
+    const std::int64_t most = *std::max_element(setup.k_rows.begin(), setup.k_rows.end());
+    const DeviceTensor k_held = DeviceTensor::empty(context, host.k.dtype, {B, Hkv, most, host.k.shape[3]});
+    const DeviceTensor v_held = DeviceTensor::empty(context, host.v.dtype, {B, Hkv, most, Dv});
+    DeviceTensor lengths;
+    if (!host.kv_lengths.empty()) lengths = detail::device_array(context, host.kv_lengths.data(), DType::i32, {B});
 
     // The running merge per query row: o normalised to the running lse m.
     const auto n_rows = static_cast<std::size_t>(B * Hq * nq);
-    std::vector<double> acc(n_rows * static_cast<std::size_t>(Dv), 0.0);
-    std::vector<double> m(n_rows, -std::numeric_limits<double>::infinity());
+    std::vector<double>& acc = merged.o;
+    std::vector<double>& m = merged.lse;
+    acc.assign(n_rows * static_cast<std::size_t>(Dv), 0.0);
+    m.assign(n_rows, -std::numeric_limits<double>::infinity());
+    std::vector<std::uint8_t> o_part;
+    std::vector<float> lse_part;
     RingReport report;
     report.ranks = P;
     for (int s = 0; s < P; ++s) {
         const auto start = Clock::now();
         std::vector<MPI_Request> requests;
         kv.post(comm, s, requests, report.bytes_sent);
-        // The step's compute: every (query segment, key segment) pair with a visible key.
         detail::TransferProgress progress(requests, ring.timeout_s);
         const auto compute_start = Clock::now();
+        const std::int64_t held = setup.k_rows[static_cast<std::size_t>(setup.holder(s))];
+        k_held.seq(0, held).upload(kv.k(s));
+        v_held.seq(0, held).upload(kv.v(s));
+        // The step's compute: every (query segment, key segment) pair with a visible key.
         std::int64_t q_local = 0;
         for (const Segment& qs : setup.q_segments) {
             std::int64_t k_local = 0;
             for (const Segment& ks : setup.key_segments(setup.holder(s))) {
-                const detail::PairInputs pair(setup, shard, kv.k(s), kv.v(s), q_local, qs, k_local, ks);
-                const AttentionInputs& in = pair.in;
+                const detail::PairInputs pair(setup, host, kv.k(s), kv.v(s), q_local, qs, k_local, ks);
                 const AttentionOptions block = setup.block_options(options, qs, ks);
-                const std::size_t part_rows = static_cast<std::size_t>(B * Hq * qs.length);
-                std::vector<std::uint8_t> o_part(static_cast<std::size_t>(storage_bytes(shard.q.dtype, static_cast<std::int64_t>(part_rows) * Dv)));
-                std::vector<float> lse_part(part_rows);
-                const AttentionOutputs part{
-                    .o = make_view<void*>(o_part.data(), shard.q.dtype, Layout::bhnd, {B, Hq, qs.length, Dv}),
-                    .lse = lse_part.data()};
+                const MutableTensorView o_view = detail::host_buffer(o_part, host.q.dtype, {B, Hq, qs.length, Dv});
+                lse_part.resize(static_cast<std::size_t>(B * Hq * qs.length));
+                const std::int64_t k_first = k_local;
                 k_local += ks.length;
-                if (qs.length == 0 || ks.length == 0 || vkattn::detail::resolve(in, part, block).visible_pairs() == 0) {
+                if (qs.length == 0 || ks.length == 0 ||
+                    vkattn::detail::resolve(pair.in, {.o = o_view, .lse = lse_part.data()}, block).visible_pairs() == 0) {
                     ++report.blocks_skipped;
                     continue;
                 }
+                DeviceAttentionInputs in{.q = q.seq(q_local, qs.length),
+                                         .k = k_held.seq(k_first, ks.length),
+                                         .v = v_held.seq(k_first, ks.length),
+                                         .kv_lengths = lengths,
+                                         .alibi_slopes = setup.slopes,
+                                         .k_scale = host.k_scale,
+                                         .v_scale = host.v_scale};
+                if (pair.in.bool_mask) in.bool_mask = detail::device_array(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
+                if (pair.in.float_mask)
+                    in.float_mask = detail::device_array(context, pair.float_mask.data(), DType::f32, pair.float_shape);
+                const DeviceAttentionOutputs part{.o = DeviceTensor::empty(context, host.q.dtype, o_view.shape),
+                                                  .lse = DeviceTensor::empty(context, DType::f32, {B, Hq, qs.length, 1})};
                 report.flops += attention(context, in, part, block).flops;
                 ++report.blocks_run;
+                part.o.download(o_view);
+                part.lse.download(make_view(static_cast<void*>(lse_part.data()), DType::f32, Layout::bhnd, part.lse.shape()));
                 // Merge: acc·e^m + o_s·e^lse_s, renormalised to the new running lse.
                 for (std::int64_t b = 0; b < B; ++b)
                     for (std::int64_t h = 0; h < Hq; ++h)
@@ -89,7 +108,7 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
                             const double sum = old_scale + new_scale;
                             for (std::int64_t e = 0; e < Dv; ++e) {
                                 double& a = acc[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)];
-                                a = (a * old_scale + new_scale * load_element(o_part.data(), shard.q.dtype,
+                                a = (a * old_scale + new_scale * load_element(o_part.data(), host.q.dtype,
                                                                               static_cast<std::int64_t>(p) * Dv + e)) /
                                     sum;
                             }
@@ -98,8 +117,7 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
             }
             q_local += qs.length;
         }
-        const double compute = ms_since(compute_start);
-        report.compute_ms += compute;
+        report.compute_ms += ms_since(compute_start);
         const detail::TransferProgress::Outcome transfer = progress.finish();
         report.wait_ms += transfer.wait_ms;
         report.transfer_ms += transfer.transfer_ms;
@@ -107,24 +125,92 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
         report.step_ms.push_back(ms_since(start));
     }
 
-    // The sinks join each row's denominator once; then o and lse in the caller's views.
+    // The sinks join each row's denominator once.
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < Hq; ++h) {
+            if (host.sinks.empty() || host.sinks[static_cast<std::size_t>(h)] == -INFINITY) continue;
+            const double sink = host.sinks[static_cast<std::size_t>(h)];
+            for (std::int64_t i = 0; i < nq; ++i) {
+                const auto row = static_cast<std::size_t>((b * Hq + h) * nq + i);
+                const double mm = std::max(m[row], sink);
+                const double total = mm + std::log(std::exp(m[row] - mm) + std::exp(sink - mm));
+                const double scale = std::exp(m[row] - total);
+                for (std::int64_t e = 0; e < Dv; ++e) acc[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)] *= scale;
+                m[row] = total;
+            }
+        }
+    return report;
+}
+
+// The forward's own checks (beyond prepare's): o of this rank's shape, no weights or logits.
+void check_outputs(const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block,
+                   const AttentionInputs& shard, DType o_dtype, const std::array<std::int64_t, 4>& o_shape, bool weights,
+                   bool logits) {
+    if (weights || logits) throw InvalidArgument(weights ? "weights" : "logits", "ring attention returns o and lse only.");
+    const std::array<std::int64_t, 4> want{shard.q.shape[0], shard.q.shape[1], shard.q.shape[2], shard.v.shape[3]};
+    if (o_shape != want)
+        throw InvalidArgument("o", "its shape is " + vkattn::detail::shape_text(o_shape) + " but must be [B, Hq, n_q, Dv] = " +
+                                       vkattn::detail::shape_text(want) + " of this rank's shard.");
+    std::uint32_t unused = 0;  // the engine's checks of the first pair's output
+    const AttentionOutputs part{
+        .o = make_view(static_cast<void*>(&unused), o_dtype, Layout::bhnd, {want[0], want[1], r.q_segments[0].length, want[3]})};
+    (void)vkattn::detail::resolve(first, part, block);
+}
+
+}  // namespace
+
+RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
+                          const AttentionOptions& options, const RingOptions& ring) {
+    const detail::RingSetup setup = detail::prepare(
+        comm, shard, options, ring, [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
+            if (out.o.data == nullptr) throw InvalidArgument("o", "the tensor has no data pointer.");
+            check_outputs(r, first, block, shard, out.o.dtype, out.o.shape, out.weights != nullptr, out.logits != nullptr);
+        });
+    Merged merged;
+    const RingReport report =
+        run_forward(comm, context, setup, shard, DeviceTensor::from_host(context, shard.q), options, ring, merged);
+    const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dv = shard.v.shape[3];
     for (std::int64_t b = 0; b < B; ++b)
         for (std::int64_t h = 0; h < Hq; ++h)
             for (std::int64_t i = 0; i < nq; ++i) {
                 const auto row = static_cast<std::size_t>((b * Hq + h) * nq + i);
-                double scale = 1.0;
-                if (!shard.sinks.empty() && shard.sinks[static_cast<std::size_t>(h)] != -INFINITY) {
-                    const double sink = shard.sinks[static_cast<std::size_t>(h)];
-                    const double mm = std::max(m[row], sink);
-                    const double total = mm + std::log(std::exp(m[row] - mm) + std::exp(sink - mm));
-                    scale = std::exp(m[row] - total);
-                    m[row] = total;
-                }
                 for (std::int64_t e = 0; e < Dv; ++e)
-                    vkattn::detail::store(out.o, b, h, i, e,
-                                          acc[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)] * scale);
-                if (out.lse) out.lse[row] = static_cast<float>(m[row]);
+                    vkattn::detail::store(out.o, b, h, i, e, merged.o[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)]);
+                if (out.lse) out.lse[row] = static_cast<float>(merged.lse[row]);
             }
+    return report;
+}
+
+RingReport ring_attention(MPI_Comm comm, Context& context, const DeviceAttentionInputs& shard,
+                          const DeviceAttentionOutputs& out, const AttentionOptions& options, const RingOptions& ring) {
+    const detail::HostShard host(shard);
+    const detail::RingSetup setup = detail::prepare(
+        comm, host.inputs, options, ring,
+        [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
+            if (!out.o.defined()) throw InvalidArgument("o", "the tensor is empty.");
+            check_outputs(r, first, block, host.inputs, out.o.dtype(), out.o.shape(), out.weights.defined(),
+                          out.logits.defined());
+            if (out.o.dtype() != shard.q.dtype())
+                throw InvalidArgument("o", "its dtype is " + to_string(out.o.dtype()) + " but q's is " + to_string(shard.q.dtype()) + ".");
+            const std::array<std::int64_t, 4> lse_shape{out.o.shape()[0], out.o.shape()[1], out.o.shape()[2], 1};
+            if (out.lse.defined() && (out.lse.dtype() != DType::f32 || out.lse.shape() != lse_shape || !out.lse.contiguous()))
+                throw InvalidArgument("lse", "must be f32, contiguous, of shape " + vkattn::detail::shape_text(lse_shape) + ".");
+        },
+        host.error);
+    Merged merged;
+    const RingReport report = run_forward(comm, context, setup, host.inputs, shard.q, options, ring, merged);
+    // o in q's dtype and the lse, from the host into the caller's tensors.
+    std::vector<std::uint8_t> o_bytes;
+    const MutableTensorView o = detail::host_buffer(o_bytes, out.o.dtype(), out.o.shape());
+    const std::int64_t rows = out.o.shape()[0] * out.o.shape()[1] * out.o.shape()[2], Dv = out.o.shape()[3];
+    for (std::int64_t row = 0; row < rows; ++row)
+        for (std::int64_t e = 0; e < Dv; ++e)
+            vkattn::detail::store(o, 0, 0, row, e, merged.o[static_cast<std::size_t>(row * Dv + e)]);
+    out.o.upload(detail::read_only(o));
+    if (out.lse.defined()) {
+        const std::vector<float> lse(merged.lse.begin(), merged.lse.end());
+        out.lse.upload(make_view(static_cast<const void*>(lse.data()), DType::f32, Layout::bhnd, out.lse.shape()));
+    }
     return report;
 }
 

@@ -11,6 +11,7 @@
 #include "attention/problem.hpp"
 #include "collective.hpp"
 #include "reference/tensor_access.hpp"
+#include "device_shard.hpp"
 #include "ring_setup.hpp"
 #include "vkattn/batch.hpp"
 #include "vkattn/distributed.hpp"
@@ -36,67 +37,61 @@ struct PairGradients {
     std::vector<std::uint8_t> dq_host, dk_host, dv_host;
 };
 
-// A dense host buffer of `shape` in `dtype` and a view of it.
-MutableTensorView host_buffer(std::vector<std::uint8_t>& bytes, DType dtype, const std::array<std::int64_t, 4>& shape) {
-    bytes.resize(static_cast<std::size_t>(storage_bytes(dtype, shape[0] * shape[1] * shape[2] * shape[3])));
-    return make_view(static_cast<void*>(bytes.data()), dtype, Layout::bhnd, shape);
+
+// The backward's own checks (beyond prepare's): o, lse, grad_out and the gradients of this rank.
+void check_call(const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block,
+                const AttentionInputs& shard, const TensorView& o, std::span<const float> lse, const TensorView& grad_out,
+                const AttentionGradients& grads) {
+    const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dv = shard.v.shape[3];
+    const bool want_dq = grads.dq.data != nullptr, want_kv = grads.dk.data != nullptr;
+        vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);
+        if (grads.d_float_mask && !shard.float_mask)
+            throw InvalidArgument("d_float_mask", "there is no float mask to differentiate; give float_mask or no "
+                                                  "d_float_mask.");
+        if (want_kv != (grads.dv.data != nullptr))
+            throw InvalidArgument(want_kv ? "dv" : "dk", "the backward pass computes dK and dV together; give both.");
+        const std::array<std::int64_t, 4> o_shape{B, Hq, nq, Dv};
+        for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&grad_out, "grad_out"}}) {
+            if (t->data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
+            if (t->shape != o_shape || t->dtype != shard.q.dtype)
+                throw InvalidArgument(name, "must be this rank's shard of the forward's o: " +
+                                                vkattn::detail::shape_text(o_shape) + " of q's dtype.");
+        }
+        if (lse.size() != static_cast<std::size_t>(B * Hq * nq))
+            throw InvalidArgument("lse", "has " + std::to_string(lse.size()) + " values but this rank's shard of the "
+                                             "forward's log-sum-exp has B·Hq·n_q = " + std::to_string(B * Hq * nq) + ".");
+        for (const auto& [grad, input, name, input_name] :
+             {std::tuple{&grads.dq, &shard.q, "dq", "q"}, std::tuple{&grads.dk, &shard.k, "dk", "k"},
+              std::tuple{&grads.dv, &shard.v, "dv", "v"}})
+            if (grad->data != nullptr && grad->shape != input->shape)
+                throw InvalidArgument(name, "the shape is " + vkattn::detail::shape_text(grad->shape) + " but must be " +
+                                                input_name + "'s, " + vkattn::detail::shape_text(input->shape) + ".");
+        // The engine's checks of the first pair's backward.
+        const std::int64_t rows = r.q_segments[0].length, keys = first.k.shape[2];
+        std::uint32_t unused = 0;
+        const AttentionOutputs part{
+            .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, rows, Dv})};
+        const vkattn::detail::Problem p = vkattn::detail::resolve(first, part, block);
+        vkattn::detail::check_backward(
+            p, vkattn::detail::spec_of(first, part, block),
+            {.grad_out = layout_of(detail::rows(grad_out, 0, rows)),
+             .dq = want_dq ? std::optional(layout_of(detail::rows(grads.dq, 0, rows))) : std::nullopt,
+             .dk = want_kv ? std::optional(layout_of(detail::rows(grads.dk, 0, keys))) : std::nullopt,
+             .dv = want_kv ? std::optional(layout_of(detail::rows(grads.dv, 0, keys))) : std::nullopt,
+             .d_sinks = grads.d_sinks != nullptr,
+             .d_float_mask = grads.d_float_mask != nullptr});
 }
 
-// A mask's part as a device tensor of its shape, left-padded with 1s to rank 4.
-DeviceTensor device_mask(Context& context, const void* data, DType dtype, const std::vector<std::int64_t>& shape) {
-    std::array<std::int64_t, 4> s{1, 1, 1, 1};
-    std::copy(shape.begin(), shape.end(), s.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
-    return DeviceTensor::from_host(context, make_view(data, dtype, Layout::bhnd, s));
-}
-
-}  // namespace
-
-RingReport ring_attention_backward(MPI_Comm comm, Context& context, const AttentionInputs& shard, const TensorView& o,
-                                   std::span<const float> lse, const TensorView& grad_out, const AttentionGradients& grads,
-                                   const AttentionOptions& options, const RingOptions& ring) {
+// The backward on the device: q, o and grad_out on the device, `shard`, `o`, `lse` and `grad_out`
+// the same in host memory (checks, masks' parts, K/V transfers, the sinks' gradient).
+RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup& setup, const AttentionInputs& shard,
+                        const TensorView& o, std::span<const float> lse, const TensorView& grad_out,
+                        const AttentionGradients& grads, const DeviceTensor& q, const DeviceTensor& o_rows,
+                        const DeviceTensor& grad_rows, const AttentionOptions& options, const RingOptions& ring) {
     const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dk = shard.q.shape[3];
     const std::int64_t Hkv = shard.k.shape[1], Dv = shard.v.shape[3];
     const bool want_dq = grads.dq.data != nullptr, want_kv = grads.dk.data != nullptr;
     const bool want_d_mask = grads.d_float_mask != nullptr;
-    const detail::RingSetup setup = detail::prepare(
-        comm, shard, options, ring, [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
-            vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);
-            if (grads.d_float_mask && !shard.float_mask)
-                throw InvalidArgument("d_float_mask", "there is no float mask to differentiate; give float_mask or no "
-                                                      "d_float_mask.");
-            if (want_kv != (grads.dv.data != nullptr))
-                throw InvalidArgument(want_kv ? "dv" : "dk", "the backward pass computes dK and dV together; give both.");
-            const std::array<std::int64_t, 4> o_shape{B, Hq, nq, Dv};
-            for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&grad_out, "grad_out"}}) {
-                if (t->data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
-                if (t->shape != o_shape || t->dtype != shard.q.dtype)
-                    throw InvalidArgument(name, "must be this rank's shard of the forward's o: " +
-                                                    vkattn::detail::shape_text(o_shape) + " of q's dtype.");
-            }
-            if (lse.size() != static_cast<std::size_t>(B * Hq * nq))
-                throw InvalidArgument("lse", "has " + std::to_string(lse.size()) + " values but this rank's shard of the "
-                                                 "forward's log-sum-exp has B·Hq·n_q = " + std::to_string(B * Hq * nq) + ".");
-            for (const auto& [grad, input, name, input_name] :
-                 {std::tuple{&grads.dq, &shard.q, "dq", "q"}, std::tuple{&grads.dk, &shard.k, "dk", "k"},
-                  std::tuple{&grads.dv, &shard.v, "dv", "v"}})
-                if (grad->data != nullptr && grad->shape != input->shape)
-                    throw InvalidArgument(name, "the shape is " + vkattn::detail::shape_text(grad->shape) + " but must be " +
-                                                    input_name + "'s, " + vkattn::detail::shape_text(input->shape) + ".");
-            // The engine's checks of the first pair's backward.
-            const std::int64_t rows = r.q_segments[0].length, keys = first.k.shape[2];
-            std::uint32_t unused = 0;
-            const AttentionOutputs part{
-                .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, rows, Dv})};
-            const vkattn::detail::Problem p = vkattn::detail::resolve(first, part, block);
-            vkattn::detail::check_backward(
-                p, vkattn::detail::spec_of(first, part, block),
-                {.grad_out = layout_of(detail::rows(grad_out, 0, rows)),
-                 .dq = want_dq ? std::optional(layout_of(detail::rows(grads.dq, 0, rows))) : std::nullopt,
-                 .dk = want_kv ? std::optional(layout_of(detail::rows(grads.dk, 0, keys))) : std::nullopt,
-                 .dv = want_kv ? std::optional(layout_of(detail::rows(grads.dv, 0, keys))) : std::nullopt,
-                 .d_sinks = grads.d_sinks != nullptr,
-                 .d_float_mask = grads.d_float_mask != nullptr});
-        });
     const int P = setup.P, me = setup.me;
     detail::KvRing kv(setup, shard.k, shard.v);
     RingReport report;
@@ -104,9 +99,6 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
 
     // On the device for the whole ring: this rank's q, o, grad_out and key lengths, and the forward's
     // lse of each query segment (the backward takes it contiguous); the held K/V, filled each step.
-    const DeviceTensor q = DeviceTensor::from_host(context, shard.q);
-    const DeviceTensor o_rows = DeviceTensor::from_host(context, o);
-    const DeviceTensor grad_rows = DeviceTensor::from_host(context, grad_out);
     DeviceTensor lengths;
     if (!shard.kv_lengths.empty())
         lengths = DeviceTensor::from_host(
@@ -197,8 +189,8 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                     g.dv = DeviceTensor::empty(context, shard.v.dtype, {B, Hkv, ks.length, Dv});
                 }
                 Ran r{.pair = slot, .q_local = q_local, .k_local = k_local, .qs = qs, .ks = ks, .mask_box = pair.mask_box};
-                if (host.bool_mask) r.bool_mask = device_mask(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
-                if (host.float_mask) r.float_mask = device_mask(context, pair.float_mask.data(), DType::f32, pair.float_shape);
+                if (host.bool_mask) r.bool_mask = detail::device_array(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
+                if (host.float_mask) r.float_mask = detail::device_array(context, pair.float_mask.data(), DType::f32, pair.float_shape);
                 if (want_d_mask) {
                     r.d_mask = DeviceTensor::empty(context, DType::f32, r.float_mask.shape());
                     r.d_mask_host.resize(pair.float_mask.size());
@@ -217,10 +209,10 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                 report.flops += attention_backward(batch, in, o_rows.seq(q_local, qs.length), lse_rows[qi],
                                                    grad_rows.seq(q_local, qs.length), out, block)
                                     .flops;
-                if (want_dq) batch.download(out.dq, host_buffer(g.dq_host, shard.q.dtype, out.dq.shape()));
+                if (want_dq) batch.download(out.dq, detail::host_buffer(g.dq_host, shard.q.dtype, out.dq.shape()));
                 if (want_kv) {
-                    batch.download(out.dk, host_buffer(g.dk_host, shard.k.dtype, out.dk.shape()));
-                    batch.download(out.dv, host_buffer(g.dv_host, shard.v.dtype, out.dv.shape()));
+                    batch.download(out.dk, detail::host_buffer(g.dk_host, shard.k.dtype, out.dk.shape()));
+                    batch.download(out.dv, detail::host_buffer(g.dv_host, shard.v.dtype, out.dv.shape()));
                 }
                 if (want_d_mask)
                     batch.download(r.d_mask, make_view(static_cast<void*>(r.d_mask_host.data()), DType::f32, Layout::bhnd,
@@ -338,6 +330,77 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                         vkattn::detail::store(grads.dv, b, h, j, e, dv_out[static_cast<std::size_t>(row * Dv + e)]);
                 }
     }
+    return report;
+}
+
+}  // namespace
+
+RingReport ring_attention_backward(MPI_Comm comm, Context& context, const AttentionInputs& shard, const TensorView& o,
+                                   std::span<const float> lse, const TensorView& grad_out, const AttentionGradients& grads,
+                                   const AttentionOptions& options, const RingOptions& ring) {
+    const detail::RingSetup setup = detail::prepare(
+        comm, shard, options, ring, [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
+            check_call(r, first, block, shard, o, lse, grad_out, grads);
+        });
+    return run_backward(comm, context, setup, shard, o, lse, grad_out, grads, DeviceTensor::from_host(context, shard.q),
+                        DeviceTensor::from_host(context, o), DeviceTensor::from_host(context, grad_out), options, ring);
+}
+
+RingReport ring_attention_backward(MPI_Comm comm, Context& context, const DeviceAttentionInputs& shard, const DeviceTensor& o,
+                                   const DeviceTensor& lse, const DeviceTensor& grad_out, const DeviceAttentionGradients& grads,
+                                   const AttentionOptions& options, const RingOptions& ring) {
+    // Host copies of the inputs (checks, masks, K/V transfers, the sinks' gradient) and host buffers
+    // for the gradients, uploaded at the end; an error here is thrown inside the agreement.
+    const detail::HostShard host(shard);
+    std::exception_ptr early = host.error;
+    detail::HostCopy o_host, grad_host, lse_host;
+    std::vector<std::uint8_t> dq_bytes, dk_bytes, dv_bytes;
+    std::vector<float> d_sinks, d_mask;
+    AttentionGradients out;
+    try {
+        for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&lse, "lse"}, std::pair{&grad_out, "grad_out"}})
+            if (!t->defined()) throw InvalidArgument(name, "the tensor is empty.");
+        if (lse.dtype() != DType::f32 || !lse.contiguous())
+            throw InvalidArgument("lse", "must be f32 and contiguous, [B, Hq, n_q, 1] (the forward's).");
+        o_host = detail::HostCopy(o);
+        grad_host = detail::HostCopy(grad_out);
+        lse_host = detail::HostCopy(lse);
+        for (const auto& [t, bytes, view] : {std::tuple{&grads.dq, &dq_bytes, &out.dq}, std::tuple{&grads.dk, &dk_bytes, &out.dk},
+                                             std::tuple{&grads.dv, &dv_bytes, &out.dv}})
+            if (t->defined()) *view = detail::host_buffer(*bytes, t->dtype(), t->shape());
+        if (grads.d_sinks.defined()) {
+            if (grads.d_sinks.dtype() != DType::f32 || grads.d_sinks.elements() != shard.q.shape()[1])
+                throw InvalidArgument("d_sinks", "must be f32 with Hq = " + std::to_string(shard.q.shape()[1]) + " elements.");
+            d_sinks.resize(static_cast<std::size_t>(grads.d_sinks.elements()));
+            out.d_sinks = d_sinks.data();
+        }
+        if (grads.d_float_mask.defined()) {
+            if (!shard.float_mask.defined() || grads.d_float_mask.dtype() != DType::f32 ||
+                grads.d_float_mask.shape() != shard.float_mask.shape())
+                throw InvalidArgument("d_float_mask", "must be f32 of the float mask's shape.");
+            d_mask.resize(static_cast<std::size_t>(grads.d_float_mask.elements()));
+            out.d_float_mask = d_mask.data();
+        }
+    } catch (...) {
+        if (!early) early = std::current_exception();
+    }
+    const std::span<const float> lse_values(static_cast<const float*>(lse_host.view.data),
+                                            lse_host.view.data ? static_cast<std::size_t>(lse.elements()) : 0);
+    const detail::RingSetup setup = detail::prepare(
+        comm, host.inputs, options, ring,
+        [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
+            check_call(r, first, block, host.inputs, o_host.view, lse_values, grad_host.view, out);
+        },
+        early);
+    const RingReport report = run_backward(comm, context, setup, host.inputs, o_host.view, lse_values, grad_host.view, out,
+                                           shard.q, o, grad_out, options, ring);
+    for (const auto& [t, view] : {std::pair{&grads.dq, &out.dq}, std::pair{&grads.dk, &out.dk}, std::pair{&grads.dv, &out.dv}})
+        if (t->defined()) t->upload(detail::read_only(*view));
+    if (grads.d_sinks.defined())
+        grads.d_sinks.upload(make_view(static_cast<const void*>(d_sinks.data()), DType::f32, Layout::bhnd, grads.d_sinks.shape()));
+    if (grads.d_float_mask.defined())
+        grads.d_float_mask.upload(make_view(static_cast<const void*>(d_mask.data()), DType::f32, Layout::bhnd,
+                                            grads.d_float_mask.shape()));
     return report;
 }
 

@@ -87,7 +87,7 @@ PairInputs::PairInputs(const RingSetup& setup, const AttentionInputs& shard, con
 }
 
 RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
-                  const CallCheck& check) {
+                  const CallCheck& check, std::exception_ptr early) {
     RingSetup r;
     check_mpi(MPI_Comm_rank(comm, &r.me), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(comm, &r.P), "MPI_Comm_size");
@@ -113,6 +113,10 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
     r.slopes = options.alibi_max_bias ? alibi_slopes(shard.q.shape[1], *options.alibi_max_bias)
                                       : std::vector<float>(shard.alibi_slopes.begin(), shard.alibi_slopes.end());
 
+    // A rank that could not read its shard first: the others' checks would only see its empty one.
+    agree(comm, [&] {
+        if (early) std::rethrow_exception(early);
+    });
     agree(comm, [&] {
         for (std::size_t i = 1; i < ranks; ++i)
             for (std::size_t f = 0; f < sig.size(); ++f)

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <span>
 #include <vector>
@@ -68,8 +69,9 @@ using CallCheck = std::function<void(const RingSetup&, const AttentionInputs& fi
 // but the sequence, types, options and per-rank constants everywhere, shards of the sharding's
 // lengths, masks broadcastable to [B, Hq, n_q, Nkv] (this rank's rows, the whole's keys), no block,
 // the engine's own checks on this rank's first pair, then `check`.
+// `early`: an error this rank met before (reading its device shard), thrown first in the agreement.
 RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
-                  const CallCheck& check);
+                  const CallCheck& check, std::exception_ptr early = nullptr);
 
 // What a step's messages carry; part of their tags.
 enum class Carried { k, v, dk, dv };

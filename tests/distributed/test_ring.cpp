@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "vkattn/distributed.hpp"
@@ -45,22 +46,27 @@ Context& context() {
     return c;
 }
 
-// The rows of `segments` of a [B, H, N, D] tensor, one after the other, as a new bhnd tensor.
+// The rows of `segments` of a [B, H, N, D] tensor, one after the other, as a new bhnd tensor (any
+// storage type: rows are copied as bytes).
 HostTensor gather_rows(const HostTensor& t, const std::vector<Segment>& segments) {
     std::int64_t n = 0;
     for (const Segment& s : segments) n += s.length;
-    HostTensor out = nan_tensor(t.dtype, Layout::bhnd, {t.shape[0], t.shape[1], n, t.shape[3]});
-    const std::size_t element = size_of(t.dtype);
+    HostTensor out;
+    out.dtype = t.dtype;
+    out.shape = {t.shape[0], t.shape[1], n, t.shape[3]};
+    if (t.dtype == DType::f32) out.f32.resize(static_cast<std::size_t>(out.count()));
+    else if (t.dtype == DType::f16) out.f16.resize(static_cast<std::size_t>(out.count()));
+    else out.bytes.resize(static_cast<std::size_t>(storage_bytes(t.dtype, out.count())));
     const TensorView from = t.view();
     const MutableTensorView to = out.mutable_view();
+    const auto row = static_cast<std::size_t>(storage_bytes(t.dtype, t.shape[3]));
     for (std::int64_t b = 0; b < t.shape[0]; ++b)
         for (std::int64_t h = 0; h < t.shape[1]; ++h) {
-            std::int64_t row = 0;
+            std::int64_t r = 0;
             for (const Segment& s : segments)
-                for (std::int64_t i = s.first; i < s.first + s.length; ++i, ++row)
-                    std::memcpy(static_cast<char*>(to.data) + to.offset(b, h, row, 0) * static_cast<std::int64_t>(element),
-                                static_cast<const char*>(from.data) + from.offset(b, h, i, 0) * static_cast<std::int64_t>(element),
-                                element * static_cast<std::size_t>(t.shape[3]));
+                for (std::int64_t i = s.first; i < s.first + s.length; ++i, ++r)
+                    std::memcpy(static_cast<char*>(to.data) + storage_bytes(t.dtype, to.offset(b, h, r, 0)),
+                                static_cast<const char*>(from.data) + storage_bytes(t.dtype, from.offset(b, h, i, 0)), row);
         }
     return out;
 }
@@ -80,6 +86,8 @@ std::vector<std::int64_t> contiguous_lengths(std::int64_t total, int P) {
 struct RingCase {
     std::int64_t B = 2, Hq = 4, Hkv = 2, N = 53, D = 16;
     DType dtype = DType::f32;
+    std::optional<DType> kv_dtype;     // K and V stored in another type (q8_0, fp8: forward only)
+    std::vector<float> kv_scales;      // fp8's per-head scales
     Sharding sharding = Sharding::contiguous;
     AttentionOptions options;
     bool lengths = false, sinks = false, slopes = false;
@@ -123,8 +131,8 @@ struct RingData {
 
     RingData(const RingCase& c, std::mt19937& rng)
         : q(random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hq, c.N, c.D})),
-          k(random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hkv, c.N, c.D})),
-          v(random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hkv, c.N, c.D})),
+          k(random_tensor(rng, c.kv_dtype.value_or(c.dtype), Layout::bhnd, {c.B, c.Hkv, c.N, c.D}, 1.0f, c.kv_scales)),
+          v(random_tensor(rng, c.kv_dtype.value_or(c.dtype), Layout::bhnd, {c.B, c.Hkv, c.N, c.D}, 1.0f, c.kv_scales)),
           lengths{static_cast<std::int32_t>(c.N - 9), static_cast<std::int32_t>(c.N)} {
         for (std::int64_t h = 0; h < c.Hq; ++h) {
             sinks.push_back(0.5f - 0.3f * static_cast<float>(h));
@@ -148,6 +156,7 @@ struct RingData {
         if (c.bool_mask) whole.bool_mask = MaskView{allowed.data(), bool_shape};
         if (!added.empty()) whole.float_mask = MaskView{added.data(), float_shape};
         if (c.lengths) whole.kv_lengths = lengths;
+        whole.k_scale = whole.v_scale = c.kv_scales;
         if (c.sinks) whole.sinks = sinks;
         if (c.slopes) whole.alibi_slopes = slopes;
         const int P = ranks_of();
@@ -350,6 +359,19 @@ TEST_CASE("ring backward: every feature, both shardings, the whole's gradients o
     expect_ring_gradients_equal_whole(bf16);
 }
 
+TEST_CASE("ring: quantized K/V shards travel as stored (ggml's blocks, fp8 with per-head scales)", "[distributed]") {
+    for (const DType kv : {DType::q8_0, DType::q4_1, DType::fp8_e4m3}) {
+        INFO(to_string(kv));
+        RingCase c;
+        c.D = 32;  // ggml's blocks run along the head dimension
+        c.kv_dtype = kv;
+        if (is_fp8(kv)) c.kv_scales = {0.02f, 0.05f};
+        c.sharding = Sharding::zigzag;
+        c.options.causal = Causal::top_left;
+        expect_ring_equals_whole(c);
+    }
+}
+
 TEST_CASE("ring: zigzag skips the blocks causal hides", "[distributed]") {
     const int P = ranks_of();
     std::mt19937 rng(1);
@@ -432,4 +454,76 @@ TEST_CASE("ring backward: a rank's bad o, lse or gradients make every rank throw
     for (const HostTensor* g : {&dq, &dk, &dv})
         for (const double x : g->doubles()) REQUIRE(std::isnan(x));
     CHECK(context().validation_messages().empty());
+}
+
+TEST_CASE("ring on device tensors: the same results as on host data, forward and backward", "[distributed]") {
+    RingCase c;
+    c.sharding = Sharding::zigzag;
+    c.options.causal = Causal::bottom_right;
+    c.lengths = c.sinks = c.bool_mask = c.float_mask = true;
+    std::mt19937 rng(123);
+    const RingData data(c, rng);
+    const std::int64_t nq = data.q_shard.shape[2];
+    const HostTensor grad = random_tensor(rng, c.dtype, Layout::bhnd, {c.B, c.Hq, nq, c.D});
+    const distributed::RingOptions ring{.sharding = c.sharding, .timeout_s = 60};
+
+    // On host data.
+    HostTensor o = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, nq, c.D});
+    std::vector<float> lse(static_cast<std::size_t>(c.B * c.Hq * nq), NAN);
+    distributed::ring_attention(MPI_COMM_WORLD, context(), data.shard, {.o = o.mutable_view(), .lse = lse.data()}, c.options, ring);
+    HostTensor dq = nan_tensor(c.dtype, Layout::bhnd, data.q_shard.shape), dk = nan_tensor(c.dtype, Layout::bhnd, data.k_shard.shape),
+               dv = nan_tensor(c.dtype, Layout::bhnd, data.v_shard.shape);
+    std::vector<float> d_sinks(static_cast<std::size_t>(c.Hq), NAN), d_mask(data.added_shard.size(), NAN);
+    distributed::ring_attention_backward(MPI_COMM_WORLD, context(), data.shard, o.view(), lse, grad.view(),
+                                         {.dq = dq.mutable_view(), .dk = dk.mutable_view(), .dv = dv.mutable_view(),
+                                          .d_sinks = d_sinks.data(), .d_float_mask = d_mask.data()},
+                                         c.options, ring);
+
+    // On device tensors (q in bnhd order on the device: any strides).
+    Context& ctx = context();
+    auto device = [&](const auto& values, DType dtype, const std::vector<std::int64_t>& shape) {
+        std::array<std::int64_t, 4> s{1, 1, 1, 1};
+        std::copy(shape.begin(), shape.end(), s.begin() + static_cast<std::ptrdiff_t>(4 - shape.size()));
+        return DeviceTensor::from_host(ctx, make_view(static_cast<const void*>(values.data()), dtype, Layout::bhnd, s));
+    };
+    const DeviceAttentionInputs in{.q = DeviceTensor::from_host(ctx, data.q_shard.view(), Layout::bnhd),
+                                   .k = DeviceTensor::from_host(ctx, data.k_shard.view()),
+                                   .v = DeviceTensor::from_host(ctx, data.v_shard.view()),
+                                   .kv_lengths = device(data.lengths, DType::i32, {c.B}),
+                                   .bool_mask = device(data.allowed_shard, DType::u8, data.bool_shard_shape),
+                                   .float_mask = device(data.added_shard, DType::f32, data.float_shard_shape),
+                                   .sinks = data.sinks};
+    const DeviceAttentionOutputs out{.o = DeviceTensor::empty(ctx, c.dtype, {c.B, c.Hq, nq, c.D}),
+                                     .lse = DeviceTensor::empty(ctx, DType::f32, {c.B, c.Hq, nq, 1})};
+    distributed::ring_attention(MPI_COMM_WORLD, ctx, in, out, c.options, ring);
+    const DeviceAttentionGradients grads{.dq = DeviceTensor::empty(ctx, c.dtype, data.q_shard.shape),
+                                         .dk = DeviceTensor::empty(ctx, c.dtype, data.k_shard.shape),
+                                         .dv = DeviceTensor::empty(ctx, c.dtype, data.v_shard.shape),
+                                         .d_sinks = DeviceTensor::empty(ctx, DType::f32, {1, 1, 1, c.Hq}),
+                                         .d_float_mask = DeviceTensor::empty(ctx, DType::f32, in.float_mask.shape())};
+    distributed::ring_attention_backward(MPI_COMM_WORLD, ctx, in, out.o, out.lse, DeviceTensor::from_host(ctx, grad.view()),
+                                         grads, c.options, ring);
+
+    auto host_of = [](const DeviceTensor& t) {
+        HostTensor h = nan_tensor(t.dtype(), Layout::bhnd, t.shape());
+        t.download(h.mutable_view());
+        return h.doubles();
+    };
+    CHECK(host_of(out.o) == o.doubles());
+    CHECK(host_of(out.lse) == std::vector<double>(lse.begin(), lse.end()));
+    CHECK(host_of(grads.dq) == dq.doubles());
+    CHECK(host_of(grads.dk) == dk.doubles());
+    CHECK(host_of(grads.dv) == dv.doubles());
+    CHECK(host_of(grads.d_sinks) == std::vector<double>(d_sinks.begin(), d_sinks.end()));
+    CHECK(host_of(grads.d_float_mask) == std::vector<double>(d_mask.begin(), d_mask.end()));
+    CHECK(ctx.validation_messages().empty());
+
+    // A rank's bad device shard: every rank throws its error, naming it.
+    const DeviceAttentionInputs no_v{.q = in.q, .k = in.k};
+    const DeviceAttentionInputs& mine = rank_of() == ranks_of() - 1 ? no_v : in;
+    CHECK_THROWS_WITH(distributed::ring_attention(MPI_COMM_WORLD, ctx, mine, out, c.options, ring),
+                      Catch::StartsWith("v: rank " + std::to_string(ranks_of() - 1) + ": "));
+    const DeviceAttentionOutputs wrong_lse{.o = out.o, .lse = DeviceTensor::empty(ctx, DType::f32, {c.B, c.Hq, nq, 2})};
+    CHECK_THROWS_WITH(distributed::ring_attention(MPI_COMM_WORLD, ctx, in, wrong_lse, c.options, ring),
+                      Catch::StartsWith("lse: rank 0: "));
 }

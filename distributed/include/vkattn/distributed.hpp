@@ -11,6 +11,7 @@
 
 #include "vkattn/attention.hpp"
 #include "vkattn/context.hpp"
+#include "vkattn/plan.hpp"
 
 namespace vkattn::distributed {
 
@@ -65,8 +66,10 @@ double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, doub
 // mask model, key lengths (the whole's, [B] on every rank), ALiBi and dropout's Philox numbers are
 // the whole's; pairs with no visible key are skipped; the partial (o, lse) merge by their log-sum-exp
 // and the sinks join each row's denominator once, at the end. `shard`: q [B, Hq, n_q, Dk], k and v
-// [B, Hkv, n_k, D] (any types attention takes), this rank's rows by `ring.sharding`; `out`: o
-// [B, Hq, n_q, Dv] and optionally lse [B, Hq, n_q]. Masks and the weights/logits outputs are not taken.
+// [B, Hkv, n_k, D] (any types attention takes), this rank's rows by `ring.sharding`; masks this
+// rank's rows over the whole's keys, broadcastable to [B, Hq, n_q, Nkv] (each pair takes its part);
+// `out`: o [B, Hq, n_q, Dv] and optionally lse [B, Hq, n_q]. The weights and logits outputs are not
+// taken (their [.., Nkv] rows would be the whole's).
 // Every rank must call it with the same options and B, heads and dims: the ranks check their shards
 // together first, and every rank throws the first failing rank's InvalidArgument (naming that rank)
 // before any work (shapes but the sequence, types, options and the values of kv_lengths, slopes,
@@ -76,6 +79,17 @@ double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, doub
 // vk-attn does) rather than reuse it.
 RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
                           const AttentionOptions& options = {}, const RingOptions& ring = {});
+
+// The same on device tensors (vkattn/plan.hpp): q, k, v dense (any strides; not paged, not packed),
+// key lengths (i32 [B]) and masks (u8 / f32, contiguous) as attention takes them; out.o of q's shape
+// but Dv and q's dtype, out.lse optional (f32, contiguous [B, Hq, n_q, 1]), no weights or logits.
+// q stays on the device; k, v, the key lengths and the masks are read back once (MPI carries the K/V
+// shards from host memory: Vulkan has no GPU-direct transport, and the masks' parts are cut there),
+// and each block's partial (o, lse) is merged on the host. Blocking: returns once o and lse are in
+// the caller's tensors.
+RingReport ring_attention(MPI_Comm comm, Context& context, const DeviceAttentionInputs& shard,
+                          const DeviceAttentionOutputs& out, const AttentionOptions& options = {},
+                          const RingOptions& ring = {});
 
 // The backward of ring_attention, on ring-flash-attention's schedule: the gradients of a loss with
 // respect to this rank's shards, given its shards of the forward's o and lse (ring_attention's
@@ -87,14 +101,25 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
 // fp32 accumulator that follows that shard round the ring one step behind it and arrives home
 // after the last step (one transfer more than the forward's, not hidden). The sinks' gradient
 // (−Σ e^(sink − lse)·(dO·O) over every row) is summed over the ranks. `grads`: dq like q, dk and dv
-// like this rank's k and v (together, or neither), d_sinks [Hq] with sinks; no d_float_mask (no
-// masks). Float types only (f32, f16, bf16); a pair's gradients are rounded to the storage type
+// like this rank's k and v (together, or neither), d_sinks [Hq] with sinks, d_float_mask the
+// gradient of this rank's float mask (its own shape, C-contiguous; a mask broadcast over the rows
+// that stands for one tensor shared by every rank gets each rank's share: sum them over the ranks
+// for the shared tensor's). Float types only (f32, f16, bf16); a pair's gradients are rounded to the storage type
 // once before the sum (as a device backward's own key slices are not), so f16/bf16 gradients
 // carry up to a few roundings more than one device's. Arguments agreed across the ranks first,
 // every wait bounded, as ring_attention; report: bytes_sent counts the dK/dV transfers too, flops
 // the backward's (2·(3·Dk + 2·Dv) per visible pair).
 RingReport ring_attention_backward(MPI_Comm comm, Context& context, const AttentionInputs& shard, const TensorView& o,
                                    std::span<const float> lse, const TensorView& grad_out, const AttentionGradients& grads,
+                                   const AttentionOptions& options = {}, const RingOptions& ring = {});
+
+// The same on device tensors: the forward's o and lse (f32, contiguous [B, Hq, n_q, 1]) and grad_out
+// of this rank, the gradients as DeviceAttentionGradients (dq, dk, dv of their inputs' shapes and
+// dtypes; d_sinks f32 [Hq]; d_float_mask f32 of the float mask's shape). q, o and grad_out stay on
+// the device; k, v, the masks and lse are read back once (as the forward), o and grad_out too for
+// the sinks' gradient and the checks. Blocking: returns once the gradients are in the caller's tensors.
+RingReport ring_attention_backward(MPI_Comm comm, Context& context, const DeviceAttentionInputs& shard, const DeviceTensor& o,
+                                   const DeviceTensor& lse, const DeviceTensor& grad_out, const DeviceAttentionGradients& grads,
                                    const AttentionOptions& options = {}, const RingOptions& ring = {});
 
 }  // namespace vkattn::distributed
