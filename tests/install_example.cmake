@@ -1,5 +1,6 @@
 # ctest -P script: install vkattn into a temporary prefix, build examples/${EXAMPLE} against it with
-# find_package(vkattn), run it with ${ARGS}. Proves the package users link, rather than assuming it.
+# find_package(vkattn), run it with ${ARGS} (after ${LAUNCHER}, a ;-list such as mpirun's command
+# line, when given). Proves the package users link, rather than assuming it.
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} RESULT_VARIABLE r OUTPUT_QUIET)
@@ -15,7 +16,7 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/${EXAMPLE} -j2 RESULT_V
 if(r)
   message(FATAL_ERROR "building the example failed")
 endif()
-execute_process(COMMAND ${WORK}/${EXAMPLE}/${EXAMPLE} ${ARGS} RESULT_VARIABLE r)
+execute_process(COMMAND ${LAUNCHER} ${WORK}/${EXAMPLE}/${EXAMPLE} ${ARGS} RESULT_VARIABLE r)
 if(r)
   message(FATAL_ERROR "the example ran and failed: ${r}")
 endif()
