@@ -66,6 +66,7 @@ double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char
 
 struct TransferProgress::State {
     std::vector<MPI_Request>* requests = nullptr;
+    std::vector<std::shared_ptr<void>> buffers;
     double timeout_s = 0.0;
     std::chrono::steady_clock::time_point posted, completed;
     std::atomic<bool> done{false}, timed_out{false}, stop{false};
@@ -73,9 +74,12 @@ struct TransferProgress::State {
     std::thread thread;
 };
 
-TransferProgress::TransferProgress(std::vector<MPI_Request>& requests, double timeout_s) : state_(std::make_unique<State>()) {
+TransferProgress::TransferProgress(std::vector<MPI_Request>& requests, double timeout_s,
+                                   std::vector<std::shared_ptr<void>> buffers)
+    : state_(std::make_unique<State>()) {
     State& s = *state_;
     s.requests = &requests;
+    s.buffers = std::move(buffers);
     s.timeout_s = timeout_s;
     s.posted = std::chrono::steady_clock::now();
     int level = MPI_THREAD_SINGLE;
@@ -105,10 +109,20 @@ TransferProgress::TransferProgress(std::vector<MPI_Request>& requests, double ti
 }
 
 TransferProgress::~TransferProgress() {
-    if (state_ && state_->thread.joinable()) {
+    if (!state_) return;
+    if (state_->thread.joinable()) {
         state_->stop = true;
         state_->thread.join();
     }
+    // Completed requests are MPI_REQUEST_NULL; any other is still pending (an error ended the step).
+    bool pending = false;
+    for (MPI_Request& r : *state_->requests)
+        if (r != MPI_REQUEST_NULL) {
+            pending = true;
+            MPI_Cancel(&r);
+            MPI_Request_free(&r);
+        }
+    if (pending) new std::vector<std::shared_ptr<void>>(std::move(state_->buffers));  // kept for good: see the class
 }
 
 TransferProgress::Outcome TransferProgress::finish() {

@@ -24,9 +24,14 @@ double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char
 // tests the requests meanwhile (allowed from MPI_THREAD_SERIALIZED on, since the computing thread
 // makes no MPI call until finish()), noting when they completed. Below that level, finish() waits as
 // wait_all does.
+//
+// The buffers the requests read and write are kept alive by `buffers`: if the step ends by an
+// exception with requests still pending (this rank's compute failed, or a neighbour timed out), the
+// destructor cancels what it can and frees the requests, and keeps the buffers (leaks them) rather
+// than let MPI write into freed memory. The job should end then (vkattn/distributed.hpp).
 class TransferProgress {
 public:
-    TransferProgress(std::vector<MPI_Request>& requests, double timeout_s);
+    TransferProgress(std::vector<MPI_Request>& requests, double timeout_s, std::vector<std::shared_ptr<void>> buffers);
     ~TransferProgress();
     struct Outcome {
         double wait_ms = 0.0;      // after the compute, until the transfer completed

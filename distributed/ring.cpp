@@ -9,6 +9,7 @@
 #include <limits>
 #include <span>
 
+#include "attention/path.hpp"
 #include "attention/problem.hpp"
 #include "collective.hpp"
 #include "device_shard.hpp"
@@ -27,6 +28,15 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // This rank's rows after the ring: o (normalised) and its log-sum-exp, sinks joined.
 struct Merged {
     std::vector<double> o, lse;
+    // Asked for: this rank's rows of the weights and logits over the whole's keys, dense f32
+    // [B, Hq, n_q, Nkv] (empty when not).
+    std::vector<float> weights, logits;
+};
+
+// A pair's weights, normalised by its own log-sum-exp until the merge knows the row's.
+struct WeightBlock {
+    std::int64_t q_local, rows, key, keys;
+    std::vector<float> lse;
 };
 
 // The forward on the device: `q` on the device, `host` the same shard in host memory (checks, the
@@ -50,6 +60,17 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
     std::vector<double>& m = merged.lse;
     acc.assign(n_rows * static_cast<std::size_t>(Dv), 0.0);
     m.assign(n_rows, -std::numeric_limits<double>::infinity());
+    const bool want_weights = !merged.weights.empty(), want_logits = !merged.logits.empty();
+    const std::int64_t Nkv = setup.Nkv;
+    std::vector<WeightBlock> weight_blocks;
+    std::vector<float> block_scores;  // a pair's weights or logits, [B, Hq, rows, keys]
+    // A pair's [B, Hq, rows, keys] scores into this rank's rows over the whole's keys.
+    auto place = [&](std::vector<float>& to, std::int64_t q_local, std::int64_t rows, std::int64_t key, std::int64_t keys) {
+        for (std::int64_t bh = 0; bh < B * Hq; ++bh)
+            for (std::int64_t i = 0; i < rows; ++i)
+                std::copy_n(block_scores.begin() + (bh * rows + i) * keys, keys,
+                            to.begin() + ((bh * nq + q_local + i) * Nkv + key));
+    };
     std::vector<std::uint8_t> o_part;
     std::vector<float> lse_part;
     RingReport report;
@@ -58,7 +79,7 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
         const auto start = Clock::now();
         std::vector<MPI_Request> requests;
         kv.post(comm, s, requests, report.bytes_sent);
-        detail::TransferProgress progress(requests, ring.timeout_s);
+        detail::TransferProgress progress(requests, ring.timeout_s, {kv.buffers()});
         const auto compute_start = Clock::now();
         const std::int64_t held = setup.k_rows[static_cast<std::size_t>(setup.holder(s))];
         k_held.seq(0, held).upload(kv.k(s));
@@ -74,8 +95,10 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
                 lse_part.resize(static_cast<std::size_t>(B * Hq * qs.length));
                 const std::int64_t k_first = k_local;
                 k_local += ks.length;
+                // Logits are defined at hidden keys too (scaled, softcapped): their pairs all run.
                 if (qs.length == 0 || ks.length == 0 ||
-                    vkattn::detail::resolve(pair.in, {.o = o_view, .lse = lse_part.data()}, block).visible_pairs() == 0) {
+                    (!want_logits &&
+                     vkattn::detail::resolve(pair.in, {.o = o_view, .lse = lse_part.data()}, block).visible_pairs() == 0)) {
                     ++report.blocks_skipped;
                     continue;
                 }
@@ -89,12 +112,29 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
                 if (pair.in.bool_mask) in.bool_mask = detail::device_array(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
                 if (pair.in.float_mask)
                     in.float_mask = detail::device_array(context, pair.float_mask.data(), DType::f32, pair.float_shape);
-                const DeviceAttentionOutputs part{.o = DeviceTensor::empty(context, host.q.dtype, o_view.shape),
-                                                  .lse = DeviceTensor::empty(context, DType::f32, {B, Hq, qs.length, 1})};
+                const std::array<std::int64_t, 4> scores_shape{B, Hq, qs.length, ks.length};
+                const DeviceAttentionOutputs part{
+                    .o = DeviceTensor::empty(context, host.q.dtype, o_view.shape),
+                    .weights = want_weights ? DeviceTensor::empty(context, DType::f32, scores_shape) : DeviceTensor{},
+                    .lse = DeviceTensor::empty(context, DType::f32, {B, Hq, qs.length, 1}),
+                    .logits = want_logits ? DeviceTensor::empty(context, DType::f32, scores_shape) : DeviceTensor{}};
                 report.flops += attention(context, in, part, block).flops;
                 ++report.blocks_run;
                 part.o.download(o_view);
                 part.lse.download(make_view(static_cast<void*>(lse_part.data()), DType::f32, Layout::bhnd, part.lse.shape()));
+                const MutableTensorView scores =
+                    make_view(static_cast<void*>((block_scores.resize(static_cast<std::size_t>(B * Hq * qs.length * ks.length)),
+                                                  block_scores.data())),
+                              DType::f32, Layout::bhnd, scores_shape);
+                if (want_logits) {
+                    part.logits.download(scores);
+                    place(merged.logits, q_local, qs.length, ks.first, ks.length);
+                }
+                if (want_weights) {
+                    part.weights.download(scores);
+                    place(merged.weights, q_local, qs.length, ks.first, ks.length);
+                    weight_blocks.push_back({q_local, qs.length, ks.first, ks.length, lse_part});
+                }
                 // Merge: acc·e^m + o_s·e^lse_s, renormalised to the new running lse.
                 for (std::int64_t b = 0; b < B; ++b)
                     for (std::int64_t h = 0; h < Hq; ++h)
@@ -125,6 +165,23 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
         report.step_ms.push_back(ms_since(start));
     }
 
+    // The sinks join each row's denominator once (below); each pair's weights, normalised by its own
+    // log-sum-exp, rescaled to the row's: w · e^(lse_pair − lse).
+    auto final_lse = [&](std::size_t row) {
+        const std::int64_t h = static_cast<std::int64_t>(row / static_cast<std::size_t>(nq)) % Hq;
+        if (host.sinks.empty() || host.sinks[static_cast<std::size_t>(h)] == -INFINITY) return m[row];
+        const double sink = host.sinks[static_cast<std::size_t>(h)], mm = std::max(m[row], sink);
+        return mm + std::log(std::exp(m[row] - mm) + std::exp(sink - mm));
+    };
+    for (const WeightBlock& w : weight_blocks)
+        for (std::int64_t bh = 0; bh < B * Hq; ++bh)
+            for (std::int64_t i = 0; i < w.rows; ++i) {
+                const auto row = static_cast<std::size_t>(bh * nq + w.q_local + i);
+                const double pair_lse = w.lse[static_cast<std::size_t>(bh * w.rows + i)];
+                const double scale = pair_lse == -INFINITY ? 0.0 : std::exp(pair_lse - final_lse(row));
+                float* first = merged.weights.data() + (static_cast<std::int64_t>(row) * Nkv + w.key);
+                for (std::int64_t j = 0; j < w.keys; ++j) first[j] = static_cast<float>(first[j] * scale);
+            }
     // The sinks join each row's denominator once.
     for (std::int64_t b = 0; b < B; ++b)
         for (std::int64_t h = 0; h < Hq; ++h) {
@@ -146,15 +203,18 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
 void check_outputs(const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block,
                    const AttentionInputs& shard, DType o_dtype, const std::array<std::int64_t, 4>& o_shape, bool weights,
                    bool logits) {
-    if (weights || logits) throw InvalidArgument(weights ? "weights" : "logits", "ring attention returns o and lse only.");
     const std::array<std::int64_t, 4> want{shard.q.shape[0], shard.q.shape[1], shard.q.shape[2], shard.v.shape[3]};
     if (o_shape != want)
         throw InvalidArgument("o", "its shape is " + vkattn::detail::shape_text(o_shape) + " but must be [B, Hq, n_q, Dv] = " +
                                        vkattn::detail::shape_text(want) + " of this rank's shard.");
-    std::uint32_t unused = 0;  // the engine's checks of the first pair's output
+    // The engine's checks of the first pair's outputs (the paths that write weights and logits).
+    std::uint32_t unused = 0;
+    float unused_scores = 0.0f;
     const AttentionOutputs part{
-        .o = make_view(static_cast<void*>(&unused), o_dtype, Layout::bhnd, {want[0], want[1], r.q_segments[0].length, want[3]})};
-    (void)vkattn::detail::resolve(first, part, block);
+        .o = make_view(static_cast<void*>(&unused), o_dtype, Layout::bhnd, {want[0], want[1], r.q_segments[0].length, want[3]}),
+        .weights = weights ? &unused_scores : nullptr,
+        .logits = logits ? &unused_scores : nullptr};
+    vkattn::detail::check_score_rows_path(vkattn::detail::resolve(first, part, block), block.impl);
 }
 
 }  // namespace
@@ -167,8 +227,13 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
             check_outputs(r, first, block, shard, out.o.dtype, out.o.shape, out.weights != nullptr, out.logits != nullptr);
         });
     Merged merged;
+    const std::size_t scores = static_cast<std::size_t>(shard.q.shape[0] * shard.q.shape[1] * shard.q.shape[2] * setup.Nkv);
+    if (out.weights) merged.weights.assign(scores, 0.0f);
+    if (out.logits) merged.logits.assign(scores, 0.0f);
     const RingReport report =
         run_forward(comm, context, setup, shard, DeviceTensor::from_host(context, shard.q), options, ring, merged);
+    std::copy(merged.weights.begin(), merged.weights.end(), out.weights);
+    std::copy(merged.logits.begin(), merged.logits.end(), out.logits);
     const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dv = shard.v.shape[3];
     for (std::int64_t b = 0; b < B; ++b)
         for (std::int64_t h = 0; h < Hq; ++h)
@@ -195,10 +260,22 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const DeviceAttention
             const std::array<std::int64_t, 4> lse_shape{out.o.shape()[0], out.o.shape()[1], out.o.shape()[2], 1};
             if (out.lse.defined() && (out.lse.dtype() != DType::f32 || out.lse.shape() != lse_shape || !out.lse.contiguous()))
                 throw InvalidArgument("lse", "must be f32, contiguous, of shape " + vkattn::detail::shape_text(lse_shape) + ".");
+            const std::array<std::int64_t, 4> scores_shape{out.o.shape()[0], out.o.shape()[1], out.o.shape()[2], r.Nkv};
+            for (const auto& [t, name] : {std::pair{&out.weights, "weights"}, std::pair{&out.logits, "logits"}})
+                if (t->defined() && (t->dtype() != DType::f32 || t->shape() != scores_shape || !t->contiguous()))
+                    throw InvalidArgument(name, "must be f32, contiguous, of shape [B, Hq, n_q, Nkv] = " +
+                                                    vkattn::detail::shape_text(scores_shape) + " (the whole's keys).");
         },
         host.error);
     Merged merged;
+    const std::array<std::int64_t, 4> scores_shape{out.o.shape()[0], out.o.shape()[1], out.o.shape()[2], setup.Nkv};
+    const auto scores = static_cast<std::size_t>(scores_shape[0] * scores_shape[1] * scores_shape[2] * scores_shape[3]);
+    if (out.weights.defined()) merged.weights.assign(scores, 0.0f);
+    if (out.logits.defined()) merged.logits.assign(scores, 0.0f);
     const RingReport report = run_forward(comm, context, setup, host.inputs, shard.q, options, ring, merged);
+    for (const auto& [tensor, values] : {std::pair{&out.weights, &merged.weights}, std::pair{&out.logits, &merged.logits}})
+        if (tensor->defined())
+            tensor->upload(make_view(static_cast<const void*>(values->data()), DType::f32, Layout::bhnd, scores_shape));
     // o in q's dtype and the lse, from the host into the caller's tensors.
     std::vector<std::uint8_t> o_bytes;
     const MutableTensorView o = detail::host_buffer(o_bytes, out.o.dtype(), out.o.shape());

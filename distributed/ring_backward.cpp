@@ -127,7 +127,12 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
         d_mask.assign(static_cast<std::size_t>(elements), 0.0);
     }
     const auto kv_elements = [&](std::int64_t rows, std::int64_t D) { return B * Hkv * rows * D; };
-    std::vector<float> dk_part, dv_part, dk_in, dv_in, dk_out, dv_out;
+    // Shared with TransferProgress, which keeps them if a step ends with transfers pending.
+    struct Accumulators {
+        std::vector<float> dk_part, dv_part, dk_in, dv_in, dk_out, dv_out;
+    };
+    const auto accumulators = std::make_shared<Accumulators>();
+    auto& [dk_part, dv_part, dk_in, dv_in, dk_out, dv_out] = *accumulators;
     if (want_kv)
         for (auto* buffer : {&dk_part, &dk_in, &dk_out, &dv_part, &dv_in, &dv_out})
             buffer->resize(static_cast<std::size_t>(kv_elements(most, buffer == &dk_part || buffer == &dk_in || buffer == &dk_out ? Dk : Dv)));
@@ -145,7 +150,7 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
             detail::post_exchange(comm, setup, s, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
                                   bytes_of(dv_in, kv_elements(held, Dv)), requests, report.bytes_sent);
         }
-        detail::TransferProgress progress(requests, ring.timeout_s);
+        detail::TransferProgress progress(requests, ring.timeout_s, {kv.buffers(), accumulators});
         const auto compute_start = Clock::now();
 
         // Every visible pair's backward in one submission.
@@ -284,7 +289,8 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
                               bytes_of(dk_in, kv_elements(mine, Dk)), requests, report.bytes_sent);
         detail::post_exchange(comm, setup, P, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
                               bytes_of(dv_in, kv_elements(mine, Dv)), requests, report.bytes_sent);
-        const double waited = detail::wait_all(requests, ring.timeout_s, "the ring's dK/dV");
+        detail::TransferProgress progress(requests, ring.timeout_s, {accumulators});
+        const double waited = progress.finish().transfer_ms;
         report.wait_ms += waited;
         report.transfer_ms += waited;
         report.step_ms.back() += ms_since(start);

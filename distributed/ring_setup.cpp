@@ -178,19 +178,19 @@ std::vector<std::uint8_t> pack(const TensorView& t, std::int64_t capacity_rows) 
 
 }  // namespace
 
-KvRing::KvRing(const RingSetup& setup, const TensorView& k, const TensorView& v) : setup_(setup), shape_{k, v} {
+KvRing::KvRing(const RingSetup& setup, const TensorView& k, const TensorView& v)
+    : setup_(setup), shape_{k, v}, buffers_(std::make_shared<Buffers>()) {
     const std::int64_t most = *std::max_element(setup.k_rows.begin(), setup.k_rows.end());
-    for (int which = 0; which < 2; ++which) {
-        const TensorView& t = shape_[static_cast<std::size_t>(which)];
-        buffers_[static_cast<std::size_t>(which)][0] = pack(t, most);
-        buffers_[static_cast<std::size_t>(which)][1].resize(buffers_[static_cast<std::size_t>(which)][0].size());
+    for (std::size_t which = 0; which < 2; ++which) {
+        (*buffers_)[which][0] = pack(shape_[which], most);
+        (*buffers_)[which][1].resize((*buffers_)[which][0].size());
     }
 }
 
 TensorView KvRing::held(int step, int which) const {
     const TensorView& t = shape_[static_cast<std::size_t>(which)];
     const std::int64_t rows = setup_.k_rows[static_cast<std::size_t>(setup_.holder(step))];
-    return make_view<const void*>(buffers_[static_cast<std::size_t>(which)][static_cast<std::size_t>(step % 2)].data(),
+    return make_view<const void*>((*buffers_)[static_cast<std::size_t>(which)][static_cast<std::size_t>(step % 2)].data(),
                                   t.dtype, Layout::bhnd, {t.shape[0], t.shape[1], rows, t.shape[3]});
 }
 
@@ -200,7 +200,7 @@ void KvRing::post(MPI_Comm comm, int step, std::vector<MPI_Request>& requests, s
     for (int which = 0; which < 2; ++which) {
         const TensorView& t = shape_[static_cast<std::size_t>(which)];
         const std::uint64_t row = storage_bytes(t.dtype, t.shape[3]) * static_cast<std::uint64_t>(t.shape[0] * t.shape[1]);
-        auto& bufs = buffers_[static_cast<std::size_t>(which)];
+        auto& bufs = (*buffers_)[static_cast<std::size_t>(which)];
         const TensorView now = held(step, which);
         post_exchange(comm, setup_, step, which == 0 ? Carried::k : Carried::v,
                       {bufs[static_cast<std::size_t>(step % 2)].data(), static_cast<std::size_t>(row * static_cast<std::uint64_t>(now.shape[2]))},

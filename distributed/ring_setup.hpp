@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -93,12 +94,15 @@ public:
     // The shard held in step s, [B, Hkv, its holder's rows, D].
     TensorView k(int step) const { return held(step, 0); }
     TensorView v(int step) const { return held(step, 1); }
+    // What the step's transfers read and write, for TransferProgress to keep.
+    std::shared_ptr<void> buffers() const { return buffers_; }
 
 private:
+    using Buffers = std::array<std::array<std::vector<std::uint8_t>, 2>, 2>;  // [k or v][step parity]
     TensorView held(int step, int which) const;
     const RingSetup& setup_;
     std::array<TensorView, 2> shape_;  // k's and v's: dtype, B, Hkv, D
-    std::array<std::array<std::vector<std::uint8_t>, 2>, 2> buffers_;  // [k or v][step parity]
+    std::shared_ptr<Buffers> buffers_;
 };
 
 }  // namespace vkattn::distributed::detail

@@ -9,6 +9,12 @@
 
 namespace vkattn::detail {
 
+void check_score_rows_path(const Problem& problem, Impl impl) {
+    if ((impl == Impl::fused || impl == Impl::split) && problem.wants_score_rows())
+        throw InvalidArgument("impl", std::string(problem.want_weights ? "the attention weights" : "the logits") +
+                                          " exist only in the three-stage path; use auto or unfused to get them.");
+}
+
 PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
                        const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
                        const AttentionOptions& options, bool paged) {
@@ -75,9 +81,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
             return unfused();
         case Impl::fused:
         case Impl::split:
-            if (problem.wants_score_rows())
-                throw InvalidArgument("impl", std::string(problem.want_weights ? "the attention weights" : "the logits") +
-                                                  " exist only in the three-stage path; use auto or unfused to get them.");
+            check_score_rows_path(problem, options.impl);
             if (!fused)
                 throw InvalidArgument("impl", "the " + to_string(options.impl) + " path cannot run here: " +
                                                   why_not_fused + ".");

@@ -41,6 +41,10 @@ struct PathChoice {
     UnfusedStages stages = UnfusedStages::all;
 };
 
+// Refuses a forced fused or split path for a request of weights or logits (three stages only): the
+// rule choose_path applies, for callers that check before they have a device (the ring).
+void check_score_rows_path(const Problem& problem, Impl impl);
+
 // The path options.impl asks for (or `auto` chooses); a `paged` K/V needs a fused one. Throws
 // InvalidArgument when it cannot run on this device.
 PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -93,6 +94,7 @@ struct RingCase {
     bool lengths = false, sinks = false, slopes = false;
     bool bool_mask = false, float_mask = false;  // [B, 1, N, N] and [Hq, N, N]
     bool padding_mask = false;                   // a float [B, 1, 1, N]: broadcast over the query rows
+    bool scores = false;                         // the weights and logits outputs too
 };
 
 // The rows of `segments` (dimension 2 of the mask's shape left-padded to rank 4) of a C-contiguous
@@ -196,14 +198,30 @@ void expect_ring_equals_whole(const RingCase& c) {
     const RingData data(c, rng);
     HostTensor want = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, c.N, c.D});
     std::vector<float> want_lse(static_cast<std::size_t>(c.B * c.Hq * c.N));
-    reference_attention(data.whole, {.o = want.mutable_view(), .lse = want_lse.data()}, c.options);
+    std::vector<float> want_weights(c.scores ? static_cast<std::size_t>(c.B * c.Hq * c.N * c.N) : 0), want_logits(want_weights.size());
+    reference_attention(data.whole,
+                        {.o = want.mutable_view(), .weights = c.scores ? want_weights.data() : nullptr, .lse = want_lse.data(),
+                         .logits = c.scores ? want_logits.data() : nullptr},
+                        c.options);
 
     const std::int64_t nq = data.q_shard.shape[2];
     HostTensor o = nan_tensor(c.dtype, Layout::bhnd, {c.B, c.Hq, nq, c.D});
     std::vector<float> lse(static_cast<std::size_t>(c.B * c.Hq * nq), NAN);
+    std::vector<float> weights(c.scores ? static_cast<std::size_t>(c.B * c.Hq * nq * c.N) : 0, NAN), logits(weights.size(), NAN);
     const distributed::RingReport report = distributed::ring_attention(
-        MPI_COMM_WORLD, context(), data.shard, {.o = o.mutable_view(), .lse = lse.data()}, c.options,
-        {.sharding = c.sharding, .timeout_s = 60});
+        MPI_COMM_WORLD, context(), data.shard,
+        {.o = o.mutable_view(), .weights = c.scores ? weights.data() : nullptr, .lse = lse.data(),
+         .logits = c.scores ? logits.data() : nullptr},
+        c.options, {.sharding = c.sharding, .timeout_s = 60});
+    if (c.scores) {  // this rank's rows of the whole's [B, Hq, N, N] weights and logits
+        std::vector<std::int64_t> shape;
+        for (const auto& [got, whole, name] : {std::tuple{&weights, &want_weights, "weights"}, std::tuple{&logits, &want_logits, "logits"}}) {
+            const std::vector<float> rows = mask_rows(*whole, {c.B, c.Hq, c.N, c.N}, data.mine, shape);
+            const Comparison cmp = compare({got->begin(), got->end()}, {rows.begin(), rows.end()}, tolerance_for(DType::f32));
+            INFO("rank " << me << ": " << name << ": " << cmp.message);
+            CHECK(cmp.ok);
+        }
+    }
     CHECK(report.step_ms.size() == static_cast<std::size_t>(P));
     CHECK(report.blocks_run > 0);
 
@@ -372,6 +390,46 @@ TEST_CASE("ring: quantized K/V shards travel as stored (ggml's blocks, fp8 with 
     }
 }
 
+static HostTensor good_of(std::mt19937& rng);
+static HostTensor o16_of();
+
+TEST_CASE("ring: the weights and logits are this rank's rows of the whole's", "[distributed]") {
+    using Setup = std::function<void(RingCase&)>;
+    const std::vector<std::pair<const char*, Setup>> cases{
+        {"zigzag, bottom-right causal, lengths, sinks, float mask; masked logits", [](RingCase& c) {
+             c.sharding = Sharding::zigzag;
+             c.options.causal = Causal::bottom_right;
+             c.lengths = c.sinks = c.float_mask = true;
+         }},
+        {"softcap and ALiBi, window; scaled logits", [](RingCase& c) {
+             c.options.softcap = 2.0;
+             c.slopes = true;
+             c.options.window = {7, 3};
+             c.options.logits_stage = LogitsStage::scaled;
+         }},
+        {"dropout, GQA; softcapped logits", [](RingCase& c) {
+             c.options.dropout = 0.25;
+             c.options.seed = 5;
+             c.options.softcap = 4.0;
+             c.options.logits_stage = LogitsStage::softcapped;
+         }},
+    };
+    for (const auto& [name, setup] : cases) {
+        INFO(name);
+        RingCase c;
+        c.scores = true;
+        setup(c);
+        expect_ring_equals_whole(c);
+    }
+    // The fused kernels write no weights: refused on every rank, as attention refuses them.
+    std::mt19937 rng(8);
+    const HostTensor t = good_of(rng);
+    std::vector<float> weights(static_cast<std::size_t>(2 * 5 * 5 * ranks_of()));
+    CHECK_THROWS_WITH(distributed::ring_attention(MPI_COMM_WORLD, context(), {.q = t.view(), .k = t.view(), .v = t.view()},
+                                                  {.o = o16_of().mutable_view(), .weights = weights.data()}, {.impl = Impl::fused}),
+                      Catch::StartsWith("impl: rank 0: ") && Catch::Contains("three-stage"));
+}
+
 TEST_CASE("ring: zigzag skips the blocks causal hides", "[distributed]") {
     const int P = ranks_of();
     std::mt19937 rng(1);
@@ -526,4 +584,33 @@ TEST_CASE("ring on device tensors: the same results as on host data, forward and
     const DeviceAttentionOutputs wrong_lse{.o = out.o, .lse = DeviceTensor::empty(ctx, DType::f32, {c.B, c.Hq, nq, 2})};
     CHECK_THROWS_WITH(distributed::ring_attention(MPI_COMM_WORLD, ctx, in, wrong_lse, c.options, ring),
                       Catch::StartsWith("lse: rank 0: "));
+}
+
+TEST_CASE("ring: a rank whose device is lost mid-ring throws DeviceLost; the others give up after the timeout", "[distributed]") {
+    // A communicator of its own: the failed ring leaves messages behind on it (vkattn/distributed.hpp:
+    // end the job after such an error; this test goes on with MPI_COMM_WORLD).
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    const bool failing = rank_of() == ranks_of() - 1;
+    ContextOptions options;
+    options.validation = true;
+    options.simulate_timeout_on_submission = failing ? 1 : 0;  // its first submission, past the agreement
+    Context ctx(options);
+    std::mt19937 rng(17);
+    const HostTensor t = random_tensor(rng, DType::f32, Layout::bhnd, {1, 2, 64, 16});
+    HostTensor o = nan_tensor(DType::f32, Layout::bhnd, {1, 2, 64, 16});
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        distributed::ring_attention(comm, ctx, {.q = t.view(), .k = t.view(), .v = t.view()}, {.o = o.mutable_view()}, {},
+                                    {.timeout_s = 3});
+        FAIL("the ring finished");
+    } catch (const DeviceLost& e) {
+        CHECK(failing);
+        CHECK_THAT(e.what(), Catch::Contains("simulated"));
+    } catch (const Error& e) {
+        CHECK_FALSE(failing);
+        CHECK_THAT(e.what(), Catch::Contains("no answer"));
+    }
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+    for (const double x : o.doubles()) REQUIRE(std::isnan(x));  // nothing written on any rank
 }

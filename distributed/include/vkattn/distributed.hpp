@@ -68,8 +68,11 @@ double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, doub
 // and the sinks join each row's denominator once, at the end. `shard`: q [B, Hq, n_q, Dk], k and v
 // [B, Hkv, n_k, D] (any types attention takes), this rank's rows by `ring.sharding`; masks this
 // rank's rows over the whole's keys, broadcastable to [B, Hq, n_q, Nkv] (each pair takes its part);
-// `out`: o [B, Hq, n_q, Dv] and optionally lse [B, Hq, n_q]. The weights and logits outputs are not
-// taken (their [.., Nkv] rows would be the whole's).
+// `out`: o [B, Hq, n_q, Dv] and optionally lse [B, Hq, n_q], weights and logits (f32, dense
+// [B, Hq, n_q, Nkv]: this rank's rows over the whole's keys; each pair's weights, normalised by
+// its own log-sum-exp, are rescaled by e^(lse_pair − lse) once the row's is known; logits are
+// placed as computed, every pair run for them, hidden keys included, as scaled and softcapped logits
+// are defined there; both need the three-stage path, as attention's do).
 // Every rank must call it with the same options and B, heads and dims: the ranks check their shards
 // together first, and every rank throws the first failing rank's InvalidArgument (naming that rank)
 // before any work (shapes but the sequence, types, options and the values of kv_lengths, slopes,
@@ -82,7 +85,8 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
 
 // The same on device tensors (vkattn/plan.hpp): q, k, v dense (any strides; not paged, not packed),
 // key lengths (i32 [B]) and masks (u8 / f32, contiguous) as attention takes them; out.o of q's shape
-// but Dv and q's dtype, out.lse optional (f32, contiguous [B, Hq, n_q, 1]), no weights or logits.
+// but Dv and q's dtype, out.lse optional (f32, contiguous [B, Hq, n_q, 1]), out.weights and
+// out.logits optional (f32, contiguous [B, Hq, n_q, Nkv]).
 // q stays on the device; k, v, the key lengths and the masks are read back once (MPI carries the K/V
 // shards from host memory: Vulkan has no GPU-direct transport, and the masks' parts are cut there),
 // and each block's partial (o, lse) is merged on the host. Blocking: returns once o and lse are in
