@@ -200,11 +200,11 @@ TEST_CASE("cli run: every rank and dtype round-trips and matches the reference",
 }
 
 // Two float32 .npy files of one shape, within fp32 tolerance of each other.
-static void expect_same_floats(const fs::path& a, const fs::path& b) {
+static void expect_same_floats(const fs::path& a, const fs::path& b, Tolerance tolerance = tolerance_for(DType::f32)) {
     const npy::Array x = npy::read(a), y = npy::read(b);
     CHECK(x.shape == y.shape);
     const Comparison c = compare({x.as<float>(), x.as<float>() + x.count()}, {y.as<float>(), y.as<float>() + y.count()},
-                                 tolerance_for(DType::f32));
+                                 tolerance);
     INFO(a.filename().string() << ": " << c.message);
     CHECK(c.ok);
 }
@@ -281,11 +281,31 @@ TEST_CASE("cli run --context-parallel: mpirun -np 2 and 3 write what one device 
                                                  dir / "o_cp.npy");
     CHECK(short_mask.status != 0);
     CHECK_THAT(short_mask.err, Catch::Contains("--mask") && Catch::Contains("52 rows"));
-    // What the ring does not take yet: every rank stops with the error, nothing is written.
-    const Result bad = mpi_vk_attn(2, "run" + inputs + " --context-parallel --out " + dir / "o_cp.npy" + " --weights " +
-                                          dir / "w.npy");
+    // Every output: the weights and logits over the whole's keys, the backward's gradients, the K and
+    // V the kernels saw; rank 0 writes what one device writes.
+    write_tensor(rng, dir / "g.npy", {2, 4, 53, 16}, false);
+    const std::vector<std::string> outputs{"w", "logits", "dq", "dk", "dv", "dsinks", "kseen"};
+    auto everything = [&](const std::string& tag) {
+        return " --grad-out " + dir / "g.npy" + " --sinks " + dir / "sinks.npy" + " --weights " + dir / ("w" + tag) +
+               " --logits " + dir / ("logits" + tag) + " --dq " + dir / ("dq" + tag) + " --dk " + dir / ("dk" + tag) +
+               " --dv " + dir / ("dv" + tag) + " --dsinks " + dir / ("dsinks" + tag) + " --dequantized-k " + dir / ("kseen" + tag);
+    };
+    const std::vector<float> sinks{0.5f, -1.0f, 0.0f, 1.5f};
+    npy::write(dir / "sinks.npy", npy::ElementType::f32, {4}, sinks.data());
+    const Result single_all = vk_attn("run" + inputs + " --out " + dir / "o_all.npy" + everything(".npy"));
+    INFO(single_all.err);
+    REQUIRE(single_all.status == 0);
+    const Result ring_all = mpi_vk_attn(3, "run" + inputs + " --context-parallel --zigzag --out " + dir / "o_all_cp.npy" +
+                                               everything("_cp.npy"));
+    INFO(ring_all.err);
+    REQUIRE(ring_all.status == 0);
+    CHECK_THAT(ring_all.err, Catch::Contains("ring backward"));
+    for (const std::string& name : outputs)
+        expect_same_floats(dir / (name + ".npy"), dir / (name + "_cp.npy"), gradient_tolerance_for(DType::f32));
+    // One device per rank: --devices is refused on every rank, nothing written.
+    const Result bad = mpi_vk_attn(2, "run" + inputs + " --context-parallel --devices 0,0 --out " + dir / "o_cp.npy");
     CHECK(bad.status != 0);
-    CHECK_THAT(bad.err, Catch::Contains("--weights"));
+    CHECK_THAT(bad.err, Catch::Contains("--devices"));
     CHECK_FALSE(fs::exists(dir / "o_cp.npy"));
 }
 

@@ -501,7 +501,8 @@ Action add_bench(CLI::App& app) {
     app.add_option("--copy-mib", o->copy_mib, "MiB the copy ceiling copies")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--context-parallel", o->context_parallel,
                  "Run as one rank of an MPI job (mpirun -np P vk-attn bench ...): ring attention over the ranks; "
-                 "reports the step time, bytes sent, and how much of the transfer the compute hides");
+                 "reports the step time, bytes sent, and how much of the transfer the compute hides (with "
+                 "--backward: the ring's backward)");
     app.add_flag("--zigzag", o->zigzag, "With --context-parallel: zigzag sharding (balances causal)");
     app.add_flag("--backward", o->backward, "Time the backward pass (dQ, dK, dV; and forward + backward): GFLOP/s count "
                                             "2·(3·Dk + 2·Dv) per visible pair; --validate compares the gradients with the "

@@ -50,14 +50,9 @@ int run(const RunOptions& o) {
 // gathered on rank 0, which alone writes them.
 int run_rank(const RunOptions& o, const ContextParallel* cp) {
     if (o.out.empty()) throw InvalidArgument("--out", "is required.");
-    if (cp) {
-        for (const auto& [given, flag] : {std::pair{!o.weights.empty(), "--weights"},
-                                          std::pair{!o.logits.empty(), "--logits"}, std::pair{!o.grad_out.empty(), "--grad-out"},
-                                          std::pair{!o.devices.empty(), "--devices"},
-                                          std::pair{!o.dequantized_k.empty() || !o.dequantized_v.empty(), "--dequantized-k"}})
-            if (given)
-                throw InvalidArgument(flag, "is not taken with --context-parallel yet (o and lse are).");
-    }
+    if (cp && !o.devices.empty())
+        throw InvalidArgument("--devices", "each rank of --context-parallel runs on one device (--device, or "
+                                           "VKATTN_DEVICE per rank).");
     const npy::RowSelector* shard_rows = cp ? &cp->rows() : nullptr;
     const Impl impl = parse_impl(o.impl);
     if (!o.weights.empty() && (impl == Impl::fused || impl == Impl::split))
@@ -92,6 +87,7 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
     const StoredKv kv =
         with_flag_names([&] { return load_kv(context, o.k, o.v, load_kv_storage(o.storage, dtype), q.shape[3], shard_rows); });
     const StoredTensor &k = kv.k, &v = kv.v;
+    const std::int64_t k_total = cp ? cp->last_total() : k.shape[2];  // the whole sequence's keys
     AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = kv.scales, .v_scale = kv.scales};
 
     npy::Array mask;
@@ -130,12 +126,13 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
     const std::array<std::int64_t, 4> o_shape{q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
     StoredTensor out_o{{}, o_shape, dtype, std::vector<std::uint8_t>(storage_bytes(dtype, o_shape[0] * o_shape[1] * o_shape[2] * o_shape[3]))};
     const auto rows = static_cast<std::size_t>(o_shape[0] * o_shape[1] * o_shape[2]);
-    std::vector<float> weights(o.weights.empty() ? 0 : rows * static_cast<std::size_t>(k.shape[2]));
-    std::vector<float> lse(o.lse.empty() ? 0 : rows);
-    std::vector<float> logits(o.logits.empty() ? 0 : rows * static_cast<std::size_t>(k.shape[2]));
+    std::vector<float> weights(o.weights.empty() ? 0 : rows * static_cast<std::size_t>(k_total));
+    // The ring's backward takes the forward's lse: kept whenever there is one.
+    std::vector<float> lse(o.lse.empty() && !(cp && !o.grad_out.empty()) ? 0 : rows);
+    std::vector<float> logits(o.logits.empty() ? 0 : rows * static_cast<std::size_t>(k_total));
     AttentionOutputs out{.o = out_o.mutable_view(),
                          .weights = o.weights.empty() ? nullptr : weights.data(),
-                         .lse = o.lse.empty() ? nullptr : lse.data(),
+                         .lse = lse.empty() ? nullptr : lse.data(),
                          .logits = o.logits.empty() ? nullptr : logits.data()};
 
     const Features features = load_features(o.features);
@@ -151,7 +148,7 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
         throw InvalidArgument("--grad-out", "give the gradients to write: --dq, --dk, --dv or --dsinks.");
     std::optional<StoredTensor> grad_out;
     if (backward) {
-        grad_out = load_floats(o.grad_out, "--grad-out", dtype);
+        grad_out = load_floats(o.grad_out, "--grad-out", dtype, shard_rows);
         if (grad_out->file_shape.size() != q.file_shape.size())
             throw InvalidArgument("--grad-out", o.grad_out + " has rank " + std::to_string(grad_out->file_shape.size()) +
                                                     " but --q has rank " + std::to_string(q.file_shape.size()) +
@@ -177,15 +174,19 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
         // The backward first: its arguments are checked before anything is printed (it runs its own
         // forward on the device), so a bad one is the only line on stderr.
         AttentionReport backward_report;
-        if (backward) backward_report = attention_backward(context, in, grad_out->view(), grads, options);
-        if (cp) {
+        if (cp) {  // the forward, then (its o and lse) the backward, each round the ring
             const RingRun r = cp->attention(context, in, out, options);
             if (cp->rank() == 0)
                 std::cerr << "vk-attn: ring attention over " << r.ranks << " ranks (this rank on " << context.device().name
                           << "), " << r.blocks_run << " blocks run, " << r.blocks_skipped << " skipped, median step "
                           << r.step_ms << " ms\n";
+            if (!backward) return;
+            const RingRun b = cp->backward(context, in, out_o.view(), lse, grad_out->view(), grads, options);
+            if (cp->rank() == 0)
+                std::cerr << "vk-attn: ring backward, " << b.blocks_run << " blocks run, median step " << b.step_ms << " ms\n";
             return;
         }
+        if (backward) backward_report = attention_backward(context, in, grad_out->view(), grads, options);
         const AttentionReport report = device_set.attention(in, out, options);
         std::cerr << "vk-attn: " << to_string(report.path) << " path on "
                   << (device_set.several() ? device_set.describe() : context.device().name) << " [" << report.variant
@@ -193,13 +194,30 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
         if (backward) std::cerr << "vk-attn: backward [" << backward_report.variant << "], " << backward_report.gpu_ms << " ms\n";
     });
     std::vector<float> o32 = out_o.floats();
-    // Outputs keep the rank of q.
+    std::vector<float> seen_k, seen_v;  // the K and V the kernels read: the stored values, scaled
+    if (!o.dequantized_k.empty()) seen_k = k.floats(kv.scales);
+    if (!o.dequantized_v.empty()) seen_v = v.floats(kv.scales);
+    std::vector<float> dq32, dk32, dv32;  // gradients as float32
+    if (!o.dq.empty()) dq32 = dq.floats();
+    if (!o.dk.empty()) dk32 = dk.floats();
+    if (!o.dv.empty()) dv32 = dv.floats();
+    // Outputs keep the rank of q; K-shaped ones k's (its sequence the whole's keys).
     std::vector<std::int64_t> rank_shape(q.file_shape.begin(), q.file_shape.end() - 1);
+    std::vector<std::int64_t> k_shape = k.float_shape(), v_shape = v.float_shape();
     if (cp) {  // the ranks' rows, in sequence order, on rank 0, which alone writes
-        o32 = cp->gather(o32, o_shape[0], o_shape[1], q_total, o_shape[3]);
-        if (!o.lse.empty()) lse = cp->gather(lse, o_shape[0], o_shape[1], q_total, 1);
+        const std::int64_t B = o_shape[0], Hq = o_shape[1], Hkv = k.shape[1];
+        o32 = cp->gather(o32, B, Hq, q_total, o_shape[3]);
+        if (!o.lse.empty()) lse = cp->gather(lse, B, Hq, q_total, 1);
+        if (!o.weights.empty()) weights = cp->gather(weights, B, Hq, q_total, k_total);
+        if (!o.logits.empty()) logits = cp->gather(logits, B, Hq, q_total, k_total);
+        if (!o.dq.empty()) dq32 = cp->gather(dq32, B, Hq, q_total, q.shape[3]);
+        for (auto* keyed : {&seen_k, &dk32})
+            if (!keyed->empty()) *keyed = cp->gather(*keyed, B, Hkv, k_total, k.shape[3]);
+        for (auto* keyed : {&seen_v, &dv32})
+            if (!keyed->empty()) *keyed = cp->gather(*keyed, B, Hkv, k_total, v.shape[3]);
         if (cp->rank() != 0) return 0;
         rank_shape.back() = q_total;
+        k_shape[k_shape.size() - 2] = v_shape[v_shape.size() - 2] = k_total;
     }
     std::vector<PendingOutput> pending;
     auto with_last = [&](std::int64_t last) {
@@ -208,16 +226,14 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
         return s;
     };
     pending.push_back({o.out, with_last(v.shape[3]), o32.data()});
-    if (!o.weights.empty()) pending.push_back({o.weights, with_last(k.shape[2]), weights.data()});
+    if (!o.weights.empty()) pending.push_back({o.weights, with_last(k_total), weights.data()});
     if (!o.lse.empty()) pending.push_back({o.lse, rank_shape, lse.data()});
-    if (!o.logits.empty()) pending.push_back({o.logits, with_last(k.shape[2]), logits.data()});
-    std::vector<float> seen_k, seen_v;  // the K and V the kernels read: the stored values, scaled
-    if (!o.dequantized_k.empty()) pending.push_back({o.dequantized_k, k.float_shape(), (seen_k = k.floats(kv.scales)).data()});
-    if (!o.dequantized_v.empty()) pending.push_back({o.dequantized_v, v.float_shape(), (seen_v = v.floats(kv.scales)).data()});
-    std::vector<float> dq32, dk32, dv32;  // gradients as float32, in their inputs' file shapes
-    if (!o.dq.empty()) pending.push_back({o.dq, with_last(q.shape[3]), (dq32 = dq.floats()).data()});
-    if (!o.dk.empty()) pending.push_back({o.dk, k.float_shape(), (dk32 = dk.floats()).data()});
-    if (!o.dv.empty()) pending.push_back({o.dv, v.float_shape(), (dv32 = dv.floats()).data()});
+    if (!o.logits.empty()) pending.push_back({o.logits, with_last(k_total), logits.data()});
+    if (!o.dequantized_k.empty()) pending.push_back({o.dequantized_k, k_shape, seen_k.data()});
+    if (!o.dequantized_v.empty()) pending.push_back({o.dequantized_v, v_shape, seen_v.data()});
+    if (!o.dq.empty()) pending.push_back({o.dq, with_last(q.shape[3]), dq32.data()});
+    if (!o.dk.empty()) pending.push_back({o.dk, k_shape, dk32.data()});
+    if (!o.dv.empty()) pending.push_back({o.dv, v_shape, dv32.data()});
     if (!o.dsinks.empty()) pending.push_back({o.dsinks, {q.shape[1]}, dsinks.data()});
     write_all(pending);
     return 0;
@@ -251,7 +267,8 @@ Action add_run(CLI::App& app) {
                                             "K/V head) units split among them, one thread each");
     app.add_flag("--context-parallel", o->context_parallel,
                  "Run as one rank of an MPI job (mpirun -np P vk-attn run ...): each rank reads only its shard of the "
-                 "sequence, ring attention passes the K/V shards round, rank 0 writes O and lse");
+                 "sequence (and of the mask), ring attention passes the K/V shards round (the backward too, with "
+                 "--grad-out), rank 0 writes every output a single-device run writes");
     app.add_flag("--zigzag", o->zigzag, "With --context-parallel: rank r holds chunks r and 2P-1-r of 2P (balances causal)");
     add_feature_flags(app, o->features);
     app.add_option("--out", o->out, "Output O .npy (float32, the rank of --q)")->required();
