@@ -17,35 +17,57 @@ void check_mpi(int code, const char* what) {
     throw Error(std::string("MPI: ") + what + " failed: " + std::string(text, static_cast<std::size_t>(length)));
 }
 
-void agree(MPI_Comm comm, const std::function<void()>& check) {
+void bounded_collective(const std::function<int(MPI_Request*)>& start, std::shared_ptr<void> buffers, double timeout_s,
+                        const char* what) {
+    std::vector<MPI_Request> request(1);
+    check_mpi(start(request.data()), what);
+    try {
+        wait_all(request, timeout_s, what);
+    } catch (...) {
+        // A collective can be neither cancelled nor freed: should the missing rank come after all,
+        // it writes into these buffers, which therefore stay (leak).
+        new std::shared_ptr<void>(std::move(buffers));
+        throw;
+    }
+}
+
+void agree(MPI_Comm comm, const std::function<void()>& check, double timeout_s) {
     int rank = 0, ranks = 1;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &ranks);
     std::string argument, message;  // argument empty: an error that is not an InvalidArgument
-    int failed = ranks;  // this rank's index when its check threw, else "none" (ranks)
+    struct Shared {
+        int failed = 0, first = 0, length = 0;
+        std::string text;
+    };
+    const auto shared = std::make_shared<Shared>();
+    shared->failed = ranks;  // this rank's index when its check threw, else "none" (ranks)
     try {
         check();
     } catch (const InvalidArgument& e) {
         argument = e.argument();
         message = std::string(e.what()).substr(argument.size() + 2);
-        failed = rank;
+        shared->failed = rank;
     } catch (const std::exception& e) {  // every rank must reach the agreement below, whatever was thrown
         message = e.what();
-        failed = rank;
+        shared->failed = rank;
     }
-    int first = ranks;
-    check_mpi(MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, comm), "agreeing on the arguments");
-    if (first == ranks) return;
+    Shared& s = *shared;
+    bounded_collective([&](MPI_Request* r) { return MPI_Iallreduce(&s.failed, &s.first, 1, MPI_INT, MPI_MIN, comm, r); },
+                       shared, timeout_s, "agreeing on the arguments");
+    if (s.first == ranks) return;
     // The failing rank's argument and message, to everyone.
-    std::string text = argument + '\n' + message;
-    int length = static_cast<int>(text.size());
-    check_mpi(MPI_Bcast(&length, 1, MPI_INT, first, comm), "sharing an argument error");
-    text.resize(static_cast<std::size_t>(length));
-    check_mpi(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm), "sharing an argument error");
-    const std::size_t cut = text.find('\n');
-    const std::string what = "rank " + std::to_string(first) + ": " + text.substr(cut + 1);
+    s.text = argument + '\n' + message;
+    s.length = static_cast<int>(s.text.size());
+    bounded_collective([&](MPI_Request* r) { return MPI_Ibcast(&s.length, 1, MPI_INT, s.first, comm, r); }, shared, timeout_s,
+                       "sharing an argument error");
+    s.text.resize(static_cast<std::size_t>(s.length));
+    bounded_collective([&](MPI_Request* r) { return MPI_Ibcast(s.text.data(), s.length, MPI_CHAR, s.first, comm, r); },
+                       shared, timeout_s, "sharing an argument error");
+    const std::size_t cut = s.text.find('\n');
+    const std::string what = "rank " + std::to_string(s.first) + ": " + s.text.substr(cut + 1);
     if (cut == 0) throw Error(what);
-    throw InvalidArgument(text.substr(0, cut), what);
+    throw InvalidArgument(s.text.substr(0, cut), what);
 }
 
 double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char* what) {

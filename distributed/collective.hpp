@@ -12,8 +12,14 @@
 namespace vkattn::distributed::detail {
 
 // Runs `check` on every rank; if it threw InvalidArgument on any, every rank throws the error of the
-// lowest such rank, its message prefixed with the rank ("rank 2: ..."), its argument kept.
-void agree(MPI_Comm comm, const std::function<void()>& check);
+// lowest such rank, its message prefixed with the rank ("rank 2: ..."), its argument kept. Its
+// collectives wait at most `timeout_s` each (a rank that never calls): then vkattn::Error.
+void agree(MPI_Comm comm, const std::function<void()>& check, double timeout_s);
+
+// A non-blocking collective that `start` posts, waited for at most `timeout_s` (then vkattn::Error
+// naming `what`); `buffers` owns the memory it reads and writes, kept alive for good if it times out.
+void bounded_collective(const std::function<int(MPI_Request*)>& start, std::shared_ptr<void> buffers, double timeout_s,
+                        const char* what);
 
 // Waits for `requests`, polling, at most `timeout_s` seconds; then throws vkattn::Error naming
 // `what`. Returns the milliseconds waited.

@@ -145,12 +145,10 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
                             const auto row = static_cast<std::size_t>((b * Hq + h) * nq + q_local + i);
                             const double mm = std::max(m[row], ls);
                             const double old_scale = std::exp(m[row] - mm), new_scale = std::exp(ls - mm);
-                            const double sum = old_scale + new_scale;
+                            const double sum = old_scale + new_scale, keep = old_scale / sum, add = new_scale / sum;
                             for (std::int64_t e = 0; e < Dv; ++e) {
                                 double& a = acc[row * static_cast<std::size_t>(Dv) + static_cast<std::size_t>(e)];
-                                a = (a * old_scale + new_scale * load_element(o_part.data(), host.q.dtype,
-                                                                              static_cast<std::int64_t>(p) * Dv + e)) /
-                                    sum;
+                                a = a * keep + add * load_element(o_part.data(), host.q.dtype, static_cast<std::int64_t>(p) * Dv + e);
                             }
                             m[row] = mm + std::log(sum);
                         }

@@ -301,7 +301,10 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
     // The sinks' gradient, −Σ_i e^(sink − lse_i)·(dO_i·O_i) over every query row (the lse holds the
     // sink), summed over the ranks.
     if (grads.d_sinks) {
-        std::vector<double> d_sinks(static_cast<std::size_t>(Hq), 0.0);
+        const auto summed = std::make_shared<std::pair<std::vector<double>, std::vector<double>>>();
+        auto& [d_sinks, total] = *summed;
+        d_sinks.assign(static_cast<std::size_t>(Hq), 0.0);
+        total.resize(d_sinks.size());
         for (std::int64_t h = 0; h < Hq; ++h) {
             const float sink = shard.sinks[static_cast<std::size_t>(h)];
             if (sink == -std::numeric_limits<float>::infinity()) continue;
@@ -315,9 +318,12 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
                     d_sinks[static_cast<std::size_t>(h)] -= std::exp(sink - row_lse) * delta;
                 }
         }
-        detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, d_sinks.data(), static_cast<int>(Hq), MPI_DOUBLE, MPI_SUM, comm),
-                          "summing the sinks' gradient");
-        for (std::int64_t h = 0; h < Hq; ++h) grads.d_sinks[h] = static_cast<float>(d_sinks[static_cast<std::size_t>(h)]);
+        detail::bounded_collective(
+            [&](MPI_Request* r) {
+                return MPI_Iallreduce(d_sinks.data(), total.data(), static_cast<int>(Hq), MPI_DOUBLE, MPI_SUM, comm, r);
+            },
+            summed, ring.timeout_s, "summing the sinks' gradient");
+        for (std::int64_t h = 0; h < Hq; ++h) grads.d_sinks[h] = static_cast<float>(total[static_cast<std::size_t>(h)]);
     }
     for (std::size_t x = 0; x < d_mask.size(); ++x) grads.d_float_mask[x] = static_cast<float>(d_mask[x]);
     for (std::int64_t b = 0; b < B; ++b) {

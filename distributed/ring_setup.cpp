@@ -94,29 +94,42 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
     r.sharding = ring.sharding;
     const auto ranks = static_cast<std::size_t>(r.P);
 
-    // Every rank's shard lengths and signature, gathered before any check can throw.
-    const std::array<std::int64_t, 2> mine{shard.q.shape[2], shard.k.shape[2]};
-    std::vector<std::int64_t> lengths(2 * ranks);
-    check_mpi(MPI_Allgather(mine.data(), 2, MPI_INT64_T, lengths.data(), 2, MPI_INT64_T, comm), "gathering the shard lengths");
+    // Every rank's shard lengths and signature, gathered before any check can throw (each wait
+    // bounded: a rank that never calls the ring).
+    struct Gathered {
+        std::array<std::int64_t, 2> mine{};
+        std::vector<std::int64_t> lengths, sig, sigs;
+    };
+    const auto gathered = std::make_shared<Gathered>();
+    Gathered& g = *gathered;
+    g.mine = {shard.q.shape[2], shard.k.shape[2]};
+    g.lengths.resize(2 * ranks);
+    bounded_collective(
+        [&](MPI_Request* q) { return MPI_Iallgather(g.mine.data(), 2, MPI_INT64_T, g.lengths.data(), 2, MPI_INT64_T, comm, q); },
+        gathered, ring.timeout_s, "gathering the shard lengths");
+    const std::vector<std::int64_t>& lengths = g.lengths;
     for (std::size_t i = 0; i < ranks; ++i) {
         r.q_rows.push_back(lengths[2 * i]);
         r.k_rows.push_back(lengths[2 * i + 1]);
         r.Nq += lengths[2 * i];
         r.Nkv += lengths[2 * i + 1];
     }
-    const std::vector<std::int64_t> sig = signature(shard, options, ring);
-    std::vector<std::int64_t> sigs(sig.size() * ranks);
-    check_mpi(MPI_Allgather(sig.data(), static_cast<int>(sig.size()), MPI_INT64_T, sigs.data(),
-                            static_cast<int>(sig.size()), MPI_INT64_T, comm),
-              "gathering the ranks' arguments");
+    g.sig = signature(shard, options, ring);
+    g.sigs.resize(g.sig.size() * ranks);
+    bounded_collective(
+        [&](MPI_Request* q) {
+            return MPI_Iallgather(g.sig.data(), static_cast<int>(g.sig.size()), MPI_INT64_T, g.sigs.data(),
+                                  static_cast<int>(g.sig.size()), MPI_INT64_T, comm, q);
+        },
+        gathered, ring.timeout_s, "gathering the ranks' arguments");
+    const std::vector<std::int64_t>&sig = g.sig, &sigs = g.sigs;
     r.q_segments = shard_segments(r.sharding, r.Nq, r.q_rows, r.me);
     r.slopes = options.alibi_max_bias ? alibi_slopes(shard.q.shape[1], *options.alibi_max_bias)
                                       : std::vector<float>(shard.alibi_slopes.begin(), shard.alibi_slopes.end());
 
     // A rank that could not read its shard first: the others' checks would only see its empty one.
-    agree(comm, [&] {
-        if (early) std::rethrow_exception(early);
-    });
+    agree(
+        comm, [&] { if (early) std::rethrow_exception(early); }, ring.timeout_s);
     agree(comm, [&] {
         for (std::size_t i = 1; i < ranks; ++i)
             for (std::size_t f = 0; f < sig.size(); ++f)
@@ -157,7 +170,7 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
         PairInputs first(r, shard, shard.k, shard.v, 0, qs, 0, ks);
         first.in.sinks = shard.sinks;  // resolve() checks them (one per query head)
         check(r, first.in, r.block_options(options, qs, ks));
-    });
+    }, ring.timeout_s);
     return r;
 }
 

@@ -614,3 +614,18 @@ TEST_CASE("ring: a rank whose device is lost mid-ring throws DeviceLost; the oth
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
     for (const double x : o.doubles()) REQUIRE(std::isnan(x));  // nothing written on any rank
 }
+
+TEST_CASE("ring: a rank that never calls leaves the others waiting at most the timeout", "[distributed]") {
+    // A communicator of its own, never used again: the others' gathering stays posted on it.
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    if (rank_of() == ranks_of() - 1) return;  // this rank never comes
+    std::mt19937 rng(19);
+    const HostTensor t = good_of(rng);
+    HostTensor o = o16_of();
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(distributed::ring_attention(comm, context(), {.q = t.view(), .k = t.view(), .v = t.view()},
+                                                  {.o = o.mutable_view()}, {}, {.timeout_s = 2}),
+                      Catch::Contains("gathering the shard lengths") && Catch::Contains("no answer"));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+}
