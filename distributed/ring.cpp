@@ -2,10 +2,8 @@
 // attends its queries to the one it holds; partial (o, lse) merged by their log-sum-exp.
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <span>
 
@@ -13,8 +11,8 @@
 #include "attention/problem.hpp"
 #include "collective.hpp"
 #include "device_shard.hpp"
-#include "ring_setup.hpp"
 #include "reference/tensor_access.hpp"
+#include "ring_setup.hpp"
 #include "vkattn/distributed.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/plan.hpp"
@@ -102,16 +100,8 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
                     ++report.blocks_skipped;
                     continue;
                 }
-                DeviceAttentionInputs in{.q = q.seq(q_local, qs.length),
-                                         .k = k_held.seq(k_first, ks.length),
-                                         .v = v_held.seq(k_first, ks.length),
-                                         .kv_lengths = lengths,
-                                         .alibi_slopes = setup.slopes,
-                                         .k_scale = host.k_scale,
-                                         .v_scale = host.v_scale};
-                if (pair.in.bool_mask) in.bool_mask = detail::device_array(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
-                if (pair.in.float_mask)
-                    in.float_mask = detail::device_array(context, pair.float_mask.data(), DType::f32, pair.float_shape);
+                const DeviceAttentionInputs in = detail::device_inputs(
+                    context, pair, q.seq(q_local, qs.length), k_held.seq(k_first, ks.length), v_held.seq(k_first, ks.length), lengths);
                 const std::array<std::int64_t, 4> scores_shape{B, Hq, qs.length, ks.length};
                 const DeviceAttentionOutputs part{
                     .o = DeviceTensor::empty(context, host.q.dtype, o_view.shape),

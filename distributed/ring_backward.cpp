@@ -10,8 +10,8 @@
 
 #include "attention/problem.hpp"
 #include "collective.hpp"
-#include "reference/tensor_access.hpp"
 #include "device_shard.hpp"
+#include "reference/tensor_access.hpp"
 #include "ring_setup.hpp"
 #include "vkattn/batch.hpp"
 #include "vkattn/distributed.hpp"
@@ -162,7 +162,8 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
             std::int64_t q_local, k_local;
             Segment qs, ks;
             std::array<vkattn::detail::Extent, 4> mask_box;
-            DeviceTensor bool_mask, float_mask, d_mask;  // the masks' parts, alive until the submission ends
+            DeviceAttentionInputs in;  // its masks' parts, alive until the submission ends
+            DeviceTensor d_mask;
             std::vector<float> d_mask_host;
         };
         std::vector<Ran> ran;
@@ -193,20 +194,14 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
                     g.dk = DeviceTensor::empty(context, shard.k.dtype, {B, Hkv, ks.length, Dk});
                     g.dv = DeviceTensor::empty(context, shard.v.dtype, {B, Hkv, ks.length, Dv});
                 }
-                Ran r{.pair = slot, .q_local = q_local, .k_local = k_local, .qs = qs, .ks = ks, .mask_box = pair.mask_box};
-                if (host.bool_mask) r.bool_mask = detail::device_array(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
-                if (host.float_mask) r.float_mask = detail::device_array(context, pair.float_mask.data(), DType::f32, pair.float_shape);
+                Ran r{.pair = slot, .q_local = q_local, .k_local = k_local, .qs = qs, .ks = ks, .mask_box = pair.mask_box,
+                      .in = detail::device_inputs(context, pair, q.seq(q_local, qs.length), k_held.seq(k_local, ks.length),
+                                                  v_held.seq(k_local, ks.length), lengths)};
                 if (want_d_mask) {
-                    r.d_mask = DeviceTensor::empty(context, DType::f32, r.float_mask.shape());
+                    r.d_mask = DeviceTensor::empty(context, DType::f32, r.in.float_mask.shape());
                     r.d_mask_host.resize(pair.float_mask.size());
                 }
-                const DeviceAttentionInputs in{.q = q.seq(q_local, qs.length),
-                                               .k = k_held.seq(k_local, ks.length),
-                                               .v = v_held.seq(k_local, ks.length),
-                                               .kv_lengths = lengths,
-                                               .bool_mask = r.bool_mask,
-                                               .float_mask = r.float_mask,
-                                               .alibi_slopes = setup.slopes};
+                const DeviceAttentionInputs& in = r.in;
                 const DeviceAttentionGradients out{.dq = want_dq ? g.dq.seq(0, qs.length) : DeviceTensor{},
                                                    .dk = want_kv ? g.dk.seq(0, ks.length) : DeviceTensor{},
                                                    .dv = want_kv ? g.dv.seq(0, ks.length) : DeviceTensor{},

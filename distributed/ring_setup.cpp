@@ -9,6 +9,7 @@
 
 #include "attention/problem.hpp"
 #include "collective.hpp"
+#include "device_shard.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::distributed::detail {
@@ -84,6 +85,15 @@ PairInputs::PairInputs(const RingSetup& setup, const AttentionInputs& shard, con
         });
         in.float_mask = MaskView{float_mask.data(), float_shape};
     }
+}
+
+DeviceAttentionInputs device_inputs(Context& context, const PairInputs& pair, const DeviceTensor& q, const DeviceTensor& k,
+                                    const DeviceTensor& v, const DeviceTensor& lengths) {
+    DeviceAttentionInputs in{.q = q, .k = k, .v = v, .kv_lengths = lengths, .alibi_slopes = pair.in.alibi_slopes,
+                             .k_scale = pair.in.k_scale, .v_scale = pair.in.v_scale};
+    if (pair.in.bool_mask) in.bool_mask = device_array(context, pair.bool_mask.data(), DType::u8, pair.bool_shape);
+    if (pair.in.float_mask) in.float_mask = device_array(context, pair.float_mask.data(), DType::f32, pair.float_shape);
+    return in;
 }
 
 RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,

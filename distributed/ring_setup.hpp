@@ -15,6 +15,8 @@
 
 #include "shard/block_inputs.hpp"
 #include "vkattn/attention.hpp"
+#include "vkattn/context.hpp"
+#include "vkattn/plan.hpp"
 #include "vkattn/distributed.hpp"
 
 namespace vkattn::distributed::detail {
@@ -52,6 +54,12 @@ struct PairInputs {
     std::vector<float> float_mask;
     std::vector<std::int64_t> bool_shape, float_shape;
 };
+
+// A pair's inputs on the device: `q` (this rank's query rows of the pair), `k` and `v` (the held
+// shard's rows of the pair), the key lengths, the masks' parts uploaded, the whole's slopes, the fp8
+// scales; no sinks (joined once, after the merge).
+DeviceAttentionInputs device_inputs(Context& context, const PairInputs& pair, const DeviceTensor& q, const DeviceTensor& k,
+                                    const DeviceTensor& v, const DeviceTensor& lengths);
 
 // Rows [first, first + length) of a view (no copy).
 template <class View>

@@ -347,28 +347,26 @@ const std::vector<std::pair<const char*, Setup>>& ring_cases() {
     return cases;
 }
 
-}  // namespace
-
-TEST_CASE("ring: every feature, both shardings, equals the whole on every rank", "[distributed]") {
+// Every case of ring_cases() in both shardings.
+void for_each_ring_case(const std::function<void(const RingCase&)>& expect) {
     for (const Sharding sharding : {Sharding::contiguous, Sharding::zigzag})
         for (const auto& [name, setup] : ring_cases()) {
             INFO(name << (sharding == Sharding::zigzag ? ", zigzag" : ", contiguous"));
             RingCase c;
             c.sharding = sharding;
             setup(c);
-            expect_ring_equals_whole(c);
+            expect(c);
         }
 }
 
+}  // namespace
+
+TEST_CASE("ring: every feature, both shardings, equals the whole on every rank", "[distributed]") {
+    for_each_ring_case(expect_ring_equals_whole);
+}
+
 TEST_CASE("ring backward: every feature, both shardings, the whole's gradients on every rank", "[distributed]") {
-    for (const Sharding sharding : {Sharding::contiguous, Sharding::zigzag})
-        for (const auto& [name, setup] : ring_cases()) {
-            INFO(name << (sharding == Sharding::zigzag ? ", zigzag" : ", contiguous"));
-            RingCase c;
-            c.sharding = sharding;
-            setup(c);
-            expect_ring_gradients_equal_whole(c);
-        }
+    for_each_ring_case(expect_ring_gradients_equal_whole);
     RingCase bf16;  // the three-stage backward, bf16
     bf16.dtype = DType::bf16;
     bf16.sinks = true;
