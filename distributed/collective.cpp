@@ -1,6 +1,7 @@
 #include "collective.hpp"
 
 #include <atomic>
+#include <exception>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -31,6 +32,26 @@ void bounded_collective(const std::function<int(MPI_Request*)>& start, std::shar
     }
 }
 
+std::shared_ptr<OwnedComm> duplicate(MPI_Comm comm, double timeout_s) {
+    auto made = std::make_shared<OwnedComm>();
+    bounded_collective([&](MPI_Request* q) { return MPI_Comm_idup(comm, &made->comm, q); }, made, timeout_s,
+                       "duplicating the communicator");
+    return made;
+}
+
+std::exception_ptr agreement(MPI_Comm comm, const std::function<void()>& check, double timeout_s) {
+    try {
+        agree(comm, check, timeout_s);
+    } catch (const InvalidArgument&) {
+        return std::current_exception();
+    } catch (const RankTimeout&) {
+        throw;  // a collective still pending: not an agreement
+    } catch (const Error&) {
+        return std::current_exception();
+    }
+    return nullptr;
+}
+
 void agree(MPI_Comm comm, const std::function<void()>& check, double timeout_s) {
     int rank = 0, ranks = 1;
     MPI_Comm_rank(comm, &rank);
@@ -50,6 +71,9 @@ void agree(MPI_Comm comm, const std::function<void()>& check, double timeout_s) 
         shared->failed = rank;
     } catch (const std::exception& e) {  // every rank must reach the agreement below, whatever was thrown
         message = e.what();
+        shared->failed = rank;
+    } catch (...) {
+        message = "an exception that is not a std::exception";
         shared->failed = rank;
     }
     Shared& s = *shared;
@@ -79,7 +103,7 @@ double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char
         check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), what);
         if (done) break;
         if (Clock::now() > deadline)
-            throw Error(std::string(what) + ": no answer from the neighbouring rank within " + std::to_string(timeout_s) +
+            throw RankTimeout(std::string(what) + ": no answer from another rank within " + std::to_string(timeout_s) +
                         " s (did it fail?).");
         if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));  // spin briefly, then yield
     }
@@ -92,6 +116,8 @@ struct TransferProgress::State {
     double timeout_s = 0.0;
     std::chrono::steady_clock::time_point posted, completed;
     std::atomic<bool> done{false}, timed_out{false}, stop{false};
+    // The timeout counts from the compute's end (finish()): a long step is no failure.
+    std::atomic<std::int64_t> computed_ns{-1};
     std::string error;
     std::thread thread;
 };
@@ -108,7 +134,6 @@ TransferProgress::TransferProgress(std::vector<MPI_Request>& requests, double ti
     MPI_Query_thread(&level);
     if (requests.empty() || level < MPI_THREAD_SERIALIZED) return;
     s.thread = std::thread([&s] {
-        const auto deadline = s.posted + std::chrono::duration<double>(s.timeout_s);
         while (!s.stop) {
             int flag = 0;
             const int code = MPI_Testall(static_cast<int>(s.requests->size()), s.requests->data(), &flag, MPI_STATUSES_IGNORE);
@@ -121,9 +146,14 @@ TransferProgress::TransferProgress(std::vector<MPI_Request>& requests, double ti
                 s.done = true;
                 return;
             }
-            if (std::chrono::steady_clock::now() > deadline) {
-                s.timed_out = true;
-                return;
+            if (const std::int64_t computed = s.computed_ns; computed >= 0) {
+                const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(computed)) +
+                                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                          std::chrono::duration<double>(s.timeout_s));
+                if (std::chrono::steady_clock::now() > deadline) {
+                    s.timed_out = true;
+                    return;
+                }
             }
             std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
@@ -155,10 +185,11 @@ TransferProgress::Outcome TransferProgress::finish() {
     Outcome o;
     if (s.requests->empty()) return o;
     if (s.thread.joinable()) {
+        s.computed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(computed.time_since_epoch()).count();
         s.thread.join();  // it ends by itself: done, failed or timed out
         if (!s.error.empty()) throw Error("ring attention: " + s.error + ".");
         if (s.timed_out)
-            throw Error("ring attention: no answer from the neighbouring rank within " + std::to_string(s.timeout_s) +
+            throw RankTimeout("ring attention: no answer from the neighbouring rank within " + std::to_string(s.timeout_s) +
                         " s (did it fail?).");
         o.transfer_ms = ms(s.completed - s.posted);
         o.hidden_ms = ms(std::min(s.completed, computed) - s.posted);

@@ -5,14 +5,18 @@
 
 #include <mpi.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "vkattn/errors.hpp"
+
 namespace vkattn::distributed::detail {
 
-// Runs `check` on every rank; if it threw InvalidArgument on any, every rank throws the error of the
-// lowest such rank, its message prefixed with the rank ("rank 2: ..."), its argument kept. Its
+// Runs `check` on every rank; if it threw on any, every rank throws the error of the lowest such
+// rank, its message prefixed with the rank ("rank 2: ..."): an InvalidArgument as one (its argument
+// kept), anything else as vkattn::Error. Its
 // collectives wait at most `timeout_s` each (a rank that never calls): then vkattn::Error.
 void agree(MPI_Comm comm, const std::function<void()>& check, double timeout_s);
 
@@ -21,7 +25,34 @@ void agree(MPI_Comm comm, const std::function<void()>& check, double timeout_s);
 void bounded_collective(const std::function<int(MPI_Request*)>& start, std::shared_ptr<void> buffers, double timeout_s,
                         const char* what);
 
-// Waits for `requests`, polling, at most `timeout_s` seconds; then throws vkattn::Error naming
+// A call's own communicator, freed with its last owner when nothing can be in flight on it. A call
+// that ends by an exception with messages or a collective pending leaves them there, and a freed
+// communicator's context can be reused by the next duplicate, where a stray message would then
+// match: such a communicator is never freed. Its users say when traffic starts and ends.
+struct OwnedComm {
+    MPI_Comm comm = MPI_COMM_NULL;
+    bool quiet = false;  // nothing pending: safe to free
+    OwnedComm() = default;
+    OwnedComm(const OwnedComm&) = delete;
+    OwnedComm& operator=(const OwnedComm&) = delete;
+    ~OwnedComm() {
+        if (quiet && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    }
+};
+
+// A duplicate of `comm` (MPI_Comm_idup, waited for at most `timeout_s`), not yet quiet.
+std::shared_ptr<OwnedComm> duplicate(MPI_Comm comm, double timeout_s);
+
+// agree() without the throw: the agreed error, if any (every collective of it completed).
+std::exception_ptr agreement(MPI_Comm comm, const std::function<void()>& check, double timeout_s);
+
+// A wait on another rank that gave up (its operations are still pending).
+class RankTimeout : public Error {
+public:
+    using Error::Error;
+};
+
+// Waits for `requests`, polling, at most `timeout_s` seconds; then throws RankTimeout naming
 // `what`. Returns the milliseconds waited.
 double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char* what);
 

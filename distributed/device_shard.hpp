@@ -37,8 +37,8 @@ struct HostCopy {
     explicit HostCopy(const DeviceTensor& t);
 };
 
-// A device shard's inputs copied to host memory: q, k and v, the key lengths and the masks (the
-// per-head constants are host spans already). `error` holds what went wrong (a paged or packed
+// A device shard's inputs in host memory: k and v, the key lengths and the masks copied (the
+// per-head constants are host spans already), q's shape and type only (a stand-in view). `error` holds what went wrong (a paged or packed
 // shard, a missing tensor) for the ring to throw inside its agreement, so that every rank hears it.
 struct HostShard {
     explicit HostShard(const DeviceAttentionInputs& in);
@@ -49,7 +49,8 @@ struct HostShard {
     std::exception_ptr error;
 
 private:
-    HostCopy q_, k_, v_, lengths_, bool_mask_, float_mask_;
+    std::vector<std::uint8_t> q_row_;
+    HostCopy k_, v_, lengths_, bool_mask_, float_mask_;
     std::vector<std::int64_t> bool_shape_, float_shape_;
 };
 

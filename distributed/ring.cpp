@@ -40,7 +40,7 @@ struct WeightBlock {
 // The forward on the device: `q` on the device, `host` the same shard in host memory (checks, the
 // masks' parts, the K/V shards packed for MPI). Each step's held K/V shard is uploaded once; each
 // visible pair is one attention call on device tensors, its partial (o, lse) merged on the host.
-RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup& setup, const AttentionInputs& host,
+RingReport run_forward(Context& context, const detail::RingSetup& setup, const AttentionInputs& host,
                        const DeviceTensor& q, const AttentionOptions& options, const RingOptions& ring, Merged& merged) {
     const int P = setup.P;
     const std::int64_t B = host.q.shape[0], Hq = host.q.shape[1], Hkv = host.k.shape[1], nq = host.q.shape[2];
@@ -73,10 +73,11 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
     std::vector<float> lse_part;
     RingReport report;
     report.ranks = P;
+    setup.comm_owner->quiet = false;  // until every step's transfer has completed
     for (int s = 0; s < P; ++s) {
         const auto start = Clock::now();
         std::vector<MPI_Request> requests;
-        kv.post(comm, s, requests, report.bytes_sent);
+        kv.post(s, requests, report.bytes_sent);
         detail::TransferProgress progress(requests, ring.timeout_s, {kv.buffers()});
         const auto compute_start = Clock::now();
         const std::int64_t held = setup.k_rows[static_cast<std::size_t>(setup.holder(s))];
@@ -153,6 +154,7 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
         report.step_ms.push_back(ms_since(start));
     }
 
+    setup.comm_owner->quiet = true;
     // The sinks join each row's denominator once (below); each pair's weights, normalised by its own
     // log-sum-exp, rescaled to the row's: w · e^(lse_pair − lse).
     auto final_lse = [&](std::size_t row) {
@@ -168,7 +170,8 @@ RingReport run_forward(MPI_Comm comm, Context& context, const detail::RingSetup&
                 const double pair_lse = w.lse[static_cast<std::size_t>(bh * w.rows + i)];
                 const double scale = pair_lse == -INFINITY ? 0.0 : std::exp(pair_lse - final_lse(row));
                 float* first = merged.weights.data() + (static_cast<std::int64_t>(row) * Nkv + w.key);
-                for (std::int64_t j = 0; j < w.keys; ++j) first[j] = static_cast<float>(first[j] * scale);
+                for (std::int64_t j = 0; j < w.keys; ++j)  // a pair with no visible key weighs 0, whatever it wrote
+                    first[j] = scale == 0.0 ? 0.0f : static_cast<float>(first[j] * scale);
             }
     // The sinks join each row's denominator once.
     for (std::int64_t b = 0; b < B; ++b)
@@ -219,7 +222,7 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs
     if (out.weights) merged.weights.assign(scores, 0.0f);
     if (out.logits) merged.logits.assign(scores, 0.0f);
     const RingReport report =
-        run_forward(comm, context, setup, shard, DeviceTensor::from_host(context, shard.q), options, ring, merged);
+        run_forward(context, setup, shard, DeviceTensor::from_host(context, shard.q), options, ring, merged);
     std::copy(merged.weights.begin(), merged.weights.end(), out.weights);
     std::copy(merged.logits.begin(), merged.logits.end(), out.logits);
     const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dv = shard.v.shape[3];
@@ -254,13 +257,13 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const DeviceAttention
                     throw InvalidArgument(name, "must be f32, contiguous, of shape [B, Hq, n_q, Nkv] = " +
                                                     vkattn::detail::shape_text(scores_shape) + " (the whole's keys).");
         },
-        host.error);
+        {}, host.error);
     Merged merged;
     const std::array<std::int64_t, 4> scores_shape{out.o.shape()[0], out.o.shape()[1], out.o.shape()[2], setup.Nkv};
     const auto scores = static_cast<std::size_t>(scores_shape[0] * scores_shape[1] * scores_shape[2] * scores_shape[3]);
     if (out.weights.defined()) merged.weights.assign(scores, 0.0f);
     if (out.logits.defined()) merged.logits.assign(scores, 0.0f);
-    const RingReport report = run_forward(comm, context, setup, host.inputs, shard.q, options, ring, merged);
+    const RingReport report = run_forward(context, setup, host.inputs, shard.q, options, ring, merged);
     for (const auto& [tensor, values] : {std::pair{&out.weights, &merged.weights}, std::pair{&out.logits, &merged.logits}})
         if (tensor->defined())
             tensor->upload(make_view(static_cast<const void*>(values->data()), DType::f32, Layout::bhnd, scores_shape));
@@ -280,30 +283,32 @@ RingReport ring_attention(MPI_Comm comm, Context& context, const DeviceAttention
 }
 
 double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat, double timeout_s) {
+    detail::RingSetup ring;  // its communicator and neighbours only
+    ring.comm_owner = detail::duplicate(comm, timeout_s);
+    ring.comm = ring.comm_owner->comm;
+    detail::check_mpi(MPI_Comm_rank(ring.comm, &ring.me), "MPI_Comm_rank");
+    detail::check_mpi(MPI_Comm_size(ring.comm, &ring.P), "MPI_Comm_size");
     // Every rank sends and receives the largest rank's bytes (shards may be uneven).
-    detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UINT64_T, MPI_MAX, comm), "agreeing on the size");
-    int me = 0, P = 1;
-    detail::check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank");
-    detail::check_mpi(MPI_Comm_size(comm, &P), "MPI_Comm_size");
-    std::vector<std::uint8_t> send(static_cast<std::size_t>(bytes), 1), receive(static_cast<std::size_t>(bytes));
-    constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
+    const auto most = std::make_shared<std::array<std::uint64_t, 2>>(std::array<std::uint64_t, 2>{bytes, 0});
+    detail::bounded_collective(
+        [&](MPI_Request* q) { return MPI_Iallreduce(&(*most)[0], &(*most)[1], 1, MPI_UINT64_T, MPI_MAX, ring.comm, q); }, most,
+        timeout_s, "agreeing on the size");
+    const auto buffers = std::make_shared<std::array<std::vector<std::uint8_t>, 2>>();
+    (*buffers)[0].assign(static_cast<std::size_t>((*most)[1]), 1);
+    (*buffers)[1].resize(static_cast<std::size_t>((*most)[1]));
     std::vector<double> times;
     for (int r = 0; r < repeat; ++r) {
-        detail::check_mpi(MPI_Barrier(comm), "MPI_Barrier");
+        detail::bounded_collective([&](MPI_Request* q) { return MPI_Ibarrier(ring.comm, q); }, nullptr, timeout_s,
+                                   "the barrier before a transfer");
         const auto start = Clock::now();
         std::vector<MPI_Request> requests;
-        for (std::uint64_t at = 0, piece = 0; at < bytes; at += kPiece, ++piece) {
-            const int count = static_cast<int>(std::min(kPiece, bytes - at));
-            requests.emplace_back();
-            detail::check_mpi(MPI_Isend(send.data() + at, count, MPI_BYTE, (me + 1) % P, static_cast<int>(piece), comm,
-                                        &requests.back()), "sending");
-            requests.emplace_back();
-            detail::check_mpi(MPI_Irecv(receive.data() + at, count, MPI_BYTE, (me + P - 1) % P, static_cast<int>(piece),
-                                        comm, &requests.back()), "receiving");
-        }
-        detail::wait_all(requests, timeout_s, "the ring's transfer");
+        std::uint64_t sent = 0;
+        detail::post_exchange(ring, r, detail::Carried::k, (*buffers)[0], (*buffers)[1], requests, sent);
+        detail::TransferProgress progress(requests, timeout_s, {buffers});
+        progress.finish();
         times.push_back(ms_since(start));
     }
+    ring.comm_owner->quiet = true;  // every transfer completed
     std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
     return times[times.size() / 2];
 }

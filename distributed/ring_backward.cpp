@@ -37,6 +37,11 @@ struct PairGradients {
     std::vector<std::uint8_t> dq_host, dk_host, dv_host;
 };
 
+// What decides who talks to whom: the dK/dV accumulators travel, the sinks' gradient is summed.
+detail::CallFlags call_flags(const AttentionGradients& grads) {
+    return {{grads.dk.data != nullptr, "whether dk and dv are asked for"},
+            {grads.d_sinks != nullptr, "whether d_sinks is asked for"}};
+}
 
 // The backward's own checks (beyond prepare's): o, lse, grad_out and the gradients of this rank.
 void check_call(const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block,
@@ -44,47 +49,47 @@ void check_call(const detail::RingSetup& r, const AttentionInputs& first, const 
                 const AttentionGradients& grads) {
     const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dv = shard.v.shape[3];
     const bool want_dq = grads.dq.data != nullptr, want_kv = grads.dk.data != nullptr;
-        vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);
-        if (grads.d_float_mask && !shard.float_mask)
-            throw InvalidArgument("d_float_mask", "there is no float mask to differentiate; give float_mask or no "
-                                                  "d_float_mask.");
-        if (want_kv != (grads.dv.data != nullptr))
-            throw InvalidArgument(want_kv ? "dv" : "dk", "the backward pass computes dK and dV together; give both.");
-        const std::array<std::int64_t, 4> o_shape{B, Hq, nq, Dv};
-        for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&grad_out, "grad_out"}}) {
-            if (t->data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
-            if (t->shape != o_shape || t->dtype != shard.q.dtype)
-                throw InvalidArgument(name, "must be this rank's shard of the forward's o: " +
-                                                vkattn::detail::shape_text(o_shape) + " of q's dtype.");
-        }
-        if (lse.size() != static_cast<std::size_t>(B * Hq * nq))
-            throw InvalidArgument("lse", "has " + std::to_string(lse.size()) + " values but this rank's shard of the "
-                                             "forward's log-sum-exp has B·Hq·n_q = " + std::to_string(B * Hq * nq) + ".");
-        for (const auto& [grad, input, name, input_name] :
-             {std::tuple{&grads.dq, &shard.q, "dq", "q"}, std::tuple{&grads.dk, &shard.k, "dk", "k"},
-              std::tuple{&grads.dv, &shard.v, "dv", "v"}})
-            if (grad->data != nullptr && grad->shape != input->shape)
-                throw InvalidArgument(name, "the shape is " + vkattn::detail::shape_text(grad->shape) + " but must be " +
-                                                input_name + "'s, " + vkattn::detail::shape_text(input->shape) + ".");
-        // The engine's checks of the first pair's backward.
-        const std::int64_t rows = r.q_segments[0].length, keys = first.k.shape[2];
-        std::uint32_t unused = 0;
-        const AttentionOutputs part{
-            .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, rows, Dv})};
-        const vkattn::detail::Problem p = vkattn::detail::resolve(first, part, block);
-        vkattn::detail::check_backward(
-            p, vkattn::detail::spec_of(first, part, block),
-            {.grad_out = layout_of(detail::rows(grad_out, 0, rows)),
-             .dq = want_dq ? std::optional(layout_of(detail::rows(grads.dq, 0, rows))) : std::nullopt,
-             .dk = want_kv ? std::optional(layout_of(detail::rows(grads.dk, 0, keys))) : std::nullopt,
-             .dv = want_kv ? std::optional(layout_of(detail::rows(grads.dv, 0, keys))) : std::nullopt,
-             .d_sinks = grads.d_sinks != nullptr,
-             .d_float_mask = grads.d_float_mask != nullptr});
+    vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);
+    if (grads.d_float_mask && !shard.float_mask)
+        throw InvalidArgument("d_float_mask", "there is no float mask to differentiate; give float_mask or no "
+                                              "d_float_mask.");
+    if (want_kv != (grads.dv.data != nullptr))
+        throw InvalidArgument(want_kv ? "dv" : "dk", "the backward pass computes dK and dV together; give both.");
+    const std::array<std::int64_t, 4> o_shape{B, Hq, nq, Dv};
+    for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&grad_out, "grad_out"}}) {
+        if (t->data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
+        if (t->shape != o_shape || t->dtype != shard.q.dtype)
+            throw InvalidArgument(name, "must be this rank's shard of the forward's o: " +
+                                            vkattn::detail::shape_text(o_shape) + " of q's dtype.");
+    }
+    if (lse.size() != static_cast<std::size_t>(B * Hq * nq))
+        throw InvalidArgument("lse", "has " + std::to_string(lse.size()) + " values but this rank's shard of the "
+                                         "forward's log-sum-exp has B·Hq·n_q = " + std::to_string(B * Hq * nq) + ".");
+    for (const auto& [grad, input, name, input_name] :
+         {std::tuple{&grads.dq, &shard.q, "dq", "q"}, std::tuple{&grads.dk, &shard.k, "dk", "k"},
+          std::tuple{&grads.dv, &shard.v, "dv", "v"}})
+        if (grad->data != nullptr && grad->shape != input->shape)
+            throw InvalidArgument(name, "the shape is " + vkattn::detail::shape_text(grad->shape) + " but must be " +
+                                            input_name + "'s, " + vkattn::detail::shape_text(input->shape) + ".");
+    // The engine's checks of the first pair's backward.
+    const std::int64_t rows = r.q_segments[0].length, keys = first.k.shape[2];
+    std::uint32_t unused = 0;
+    const AttentionOutputs part{
+        .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, rows, Dv})};
+    const vkattn::detail::Problem p = vkattn::detail::resolve(first, part, block);
+    vkattn::detail::check_backward(
+        p, vkattn::detail::spec_of(first, part, block),
+        {.grad_out = layout_of(detail::rows(grad_out, 0, rows)),
+         .dq = want_dq ? std::optional(layout_of(detail::rows(grads.dq, 0, rows))) : std::nullopt,
+         .dk = want_kv ? std::optional(layout_of(detail::rows(grads.dk, 0, keys))) : std::nullopt,
+         .dv = want_kv ? std::optional(layout_of(detail::rows(grads.dv, 0, keys))) : std::nullopt,
+         .d_sinks = grads.d_sinks != nullptr,
+         .d_float_mask = grads.d_float_mask != nullptr});
 }
 
 // The backward on the device: q, o and grad_out on the device, `shard`, `o`, `lse` and `grad_out`
 // the same in host memory (checks, masks' parts, K/V transfers, the sinks' gradient).
-RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup& setup, const AttentionInputs& shard,
+RingReport run_backward(Context& context, const detail::RingSetup& setup, const AttentionInputs& shard,
                         const TensorView& o, std::span<const float> lse, const TensorView& grad_out,
                         const AttentionGradients& grads, const DeviceTensor& q, const DeviceTensor& o_rows,
                         const DeviceTensor& grad_rows, const AttentionOptions& options, const RingOptions& ring) {
@@ -137,17 +142,18 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
         for (auto* buffer : {&dk_part, &dk_in, &dk_out, &dv_part, &dv_in, &dv_out})
             buffer->resize(static_cast<std::size_t>(kv_elements(most, buffer == &dk_part || buffer == &dk_in || buffer == &dk_out ? Dk : Dv)));
 
+    setup.comm_owner->quiet = false;  // until the last transfer and the sinks' sum have completed
     for (int s = 0; s < P; ++s) {
         const auto start = Clock::now();
         const int holder = setup.holder(s);
         const std::int64_t held = setup.k_rows[static_cast<std::size_t>(holder)];
         std::vector<MPI_Request> requests;
-        kv.post(comm, s, requests, report.bytes_sent);
+        kv.post(s, requests, report.bytes_sent);
         if (want_kv && s > 0) {  // the previous step's shard's accumulator on; the held shard's in
             const std::int64_t leaving = setup.k_rows[static_cast<std::size_t>(setup.holder(s - 1))];
-            detail::post_exchange(comm, setup, s, detail::Carried::dk, bytes_of(dk_out, kv_elements(leaving, Dk)),
+            detail::post_exchange(setup, s, detail::Carried::dk, bytes_of(dk_out, kv_elements(leaving, Dk)),
                                   bytes_of(dk_in, kv_elements(held, Dk)), requests, report.bytes_sent);
-            detail::post_exchange(comm, setup, s, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
+            detail::post_exchange(setup, s, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
                                   bytes_of(dv_in, kv_elements(held, Dv)), requests, report.bytes_sent);
         }
         detail::TransferProgress progress(requests, ring.timeout_s, {kv.buffers(), accumulators});
@@ -280,9 +286,9 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
         const std::int64_t leaving = setup.k_rows[static_cast<std::size_t>(setup.holder(P - 1))];
         const std::int64_t mine = setup.k_rows[static_cast<std::size_t>(me)];
         std::vector<MPI_Request> requests;
-        detail::post_exchange(comm, setup, P, detail::Carried::dk, bytes_of(dk_out, kv_elements(leaving, Dk)),
+        detail::post_exchange(setup, P, detail::Carried::dk, bytes_of(dk_out, kv_elements(leaving, Dk)),
                               bytes_of(dk_in, kv_elements(mine, Dk)), requests, report.bytes_sent);
-        detail::post_exchange(comm, setup, P, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
+        detail::post_exchange(setup, P, detail::Carried::dv, bytes_of(dv_out, kv_elements(leaving, Dv)),
                               bytes_of(dv_in, kv_elements(mine, Dv)), requests, report.bytes_sent);
         detail::TransferProgress progress(requests, ring.timeout_s, {accumulators});
         const double waited = progress.finish().transfer_ms;
@@ -315,11 +321,12 @@ RingReport run_backward(MPI_Comm comm, Context& context, const detail::RingSetup
         }
         detail::bounded_collective(
             [&](MPI_Request* r) {
-                return MPI_Iallreduce(d_sinks.data(), total.data(), static_cast<int>(Hq), MPI_DOUBLE, MPI_SUM, comm, r);
+                return MPI_Iallreduce(d_sinks.data(), total.data(), static_cast<int>(Hq), MPI_DOUBLE, MPI_SUM, setup.comm, r);
             },
             summed, ring.timeout_s, "summing the sinks' gradient");
         for (std::int64_t h = 0; h < Hq; ++h) grads.d_sinks[h] = static_cast<float>(total[static_cast<std::size_t>(h)]);
     }
+    setup.comm_owner->quiet = true;
     for (std::size_t x = 0; x < d_mask.size(); ++x) grads.d_float_mask[x] = static_cast<float>(d_mask[x]);
     for (std::int64_t b = 0; b < B; ++b) {
         if (want_dq)
@@ -346,10 +353,12 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
                                    std::span<const float> lse, const TensorView& grad_out, const AttentionGradients& grads,
                                    const AttentionOptions& options, const RingOptions& ring) {
     const detail::RingSetup setup = detail::prepare(
-        comm, shard, options, ring, [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
+        comm, shard, options, ring,
+        [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
             check_call(r, first, block, shard, o, lse, grad_out, grads);
-        });
-    return run_backward(comm, context, setup, shard, o, lse, grad_out, grads, DeviceTensor::from_host(context, shard.q),
+        },
+        call_flags(grads));
+    return run_backward(context, setup, shard, o, lse, grad_out, grads, DeviceTensor::from_host(context, shard.q),
                         DeviceTensor::from_host(context, o), DeviceTensor::from_host(context, grad_out), options, ring);
 }
 
@@ -398,8 +407,8 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Device
         [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
             check_call(r, first, block, host.inputs, o_host.view, lse_values, grad_host.view, out);
         },
-        early);
-    const RingReport report = run_backward(comm, context, setup, host.inputs, o_host.view, lse_values, grad_host.view, out,
+        call_flags(out), early);
+    const RingReport report = run_backward(context, setup, host.inputs, o_host.view, lse_values, grad_host.view, out,
                                            shard.q, o, grad_out, options, ring);
     for (const auto& [t, view] : {std::pair{&grads.dq, &out.dq}, std::pair{&grads.dk, &out.dk}, std::pair{&grads.dv, &out.dv}})
         if (t->defined()) t->upload(detail::read_only(*view));

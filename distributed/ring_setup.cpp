@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -24,27 +25,34 @@ std::int64_t digest(std::span<const T> values) {
     return static_cast<std::int64_t>(h ^ values.size());
 }
 
-// What every rank must share: shapes other than the sequence, types, options and per-rank constants.
-std::vector<std::int64_t> signature(const AttentionInputs& in, const AttentionOptions& o, const RingOptions& ring) {
+// What every rank must share, each value with its name: shapes other than the sequence, types,
+// options, per-rank constants and what the call asks for (`call`: what decides who talks to whom).
+std::vector<std::pair<std::int64_t, std::string>> signature(const AttentionInputs& in, const AttentionOptions& o,
+                                                            const RingOptions& ring, const CallFlags& call) {
     auto bits = [](double x) { return std::bit_cast<std::int64_t>(x); };
-    return {in.q.shape[0], in.q.shape[1], in.k.shape[1], in.q.shape[3], in.v.shape[3],
-            static_cast<std::int64_t>(in.q.dtype), static_cast<std::int64_t>(in.k.dtype),
-            static_cast<std::int64_t>(in.v.dtype), static_cast<std::int64_t>(in.kv_lengths.size()),
-            static_cast<std::int64_t>(in.alibi_slopes.size()), static_cast<std::int64_t>(in.sinks.size()),
-            bits(o.scale.value_or(-1.0)), static_cast<std::int64_t>(o.causal), o.causal_offset.value_or(-(1LL << 40)),
-            o.diagonal_offset, o.diagonal_bottom_right, o.window.left, o.window.right, bits(o.softcap.value_or(0.0)),
-            bits(o.alibi_max_bias.value_or(0.0)), bits(o.dropout), static_cast<std::int64_t>(o.seed),
-            static_cast<std::int64_t>(o.impl), static_cast<std::int64_t>(ring.sharding), in.bool_mask.has_value(),
-            in.float_mask.has_value(), digest(in.kv_lengths),
-            digest(in.alibi_slopes), digest(in.sinks), digest(in.k_scale), digest(in.v_scale)};
+    auto tri = [](const std::optional<bool>& x) { return x ? std::int64_t{*x} : std::int64_t{-1}; };
+    std::vector<std::pair<std::int64_t, std::string>> sig{
+        {in.q.shape[0], "the batch size"}, {in.q.shape[1], "the query heads"}, {in.k.shape[1], "the K/V heads"},
+        {in.q.shape[3], "Dk"}, {in.v.shape[3], "Dv"}, {static_cast<std::int64_t>(in.q.dtype), "q's dtype"},
+        {static_cast<std::int64_t>(in.k.dtype), "k's dtype"}, {static_cast<std::int64_t>(in.v.dtype), "v's dtype"},
+        {static_cast<std::int64_t>(in.kv_lengths.size()), "the key lengths' count"},
+        {static_cast<std::int64_t>(in.alibi_slopes.size()), "the ALiBi slopes' count"},
+        {static_cast<std::int64_t>(in.sinks.size()), "the sinks' count"}, {bits(o.scale.value_or(-1.0)), "scale"},
+        {static_cast<std::int64_t>(o.causal), "causal"}, {o.causal_offset.value_or(-(1LL << 40)), "causal_offset"},
+        {o.diagonal_offset, "diagonal_offset"}, {o.diagonal_bottom_right, "diagonal_bottom_right"},
+        {o.window.left, "the window's left side"}, {o.window.right, "the window's right side"},
+        {bits(o.softcap.value_or(0.0)), "softcap"}, {bits(o.alibi_max_bias.value_or(0.0)), "alibi_max_bias"},
+        {bits(o.dropout), "dropout"}, {static_cast<std::int64_t>(o.seed), "seed"},
+        {static_cast<std::int64_t>(o.impl), "impl"}, {o.splits, "splits"},
+        {static_cast<std::int64_t>(o.logits_stage), "logits_stage"}, {tri(o.variant.texel_loads), "variant.texel_loads"},
+        {tri(o.variant.shared_tiles), "variant.shared_tiles"}, {tri(o.variant.subgroup_ops), "variant.subgroup_ops"},
+        {static_cast<std::int64_t>(ring.sharding), "the sharding"}, {bits(ring.timeout_s), "the timeout"},
+        {in.bool_mask.has_value(), "whether a bool mask is given"}, {in.float_mask.has_value(), "whether a float mask is given"},
+        {digest(in.kv_lengths), "kv_lengths"}, {digest(in.alibi_slopes), "alibi_slopes"}, {digest(in.sinks), "sinks"},
+        {digest(in.k_scale), "k_scale"}, {digest(in.v_scale), "v_scale"}};
+    for (const auto& [value, name] : call) sig.emplace_back(value, name);
+    return sig;
 }
-constexpr const char* kSignatureNames[] = {
-    "the batch size", "the query heads", "the K/V heads", "Dk", "Dv", "q's dtype", "k's dtype", "v's dtype",
-    "the key lengths' count", "the ALiBi slopes' count", "the sinks' count", "scale", "causal", "causal_offset",
-    "diagonal_offset", "diagonal_bottom_right", "the window's left side", "the window's right side", "softcap",
-    "alibi_max_bias", "dropout", "seed", "impl", "the sharding", "whether a bool mask is given",
-    "whether a float mask is given", "kv_lengths", "alibi_slopes", "sinks", "k_scale",
-    "v_scale"};
 
 // MPI counts are int: a message goes in pieces of 1 GiB, at most kPieces of them (the tag's room).
 constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
@@ -96,11 +104,16 @@ DeviceAttentionInputs device_inputs(Context& context, const PairInputs& pair, co
     return in;
 }
 
-RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
-                  const CallCheck& check, std::exception_ptr early) {
+RingSetup prepare(MPI_Comm user_comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
+                  const CallCheck& check, const CallFlags& call, std::exception_ptr early) {
     RingSetup r;
-    check_mpi(MPI_Comm_rank(comm, &r.me), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(comm, &r.P), "MPI_Comm_size");
+    check_mpi(MPI_Comm_rank(user_comm, &r.me), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(user_comm, &r.P), "MPI_Comm_size");
+    // A communicator of the call's own: its messages never meet the caller's, and what a failed
+    // call leaves behind stays on it.
+    r.comm_owner = duplicate(user_comm, ring.timeout_s);
+    r.comm = r.comm_owner->comm;
+    const MPI_Comm comm = r.comm;
     r.sharding = ring.sharding;
     const auto ranks = static_cast<std::size_t>(r.P);
 
@@ -124,7 +137,8 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
         r.Nq += lengths[2 * i];
         r.Nkv += lengths[2 * i + 1];
     }
-    g.sig = signature(shard, options, ring);
+    const std::vector<std::pair<std::int64_t, std::string>> named = signature(shard, options, ring, call);
+    for (const auto& [value, name] : named) g.sig.push_back(value);
     g.sigs.resize(g.sig.size() * ranks);
     bounded_collective(
         [&](MPI_Request* q) {
@@ -134,18 +148,23 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
         gathered, ring.timeout_s, "gathering the ranks' arguments");
     const std::vector<std::int64_t>&sig = g.sig, &sigs = g.sigs;
     r.q_segments = shard_segments(r.sharding, r.Nq, r.q_rows, r.me);
-    r.slopes = options.alibi_max_bias ? alibi_slopes(shard.q.shape[1], *options.alibi_max_bias)
-                                      : std::vector<float>(shard.alibi_slopes.begin(), shard.alibi_slopes.end());
 
     // A rank that could not read its shard first: the others' checks would only see its empty one.
-    agree(
-        comm, [&] { if (early) std::rethrow_exception(early); }, ring.timeout_s);
-    agree(comm, [&] {
+    if (std::exception_ptr error = agreement(
+            comm, [&] { if (early) std::rethrow_exception(early); }, ring.timeout_s)) {
+        r.comm_owner->quiet = true;  // every collective completed
+        std::rethrow_exception(error);
+    }
+    const std::exception_ptr error = agreement(comm, [&] {
         for (std::size_t i = 1; i < ranks; ++i)
             for (std::size_t f = 0; f < sig.size(); ++f)
                 if (sigs[i * sig.size() + f] != sigs[f] && static_cast<int>(i) == r.me)
-                    throw InvalidArgument("shard", std::string(kSignatureNames[f]) + " differs from rank 0's; every rank "
-                                                   "passes the same shapes (but the sequence), types and options.");
+                    throw InvalidArgument("shard", named[f].second + " differs from rank 0's; every rank passes the same "
+                                                   "shapes (but the sequence), types and options, and asks for the same "
+                                                   "outputs.");
+        // Inside the agreement: it throws for a shard without heads.
+        r.slopes = options.alibi_max_bias ? alibi_slopes(shard.q.shape[1], *options.alibi_max_bias)
+                                          : std::vector<float>(shard.alibi_slopes.begin(), shard.alibi_slopes.end());
         if (!options.block.whole()) throw InvalidArgument("block", "ring attention makes the blocks itself.");
         // Masks: this rank's rows over the whole's keys.
         for (const auto& [mask, name] : {std::pair{&shard.bool_mask, "bool_mask"}, std::pair{&shard.float_mask, "float_mask"}})
@@ -181,6 +200,8 @@ RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOp
         first.in.sinks = shard.sinks;  // resolve() checks them (one per query head)
         check(r, first.in, r.block_options(options, qs, ks));
     }, ring.timeout_s);
+    r.comm_owner->quiet = true;  // every collective completed; the ring's traffic says otherwise while it runs
+    if (error) std::rethrow_exception(error);
     return r;
 }
 
@@ -217,7 +238,7 @@ TensorView KvRing::held(int step, int which) const {
                                   t.dtype, Layout::bhnd, {t.shape[0], t.shape[1], rows, t.shape[3]});
 }
 
-void KvRing::post(MPI_Comm comm, int step, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent) {
+void KvRing::post(int step, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent) {
     if (step + 1 >= setup_.P) return;
     const std::int64_t incoming = setup_.k_rows[static_cast<std::size_t>(setup_.holder(step + 1))];
     for (int which = 0; which < 2; ++which) {
@@ -225,14 +246,14 @@ void KvRing::post(MPI_Comm comm, int step, std::vector<MPI_Request>& requests, s
         const std::uint64_t row = storage_bytes(t.dtype, t.shape[3]) * static_cast<std::uint64_t>(t.shape[0] * t.shape[1]);
         auto& bufs = (*buffers_)[static_cast<std::size_t>(which)];
         const TensorView now = held(step, which);
-        post_exchange(comm, setup_, step, which == 0 ? Carried::k : Carried::v,
+        post_exchange(setup_, step, which == 0 ? Carried::k : Carried::v,
                       {bufs[static_cast<std::size_t>(step % 2)].data(), static_cast<std::size_t>(row * static_cast<std::uint64_t>(now.shape[2]))},
                       {bufs[static_cast<std::size_t>(1 - step % 2)].data(), static_cast<std::size_t>(row * static_cast<std::uint64_t>(incoming))},
                       requests, bytes_sent);
     }
 }
 
-void post_exchange(MPI_Comm comm, const RingSetup& setup, int step, Carried what, std::span<const std::uint8_t> send,
+void post_exchange(const RingSetup& setup, int step, Carried what, std::span<const std::uint8_t> send,
                    std::span<std::uint8_t> receive, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent) {
     const std::uint64_t most = std::max(send.size(), receive.size());
     for (std::uint64_t at = 0, piece = 0; at < most; at += kPiece, ++piece) {
@@ -241,14 +262,14 @@ void post_exchange(MPI_Comm comm, const RingSetup& setup, int step, Carried what
         if (at < send.size()) {
             const auto count = static_cast<int>(std::min<std::uint64_t>(kPiece, send.size() - at));
             requests.emplace_back();
-            check_mpi(MPI_Isend(send.data() + at, count, MPI_BYTE, setup.next(), tag, comm, &requests.back()),
+            check_mpi(MPI_Isend(send.data() + at, count, MPI_BYTE, setup.next(), tag, setup.comm, &requests.back()),
                       "sending to the next rank");
             bytes_sent += static_cast<std::uint64_t>(count);
         }
         if (at < receive.size()) {
             requests.emplace_back();
             check_mpi(MPI_Irecv(receive.data() + at, static_cast<int>(std::min<std::uint64_t>(kPiece, receive.size() - at)),
-                                MPI_BYTE, setup.previous(), tag, comm, &requests.back()),
+                                MPI_BYTE, setup.previous(), tag, setup.comm, &requests.back()),
                       "receiving from the previous rank");
         }
     }

@@ -11,8 +11,11 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "collective.hpp"
 #include "shard/block_inputs.hpp"
 #include "vkattn/attention.hpp"
 #include "vkattn/context.hpp"
@@ -22,6 +25,8 @@
 namespace vkattn::distributed::detail {
 
 struct RingSetup {
+    MPI_Comm comm = MPI_COMM_NULL;         // the call's own duplicate of the caller's communicator
+    std::shared_ptr<OwnedComm> comm_owner;  // frees it with the setup, if quiet
     int me = 0, P = 1;
     Sharding sharding = Sharding::contiguous;
     std::vector<std::int64_t> q_rows, k_rows;  // every rank's shard lengths
@@ -78,9 +83,14 @@ using CallCheck = std::function<void(const RingSetup&, const AttentionInputs& fi
 // but the sequence, types, options and per-rank constants everywhere, shards of the sharding's
 // lengths, masks broadcastable to [B, Hq, n_q, Nkv] (this rank's rows, the whole's keys), no block,
 // the engine's own checks on this rank's first pair, then `check`.
+// What a call asks for that decides who talks to whom (the backward's dK/dV and sinks' gradient),
+// each with its name: every rank must ask alike.
+using CallFlags = std::vector<std::pair<std::int64_t, std::string>>;
+
+// All later communication goes over `RingSetup::comm`, the call's own duplicate of `comm`.
 // `early`: an error this rank met before (reading its device shard), thrown first in the agreement.
 RingSetup prepare(MPI_Comm comm, const AttentionInputs& shard, const AttentionOptions& options, const RingOptions& ring,
-                  const CallCheck& check, std::exception_ptr early = nullptr);
+                  const CallCheck& check, const CallFlags& call = {}, std::exception_ptr early = nullptr);
 
 // What a step's messages carry; part of their tags.
 enum class Carried { k, v, dk, dv };
@@ -88,7 +98,7 @@ enum class Carried { k, v, dk, dv };
 // Posts one buffer's exchange round the ring: `send` to the next rank, `receive` from the previous,
 // in pieces an int count can carry, tagged by step and what they carry. Adds the bytes sent to
 // `bytes_sent`.
-void post_exchange(MPI_Comm comm, const RingSetup& setup, int step, Carried what, std::span<const std::uint8_t> send,
+void post_exchange(const RingSetup& setup, int step, Carried what, std::span<const std::uint8_t> send,
                    std::span<std::uint8_t> receive, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent);
 
 // This rank's K/V shard packed for transport ([B, Hkv, n, D] rows, any storage type) and the shard
@@ -98,7 +108,7 @@ public:
     KvRing(const RingSetup& setup, const TensorView& k, const TensorView& v);
     // Posts step s's exchange: the held shard on to the next rank, the previous rank's into the
     // spare buffers; nothing in the last step.
-    void post(MPI_Comm comm, int step, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent);
+    void post(int step, std::vector<MPI_Request>& requests, std::uint64_t& bytes_sent);
     // The shard held in step s, [B, Hkv, its holder's rows, D].
     TensorView k(int step) const { return held(step, 0); }
     TensorView v(int step) const { return held(step, 1); }

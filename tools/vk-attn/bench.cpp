@@ -256,7 +256,8 @@ int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps
                         (o.backward ? static_cast<std::uint64_t>(4 * B * Hkv * n * (D + Dv)) : 0);
                     const double transfer = cp.ranks() > 1 ? cp.transfer_ms(step_bytes) : 0.0;
                     const double flops = cp.sum(last.flops);
-                    const double steps_with_transfer = std::max(1, cp.ranks() - 1);
+                    // The forward transfers in P - 1 steps; the backward in P (the accumulators' hop home).
+                    const double steps_with_transfer = std::max(1, o.backward ? cp.ranks() : cp.ranks() - 1);
                     const double wait_per_step = cp.max(wait) / steps_with_transfer;
                     const testing::Timing t = testing::summarize(totals);
                     if (cp.rank() != 0) continue;

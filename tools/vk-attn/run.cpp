@@ -46,7 +46,7 @@ int run(const RunOptions& o) {
     }
 }
 
-// One process's run: the whole call, or (with cp) this rank's shard of the sequence, O and lse
+// One process's run: the whole call, or (with cp) this rank's shard of the sequence, every output
 // gathered on rank 0, which alone writes them.
 int run_rank(const RunOptions& o, const ContextParallel* cp) {
     if (o.out.empty()) throw InvalidArgument("--out", "is required.");
@@ -157,7 +157,9 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
     // A gradient's storage, shaped like its input, only where it is asked for.
     auto gradient_of = [](const StoredTensor& t, DType dt, const std::string& path) {
         if (path.empty()) return StoredTensor{};
-        return StoredTensor{t.file_shape, t.shape, dt, std::vector<std::uint8_t>(storage_bytes(dt, t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]))};
+        StoredTensor g{t.file_shape, t.shape, dt, std::vector<std::uint8_t>(storage_bytes(dt, t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]))};
+        g.bytes.reserve(1);  // a data pointer even for no rows (a rank's shard may have none): asked for is asked for
+        return g;
     };
     StoredTensor dq = gradient_of(q, dtype, o.dq), dk = gradient_of(k, k.dtype, o.dk), dv = gradient_of(v, v.dtype, o.dv);
     std::vector<float> dsinks(o.dsinks.empty() ? 0 : static_cast<std::size_t>(q.shape[1]));
@@ -171,8 +173,9 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
     if (device_set.several() && backward)
         throw InvalidArgument("--devices", "the backward pass runs on one device; drop --devices or --grad-out.");
     with_flag_names([&] {
-        // The backward first: its arguments are checked before anything is printed (it runs its own
-        // forward on the device), so a bad one is the only line on stderr.
+        // One device: the backward first, its arguments checked before anything is printed (it runs
+        // its own forward on the device), so a bad one is the only line on stderr. The ring needs the
+        // forward's o and lse first (an error there ends the job whatever was printed).
         AttentionReport backward_report;
         if (cp) {  // the forward, then (its o and lse) the backward, each round the ring
             const RingRun r = cp->attention(context, in, out, options);
@@ -211,10 +214,12 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
         if (!o.weights.empty()) weights = cp->gather(weights, B, Hq, q_total, k_total);
         if (!o.logits.empty()) logits = cp->gather(logits, B, Hq, q_total, k_total);
         if (!o.dq.empty()) dq32 = cp->gather(dq32, B, Hq, q_total, q.shape[3]);
-        for (auto* keyed : {&seen_k, &dk32})
-            if (!keyed->empty()) *keyed = cp->gather(*keyed, B, Hkv, k_total, k.shape[3]);
-        for (auto* keyed : {&seen_v, &dv32})
-            if (!keyed->empty()) *keyed = cp->gather(*keyed, B, Hkv, k_total, v.shape[3]);
+        // Every rank gathers what the flags ask for (a rank's rows may be none).
+        for (const auto& [keyed, wanted, D] : {std::tuple{&seen_k, !o.dequantized_k.empty(), k.shape[3]},
+                                              std::tuple{&dk32, !o.dk.empty(), k.shape[3]},
+                                              std::tuple{&seen_v, !o.dequantized_v.empty(), v.shape[3]},
+                                              std::tuple{&dv32, !o.dv.empty(), v.shape[3]}})
+            if (wanted) *keyed = cp->gather(*keyed, B, Hkv, k_total, D);
         if (cp->rank() != 0) return 0;
         rank_shape.back() = q_total;
         k_shape[k_shape.size() - 2] = v_shape[v_shape.size() - 2] = k_total;

@@ -32,7 +32,7 @@ std::vector<Segment> shard_segments(Sharding sharding, std::int64_t total, const
 
 struct RingOptions {
     Sharding sharding = Sharding::contiguous;
-    double timeout_s = 120.0;  // the longest any wait on another rank may take
+    double timeout_s = 120.0;  // the longest any wait on another rank may take (after this rank's compute)
 };
 
 // What this rank did: P steps, each attending its queries to the K/V shard it holds while that
@@ -40,12 +40,12 @@ struct RingOptions {
 struct RingReport {
     int ranks = 0;
     std::vector<double> step_ms;    // each step: compute, then whatever wait the transfer still needed
-    double compute_ms = 0.0;        // inside attention calls
+    double compute_ms = 0.0;        // the steps' device work and the host's merging of its results
     double wait_ms = 0.0;           // blocked on the transfer after the step's compute
     double transfer_ms = 0.0;       // the transfers, posting to completion (a thread drives them
     double hidden_ms = 0.0;         // during the compute where MPI allows: MPI_THREAD_SERIALIZED);
                                     // hidden: the part during the compute
-    std::uint64_t bytes_sent = 0;   // K and V shards sent to the next rank
+    std::uint64_t bytes_sent = 0;   // K and V shards sent to the next rank (the backward: dK/dV too)
     int blocks_run = 0, blocks_skipped = 0;  // (query segment, key segment) pairs; skipped: no visible key
     double flops = 0.0;             // the blocks' useful flops (AttentionReport::flops), this rank's
 };
@@ -65,7 +65,8 @@ double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, doub
 // segment) pair is one attention call with AttentionOptions::block at the segments' positions, so the
 // mask model, key lengths (the whole's, [B] on every rank), ALiBi and dropout's Philox numbers are
 // the whole's; pairs with no visible key are skipped; the partial (o, lse) merge by their log-sum-exp
-// and the sinks join each row's denominator once, at the end. `shard`: q [B, Hq, n_q, Dk], k and v
+// (in double on the host; each pair's o arrives in q's dtype, so f16/bf16 outputs carry one rounding
+// per pair more than one device's) and the sinks join each row's denominator once, at the end. `shard`: q [B, Hq, n_q, Dk], k and v
 // [B, Hkv, n_k, D] (any types attention takes), this rank's rows by `ring.sharding`; masks this
 // rank's rows over the whole's keys, broadcastable to [B, Hq, n_q, Nkv] (each pair takes its part);
 // `out`: o [B, Hq, n_q, Dv] and optionally lse [B, Hq, n_q], weights and logits (f32, dense
@@ -76,10 +77,12 @@ double ring_transfer_ms(MPI_Comm comm, std::uint64_t bytes, int repeat = 5, doub
 // Every rank must call it with the same options and B, heads and dims: the ranks check their shards
 // together first, and every rank throws the first failing rank's InvalidArgument (naming that rank)
 // before any work (shapes but the sequence, types, options and the values of kv_lengths, slopes,
-// sinks and fp8 scales must agree). A wait longer than ring.timeout_s (counted from the step's
-// posting, so it includes the step's compute) throws vkattn::Error on the waiting rank. After an
-// error past the agreement, transfers may still be pending on `comm`: end the job (MPI_Abort, as
-// vk-attn does) rather than reuse it.
+// sinks and fp8 scales must agree). Every wait on another rank, collectives included, gives up after
+// ring.timeout_s (counted after this rank's own compute) and throws vkattn::Error on the waiting
+// rank. The call talks over its own duplicate of `comm` (MPI_Comm_idup), so its messages never meet
+// the caller's; after an error past the agreement, what it left pending stays there (its buffers
+// kept alive) and `comm` stays usable, but the other ranks may be in any state: ending the job
+// (MPI_Abort, as vk-attn does) is the safe answer.
 RingReport ring_attention(MPI_Comm comm, Context& context, const AttentionInputs& shard, const AttentionOutputs& out,
                           const AttentionOptions& options = {}, const RingOptions& ring = {});
 
