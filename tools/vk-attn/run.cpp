@@ -87,7 +87,9 @@ int run_rank(const RunOptions& o, const ContextParallel* cp) {
     const StoredKv kv =
         with_flag_names([&] { return load_kv(context, o.k, o.v, load_kv_storage(o.storage, dtype), q.shape[3], shard_rows); });
     const StoredTensor &k = kv.k, &v = kv.v;
-    const std::int64_t k_total = cp ? cp->last_total() : k.shape[2];  // the whole sequence's keys
+    // The whole sequence's keys: the row selector last saw V's file (a V whose rows are not K's is refused
+    // by the ring's checks: its shard's rows differ from k's).
+    const std::int64_t k_total = cp ? cp->last_total() : k.shape[2];
     AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .k_scale = kv.scales, .v_scale = kv.scales};
 
     npy::Array mask;
