@@ -303,7 +303,8 @@ RingReport run_backward(Context& context, const detail::RingSetup& setup, const 
     // sink), summed over the ranks.
     if (grads.d_sinks) {
         const auto summed = std::make_shared<std::pair<std::vector<double>, std::vector<double>>>();
-        auto& [d_sinks, total] = *summed;
+        std::vector<double>& d_sinks = summed->first;  // plain references: a lambda below uses them
+        std::vector<double>& total = summed->second;
         d_sinks.assign(static_cast<std::size_t>(Hq), 0.0);
         total.resize(d_sinks.size());
         for (std::int64_t h = 0; h < Hq; ++h) {

@@ -392,7 +392,6 @@ static HostTensor good_of(std::mt19937& rng);
 static HostTensor o16_of();
 
 TEST_CASE("ring: the weights and logits are this rank's rows of the whole's", "[distributed]") {
-    using Setup = std::function<void(RingCase&)>;
     const std::vector<std::pair<const char*, Setup>> cases{
         {"zigzag, bottom-right causal, lengths, sinks, float mask; masked logits", [](RingCase& c) {
              c.sharding = Sharding::zigzag;
