@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <span>
 
 #include "attention/path.hpp"
@@ -20,8 +21,8 @@
 namespace vkattn::distributed {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+using detail::Clock;
+using detail::ms_since;
 
 // This rank's rows after the ring: o (normalised) and its log-sum-exp, sinks joined.
 struct Merged {
@@ -71,6 +72,7 @@ RingReport run_forward(Context& context, const detail::RingSetup& setup, const A
     };
     std::vector<std::uint8_t> o_part;
     std::vector<float> lse_part;
+    std::map<std::pair<std::int64_t, std::int64_t>, DeviceAttentionOutputs> pair_outputs;  // by (rows, keys)
     RingReport report;
     report.ranks = P;
     setup.comm_owner->quiet = false;  // until every step's transfer has completed
@@ -104,11 +106,15 @@ RingReport run_forward(Context& context, const detail::RingSetup& setup, const A
                 const DeviceAttentionInputs in = detail::device_inputs(
                     context, pair, q.seq(q_local, qs.length), k_held.seq(k_first, ks.length), v_held.seq(k_first, ks.length), lengths);
                 const std::array<std::int64_t, 4> scores_shape{B, Hq, qs.length, ks.length};
-                const DeviceAttentionOutputs part{
-                    .o = DeviceTensor::empty(context, host.q.dtype, o_view.shape),
-                    .weights = want_weights ? DeviceTensor::empty(context, DType::f32, scores_shape) : DeviceTensor{},
-                    .lse = DeviceTensor::empty(context, DType::f32, {B, Hq, qs.length, 1}),
-                    .logits = want_logits ? DeviceTensor::empty(context, DType::f32, scores_shape) : DeviceTensor{}};
+                // A pair's outputs, made once per shape: pairs of equal segment lengths recur every step.
+                auto [made, fresh] = pair_outputs.try_emplace({qs.length, ks.length});
+                if (fresh)
+                    made->second = {
+                        .o = DeviceTensor::empty(context, host.q.dtype, o_view.shape),
+                        .weights = want_weights ? DeviceTensor::empty(context, DType::f32, scores_shape) : DeviceTensor{},
+                        .lse = DeviceTensor::empty(context, DType::f32, {B, Hq, qs.length, 1}),
+                        .logits = want_logits ? DeviceTensor::empty(context, DType::f32, scores_shape) : DeviceTensor{}};
+                const DeviceAttentionOutputs& part = made->second;
                 report.flops += attention(context, in, part, block).flops;
                 ++report.blocks_run;
                 part.o.download(o_view);
@@ -146,11 +152,7 @@ RingReport run_forward(Context& context, const detail::RingSetup& setup, const A
             }
             q_local += qs.length;
         }
-        report.compute_ms += ms_since(compute_start);
-        const detail::TransferProgress::Outcome transfer = progress.finish();
-        report.wait_ms += transfer.wait_ms;
-        report.transfer_ms += transfer.transfer_ms;
-        report.hidden_ms += transfer.hidden_ms;
+        detail::finish_compute(report, progress, compute_start);
         report.step_ms.push_back(ms_since(start));
     }
 

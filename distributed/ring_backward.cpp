@@ -21,8 +21,8 @@
 namespace vkattn::distributed {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+using detail::Clock;
+using detail::ms_since;
 
 vkattn::detail::TensorLayout layout_of(const auto& t) { return {t.dtype, t.shape, t.strides}; }
 
@@ -264,11 +264,7 @@ RingReport run_backward(Context& context, const detail::RingSetup& setup, const 
                         }
             }
         }
-        report.compute_ms += ms_since(compute_start);
-        const detail::TransferProgress::Outcome transfer = progress.finish();
-        report.wait_ms += transfer.wait_ms;
-        report.transfer_ms += transfer.transfer_ms;
-        report.hidden_ms += transfer.hidden_ms;
+        detail::finish_compute(report, progress, compute_start);
         // The accumulator leaving in the next step: what arrived plus this rank's part.
         if (want_kv)
             for (auto [out, in, part, D] : {std::tuple{&dk_out, &dk_in, &dk_part, Dk}, std::tuple{&dv_out, &dv_in, &dv_part, Dv}})

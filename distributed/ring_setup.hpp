@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -66,13 +67,22 @@ struct PairInputs {
 DeviceAttentionInputs device_inputs(Context& context, const PairInputs& pair, const DeviceTensor& q, const DeviceTensor& k,
                                     const DeviceTensor& v, const DeviceTensor& lengths);
 
-// Rows [first, first + length) of a view (no copy).
+using Clock = std::chrono::steady_clock;
+inline double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The end of a step's compute (from `compute_start`) and of its transfer, waited for here, in the report.
+inline void finish_compute(RingReport& report, TransferProgress& progress, Clock::time_point compute_start) {
+    report.compute_ms += ms_since(compute_start);
+    const TransferProgress::Outcome transfer = progress.finish();
+    report.wait_ms += transfer.wait_ms;
+    report.transfer_ms += transfer.transfer_ms;
+    report.hidden_ms += transfer.hidden_ms;
+}
+
+// Rows [first, first + length) of a view, every batch and head (no copy).
 template <class View>
-View rows(View t, std::int64_t first, std::int64_t length) {
-    using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data)>>, const std::uint8_t, std::uint8_t>;
-    t.data = static_cast<Byte*>(t.data) + storage_bytes(t.dtype, first * t.strides[2]);
-    t.shape[2] = length;
-    return t;
+View rows(const View& t, std::int64_t first, std::int64_t length) {
+    return vkattn::detail::narrowed(t, {0, t.shape[0]}, {0, t.shape[1]}, {first, length});
 }
 
 // The checks of one ring call beyond the shared ones: given the setup and the first pair's block

@@ -27,18 +27,6 @@ std::vector<std::int64_t> for_each_part_row(const std::vector<std::int64_t>& sha
 
 namespace {
 
-// A view narrowed to batches, heads and rows from the given firsts (no copy).
-template <class View>
-View narrowed(const View& t, Extent b, Extent h, Extent n) {
-    using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data)>>, const std::uint8_t,
-                                    std::uint8_t>;
-    View v = t;
-    const std::int64_t first = b.begin * t.strides[0] + h.begin * t.strides[1] + n.begin * t.strides[2];
-    v.data = static_cast<Byte*>(t.data) + storage_bytes(t.dtype, first);
-    v.shape = {b.length, h.length, n.length, t.shape[3]};
-    return v;
-}
-
 template <class T>
 std::vector<T> mask_part(const MaskView& mask, const std::array<Extent, 4>& box, std::vector<std::int64_t>& shape) {
     const T* data = static_cast<const T*>(mask.data);

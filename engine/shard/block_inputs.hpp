@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "attention/problem.hpp"
@@ -25,6 +26,18 @@ struct Extent {
 struct BlockBox {
     Extent batches, kv_heads, queries, keys;
 };
+
+// A view narrowed to batches, heads and rows (no copy): host inputs and outputs alike.
+template <class View>
+View narrowed(const View& t, Extent b, Extent h, Extent n) {
+    using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data)>>, const std::uint8_t,
+                                    std::uint8_t>;
+    View v = t;
+    const std::int64_t first = b.begin * t.strides[0] + h.begin * t.strides[1] + n.begin * t.strides[2];
+    v.data = static_cast<Byte*>(t.data) + storage_bytes(t.dtype, first);
+    v.shape = {b.length, h.length, n.length, t.shape[3]};
+    return v;
+}
 
 // Calls `row(first, count)` for each row (along the keys) of the part `box` ([B, Hq, Nq, Nkv]
 // extents) of a C-contiguous mask of `shape` broadcast to [B, Hq, Nq, Nkv]: `count` elements from
