@@ -19,8 +19,10 @@
 //   R·KL·4 FMAs. Online softmax per row:  m = max(m_old, rowmax);  α = 2^(m_old − m);
 //   l = l·α + Σ 2^(s − m);  o = o·α + Σ p·v  — with log2(e) folded into the scale, l kept as a
 //   per-lane partial and reduced once at the end.
-//   P·V: lane λ owns output columns 4·(λ + SG·t)..+3; each key's probability is shuffled from the
-//   lane that owns it.
+//   P·V: lane λ owns output columns 4·(λ + SG·t)..+3 (ggml-block V with DV4 = 4: 4·(λ·DV4 + t),
+//   V_BLOCKS below); each key's probability is shuffled from the lane that owns it.
+//   ggml-block K and V are read a block (or half a block) at a time: each block's scale and data
+//   words are fetched once and decoded from registers (common/typed_load.glsl's _block loaders).
 // Masks: blocks outside every row's key range [first, limit) (key length, causal diagonal, sliding
 // window) are never visited, so causal costs about half and a window costs N·window, not N²; blocks
 // wholly inside every range skip per-score tests unless a bool mask or additive terms (float mask,
@@ -136,9 +138,37 @@ vec4 load_v4(uint pool, uint index, uint valid) {
     if (pool == 2u) return load_v4_2(index, valid);
     return load_v4_3(index, valid);
 }
+#ifndef TEXEL
+TlBlock load_k_block(uint pool, uint index) {
+    if (POOLS == 1u || pool == 0u) return load_k4_0_block(index);
+    if (pool == 1u) return load_k4_1_block(index);
+    if (pool == 2u) return load_k4_2_block(index);
+    return load_k4_3_block(index);
+}
+TlBlock load_v_half_block(uint pool, uint index) {
+    if (POOLS == 1u || pool == 0u) return load_v4_0_half_block(index);
+    if (pool == 1u) return load_v4_1_half_block(index);
+    if (pool == 2u) return load_v4_2_half_block(index);
+    return load_v4_3_half_block(index);
+}
+#endif
 #else
 vec4 load_k4(uint pool, uint index, uint valid) { return load_k4_0(index, valid); }
 vec4 load_v4(uint pool, uint index, uint valid) { return load_v4_0(index, valid); }
+#ifndef TEXEL
+TlBlock load_k_block(uint pool, uint index) { return load_k4_0_block(index); }
+TlBlock load_v_half_block(uint pool, uint index) { return load_v4_0_half_block(index); }
+#endif
+#endif
+// Streamed ggml-block V with 4 output slots per lane (16 columns, half a block): the lane's slots
+// are consecutive columns, so that each key's V is one half-block load per lane (6 words for q8_0,
+// the whole block's 5-6 for the 4- and 5-bit types) instead of 4 vec4 loads of 2-3 words each.
+// Elsewhere slot t of lane λ is column group λ + SG·t, so that a subgroup's loads are consecutive
+// (what GPUs coalesce).
+#ifdef TEXEL
+const bool V_BLOCKS = false;
+#else
+const bool V_BLOCKS = V_TYPE >= TYPE_Q8_0 && V_TYPE <= TYPE_IQ4_NL && !STAGE && DV4 == 4u;  // is_block_type(V_TYPE)
 #endif
 
 #define OUT_SLOT 4
@@ -290,7 +320,7 @@ void main() {
     const uint col_base = P.first_column;
     uint v_col[DV4];
     [[unroll]] for (uint t = 0u; t < DV4; ++t) {
-        const uint col = col_base + 4u * (lane + SG * t);
+        const uint col = col_base + 4u * (V_BLOCKS ? lane * DV4 + t : lane + SG * t);
         v_col[t] = col < Dv ? col : 0u;
     }
 
@@ -350,6 +380,26 @@ void main() {
             }
 #else
             [[unroll]] for (uint c = 0u; c < KL; ++c) k_row[c] = K_ROW(min(kb + block_key(lane, c), key_last));
+#endif
+#ifndef TEXEL
+            if (is_block_type(K_TYPE)) {
+                // ggml's blocks a block at a time (Dk is a multiple of 32): each key's block is
+                // fetched once and its 8 vec4s decode from registers; the sums run in the vec4
+                // loop's order, so the result is the same bit for bit.
+                for (uint d32 = 0u; d32 < Dk / 32u; ++d32) {
+                    TlBlock kblk[KL];
+                    [[unroll]] for (uint c = 0u; c < KL; ++c) kblk[c] = load_k_block(k_row[c].x, k_row[c].y + 32u * d32);
+                    [[unroll]] for (uint j = 0u; j < 8u; ++j) {
+                        const uint d4 = 8u * d32 + j;
+                        vec4 kv[KL];
+                        [[unroll]] for (uint c = 0u; c < KL; ++c) kv[c] = load_k4_0_block4(kblk[c], j);
+                        [[unroll]] for (uint r = 0u; r < R; ++r) {
+                            const vec4 qv = load_q4(q_row[r] + 4u * d4, 4u);
+                            [[unroll]] for (uint c = 0u; c < KL; ++c) s[r][c] += dot(qv, kv[c]);
+                        }
+                    }
+                }
+            } else
 #endif
             for (uint d4 = 0u; d4 < Dk4; ++d4) {
                 const uint valid = Dk - 4u * d4;
@@ -431,6 +481,15 @@ void main() {
 #endif
                 float p[R];
                 [[unroll]] for (uint r = 0u; r < R; ++r) p[r] = subgroupShuffle(s[r][c], owner);
+#ifndef TEXEL
+                if (V_BLOCKS) {  // the lane's 16 columns: one half of a block
+                    const TlBlock vblk = load_v_half_block(v_row.x, v_row.y + v_col[0]);
+                    [[unroll]] for (uint t = 0u; t < DV4; ++t) {
+                        const vec4 v = load_v4_0_block4(vblk, ((v_col[0] & 31u) >> 2) + t);
+                        [[unroll]] for (uint r = 0u; r < R; ++r) o[r][t] += p[r] * v;
+                    }
+                } else
+#endif
                 [[unroll]] for (uint t = 0u; t < DV4; ++t) {
                     const uint slot = tile_lane + SG * t;  // past VW4: a column past Dv, never stored
                     const vec4 v = STAGE ? (slot < VW4 ? v_tile[key * VW4 + slot] : vec4(0.0))
@@ -466,7 +525,7 @@ void main() {
         const bool loud = gl_SubgroupSize != SG || poisoned;  // NaN written, not computed
         const float inv = l_row > 0.0 ? o_scale / l_row : 0.0;
         [[unroll]] for (uint t = 0u; t < DV4; ++t) {
-            const uint col = col_base + 4u * (lane + SG * t);
+            const uint col = col_base + 4u * (V_BLOCKS ? lane * DV4 + t : lane + SG * t);
             [[unroll]] for (uint c = 0u; c < 4u; ++c)
                 if (col + c < Dv) store_out(o_row + col + c, loud ? quiet_nan() : o[r][t][c] * inv);
         }

@@ -27,6 +27,16 @@
 #ifndef TL_SCALE
 #define TL_SCALE 1.0
 #endif
+#ifndef TL_BLOCK_DEFINED
+#define TL_BLOCK_DEFINED
+// One ggml block's fields in registers (the _block loaders below): data word i holds the data
+// bytes 4i..4i+3 (q8_0's 32 bytes; the 4-bit types' 16 bytes of nibbles in words 0-3).
+struct TlBlock {
+    uint data[8];
+    vec2 dm;  // d and m (m = 0 where the type has none)
+    uint qh;  // q5_*: the fifth bits
+};
+#endif
 #define TL_CAT2(a, b) a##b
 #define TL_CAT(a, b) TL_CAT2(a, b)
 #define TL_W TL_CAT(TL_NAME, _words)
@@ -49,11 +59,6 @@ uint TL_CAT(TL_NAME, _bytes4)(uint at) {
 }
 // The fp16 at the 2-aligned byte address `at`, as a float.
 float TL_CAT(TL_NAME, _half)(uint at) { return unpackHalf2x16(TL_WORD(at >> 2) >> ((at & 2u) * 8u)).x; }
-// The 4 nibbles (low, or high when `high`) of 4 bytes, as 4 integers.
-uvec4 TL_CAT(TL_NAME, _nibbles)(uint bytes, bool high) {
-    const uint q = bytes >> (high ? 4u : 0u);
-    return uvec4(q & 15u, (q >> 8) & 15u, (q >> 16) & 15u, (q >> 24) & 15u);
-}
 
 vec4 TL_NAME(uint index, uint valid) {
     if (TL_TYPE == TYPE_F32) {
@@ -96,19 +101,11 @@ vec4 TL_NAME(uint index, uint valid) {
     const bool high = j >= 16u;
     if (TL_TYPE == TYPE_Q8_0) {
         const uint at = block * 34u;
-        const int q = int(TL_CAT(TL_NAME, _bytes4)(at + 2u + j));
-        return vec4(bitfieldExtract(q, 0, 8), bitfieldExtract(q, 8, 8), bitfieldExtract(q, 16, 8),
-                    bitfieldExtract(q, 24, 8)) * TL_CAT(TL_NAME, _half)(at);
-    }
-    if (TL_TYPE == TYPE_Q4_0) {
-        const uint at = block * 18u;
-        const uvec4 q = TL_CAT(TL_NAME, _nibbles)(TL_CAT(TL_NAME, _bytes4)(at + 2u + jl), high);
-        return (vec4(q) - 8.0) * TL_CAT(TL_NAME, _half)(at);
+        return block_values(TL_TYPE, TL_CAT(TL_NAME, _bytes4)(at + 2u + j), false, 0u, vec2(TL_CAT(TL_NAME, _half)(at), 0.0));
     }
     if (TL_TYPE == TYPE_Q4_1) {  // 20-byte blocks: d and m are one word, each 4 nibbles another
         const uint at = block * 20u;
-        const vec2 dm = unpackHalf2x16(TL_WORD(at >> 2));
-        return vec4(TL_CAT(TL_NAME, _nibbles)(TL_WORD((at + 4u + jl) >> 2), high)) * dm.x + dm.y;
+        return block_values(TL_TYPE, TL_WORD((at + 4u + jl) >> 2), high, 0u, unpackHalf2x16(TL_WORD(at >> 2)));
     }
     if (TL_TYPE == TYPE_Q5_0 || TL_TYPE == TYPE_Q5_1) {
         const bool affine = TL_TYPE == TYPE_Q5_1;
@@ -116,17 +113,77 @@ vec4 TL_NAME(uint index, uint valid) {
         // q5_1's 24-byte blocks keep qh and the nibbles in whole words; q5_0's are 2-aligned.
         const uint qh = (affine ? TL_WORD((at + 4u) >> 2) : TL_CAT(TL_NAME, _bytes4)(at + 2u)) >> j;
         const uint bytes = affine ? TL_WORD((at + 8u + jl) >> 2) : TL_CAT(TL_NAME, _bytes4)(at + 6u + jl);
-        const uvec4 q = TL_CAT(TL_NAME, _nibbles)(bytes, high) | (uvec4(qh, qh >> 1, qh >> 2, qh >> 3) & 1u) << 4;
-        if (affine) {
-            const vec2 dm = unpackHalf2x16(TL_WORD(at >> 2));
-            return vec4(q) * dm.x + dm.y;
-        }
-        return (vec4(q) - 16.0) * TL_CAT(TL_NAME, _half)(at);
+        const vec2 dm = affine ? unpackHalf2x16(TL_WORD(at >> 2)) : vec2(TL_CAT(TL_NAME, _half)(at), 0.0);
+        return block_values(TL_TYPE, bytes, high, qh, dm);
     }
-    // TYPE_IQ4_NL
+    // TYPE_Q4_0 and TYPE_IQ4_NL: 18-byte blocks {d; nibbles}
     const uint at = block * 18u;
-    const uvec4 q = TL_CAT(TL_NAME, _nibbles)(TL_CAT(TL_NAME, _bytes4)(at + 2u + jl), high);
-    return vec4(iq4nl_value(q.x), iq4nl_value(q.y), iq4nl_value(q.z), iq4nl_value(q.w)) * TL_CAT(TL_NAME, _half)(at);
+    return block_values(TL_TYPE, TL_CAT(TL_NAME, _bytes4)(at + 2u + jl), high, 0u, vec2(TL_CAT(TL_NAME, _half)(at), 0.0));
+}
+
+// A whole block of a ggml type (TL_TYPE a block type), for loops that walk K's head dimension a
+// block at a time: its words are fetched once (9 for q8_0, 5 or 6 for the 4- and 5-bit types,
+// where the vec4 loader above fetches 2-3 per 4 elements, the scale every time), then each 4
+// elements decode from registers. `index` is the block's first element (a multiple of 32).
+// The 2-aligned blocks (q8_0, q4_0, q5_0, iq4_nl: 34, 18, 22 bytes) start in the middle of a word
+// every other block: both alignments are read with constant word indices and one is selected, so
+// that no register array is indexed by a variable (lavapipe would spill it lane by lane). The words
+// read past a block's last byte are those the vec4 loader reads (within the binding's rounding).
+TlBlock TL_CAT(TL_NAME, _block)(uint index) {
+    const uint block = index >> 5;
+    const uint size = TL_TYPE == TYPE_Q8_0 ? 34u : TL_TYPE == TYPE_Q4_1 ? 20u : TL_TYPE == TYPE_Q5_0 ? 22u : TL_TYPE == TYPE_Q5_1 ? 24u : 18u;
+    const uint at = block * size, first = at >> 2;
+    const bool mid = (at & 2u) != 0u;  // the block starts at byte 2 of its first word
+    const uint words = TL_TYPE == TYPE_Q8_0 ? 9u : TL_TYPE == TYPE_Q5_0 || TL_TYPE == TYPE_Q5_1 ? 6u : 5u;
+    uint w[9];
+    [[unroll]] for (uint i = 0u; i < 9u; ++i) w[i] = i < words ? TL_WORD(first + i) : 0u;
+    TlBlock blk;
+    blk.qh = 0u;
+    if (TL_TYPE == TYPE_Q4_1 || TL_TYPE == TYPE_Q5_1) {  // 4-aligned: {d, m} one word, then qh (q5_1), then data
+        const uint data = TL_TYPE == TYPE_Q5_1 ? 2u : 1u;
+        blk.dm = unpackHalf2x16(w[0]);
+        if (TL_TYPE == TYPE_Q5_1) blk.qh = w[1];
+        [[unroll]] for (uint i = 0u; i < 8u; ++i) blk.data[i] = i < 4u ? w[data + i] : 0u;
+        return blk;
+    }
+    // d, then qh (q5_0), then the data: data word i starts 2 bytes into w[i + head] (aligned block)
+    // or at w[i + head + 1] (a block in mid-word), with head the words before the data.
+    blk.dm = vec2(unpackHalf2x16(mid ? w[0] >> 16 : w[0]).x, 0.0);
+    if (TL_TYPE == TYPE_Q5_0) blk.qh = mid ? w[1] : (w[0] >> 16) | (w[1] << 16);
+    const uint head = TL_TYPE == TYPE_Q5_0 ? 1u : 0u;
+    [[unroll]] for (uint i = 0u; i < 8u; ++i)
+        blk.data[i] = i + head + 1u < 9u ? (mid ? w[i + head + 1u] : (w[i + head] >> 16) | (w[i + head + 1u] << 16)) : 0u;
+    return blk;
+}
+// The half of a block that holds element `index`, for a lane that reads 16 consecutive elements:
+// q8_0's scale and that half's 16 data bytes (6 words, not 9), kept as data words 0-3 and 4-7 alike
+// so that _block4 reads them at either half's j; the other types' halves share every data byte, so
+// they load the whole block. A q8_0 block in mid-word has its data on word boundaries: the fifth
+// word is then read as the fourth again (no read past the block).
+TlBlock TL_CAT(TL_NAME, _half_block)(uint index) {
+    if (TL_TYPE != TYPE_Q8_0) return TL_CAT(TL_NAME, _block)(index);
+    const uint at = (index >> 5) * 34u, data = (at + 2u + 16u * ((index >> 4) & 1u)) >> 2;
+    const bool mid = (at & 2u) != 0u;
+    uint u[5];
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) u[i] = TL_WORD(data + i);
+    u[4] = TL_WORD(data + (mid ? 3u : 4u));
+    TlBlock blk;
+    blk.dm = vec2(unpackHalf2x16(TL_WORD(at >> 2) >> (mid ? 16u : 0u)).x, 0.0);
+    blk.qh = 0u;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        blk.data[i] = mid ? u[i] : (u[i] >> 16) | (u[i + 1u] << 16);
+        blk.data[i + 4u] = blk.data[i];
+    }
+    return blk;
+}
+// Elements 4j..4j+3 of a block loaded above. The data word is picked by selects, not by indexing:
+// where j is a constant they fold away, where it is not (a lane's own columns) the array stays in
+// registers.
+vec4 TL_CAT(TL_NAME, _block4)(TlBlock blk, uint j) {
+    const uint word = TL_TYPE == TYPE_Q8_0 ? j : j & 3u;
+    uint bytes = blk.data[0];
+    [[unroll]] for (uint i = 1u; i < 8u; ++i) bytes = word == i ? blk.data[i] : bytes;
+    return block_values(TL_TYPE, bytes, TL_TYPE != TYPE_Q8_0 && j >= 4u, blk.qh >> (4u * j), blk.dm);
 }
 
 #undef TL_W

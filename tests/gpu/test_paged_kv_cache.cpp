@@ -380,6 +380,33 @@ TEST_CASE("paged kv cache: pools over several bindings append and attend through
     CHECK(messages.empty());
 }
 
+TEST_CASE("paged kv cache: ggml-block pools over several bindings, walked a block at a time", "[gpu][cache][paged][storage_types]") {
+    // 11000-byte bindings: a block of q8_0 K (8 rows · 2 heads · 4 ggml blocks of 34 bytes) is 2176
+    // bytes, so 14 blocks take 3 pools; of q8_0 V (rows of 160: 170 bytes) 2720 bytes, 4 pools; q5_0
+    // takes 2 (K) and 3 (V). Wide heads load K a block at a time and V in half blocks, through every pool.
+    ContextOptions options = test::test_context_options();
+    options.max_binding_bytes = 11000;
+    Context small(options);
+    DecodeCase c;
+    const bool swapped = GENERATE(false, true);
+    c.k_type = swapped ? DType::q5_0 : DType::q8_0;
+    c.v_type = swapped ? DType::q8_0 : DType::q5_0;
+    c.impl = Impl::split;
+    c.block_size = 8;
+    c.max_blocks = 6;
+    c.num_blocks = 14;
+    c.dim = 128;
+    c.dim_v = 160;
+    c.prompts = {40, 17, 3};
+    c.steps = 2;
+    c.seed = 92;
+    INFO("K " << to_string(*c.k_type) << ", V " << to_string(*c.v_type));
+    decode_twice(small, c, true);
+    const std::string messages = test::take_validation_messages(small);
+    INFO(messages);
+    CHECK(messages.empty());
+}
+
 TEST_CASE("paged attention reads the caller's pools in FlashAttention's row-major layout or head-major alike",
           "[gpu][cache][paged]") {
     // Pools [9 blocks, 5 rows, 2 heads, D] made by the caller, a shuffled table, lengths ending

@@ -46,8 +46,9 @@ Case random_case(std::mt19937& rng) {
     c.Dv = chance(0.5) ? c.Dk : uniform(1, 130);
     // Storage types: q's for all, f32 or f16, or one of five mixes that between them hold every
     // type. Every mix compiles pipelines of its own (about 4 s each on lavapipe, where shaders are
-    // compiled at their first dispatch), so the mixes are few and a block-typed V has Dv = 64 (one
-    // register layout); the [storage_types] tests take the types one by one.
+    // compiled at their first dispatch), so the mixes are few and a block-typed V has Dv = 128 (one
+    // register layout, 4 column slots per lane on 8-lane subgroups: the half-block loads); the
+    // [storage_types] tests take the types one by one and the other layouts.
     struct Types {
         DType q, k, v;
     };
@@ -62,7 +63,7 @@ Case random_case(std::mt19937& rng) {
         c.v_dtype = m.v;
         c.kv_scales = is_fp8(m.k) && chance(0.5);  // per-head scales, else none (1)
         if (is_block_type(m.k)) c.Dk = 32 * uniform(1, 4);
-        if (is_block_type(m.v)) c.Dv = 64;
+        if (is_block_type(m.v)) c.Dv = 128;
     }
     c.layout = chance(0.5) ? Layout::bhnd : Layout::bnhd;
     const int impl = static_cast<int>(uniform(0, 3));

@@ -74,6 +74,25 @@ TEST_CASE("ggml's quantized K and V on every path", "[storage_types]") {
         }
 }
 
+// Wide heads walk the blocks a block at a time (flash.comp): K's blocks are fetched whole, and with
+// 4 output slots per lane (Dv = 128 on 8-lane subgroups) each lane owns 16 consecutive columns and
+// reads half a V block per key. Dv = 160 takes two column passes, the second with lanes past Dv. Every
+// type as K and as V, blocks of both alignments (34-, 18- and 22-byte blocks start mid-word every
+// other block), rows that are not a multiple of the row or key tiles.
+TEST_CASE("ggml's blocks walked a block at a time: wide K and V heads", "[storage_types]") {
+    const std::pair<DType, DType> pairs[] = {{DType::q8_0, DType::q4_0}, {DType::q4_1, DType::q5_0}, {DType::q5_1, DType::iq4_nl}};
+    for (const auto& [a, b] : pairs)
+        for (const Impl impl : {Impl::fused, Impl::split}) {
+            const bool swapped = impl == Impl::split;
+            Case c = shaped(DType::f32, swapped ? b : a, swapped ? a : b, impl);
+            c.Dk = 96;
+            c.Dv = swapped ? 160 : 128;
+            c.Nkv = 77;
+            const AttentionReport report = vkattn::test::expect_pass(c, impl);
+            CHECK_THAT(report.variant, Catch::Contains("dv4=4"));
+        }
+}
+
 // fp8 with vLLM's scales: per head here (random, in [0.25, 4]), per tensor in the test below. The
 // kernels multiply each decoded byte by its head's scale as they load, as the reference does.
 TEST_CASE("fp8 K and V with per-head scales on every path", "[storage_types]") {
