@@ -484,8 +484,9 @@ void main() {
 #ifndef TEXEL
                 if (V_BLOCKS) {  // the lane's 16 columns: one half of a block
                     const TlBlock vblk = load_v_half_block(v_row.x, v_row.y + v_col[0]);
+                    const uint half_start = 4u * ((v_col[0] >> 4) & 1u);  // its first vec4 in the block
                     [[unroll]] for (uint t = 0u; t < DV4; ++t) {
-                        const vec4 v = load_v4_0_block4(vblk, ((v_col[0] & 31u) >> 2) + t);
+                        const vec4 v = load_v4_0_half4(vblk, half_start + t);
                         [[unroll]] for (uint r = 0u; r < R; ++r) o[r][t] += p[r] * v;
                     }
                 } else

@@ -155,11 +155,11 @@ TlBlock TL_CAT(TL_NAME, _block)(uint index) {
         blk.data[i] = i + head + 1u < 9u ? (mid ? w[i + head + 1u] : (w[i + head] >> 16) | (w[i + head + 1u] << 16)) : 0u;
     return blk;
 }
-// The half of a block that holds element `index`, for a lane that reads 16 consecutive elements:
-// q8_0's scale and that half's 16 data bytes (6 words, not 9), kept as data words 0-3 and 4-7 alike
-// so that _block4 reads them at either half's j; the other types' halves share every data byte, so
-// they load the whole block. A q8_0 block in mid-word has its data on word boundaries: the fifth
-// word is then read as the fourth again (no read past the block).
+// The half of a block that holds element `index`, for a lane that reads 16 consecutive elements
+// (decoded by _half4 below): q8_0's scale and that half's 16 data bytes as data words 0-3 (6 words
+// fetched, not 9); the other types' halves share every data byte, so they load the whole block. A
+// q8_0 block in mid-word has its data on word boundaries: the fifth word is then read as the fourth
+// again (no read past the block).
 TlBlock TL_CAT(TL_NAME, _half_block)(uint index) {
     if (TL_TYPE != TYPE_Q8_0) return TL_CAT(TL_NAME, _block)(index);
     const uint at = (index >> 5) * 34u, data = (at + 2u + 16u * ((index >> 4) & 1u)) >> 2;
@@ -170,19 +170,20 @@ TlBlock TL_CAT(TL_NAME, _half_block)(uint index) {
     TlBlock blk;
     blk.dm = vec2(unpackHalf2x16(TL_WORD(at >> 2) >> (mid ? 16u : 0u)).x, 0.0);
     blk.qh = 0u;
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        blk.data[i] = mid ? u[i] : (u[i] >> 16) | (u[i + 1u] << 16);
-        blk.data[i + 4u] = blk.data[i];
-    }
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) blk.data[i] = i < 4u ? (mid ? u[i] : (u[i] >> 16) | (u[i + 1u] << 16)) : 0u;
     return blk;
 }
-// Elements 4j..4j+3 of a block loaded above. The data word is picked by selects, not by indexing:
-// where j is a constant they fold away, where it is not (a lane's own columns) the array stays in
-// registers.
+// Elements 4j..4j+3 of a block (j a constant: the loop that calls it is unrolled).
 vec4 TL_CAT(TL_NAME, _block4)(TlBlock blk, uint j) {
-    const uint word = TL_TYPE == TYPE_Q8_0 ? j : j & 3u;
+    return block_values(TL_TYPE, blk.data[TL_TYPE == TYPE_Q8_0 ? j : j & 3u], TL_TYPE != TYPE_Q8_0 && j >= 4u, blk.qh >> (4u * j), blk.dm);
+}
+// Elements 4j..4j+3 of a half block, j = 4·half + t counted from the block's start. Every type's
+// data word is j & 3, picked by selects rather than an index (j is per lane; written 4·half + t with
+// t a constant, the compiler folds them away): a variable index would spill the array.
+vec4 TL_CAT(TL_NAME, _half4)(TlBlock blk, uint j) {
+    const uint word = j & 3u;
     uint bytes = blk.data[0];
-    [[unroll]] for (uint i = 1u; i < 8u; ++i) bytes = word == i ? blk.data[i] : bytes;
+    [[unroll]] for (uint i = 1u; i < 4u; ++i) bytes = word == i ? blk.data[i] : bytes;
     return block_values(TL_TYPE, bytes, TL_TYPE != TYPE_Q8_0 && j >= 4u, blk.qh >> (4u * j), blk.dm);
 }
 
