@@ -121,10 +121,13 @@ bool key_terms(RowMask m, uint j, out float terms) {
 
 // The logit cap c·tanh(s / c) (P.mask.softcap = c, P.mask.inv_softcap = 1 / c); identity without
 // one. tanh is written as 1 - 2 / (e^2x + 1), its exponent capped at 80 (e^80 is finite; tanh is 1
-// to fp32 long before), so that it saturates to ±1 without an infinity.
+// to fp32 long before), so that it saturates to ±1 without an infinity. The cap is a comparison,
+// not min(): GLSL leaves min(NaN, 80) undefined and lavapipe returns 80, which turned a NaN score
+// into the finite logit c; a NaN must stay NaN (docs/SEMANTICS.md).
 float softcap(float s) {
     if (P.mask.softcap <= 0.0) return s;
-    return P.mask.softcap * (1.0 - 2.0 / (exp(min(2.0 * s * P.mask.inv_softcap, 80.0)) + 1.0));
+    const float x = 2.0 * s * P.mask.inv_softcap;
+    return P.mask.softcap * (1.0 - 2.0 / (exp(x > 80.0 ? 80.0 : x) + 1.0));
 }
 
 // Whether query head h has a sink, and its logit (a sink of −∞ is none).
