@@ -21,8 +21,9 @@
 //   per-lane partial and reduced once at the end.
 //   P·V: lane λ owns output columns 4·(λ + SG·t)..+3 (ggml-block V with DV4 = 4: 4·(λ·DV4 + t),
 //   V_BLOCKS below); each key's probability is shuffled from the lane that owns it.
-//   ggml-block K and V are read a block (or half a block) at a time: each block's scale and data
-//   words are fetched once and decoded from registers (common/typed_load.glsl's _block loaders).
+//   Streamed, ggml-block K is read a block at a time (and V, with V_BLOCKS, half a block): each
+//   block's scale and data words are fetched once and decoded from registers
+//   (common/typed_load.glsl's _block loaders). Staged, blocks load into the tiles per vec4.
 // Masks: blocks outside every row's key range [first, limit) (key length, causal diagonal, sliding
 // window) are never visited, so causal costs about half and a window costs N·window, not N²; blocks
 // wholly inside every range skip per-score tests unless a bool mask or additive terms (float mask,
@@ -314,9 +315,9 @@ void main() {
     // at another subgroup size (whose result is written as NaN below).
     const uint tile_lane = min(lane, SG - 1u);
 
-    // Output columns of this lane: vec4 group (lane + SG·t) after this pass's first column (wide
-    // heads take several passes, so the accumulators stay in registers); past Dv they load column
-    // 0 and store nothing.
+    // Output columns of this lane: vec4 group (lane + SG·t) after this pass's first column, or
+    // (lane·DV4 + t) with V_BLOCKS (wide heads take several passes, so the accumulators stay in
+    // registers); past Dv they load column 0 and store nothing.
     const uint col_base = P.first_column;
     uint v_col[DV4];
     [[unroll]] for (uint t = 0u; t < DV4; ++t) {

@@ -12,8 +12,9 @@
 // of a storage buffer: the same decoding, and on lavapipe a sixth of the cost per word.
 // `index` is an element index into the binding (for a block type, element i lies in block i / 32,
 // which slicing guarantees, engine/attention/slicing.hpp) and `valid` how many of the 4 elements
-// exist (the rest read as 0 and are not loaded). Block types are read 4 elements at a time from
-// index % 4 == 0 (D is a multiple of 32), so the 4 never straddle a block.
+// exist (the rest read as 0 and are not loaded). This loader reads block types 4 elements at a time
+// from index % 4 == 0 (D is a multiple of 32), so the 4 never straddle a block; the _block loaders
+// below read a whole block (or half of one) for loops that walk blocks.
 // Reading words needs no 8- or 16-bit storage feature. Block headers are 2-byte aligned, so a
 // block's bytes are read as whole words and shifted: the reads past a block's last byte stay within
 // the binding's 16-byte rounding. Per-lane conditions are selects where both sides load anyway (a

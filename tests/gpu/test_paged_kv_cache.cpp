@@ -381,9 +381,10 @@ TEST_CASE("paged kv cache: pools over several bindings append and attend through
 }
 
 TEST_CASE("paged kv cache: ggml-block pools over several bindings, walked a block at a time", "[gpu][cache][paged][storage_types]") {
-    // 11000-byte bindings: a block of q8_0 K (8 rows · 2 heads · 4 ggml blocks of 34 bytes) is 2176
-    // bytes, so 14 blocks take 3 pools; of q8_0 V (rows of 160: 170 bytes) 2720 bytes, 4 pools; q5_0
-    // takes 2 (K) and 3 (V). Wide heads load K a block at a time and V in half blocks, through every pool.
+    // 11000-byte bindings: a cache block of q8_0 K (8 rows · 2 heads · 4 ggml blocks of 34 bytes) is
+    // 2176 bytes, of q8_0 V (rows of 160: 170 bytes) 2720; K and V pools share one block count, set
+    // by the larger, so 14 blocks take 3 pools (q8_0 K) or 4 (q8_0 V). Wide heads load K a block at
+    // a time and V in half blocks, through every pool.
     ContextOptions options = test::test_context_options();
     options.max_binding_bytes = 11000;
     Context small(options);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -74,11 +75,13 @@ TEST_CASE("ggml's quantized K and V on every path", "[storage_types]") {
         }
 }
 
-// Wide heads walk the blocks a block at a time (flash.comp): K's blocks are fetched whole, and with
-// 4 output slots per lane (Dv = 128 on 8-lane subgroups) each lane owns 16 consecutive columns and
-// reads half a V block per key. Dv = 160 takes two column passes, the second with lanes past Dv. Every
-// type as K and as V, blocks of both alignments (34-, 18- and 22-byte blocks start mid-word every
-// other block), rows that are not a multiple of the row or key tiles.
+// The streamed kernels walk the blocks a block at a time (flash.comp): K's blocks are fetched whole,
+// and with 4 output slots per lane (Dv = 128 on 8-lane subgroups) each lane owns 16 consecutive
+// columns and reads half a V block per key. Dv = 160 takes two column passes, the second with lanes
+// past Dv. Every type as K and as V, blocks of both alignments (34-, 18- and 22-byte blocks start
+// mid-word every other block), rows that are not a multiple of the row or key tiles; the split
+// runs read storage-buffer words, the fused ones texel views of them. (On 32-lane subgroups the
+// same heads have 1-2 slots per lane: the K walk runs, the half-block V does not.)
 TEST_CASE("ggml's blocks walked a block at a time: wide K and V heads", "[storage_types]") {
     const std::pair<DType, DType> pairs[] = {{DType::q8_0, DType::q4_0}, {DType::q4_1, DType::q5_0}, {DType::q5_1, DType::iq4_nl}};
     for (const auto& [a, b] : pairs)
@@ -88,8 +91,11 @@ TEST_CASE("ggml's blocks walked a block at a time: wide K and V heads", "[storag
             c.Dk = 96;
             c.Dv = swapped ? 160 : 128;
             c.Nkv = 77;
+            c.variant.shared_tiles = false;  // the walk is the streamed kernels'
+            c.variant.texel_loads = !swapped;
             const AttentionReport report = vkattn::test::expect_pass(c, impl);
-            CHECK_THAT(report.variant, Catch::Contains("dv4=4"));
+            CHECK_THAT(report.variant, Catch::Contains(swapped ? "fused[words" : "fused[texel-words") && Catch::Contains("streamed"));
+            if (report.variant.find(" sg8") != std::string::npos) CHECK_THAT(report.variant, Catch::Contains("dv4=4"));
         }
 }
 
