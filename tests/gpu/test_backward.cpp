@@ -367,7 +367,7 @@ TEST_CASE("gpu backward: automatic takes the fused path; both paths agree", "[gp
 // are NaN there too, as PyTorch's; docs/SEMANTICS.md), which the kernels never visit.
 TEST_CASE("gpu backward: a NaN in q reaches the gradients the reference's does, with a softcap and under masks", "[gpu][backward][numerics]") {
     BackwardCase c;
-    c.name = "NaN under a softcap";
+    c.name = "a NaN in q";
     c.options.impl = GENERATE(Impl::fused, Impl::unfused);
     if (GENERATE(true, false)) c.options.softcap = 5.0;
     const bool masked = GENERATE(false, true);
