@@ -220,6 +220,10 @@ shared vec4 k_tile[STAGE ? KD4 * K_TILE_ROW : 1u];
 shared vec4 v_tile[STAGE ? KB * VW4 : 1u];
 shared uint wg_first, wg_end;  // STAGE: the workgroup's key range
 
+// The first of the 4 output columns in slot t of lane `lane`: interleaved across the subgroup,
+// or the lane's own run of DV4 vec4s with V_BLOCKS.
+uint lane_column(uint lane, uint t) { return P.first_column + 4u * (V_BLOCKS ? lane * DV4 + t : lane + SG * t); }
+
 // The block-relative key that lane `owner` holds in its slot c.
 uint block_key(uint owner, uint c) { return STAGE ? c * SG + owner : owner * KL + c; }
 
@@ -315,13 +319,12 @@ void main() {
     // at another subgroup size (whose result is written as NaN below).
     const uint tile_lane = min(lane, SG - 1u);
 
-    // Output columns of this lane: vec4 group (lane + SG·t) after this pass's first column, or
-    // (lane·DV4 + t) with V_BLOCKS (wide heads take several passes, so the accumulators stay in
-    // registers); past Dv they load column 0 and store nothing.
+    // Output columns of this lane (lane_column; wide heads take several passes, so the accumulators
+    // stay in registers); past Dv they load column 0 and store nothing.
     const uint col_base = P.first_column;
     uint v_col[DV4];
     [[unroll]] for (uint t = 0u; t < DV4; ++t) {
-        const uint col = col_base + 4u * (V_BLOCKS ? lane * DV4 + t : lane + SG * t);
+        const uint col = lane_column(lane, t);
         v_col[t] = col < Dv ? col : 0u;
     }
 
@@ -527,7 +530,7 @@ void main() {
         const bool loud = gl_SubgroupSize != SG || poisoned;  // NaN written, not computed
         const float inv = l_row > 0.0 ? o_scale / l_row : 0.0;
         [[unroll]] for (uint t = 0u; t < DV4; ++t) {
-            const uint col = col_base + 4u * (V_BLOCKS ? lane * DV4 + t : lane + SG * t);
+            const uint col = lane_column(lane, t);
             [[unroll]] for (uint c = 0u; c < 4u; ++c)
                 if (col + c < Dv) store_out(o_row + col + c, loud ? quiet_nan() : o[r][t][c] * inv);
         }
