@@ -353,20 +353,27 @@ TEST_CASE("paged kv cache: decoding over fp8 pools matches the reference and the
     CHECK(test::take_validation_messages(ctx).empty());
 }
 
+// The pools tests' decode: three sequences (prompts 40, 17, 3) over 14 cache blocks of 8 rows, which a
+// test's small bindings spread over several pools.
+DecodeCase pooled_case() {
+    DecodeCase c;
+    c.block_size = 8;
+    c.max_blocks = 6;
+    c.num_blocks = 14;
+    c.prompts = {40, 17, 3};
+    return c;
+}
+
 TEST_CASE("paged kv cache: pools over several bindings append and attend through the table", "[gpu][cache][paged]") {
     // 20000-byte bindings: a block of K (8 rows · 2 heads · 64 floats) is 4096 bytes, so a pool holds
     // 4 blocks and 14 blocks take 4 pools; the shuffled table spreads every sequence over them.
     ContextOptions options = test::test_context_options();
     options.max_binding_bytes = 20000;
     Context small(options);
-    DecodeCase c;
+    DecodeCase c = pooled_case();
     c.impl = GENERATE(Impl::fused, Impl::split);
-    c.block_size = 8;
-    c.max_blocks = 6;
-    c.num_blocks = 14;
     c.dim = 64;
     c.dim_v = 48;
-    c.prompts = {40, 17, 3};
     c.steps = 3;
     c.seed = 91;
     PagedKvCache probe(small, {.batch = 1, .kv_heads = 2, .num_blocks = 14, .block_size = 8, .dim = 64, .dim_v = 48});
@@ -388,20 +395,19 @@ TEST_CASE("paged kv cache: ggml-block pools over several bindings, walked a bloc
     ContextOptions options = test::test_context_options();
     options.max_binding_bytes = 11000;
     Context small(options);
-    DecodeCase c;
+    DecodeCase c = pooled_case();
     const bool swapped = GENERATE(false, true);
     c.k_type = swapped ? DType::q5_0 : DType::q8_0;
     c.v_type = swapped ? DType::q8_0 : DType::q5_0;
     c.impl = Impl::split;
-    c.block_size = 8;
-    c.max_blocks = 6;
-    c.num_blocks = 14;
     c.dim = 128;
     c.dim_v = 160;
-    c.prompts = {40, 17, 3};
     c.steps = 2;
     c.seed = 92;
     INFO("K " << to_string(*c.k_type) << ", V " << to_string(*c.v_type));
+    PagedKvCache probe(small, {.batch = 1, .kv_heads = c.kv_heads, .num_blocks = c.num_blocks, .block_size = c.block_size,
+                               .dim = c.dim, .dim_v = c.dim_v, .dtype = *c.k_type, .dtype_v = *c.v_type});
+    CHECK(probe.k_pools().size() == (swapped ? 4u : 3u));
     decode_twice(small, c, true);
     const std::string messages = test::take_validation_messages(small);
     INFO(messages);
