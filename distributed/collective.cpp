@@ -95,7 +95,6 @@ void agree(MPI_Comm comm, const std::function<void()>& check, double timeout_s) 
 }
 
 double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char* what) {
-    using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration<double>(timeout_s);
     for (int spins = 0;; ++spins) {
@@ -107,7 +106,7 @@ double wait_all(std::vector<MPI_Request>& requests, double timeout_s, const char
                         " s (did it fail?).");
         if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));  // spin briefly, then yield
     }
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    return ms_since(start);
 }
 
 struct TransferProgress::State {
@@ -178,7 +177,6 @@ TransferProgress::~TransferProgress() {
 }
 
 TransferProgress::Outcome TransferProgress::finish() {
-    using Clock = std::chrono::steady_clock;
     auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
     State& s = *state_;
     const auto computed = Clock::now();

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -13,6 +14,10 @@
 #include "vkattn/errors.hpp"
 
 namespace vkattn::distributed::detail {
+
+// The distributed target's stopwatch: milliseconds since `t`.
+using Clock = std::chrono::steady_clock;
+inline double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // Runs `check` on every rank; if it threw on any, every rank throws the error of the lowest such
 // rank, its message prefixed with the rank ("rank 2: ..."): an InvalidArgument as one (its argument

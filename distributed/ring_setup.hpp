@@ -6,7 +6,6 @@
 #include <mpi.h>
 
 #include <array>
-#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -66,9 +65,6 @@ struct PairInputs {
 // scales; no sinks (joined once, after the merge).
 DeviceAttentionInputs device_inputs(Context& context, const PairInputs& pair, const DeviceTensor& q, const DeviceTensor& k,
                                     const DeviceTensor& v, const DeviceTensor& lengths);
-
-using Clock = std::chrono::steady_clock;
-inline double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // The end of a step's compute (from `compute_start`) and of its transfer, waited for here, in the report.
 inline void finish_compute(RingReport& report, TransferProgress& progress, Clock::time_point compute_start) {
