@@ -40,11 +40,6 @@ if(NOT VKATTN_SANITIZE STREQUAL "")
     list(APPEND flags -fno-sanitize-recover=undefined)
   endif()
   add_compile_options(${flags})
-  if(VKATTN_SANITIZE MATCHES "address")
-    # Keeps the Vulkan driver and layers mapped until exit, so LeakSanitizer can scan their globals
-    # and name their frames (engine/vk/sanitizer_pin.hpp).
-    add_compile_definitions(VKATTN_PIN_LOADED_LIBRARIES)
-  endif()
   add_link_options(${flags})
   if(VKATTN_FUZZ)
     # Coverage feedback in every library the fuzzers link; -fsanitize=fuzzer (with main) only on them.

@@ -130,6 +130,7 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
 }
 
 void Runtime::start() {
+    device_->lower_loop_limit(options_.max_loop_iterations);
     kernels_ = std::make_unique<vk::KernelCache>(*device_, cache_file(options_.pipeline_cache_dir, *device_));
     ring_ = std::make_unique<CommandRing>(*device_);
     plans_ = std::make_unique<PlanCache>();

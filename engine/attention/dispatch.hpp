@@ -34,7 +34,8 @@ inline Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice
 }
 
 // A kernel's parameter block: the struct of its shader (the recorder checks the kernel's name).
-using KernelParams = std::variant<BmmParams, SoftmaxParams, FlashParams, CombineParams, AppendParams, BackwardParams>;
+using KernelParams =
+    std::variant<BmmParams, SoftmaxParams, FlashParams, CombineParams, AppendParams, BackwardParams, CopyParams>;
 
 struct Dispatch {
     const vk::Kernel* kernel = nullptr;

@@ -128,6 +128,8 @@ const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o) {
     return runtime.kernels().get({.shader = "bwd_delta", .constants = {{.id = 0, .value = shader_type_code(o)}}});
 }
 
+const vk::Kernel& copy_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "copy"}); }
+
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_sinks"}); }
 
 const vk::Kernel& bwd_scores_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_scores"}); }

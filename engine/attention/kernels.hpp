@@ -48,5 +48,7 @@ const vk::Kernel& bwd_kv_kernel(Runtime& runtime, const BackwardConfig& config, 
 // or paged); and the lengths' advance.
 const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType k_out, DType v_out, bool paged = false);
 const vk::Kernel& kv_advance_kernel(Runtime& runtime);
+// copy.comp: the bandwidth ceiling's copy in 16-byte words.
+const vk::Kernel& copy_kernel(Runtime& runtime);
 
 }  // namespace vkattn::detail

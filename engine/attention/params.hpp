@@ -127,6 +127,12 @@ struct alignas(16) CombineParams {
     Varlen varlen;                       // flash.comp's: O and LSE packed by cu_seqlens_q
 };
 
+// copy.comp (the bandwidth ceiling, vkattn/testing/benchmark.hpp).
+struct alignas(16) CopyParams {
+    static constexpr std::string_view shader = "copy";
+    std::uint32_t count = 0;  // 16-byte words in the dispatch's bindings
+};
+
 // The backward kernels (bwd_delta, bwd_sinks, bwd_q_*, bwd_kv_*: shaders/common/backward_params.glsl).
 struct alignas(16) BackwardParams {
     static constexpr std::string_view shader = "bwd";
@@ -251,6 +257,7 @@ static_assert(offsetof(BmmParams, c) == 112);
 static_assert(offsetof(BmmParams, residual) == 144);
 static_assert(sizeof(BmmParams) == 176);
 
+static_assert(sizeof(CopyParams) == 16);
 static_assert(offsetof(CombineParams, shape) == 0);
 static_assert(offsetof(CombineParams, chunk) == 32);
 static_assert(offsetof(CombineParams, splits) == 48);

@@ -265,8 +265,14 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
 
 std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const FusedConfig& c, unsigned host_threads) {
     // Fill the device: ≥ 8 workgroups per CPU thread on CPU devices (lavapipe runs one workgroup per
-    // thread at a time; more even out the ends), ≥ 256 on GPUs.
-    const std::int64_t target = caps.kind == vk::DeviceKind::cpu ? 8 * std::max(1u, host_threads) : 256;
+    // thread at a time; more even out the ends). On GPUs a decode is bound by bytes in flight: ≥ 8
+    // workgroups per compute unit where an extension gives their count (on an H200's 132 SMs, 1,056
+    // workgroups of 128 invocations fill half of every SM's 2,048 threads at once; 31 splits × 8 K/V
+    // heads, 248 workgroups, used an eighth of them and streamed 1,088 keys each serially), else
+    // ≥ 256. Issue #31's cost model; its GPU figures decide the factor.
+    constexpr std::int64_t kWorkgroupsPerComputeUnit = 8;
+    const std::int64_t gpu_target = std::max<std::int64_t>(256, kWorkgroupsPerComputeUnit * caps.compute_units);
+    const std::int64_t target = caps.kind == vk::DeviceKind::cpu ? 8 * std::max(1u, host_threads) : gpu_target;
     const std::int64_t rows = p.group * p.Nq;
     const std::int64_t blocks = p.B * p.Hkv * ((rows + c.rows_per_workgroup() - 1) / c.rows_per_workgroup());
     const std::int64_t key_blocks = (p.Nkv + c.key_block() - 1) / c.key_block();

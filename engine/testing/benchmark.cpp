@@ -1,7 +1,9 @@
-// The GEMM ceiling: the bmm shader on one large product, timed like attention. It records a dispatch
-// itself, so it reaches into the engine (its private headers, the context's Runtime).
+// The ceilings: the GEMM (the bmm shader on one large product) and the copy (copy.comp beside
+// vkCmdCopyBuffer), timed like attention. They record dispatches themselves, so they reach into the
+// engine (its private headers, the context's Runtime).
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "attention/dispatch.hpp"
@@ -140,30 +142,67 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
 }
 
 CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int repeat, bool validate) {
-    if (bytes < 4 || bytes % 4 != 0) throw InvalidArgument("copy", "the bytes copied are a multiple of 4, at least 4.");
+    if (bytes < 16 || bytes % 16 != 0) throw InvalidArgument("copy", "the bytes copied are a multiple of 16, at least 16.");
     if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
+    const auto& caps = runtime.device().caps();
     const auto words = static_cast<std::int64_t>(bytes / 4);
     std::vector<std::uint32_t> source(static_cast<std::size_t>(words));
     for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::uint32_t>(i * 2654435761u);
+    const std::vector<std::uint32_t> zeros(source.size(), 0u);
     const DeviceTensor from = detail::own_dense(runtime, DType::i32, {1, 1, 1, words}, "copy source");
     const DeviceTensor to = detail::own_dense(runtime, DType::i32, {1, 1, 1, words}, "copy destination");
     const vk::Buffer &src = detail::TensorAccess::storage(from)->buffer, &dst = detail::TensorAccess::storage(to)->buffer;
-    std::vector<std::uint32_t> back(validate ? source.size() : 0);
-    const VkBufferCopy region{0, 0, bytes};
-    const std::vector<double> samples = timed_runs(
-        runtime, warmup, repeat, [&](detail::BatchState& state) { detail::write_fresh(state, from, source.data()); },
-        [&](VkCommandBuffer commands) { vkCmdCopyBuffer(commands, src.get(), dst.get(), 1, &region); },
-        [&](detail::BatchState& state) {
-            if (validate)
-                detail::read_back(state, to, make_view(static_cast<void*>(back.data()), DType::i32, Layout::bhnd, to.shape()));
-        });
+
+    // The shader copy, one dispatch per slice of at most one binding (offsets on the device's
+    // storage alignment), each with as many workgroups as one step of its words needs (capped by
+    // the grid's x limit; the shader strides over the rest).
+    constexpr std::uint64_t kWordsPerGroupStep = 256 * 4;  // copy.comp's WORKGROUP · UNROLL
+    const std::uint64_t align = std::lcm<std::uint64_t>(16, std::max<std::uint64_t>(1, caps.min_storage_offset_alignment));
+    const std::uint64_t slice = std::min<std::uint64_t>(runtime.max_binding_bytes(), std::uint64_t{1} << 34) / align * align;
+    const vk::Kernel& kernel = detail::copy_kernel(runtime);
+    detail::Program program(runtime);
+    std::uint32_t most_groups = 0;
+    for (std::uint64_t offset = 0; offset < bytes; offset += slice) {
+        const std::uint64_t range = std::min(slice, bytes - offset), count = range / 16;
+        const auto groups = static_cast<std::uint32_t>(
+            std::min<std::uint64_t>((count + kWordsPerGroupStep - 1) / kWordsPerGroupStep, caps.max_workgroup_count[0]));
+        most_groups = std::max(most_groups, groups);
+        program.dispatch({.kernel = &kernel,
+                          .params = detail::CopyParams{.count = static_cast<std::uint32_t>(count)},
+                          .bindings = {{1, &src, offset, range}, {2, &dst, offset, range}},
+                          .groups = {groups, 1, 1}});
+    }
+
+    // Each measurement starts from a zeroed destination, so its validation sees its own copy.
+    auto measure = [&](auto&& record, bool& valid) {
+        std::vector<std::uint32_t> back(validate ? source.size() : 0);
+        const std::vector<double> samples = timed_runs(
+            runtime, warmup, repeat,
+            [&](detail::BatchState& state) {
+                detail::write_fresh(state, from, source.data());
+                detail::write_fresh(state, to, zeros.data());
+            },
+            record,
+            [&](detail::BatchState& state) {
+                if (validate)
+                    detail::read_back(state, to, make_view(static_cast<void*>(back.data()), DType::i32, Layout::bhnd, to.shape()));
+            });
+        if (validate) valid = valid && back == source;
+        return summarize(samples);
+    };
     CopyResult result;
     result.bytes = bytes;
-    result.time = summarize(samples);
+    result.time = measure([&](VkCommandBuffer commands) { program.replay(commands); }, result.valid);
     result.gbps = static_cast<double>(bytes) / (result.time.median_ms * 1e6);
-    if (validate) result.valid = back == source;
+    const VkBufferCopy region{0, 0, bytes};
+    result.transfer_time =
+        measure([&](VkCommandBuffer commands) { vkCmdCopyBuffer(commands, src.get(), dst.get(), 1, &region); }, result.valid);
+    result.transfer_gbps = static_cast<double>(bytes) / (result.transfer_time.median_ms * 1e6);
+    const std::uint64_t slices = (bytes + slice - 1) / slice;
+    result.variant = "copy.comp: uvec4 x4 per invocation, 256 per workgroup, " + std::to_string(most_groups) +
+                     " workgroups" + (slices > 1 ? " x " + std::to_string(slices) + " bindings" : "");
     return result;
 }
 

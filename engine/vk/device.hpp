@@ -34,6 +34,12 @@ public:
     std::uint32_t vendor_id() const { return caps_.vendor_id; }
     std::uint32_t device_id() const { return device_id_; }
     std::uint32_t driver_version() const { return driver_version_; }
+    // ContextOptions::max_loop_iterations: the tuning then cuts work for at most `iterations` loop
+    // trips per invocation (the lower of it and the device's own limit).
+    void lower_loop_limit(std::uint32_t iterations) {
+        if (iterations != 0 && (caps_.max_loop_iterations == 0 || iterations < caps_.max_loop_iterations))
+            caps_.max_loop_iterations = iterations;
+    }
 
     // The first memory type allowed by `type_bits` with all `required` flags, preferring one that
     // also has `preferred`. Throws ResourceLimit when none fits.

@@ -17,6 +17,9 @@ struct DeviceCaps {
     DeviceKind kind = DeviceKind::other;
     std::uint32_t vendor_id = 0;
     std::uint32_t subgroup_size = 1;
+    // Compute units (SMs, CUs, shader cores) where a vendor extension tells them, else 0
+    // (vk/device_facts.hpp): what a grid must fill several times over.
+    std::uint32_t compute_units = 0;
     bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute shaders
     bool subgroup_shuffle = false;
     // VK_EXT_subgroup_size_control (core in 1.3): a pipeline may require a subgroup size in

@@ -4,7 +4,8 @@
 #include <cstring>
 
 #include "vk/check.hpp"
-#include "vk/sanitizer_pin.hpp"
+#include "vk/device_facts.hpp"
+#include "vk/driver_pin.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::vk {
@@ -94,7 +95,7 @@ Instance::Instance(bool validation) {
                     "lavapipe: apt-get install mesa-vulkan-drivers.");
     VKATTN_CHECK(created, "creating the Vulkan instance");
     instance_ = Handle<VkInstance>(instance, [](VkInstance i) { vkDestroyInstance(i, nullptr); });
-    pin_loaded_libraries();  // the drivers and layers the loader just opened (sanitizer builds)
+    keep_drivers_loaded();  // the drivers and layers the loader just opened (vk/driver_pin.hpp)
 
     if (validation_) {
         auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
@@ -111,7 +112,7 @@ Instance::Instance(bool validation) {
 std::unique_ptr<Instance> Instance::adopt(VkInstance instance) {
     std::unique_ptr<Instance> adopted(new Instance());
     adopted->instance_ = Handle<VkInstance>(instance, {});  // no destroy: the caller owns it
-    pin_loaded_libraries();  // the caller's loader opened the drivers and layers (sanitizer builds)
+    keep_drivers_loaded();  // the drivers and layers the caller's loader opened
     return adopted;
 }
 
@@ -184,6 +185,7 @@ std::vector<DeviceInfo> describe_devices(const Instance& instance) {
         for (std::uint32_t h = 0; h < memory.memoryHeapCount; ++h)
             info.heaps.push_back({memory.memoryHeaps[h].size,
                                   (memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+        describe_tuning_facts(instance.get(), devices[i], info);
         if (props.properties.apiVersion < VK_API_VERSION_1_2)
             info.rejected = "it supports Vulkan " + info.api_version + ", and vkattn needs 1.2";
         out.push_back(std::move(info));

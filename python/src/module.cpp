@@ -42,6 +42,30 @@ nb::dict device_dict(const vkattn::DeviceInfo& d) {
     out["heaps"] = heaps;
     out["default"] = d.default_choice;
     out["rejected"] = d.rejected;
+    // What decides how work is cut for the device (vk-attn devices --json has the same keys).
+    out["uuid"] = d.uuid;
+    out["compute_units"] = d.compute_units;
+    out["compute_units_source"] = d.compute_units_source;
+    out["min_subgroup_size"] = d.min_subgroup_size;
+    out["max_subgroup_size"] = d.max_subgroup_size;
+    out["subgroup_size_control"] = d.subgroup_size_control;
+    nb::list shapes;
+    for (const vkattn::CooperativeMatrixShape& c : d.cooperative_matrix) {
+        nb::dict shape;
+        shape["m"] = c.m;
+        shape["n"] = c.n;
+        shape["k"] = c.k;
+        shape["a"] = c.a;
+        shape["b"] = c.b;
+        shape["c"] = c.c;
+        shape["result"] = c.result;
+        shape["scope"] = c.scope;
+        shapes.append(shape);
+    }
+    out["cooperative_matrix"] = shapes;
+    out["bf16_shader"] = d.bf16_shader;
+    out["fp8_shader"] = d.fp8_shader;
+    out["timestamp_period_ns"] = d.timestamp_period_ns;
     return out;
 }
 

@@ -160,6 +160,10 @@ def test_default_context_and_devices():
     assert devices and all({"index", "name", "type", "subgroup_size", "heaps", "default"} <= d.keys() for d in devices)
     assert any(d["default"] for d in devices)
     assert vkattn.default_context().device["name"] in [d["name"] for d in devices]
+    # What decides how work is cut: a subgroup size range that holds the device's size, the UUID.
+    for d in devices:
+        assert d["min_subgroup_size"] <= d["subgroup_size"] <= d["max_subgroup_size"]
+        assert len(d["uuid"]) == 32 and isinstance(d["cooperative_matrix"], list)
 
 
 @pytest.mark.parametrize("call,argument", [

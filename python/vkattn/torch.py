@@ -14,26 +14,28 @@ import numpy as np
 import torch
 
 from . import _vkattn
-from ._context import default_context
+from ._context import default_context, keep_for_backward
 from ._sdpa import _attention, _attention_backward
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, sinks, options):
+    def forward(ctx, query, key, value, sinks, context, options):
         ctx.save_for_backward(query, key, value, sinks)
         ctx.options = options
-        return _attention(query, key, value, sinks=sinks, **options)
+        keep_for_backward(ctx, context)  # not in options: let go at exit (vkattn/_context.py)
+        return _attention(query, key, value, sinks=sinks, context=context, **options)
 
     @staticmethod
     def backward(ctx, grad_out):
         query, key, value, sinks = ctx.saved_tensors
         want = tuple(ctx.needs_input_grad[:4])
-        grads = _attention_backward(query, key, value, grad_out.contiguous(), sinks=sinks, want=want, **ctx.options)
+        grads = _attention_backward(query, key, value, grad_out.contiguous(), sinks=sinks, want=want,
+                                    context=ctx.context, **ctx.options)
         # Each gradient in its input's dtype (options["dtype"] may have computed in another).
         inputs = (query, key, value, sinks)
         dq, dk, dv, dsinks = (None if g is None else g.to(t.dtype) for g, t in zip(grads, inputs))
-        return dq, dk, dv, dsinks, None
+        return dq, dk, dv, dsinks, None, None
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -49,11 +51,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         seed = _drawn_seed() if dropout_p > 0 else 0
     options = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
                    window=window, softcap=softcap, alibi_slopes=alibi_slopes, alibi_max_bias=alibi_max_bias,
-                   kv_lengths=kv_lengths, causal_alignment=causal_alignment, seed=seed, impl=impl, dtype=dtype,
-                   context=context)
+                   kv_lengths=kv_lengths, causal_alignment=causal_alignment, seed=seed, impl=impl, dtype=dtype)
     if sinks is not None and not isinstance(sinks, torch.Tensor):
         sinks = torch.as_tensor(sinks, dtype=torch.float32)
-    return _Attention.apply(query, key, value, sinks, options)
+    return _Attention.apply(query, key, value, sinks, context, options)
 
 
 def _drawn_seed():
@@ -99,17 +100,19 @@ def _own(array, *others):
 
 class _MhaFunction(torch.autograd.Function):
     """One nn.MultiheadAttention call through the engine's layer (vkattn/mha.hpp): forward and
-    backward, the parameters given in `spec["names"]` order after query, key and value. The tensors
-    are saved for the backward (so an in-place change in between is caught, as torch's own)."""
+    backward on `context` (None: the default), the parameters given in `spec["names"]` order after
+    query, key and value. The tensors are saved for the backward (so an in-place change in between is
+    caught, as torch's own)."""
 
     @staticmethod
-    def forward(ctx, spec, query, key, value, *parameters):
+    def forward(ctx, spec, context, query, key, value, *parameters):
         call = _mha_call(spec, query, key, value, parameters)
         shape = tuple(query.shape[:-1]) + (spec["embed_dim"],)
         out = np.empty(shape, dtype=np.float32)
         weights = np.empty(spec["weights_shape"], dtype=np.float32) if spec["weights_shape"] else None
-        _vkattn.mha_forward(spec["context"] or default_context(), call, out, weights)
+        _vkattn.mha_forward(context or default_context(), call, out, weights)
         ctx.spec = spec
+        keep_for_backward(ctx, context)  # not in spec: let go at exit (vkattn/_context.py)
         ctx.save_for_backward(query, key, value, *parameters)
         ctx.same = (key is query, value is query, value is key)
         weights_out = torch.from_numpy(weights).to(query.dtype) if weights is not None else torch.empty(0)
@@ -130,7 +133,7 @@ class _MhaFunction(torch.autograd.Function):
         d_key = np.empty(tuple(key.shape), dtype=np.float32) if own_key else None
         d_value = np.empty(tuple(value.shape), dtype=np.float32) if own_value else None
         d_parameters = {name: np.empty(tuple(p.shape), dtype=np.float32) for name, p in zip(spec["names"], parameters)}
-        result = _vkattn.mha_backward(spec["context"] or default_context(), call, _float32(grad_out), d_query, d_key,
+        result = _vkattn.mha_backward(ctx.context or default_context(), call, _float32(grad_out), d_query, d_key,
                                       d_value, d_parameters)
         own = result["own_gradient"]
         if own["key"] != own_key or own["value"] != own_value:
@@ -140,7 +143,7 @@ class _MhaFunction(torch.autograd.Function):
         dk = as_type(d_key, key) if d_key is not None else None
         dv = as_type(d_value, value) if d_value is not None else None
         grads = [as_type(d_parameters[name], p) for name, p in zip(spec["names"], parameters)]
-        return (None, dq, dk, dv, *grads)
+        return (None, None, dq, dk, dv, *grads)
 
 
 class MultiheadAttention(torch.nn.MultiheadAttention):
@@ -189,9 +192,9 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
                     bias=self.in_proj_bias is not None, batch_first=self.batch_first,
                     average_attn_weights=average_attn_weights, impl=self.impl, dropout=float(dropout),
                     seed=_drawn_seed() if dropout > 0 else 0, names=names,
-                    key_padding_mask=key_padding_mask, attn_mask=attn_mask, weights_shape=weights_shape,
-                    context=self.context)
-        out, weights = _MhaFunction.apply(spec, query, key, value, *(p for _, p in self.named_parameters()))
+                    key_padding_mask=key_padding_mask, attn_mask=attn_mask, weights_shape=weights_shape)
+        out, weights = _MhaFunction.apply(spec, self.context, query, key, value,
+                                          *(p for _, p in self.named_parameters()))
         return out, (weights.detach() if need_weights else None)
 
 

@@ -774,6 +774,9 @@ TEST_CASE("cli bench --kv-dtype fp8 --kv-scale --copy: validated beside the copy
     CHECK(copy["impl"] == "copy");
     CHECK(copy["valid"] == true);
     CHECK(copy["gbps"].get<double>() > 0);
+    CHECK(copy["transfer_gbps"].get<double>() > 0);
+    CHECK(copy["ceiling_gbps"].get<double>() == std::max(copy["gbps"].get<double>(), copy["transfer_gbps"].get<double>()));
+    CHECK_THAT(copy["variant"].get<std::string>(), Catch::StartsWith("copy.comp"));
     const auto point = nlohmann::json::parse(c.out.substr(c.out.find('\n') + 1));
     CHECK(point["kv_vs_copy"].get<double>() > 0);
     const Result bad = vk_attn("bench --seq 16 --dim 32 --kv-dtype f16 --kv-scale 2");

@@ -140,7 +140,10 @@ TEST_CASE("features: a window or offset that leaves rows empty gives zeros (and 
             const float lse = r.lse[static_cast<std::size_t>(h * N + i)];
             if (i < 10) {
                 for (std::int64_t d = 0; d < D; ++d) CHECK(r.o.at(0, h, i, d) == 0.0);
-                if (with_sinks) CHECK(lse == sinks[static_cast<std::size_t>(h)]);
+                // An empty row's lse is the sink, carried through the kernels' base-2 softmax (times
+                // log2 e and back) and the device's exp and log: exact on lavapipe, within rounding
+                // where a GPU's exp2 and log2 are approximations.
+                if (with_sinks) CHECK(lse == Approx(sinks[static_cast<std::size_t>(h)]).margin(1e-6));
                 else CHECK(lse == -std::numeric_limits<float>::infinity());
             } else {
                 CHECK(std::isfinite(lse));

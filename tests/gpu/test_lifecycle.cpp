@@ -4,7 +4,9 @@
 //   after the loop, so a leak fails this test by name, with tests/sanitizers/lsan.supp (the driver
 //   and loader only) applied; it checks again at exit;
 // - in every build, the process's threads and file descriptors are back to where they were after
-//   the first context (the driver starts its threads and opens its files per device).
+//   the first context (the driver starts its threads and opens its files per device);
+// - on NVIDIA's driver, whose static TLS a reload used up, the 7th context failed to find a driver
+//   before the engine kept the drivers loaded (vk/driver_pin.hpp; tests/lifecycle/instance_churn.cpp).
 #include <catch2/catch.hpp>
 
 #include <filesystem>

@@ -243,6 +243,7 @@ struct DecodeCase {
     std::optional<DType> k_type, v_type;     // the caches'; unset = dtype
     std::vector<float> k_scale, v_scale;     // fp8 caches' scales
     Impl impl = Impl::automatic;
+    VariantOverrides variant;                // the kernels' variant (default: the tuning's)
     std::int64_t batch = 3, heads = 6, kv_heads = 2, block_size = 16, max_blocks = 6, num_blocks = 20, dim = 32, dim_v = 24;
     std::vector<std::int32_t> prompts{23, 1, 61};
     int steps = 4;
@@ -280,7 +281,8 @@ void decode_twice(Context& ctx, const DecodeCase& c, bool identical) {
     const DeviceTensor q = DeviceTensor::empty(ctx, c.dtype, {c.batch, c.heads, 1, c.dim});
     const DeviceTensor o_paged = DeviceTensor::empty(ctx, c.dtype, {c.batch, c.heads, 1, c.dim_v});
     const DeviceTensor o_contiguous = DeviceTensor::empty(ctx, c.dtype, {c.batch, c.heads, 1, c.dim_v});
-    const AttentionOptions options{.causal = Causal::bottom_right, .impl = c.impl, .splits = c.impl == Impl::split ? 3u : 0u};
+    const AttentionOptions options{.causal = Causal::bottom_right, .impl = c.impl, .variant = c.variant,
+                                   .splits = c.impl == Impl::split ? 3u : 0u};
     const AttentionPlan plan_paged(ctx, paged.inputs(q), {o_paged}, options);
     const AttentionPlan plan_contiguous(ctx, contiguous.inputs(q), {o_contiguous}, options);
     const DeviceTensor k_step = DeviceTensor::empty(ctx, c.dtype, {c.batch, c.kv_heads, 1, c.dim});
@@ -314,6 +316,8 @@ void decode_twice(Context& ctx, const DecodeCase& c, bool identical) {
     CHECK(plan_paged.stats().bindings_built == 1);  // every step replays the same program
     CHECK(plan_paged.report().path != Impl::unfused);
     if (c.impl != Impl::automatic) CHECK(plan_paged.report().path == c.impl);
+    if (c.variant.shared_tiles)  // what was asked for ran (FusedConfig::describe())
+        CHECK_THAT(plan_paged.report().variant, Catch::Contains(*c.variant.shared_tiles ? " staged" : " streamed"));
 }
 
 }  // namespace
@@ -391,7 +395,8 @@ TEST_CASE("paged kv cache: ggml-block pools over several bindings, walked a bloc
     // 11000-byte bindings: a cache block of q8_0 K (8 rows · 2 heads · 4 ggml blocks of 34 bytes) is
     // 2176 bytes, of q8_0 V (rows of 160: 170 bytes) 2720; K and V pools share one block count, set
     // by the larger, so 14 blocks take 3 pools (q8_0 K) or 4 (q8_0 V). Wide heads load K a block at
-    // a time and V in half blocks, through every pool.
+    // a time and V in parts of blocks (halves on 8-lane subgroups), through every pool. That walk is
+    // the streamed kernel's (flash.comp), so it is forced: GPUs would otherwise stage K and V.
     ContextOptions options = test::test_context_options();
     options.max_binding_bytes = 11000;
     Context small(options);
@@ -400,6 +405,7 @@ TEST_CASE("paged kv cache: ggml-block pools over several bindings, walked a bloc
     c.k_type = swapped ? DType::q5_0 : DType::q8_0;
     c.v_type = swapped ? DType::q8_0 : DType::q5_0;
     c.impl = Impl::split;
+    c.variant.shared_tiles = false;
     c.dim = 128;
     c.dim_v = 160;
     c.steps = 2;

@@ -46,9 +46,10 @@ Case random_case(std::mt19937& rng) {
     c.Dv = chance(0.5) ? c.Dk : uniform(1, 130);
     // Storage types: q's for all, f32 or f16, or one of five mixes that between them hold every
     // type. Every mix compiles pipelines of its own (about 4 s each on lavapipe, where shaders are
-    // compiled at their first dispatch), so the mixes are few and a block-typed V has Dv = 128 (one
-    // register layout, 4 column slots per lane on 8-lane subgroups: the half-block loads); the
-    // [storage_types] tests take the types one by one and the other layouts.
+    // compiled at their first dispatch), so the mixes are few and a block-typed V has Dv = 128: one
+    // register layout, which on 8-lane subgroups is 4 column slots per lane, the half-block loads
+    // (wider subgroups hold fewer slots and read V in smaller parts). The [storage_types] tests take
+    // the types one by one, with heads sized to the device's subgroup to reach the half-block loads.
     struct Types {
         DType q, k, v;
     };
@@ -95,7 +96,9 @@ Case random_case(std::mt19937& rng) {
     }
     if (chance(0.2)) c.scale = std::uniform_real_distribution<double>(-0.5, 2.0)(rng);
     if (chance(0.3)) c.variant.texel_loads = chance(0.5);
-    if (c.impl == Impl::unfused && chance(0.3)) c.variant.shared_tiles = chance(0.5);
+    // Shared tiles on every path: the three-stage path's bmm tiles, the fused and split kernels'
+    // staged K/V (GPUs stage by default, CPU devices stream), so each device runs both.
+    if (chance(0.3)) c.variant.shared_tiles = chance(0.5);
     if (c.impl == Impl::unfused && chance(0.3)) c.variant.subgroup_ops = chance(0.5);
     return c;
 }

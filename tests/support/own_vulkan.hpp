@@ -4,6 +4,7 @@
 // records and submits on them correctly, and that the layer says nothing.
 #pragma once
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -12,7 +13,8 @@
 
 #include <vulkan/vulkan.h>
 
-#include "vk/sanitizer_pin.hpp"
+#include "vk/driver_pin.hpp"
+#include "vk/instance.hpp"
 #include "vkattn/vulkan.hpp"
 
 namespace vkattn::test {
@@ -58,27 +60,26 @@ public:
         info.enabledExtensionCount = 1;
         info.ppEnabledExtensionNames = &debug;
         vk_ok(vkCreateInstance(&info, nullptr, &instance), "vkCreateInstance");
-        // The drivers and layers this instance loaded stay mapped until exit in sanitizer builds, as
-        // vkattn's own instances do: a test that never makes a Context on it would otherwise see a
-        // driver's lifetime allocation reported from an unloaded "<unknown module>".
-        vk::pin_loaded_libraries();
+        // The drivers and layers this instance loaded stay mapped until exit, as vkattn's own
+        // instances keep them (vk/driver_pin.hpp): the tests make many of these, and a test that
+        // never makes a Context on one would otherwise see a driver's lifetime allocation reported
+        // from an unloaded "<unknown module>" under LeakSanitizer.
+        vk::keep_drivers_loaded();
         auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
             vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT"));
         vk_ok(create(instance, &messenger, nullptr, &messenger_), "vkCreateDebugUtilsMessengerEXT");
 
-        std::uint32_t count = 0;
-        vkEnumeratePhysicalDevices(instance, &count, nullptr);
-        std::vector<VkPhysicalDevice> devices(count);
-        vkEnumeratePhysicalDevices(instance, &count, devices.data());
-        for (VkPhysicalDevice d : devices) {
-            VkPhysicalDeviceProperties p;
-            vkGetPhysicalDeviceProperties(d, &p);
-            if (VK_API_VERSION_MINOR(p.apiVersion) >= 2) {
-                physical = d;
-                break;
-            }
+        // The device the suite's own Context runs on: $VKATTN_DEVICE (an index or a name substring),
+        // else the best ranked (discrete over integrated over virtual over CPU), chosen by the
+        // engine's own rule, so that on a GPU machine with lavapipe also installed these tests
+        // drive the GPU too.
+        {
+            const auto adopted = vk::Instance::adopt(instance);  // borrowed: never destroys it
+            const char* request = std::getenv("VKATTN_DEVICE");
+            const std::uint32_t index = vk::select_device(vk::describe_devices(*adopted), request ? request : "");
+            physical = adopted->physical_devices()[index];
         }
-        if (physical == VK_NULL_HANDLE) throw std::runtime_error("no Vulkan 1.2 device");
+        std::uint32_t count = 0;
         vkGetPhysicalDeviceQueueFamilyProperties(physical, &count, nullptr);
         std::vector<VkQueueFamilyProperties> families(count);
         vkGetPhysicalDeviceQueueFamilyProperties(physical, &count, families.data());

@@ -400,6 +400,28 @@ TEST_CASE("tuning: choose_splits splits the keys only when the rows cannot fill 
                     }
 }
 
+TEST_CASE("tuning: a GPU that tells its compute units gets splits for 8 workgroups on each", "[unit][tuning]") {
+    // 132 units (an H200's SMs): a decode over 32,768 keys was 8 K/V heads × 31 splits, 248 workgroups.
+    vk::DeviceCaps counted = with_size_control(gpu("counted", vk::DeviceKind::discrete, 32, 49152), 32, 32);
+    const vk::DeviceCaps uncounted = counted;
+    counted.compute_units = 132;
+    for (const std::int64_t nkv : {4096, 32768, 131072}) {
+        const Problem p = problem(1, 32, 8, 1, nkv, 128, 128);
+        const FusedConfig c = *fused_for(counted, p);
+        const std::int64_t blocks = 8 * ((4 + c.rows_per_workgroup() - 1) / c.rows_per_workgroup());
+        const std::int64_t key_blocks = (nkv + c.key_block() - 1) / c.key_block();
+        const std::int64_t most = key_blocks / ((256 + c.key_block() - 1) / c.key_block());  // 256 keys a split
+        const std::uint32_t with_units = choose_splits(counted, p, c, 1), without = choose_splits(uncounted, p, c, 1);
+        INFO("Nkv=" << nkv << " " << c.describe() << ": " << with_units << " splits with the units, " << without
+                    << " without; " << blocks << " row blocks, at most " << most << " splits of 256 keys");
+        CHECK(with_units >= without);
+        // 8 workgroups per unit, or as many splits as keep 256 keys each (dealing whole blocks to the
+        // splits may leave a few unused at the end).
+        CHECK(blocks * with_units >= std::min<std::int64_t>(8 * 132, blocks * most) * 3 / 4);
+        CHECK(key_blocks / with_units * c.key_block() >= 256);
+    }
+}
+
 TEST_CASE("tuning: more host threads never mean fewer splits on a CPU device", "[unit][tuning]") {
     const vk::DeviceCaps cpu = lavapipe_like();
     for (const std::int64_t nkv : {1, 300, 4096, 6464, 131072}) {

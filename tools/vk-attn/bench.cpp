@@ -3,7 +3,8 @@
 // causal, N·window with a sliding window: AttentionReport::flops) and the
 // effective bandwidth of the unavoidable traffic (Q, K, V read once, O written once); with --gemm,
 // the device's GEMM ceiling measured in the same run and every figure's ratio to it; with --copy, the
-// bandwidth ceiling (a buffer copy) and each point's K/V bytes per second against it. --validate checks
+// bandwidth ceiling (a shader copy in 16-byte words; vkCmdCopyBuffer's rate beside it as
+// transfer_gbps) and each point's K/V bytes per second against the faster of the two (kv_vs_copy). --validate checks
 // each point's first run against the CPU reference before it is timed (vkattn/testing/compare.hpp's rule;
 // rel_l2_err = ‖o − ref‖₂ / ‖ref‖₂). With --backward each point times the backward pass alone (GFLOP/s
 // = 2·(3·Dk + 2·Dv) per visible pair: its five matrix products) and reports forward + backward too;
@@ -348,7 +349,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     if (o.copy) {
         const testing::CopyResult c =
             testing::benchmark_copy(context, static_cast<std::uint64_t>(o.copy_mib) << 20, o.warmup, o.repeat, o.validate);
-        copy_gbps = c.gbps;
+        copy_gbps = c.ceiling_gbps();
         Row r;
         r.add("impl", std::string("copy"));
         r.add("bytes", static_cast<std::int64_t>(c.bytes));
@@ -356,8 +357,11 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("min_ms", c.time.min_ms);
         r.add("max_ms", c.time.max_ms);
         r.add("gbps", c.gbps);
+        r.add("transfer_ms", c.transfer_time.median_ms);
+        r.add("transfer_gbps", c.transfer_gbps);
+        r.add("ceiling_gbps", c.ceiling_gbps());
         if (o.validate) r.add("valid", c.valid);
-        r.add("variant", std::string("vkCmdCopyBuffer"));
+        r.add("variant", c.variant);
         printer.print(r);
         printer.finish();  // the ceiling gets its own table
         if (!c.valid) {
@@ -497,8 +501,9 @@ Action add_bench(CLI::App& app) {
                                             "K/V head) units split among them; gpu time is the slowest device's");
     app.add_flag("--gemm", o->gemm, "Also measure the GEMM ceiling (the engine's tiled matrix shader)");
     app.add_option("--gemm-size", o->gemm_size, "Size of the square GEMM")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_flag("--copy", o->copy, "Also measure the bandwidth ceiling (a buffer copy); points then report kv_vs_copy, "
-                                    "their K/V bytes per second over the copy's");
+    app.add_flag("--copy", o->copy, "Also measure the bandwidth ceiling (a shader copy; vkCmdCopyBuffer beside it as "
+                                    "transfer_gbps); points then report kv_vs_copy, their K/V bytes per second over "
+                                    "the faster copy's");
     app.add_option("--copy-mib", o->copy_mib, "MiB the copy ceiling copies")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--context-parallel", o->context_parallel,
                  "Run as one rank of an MPI job (mpirun -np P vk-attn bench ...): ring attention over the ranks; "

@@ -22,6 +22,15 @@ struct MemoryHeap {
     bool device_local = false;
 };
 
+// One product shape a device's matrix units take (VK_KHR_cooperative_matrix): A is m×k, B k×n, C and
+// the result m×n; component types as "f16", "bf16", "f32", "i8", "u8", "i32", "e4m3", ...
+struct CooperativeMatrixShape {
+    std::uint32_t m = 0, n = 0, k = 0;
+    std::string a, b, c, result;
+    std::string scope;  // "subgroup" (the common one), "workgroup", ...
+    bool saturating = false;
+};
+
 // What `vk-attn devices` shows and what device selection ranks.
 struct DeviceInfo {
     std::uint32_t index = 0;
@@ -44,6 +53,24 @@ struct DeviceInfo {
     // A Context on the caller's device (vkattn/vulkan.hpp): the optional features the device
     // offers but was created without, each with what vkattn cannot do without it.
     std::vector<std::string> features_not_enabled;
+
+    // What decides how work is cut for the device (vk/device_facts.hpp).
+    std::uint32_t vendor_id = 0, device_id = 0;
+    std::string uuid;  // deviceUUID in hex: the key of a measured tuning
+    // Compute units (SMs, CUs, shader cores) where an extension tells them (0: unknown), and which.
+    std::uint32_t compute_units = 0;
+    std::string compute_units_source;
+    // The subgroup sizes a compute pipeline may require (VK_EXT_subgroup_size_control, core in 1.3);
+    // min = max = subgroup_size without it.
+    std::uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
+    bool subgroup_size_control = false;
+    std::uint32_t max_workgroup_invocations = 0;
+    std::vector<CooperativeMatrixShape> cooperative_matrix;  // empty: no VK_KHR_cooperative_matrix
+    // bf16 and fp8 as shader types (VK_KHR_shader_bfloat16, VK_EXT_shader_float8 offered), and as the
+    // operands of one of the cooperative-matrix shapes.
+    bool bf16_shader = false, bf16_cooperative_matrix = false;
+    bool fp8_shader = false, fp8_cooperative_matrix = false;
+    double timestamp_period_ns = 0;  // one timestamp tick
 };
 
 struct ContextOptions {
@@ -61,6 +88,10 @@ struct ContextOptions {
     // Lower the largest binding the engine will make (0: the device's maxStorageBufferRange).
     // A test hook: it forces the slicing that huge tensors need on real devices.
     std::uint64_t max_binding_bytes = 0;
+    // Make the engine cut its work as if shader loops ended after this many iterations (0: the
+    // device's own limit, which GPUs do not have; lavapipe's is 65,535): a test hook, so that the
+    // dispatches cut for such a limit, and the refusals past it, are reached on every device.
+    std::uint32_t max_loop_iterations = 0;
     // Lower one request's device-memory budget (0: the largest device-local heap). A test hook: it
     // makes the refusal of requests too large for the device testable on any device.
     std::uint64_t max_device_bytes = 0;

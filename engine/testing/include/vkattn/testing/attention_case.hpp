@@ -157,7 +157,7 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     // The reference reads the same (fp16-rounded) inputs.
     const ReferenceStages stages = reference_stages(in, options, c.weights);
 
-    const Tolerance tol = tolerance_for(c.dtype);
+    const Tolerance tol = tolerance_for(c.dtype, c.Nkv);
     std::vector<double> got, want;
     for (std::int64_t b = 0; b < c.B; ++b)
         for (std::int64_t h = 0; h < c.Hq; ++h)

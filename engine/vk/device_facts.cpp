@@ -1,0 +1,159 @@
+#include "vk/device_facts.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "vk/newer_extensions.hpp"
+
+namespace vkattn::vk {
+namespace {
+
+std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical) {
+    std::uint32_t count = 0;
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr);
+    std::vector<VkExtensionProperties> exts(count);
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, exts.data());
+    return exts;
+}
+
+bool offers(const std::vector<VkExtensionProperties>& exts, const char* name) {
+    for (const auto& e : exts)
+        if (std::strcmp(e.extensionName, name) == 0) return true;
+    return false;
+}
+
+std::string component_name(int type) {
+    switch (type) {
+        case VK_COMPONENT_TYPE_FLOAT16_KHR: return "f16";
+        case VK_COMPONENT_TYPE_FLOAT32_KHR: return "f32";
+        case VK_COMPONENT_TYPE_FLOAT64_KHR: return "f64";
+        case VK_COMPONENT_TYPE_SINT8_KHR: return "i8";
+        case VK_COMPONENT_TYPE_SINT16_KHR: return "i16";
+        case VK_COMPONENT_TYPE_SINT32_KHR: return "i32";
+        case VK_COMPONENT_TYPE_SINT64_KHR: return "i64";
+        case VK_COMPONENT_TYPE_UINT8_KHR: return "u8";
+        case VK_COMPONENT_TYPE_UINT16_KHR: return "u16";
+        case VK_COMPONENT_TYPE_UINT32_KHR: return "u32";
+        case VK_COMPONENT_TYPE_UINT64_KHR: return "u64";
+        case kVkComponentTypeBfloat16: return "bf16";
+        case kVkComponentTypeSint8PackedNv: return "i8x4";
+        case kVkComponentTypeUint8PackedNv: return "u8x4";
+        case kVkComponentTypeFloat8E4M3: return "e4m3";
+        case kVkComponentTypeFloat8E5M2: return "e5m2";
+        default: return "type " + std::to_string(type);
+    }
+}
+
+std::string scope_name(int scope) {
+    switch (scope) {
+        case VK_SCOPE_DEVICE_KHR: return "device";
+        case VK_SCOPE_WORKGROUP_KHR: return "workgroup";
+        case VK_SCOPE_SUBGROUP_KHR: return "subgroup";
+        case VK_SCOPE_QUEUE_FAMILY_KHR: return "queue family";
+        default: return "scope " + std::to_string(scope);
+    }
+}
+
+std::vector<CooperativeMatrixShape> cooperative_matrix_shapes(VkInstance instance, VkPhysicalDevice physical) {
+    auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR>(
+        vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
+    if (!get) return {};
+    std::uint32_t count = 0;
+    if (get(physical, &count, nullptr) != VK_SUCCESS) return {};
+    std::vector<VkCooperativeMatrixPropertiesKHR> props(count, {VKATTN_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR});
+    if (get(physical, &count, props.data()) < VK_SUCCESS) return {};
+    std::vector<CooperativeMatrixShape> out;
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const auto& p = props[i];
+        out.push_back({.m = p.MSize, .n = p.NSize, .k = p.KSize,
+                       .a = component_name(p.AType), .b = component_name(p.BType), .c = component_name(p.CType),
+                       .result = component_name(p.ResultType), .scope = scope_name(p.scope),
+                       .saturating = p.saturatingAccumulation == VK_TRUE});
+    }
+    return out;
+}
+
+}  // namespace
+
+ComputeUnits compute_units(VkPhysicalDevice physical) {
+    const auto exts = device_extensions(physical);
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    if (offers(exts, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
+        VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+        props.pNext = &sm;
+        vkGetPhysicalDeviceProperties2(physical, &props);
+        if (sm.shaderSMCount > 0) return {sm.shaderSMCount, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME};
+    }
+    if (offers(exts, VK_AMD_SHADER_CORE_PROPERTIES_2_EXTENSION_NAME)) {
+        VkPhysicalDeviceShaderCoreProperties2AMD amd{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_2_AMD};
+        props.pNext = &amd;
+        vkGetPhysicalDeviceProperties2(physical, &props);
+        if (amd.activeComputeUnitCount > 0) return {amd.activeComputeUnitCount, VK_AMD_SHADER_CORE_PROPERTIES_2_EXTENSION_NAME};
+    }
+    if (offers(exts, VK_ARM_SHADER_CORE_BUILTINS_EXTENSION_NAME)) {
+        VkPhysicalDeviceShaderCoreBuiltinsPropertiesARM arm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_BUILTINS_PROPERTIES_ARM};
+        props.pNext = &arm;
+        vkGetPhysicalDeviceProperties2(physical, &props);
+        if (arm.shaderCoreCount > 0) return {arm.shaderCoreCount, VK_ARM_SHADER_CORE_BUILTINS_EXTENSION_NAME};
+    }
+    return {};
+}
+
+void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info) {
+    const auto exts = device_extensions(physical);
+    VkPhysicalDeviceIDProperties id{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    const bool size_ext = offers(exts, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    if (size_ext) id.pNext = &size;
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &id;
+    vkGetPhysicalDeviceProperties2(physical, &props);
+    info.vendor_id = props.properties.vendorID;
+    info.device_id = props.properties.deviceID;
+    info.uuid.clear();
+    for (std::uint8_t byte : id.deviceUUID) {
+        char hex[3];
+        std::snprintf(hex, sizeof hex, "%02x", byte);
+        info.uuid += hex;
+    }
+    info.timestamp_period_ns = props.properties.limits.timestampPeriod;
+    info.max_workgroup_invocations = props.properties.limits.maxComputeWorkGroupInvocations;
+
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size_features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    if (size_ext) features.pNext = &size_features;
+    vkGetPhysicalDeviceFeatures2(physical, &features);
+    info.min_subgroup_size = info.max_subgroup_size = info.subgroup_size;
+    info.subgroup_size_control = false;
+    if (size_ext) {
+        info.min_subgroup_size = size.minSubgroupSize;
+        info.max_subgroup_size = size.maxSubgroupSize;
+        info.subgroup_size_control = size_features.subgroupSizeControl == VK_TRUE &&
+                                     (size.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+    }
+
+    // The newer extensions are read without their feature structures: a validation layer older
+    // than them (Debian 12's) reports an unknown structure in a pNext chain as an error, and every
+    // context is described with the layer on in the tests. The shapes come from
+    // vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR, which such a layer passes through (and a
+    // device that offers the extension supports its cooperativeMatrix feature); bf16 and fp8 in
+    // shaders are their extensions offered, on matrix units the shapes that take them.
+    info.cooperative_matrix.clear();
+    if (offers(exts, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME)) info.cooperative_matrix = cooperative_matrix_shapes(instance, physical);
+    auto shapes_take = [&](const char* a, const char* b = nullptr) {
+        for (const auto& shape : info.cooperative_matrix)
+            if (shape.a == a || (b && shape.a == b)) return true;
+        return false;
+    };
+    info.bf16_shader = offers(exts, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
+    info.bf16_cooperative_matrix = shapes_take("bf16");
+    info.fp8_shader = offers(exts, VK_EXT_SHADER_FLOAT8_EXTENSION_NAME);
+    info.fp8_cooperative_matrix = shapes_take("e4m3", "e5m2");
+
+    const ComputeUnits units = compute_units(physical);
+    info.compute_units = units.count;
+    info.compute_units_source = units.source;
+}
+
+}  // namespace vkattn::vk

@@ -1,0 +1,43 @@
+// What the engine's tuning chooses on the suite's device, for tests whose shapes must reach a kernel
+// variant (column passes, 4 output slots per lane) whatever the device's subgroup size and shared
+// memory: the tuning functions themselves answer, so that a test and the engine share one rule.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "attention/problem.hpp"
+#include "attention/tuning.hpp"
+#include "runtime.hpp"
+#include "support/gpu_context.hpp"
+#include "vkattn/testing/attention_case.hpp"
+
+namespace vkattn::test {
+
+inline const vk::DeviceCaps& device_caps() { return detail::ContextAccess::runtime(gpu_context()).device().caps(); }
+
+// The fused (and split) kernel's configuration for case c on the suite's device, from its shapes,
+// types and variant overrides; dense tensors, whose strides decide only the loads, never the layout.
+// Fails the test where the device cannot run the fused kernel for c.
+inline detail::FusedConfig fused_config(const testing::Case& c) {
+    auto dense = [&](DType type, std::int64_t H, std::int64_t N, std::int64_t D) {
+        return detail::TensorLayout{type, {c.B, H, N, D}, {H * N * D, N * D, D, 1}};
+    };
+    detail::AttentionSpec spec;
+    spec.q = dense(c.dtype, c.Hq, c.Nq, c.Dk);
+    spec.k = dense(c.k_dtype.value_or(c.dtype), c.Hkv, c.Nkv, c.Dk);
+    spec.v = dense(c.v_dtype.value_or(c.dtype), c.Hkv, c.Nkv, c.Dv);
+    spec.o = dense(c.dtype, c.Hq, c.Nq, c.Dv);
+    spec.options.variant = c.variant;
+    const detail::Problem p = detail::resolve(spec);
+    std::string why;
+    const auto config =
+        detail::choose_fused(device_caps(), p, spec.q.strides, spec.k.strides, spec.v.strides, c.variant, &why);
+    INFO("the fused kernel cannot run Dk=" << c.Dk << " Dv=" << c.Dv << " here: " << why);
+    REQUIRE(config);
+    return *config;
+}
+
+}  // namespace vkattn::test
