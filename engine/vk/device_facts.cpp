@@ -1,27 +1,13 @@
 #include "vk/device_facts.hpp"
 
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
+#include "vk/device_features.hpp"
 #include "vk/newer_extensions.hpp"
 
 namespace vkattn::vk {
 namespace {
-
-std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical) {
-    std::uint32_t count = 0;
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr);
-    std::vector<VkExtensionProperties> exts(count);
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, exts.data());
-    return exts;
-}
-
-bool offers(const std::vector<VkExtensionProperties>& exts, const char* name) {
-    for (const auto& e : exts)
-        if (std::strcmp(e.extensionName, name) == 0) return true;
-    return false;
-}
 
 std::string component_name(int type) {
     switch (type) {
@@ -74,10 +60,8 @@ std::vector<CooperativeMatrixShape> cooperative_matrix_shapes(VkInstance instanc
     return out;
 }
 
-}  // namespace
-
-ComputeUnits compute_units(VkPhysicalDevice physical) {
-    const auto exts = device_extensions(physical);
+// compute_units with the extensions already read.
+ComputeUnits compute_units(VkPhysicalDevice physical, const std::vector<VkExtensionProperties>& exts) {
     VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     if (offers(exts, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
         VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
@@ -99,6 +83,10 @@ ComputeUnits compute_units(VkPhysicalDevice physical) {
     }
     return {};
 }
+
+}  // namespace
+
+ComputeUnits compute_units(VkPhysicalDevice physical) { return compute_units(physical, device_extensions(physical)); }
 
 void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info) {
     const auto exts = device_extensions(physical);
@@ -151,7 +139,7 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     info.fp8_shader = offers(exts, VK_EXT_SHADER_FLOAT8_EXTENSION_NAME);
     info.fp8_cooperative_matrix = shapes_take("e4m3", "e5m2");
 
-    const ComputeUnits units = compute_units(physical);
+    const ComputeUnits units = compute_units(physical, exts);
     info.compute_units = units.count;
     info.compute_units_source = units.source;
 }

@@ -5,16 +5,6 @@
 namespace vkattn::vk {
 namespace {
 
-bool has_extension(VkPhysicalDevice physical, const char* name) {
-    std::uint32_t count = 0;
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr);
-    std::vector<VkExtensionProperties> exts(count);
-    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, exts.data());
-    for (const auto& e : exts)
-        if (std::strcmp(e.extensionName, name) == 0) return true;
-    return false;
-}
-
 // Whether compute shaders may require a subgroup size (the property half of subgroup size control).
 bool compute_size_control(VkPhysicalDevice physical) {
     VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
@@ -26,7 +16,22 @@ bool compute_size_control(VkPhysicalDevice physical) {
 
 }  // namespace
 
+std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical) {
+    std::uint32_t count = 0;
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr);
+    std::vector<VkExtensionProperties> exts(count);
+    vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, exts.data());
+    return exts;
+}
+
+bool offers(const std::vector<VkExtensionProperties>& extensions, const char* name) {
+    for (const auto& e : extensions)
+        if (std::strcmp(e.extensionName, name) == 0) return true;
+    return false;
+}
+
 DeviceFeatures available_features(VkPhysicalDevice physical) {
+    const auto extensions = device_extensions(physical);
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     f11.pNext = &f12;
@@ -39,14 +44,14 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
     out.float16 = f12.shaderFloat16 == VK_TRUE;
     out.int8 = f12.shaderInt8 == VK_TRUE;
     out.int64 = f.features.shaderInt64 == VK_TRUE;
-    if (has_extension(physical, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) {
+    if (offers(extensions, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) {
         VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
         VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
         g.pNext = &size;
         vkGetPhysicalDeviceFeatures2(physical, &g);
         out.subgroup_size_control = size.subgroupSizeControl && size.computeFullSubgroups && compute_size_control(physical);
     }
-    out.portability_subset = has_extension(physical, "VK_KHR_portability_subset");
+    out.portability_subset = offers(extensions, "VK_KHR_portability_subset");
     return out;
 }
 

@@ -26,6 +26,10 @@ struct DeviceFeatures {
 // What the physical device offers.
 DeviceFeatures available_features(VkPhysicalDevice physical);
 
+// The device extensions the physical device offers, and whether `name` is among them.
+std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical);
+bool offers(const std::vector<VkExtensionProperties>& extensions, const char* name);
+
 // What a device created with `info` has enabled (pEnabledFeatures, the feature structures of its
 // pNext chain, its extensions); `api_version` is the instance's, which decides whether Vulkan
 // 1.3's core subgroup size control counts.
