@@ -8,10 +8,14 @@
 //   lse = log(e^sink + Σ_s e^(lse_s)).
 // Varlen: O and LSE rows are packed (common/varlen.glsl); rows past a sequence are not stored.
 
+#extension GL_EXT_control_flow_attributes : enable
 #include "common/combine_params.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
+const uint COLUMNS = 8;     // output columns per invocation: Dv ≤ COLUMNS · WG = 512, the fused kernels' most
+const uint CHUNK = 1024;    // splits whose weights are in shared memory at once
+shared float weight[CHUNK];
 #include "common/float_bits.glsl"
 
 layout(std430, set = 0, binding = 1) readonly buffer PartialO { float partial_o[]; };
@@ -46,25 +50,36 @@ void main() {
         m = max(m, x);
     }
     const bool empty = !poisoned && m == MASKED;
-    float total = 0.0;
-    if (!empty && !poisoned) {
-        total = has_sink ? exp(sink_value - m) : 0.0;
-        for (uint s = 0u; s < splits; ++s) {
-            const float x = partial_lse[lse_row + s * P.lse_split_stride];
-            if (x != MASKED) total += exp(x - m);
-        }
-    }
-    const float inv = empty || poisoned ? 0.0 : 1.0 / total;
-
+    const bool weighs = !empty && !poisoned;
+    // Each split's weight e^(lse_s − m), computed once per split (not once per column) into shared
+    // memory, CHUNK splits at a time; every column then sums weight · O_s.
+    float total = has_sink && weighs ? exp(sink_value - m) : 0.0;
     const uint o_row = tensor_index(P.o, b, h, row);
-    for (uint col = gl_LocalInvocationID.x; col < Dv; col += WG) {
-        float acc = 0.0;
-        if (!empty && !poisoned)
-            for (uint s = 0u; s < splits; ++s) {
-                const float x = partial_lse[lse_row + s * P.lse_split_stride];
-                if (x != MASKED) acc += exp(x - m) * partial_o[o_part + s * P.o_split_stride + col];
+    float acc[COLUMNS];
+    [[unroll]] for (uint c = 0u; c < COLUMNS; ++c) acc[c] = 0.0;
+    for (uint s0 = 0u; s0 < splits; s0 += CHUNK) {
+        const uint n = min(CHUNK, splits - s0);
+        barrier();  // the previous chunk's weights are read
+        for (uint s = gl_LocalInvocationID.x; s < n; s += WG) {
+            const float x = partial_lse[lse_row + (s0 + s) * P.lse_split_stride];
+            weight[s] = weighs && x != MASKED ? exp(x - m) : 0.0;
+        }
+        barrier();
+        for (uint s = 0u; s < n; ++s) total += weight[s];  // the same order in every invocation
+        if (weighs)
+            for (uint s = 0u; s < n; ++s) {
+                const float w = weight[s];
+                const uint part = o_part + (s0 + s) * P.o_split_stride;
+                [[unroll]] for (uint c = 0u; c < COLUMNS; ++c) {
+                    const uint col = gl_LocalInvocationID.x + c * WG;
+                    if (col < Dv && w != 0.0) acc[c] += w * partial_o[part + col];
+                }
             }
-        store_out(o_row + col, poisoned ? quiet_nan() : acc * inv);
+    }
+    const float inv = weighs ? 1.0 / total : 0.0;
+    [[unroll]] for (uint c = 0u; c < COLUMNS; ++c) {
+        const uint col = gl_LocalInvocationID.x + c * WG;
+        if (col < Dv) store_out(o_row + col, poisoned ? quiet_nan() : acc[c] * inv);
     }
     if (gl_LocalInvocationID.x == 0u)
         lse[tensor_index(P.lse, b, h, row)] = poisoned ? quiet_nan() : empty ? negative_infinity() : m + log(total);

@@ -197,7 +197,7 @@ public:
                                [&](const Chunk& c) { return overflow(c, keys) == nullptr; });
         };
         // Devices with a loop budget cap the keys one workgroup visits.
-        const std::int64_t most_keys = fused_keys_per_dispatch(caps_, config_, p_.Dk);
+        const std::int64_t most_keys = fused_keys_per_dispatch(caps_, config_, p_);
         std::int64_t wanted = std::max(1u, splits_);
         if (most_keys > 0) wanted = std::max(wanted, (p_.Nkv + most_keys - 1) / most_keys);
         for (;;) {
@@ -255,6 +255,13 @@ public:
         if (keys.split_mode())
             report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
         if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
+        if (config.decode && !operands.paged) {
+            // Every binding's rows start where the whole tensor's do, modulo the chunk (slices begin
+            // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
+            const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
+            wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv);
+            report.variant += wide_dense_ ? " loads=16B" : " loads=words";
+        }
         report.slices = static_cast<std::uint32_t>(plan_.chunks.size() * keys.bindings());
         report.flops = p.flops();
     }
@@ -272,7 +279,11 @@ public:
         const bool split = keys.split_mode();
         const Problem& p = p_;
         const std::optional<PagedOperands>& paged = planner_.paged();
-        const vk::Kernel& flash = flash_kernel(runtime_, config_, operand_types(p), split, paged ? paged->pools : 0);
+        if (config_.decode && !split) throw Error("internal: the decode kernel runs split runs only.");
+        const vk::Kernel& flash = config_.decode
+                                      ? flash_decode_kernel(runtime_, config_, operand_types(p), wide_loads(d),
+                                                            paged ? paged->pools : 0)
+                                      : flash_kernel(runtime_, config_, operand_types(p), split, paged ? paged->pools : 0);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);
@@ -363,6 +374,21 @@ private:
         }
         dispatch.bindings.push_back(bind(16, *d.block_table, d.table_slice));
     }
+    // Whether flash_decode.comp may load K's and V's plain-type chunks as single uvec4s: every row
+    // on 16 bytes (a dense binding starts on binding_alignment's ≥ 16, so its rows' element offsets
+    // decide; a paged pool starts where its tensor does).
+    bool wide_loads(const DeviceBuffers& d) const {
+        const Problem& p = p_;
+        if (const auto& paged = planner_.paged()) {
+            for (std::uint32_t i = 0; i < paged->pools; ++i)
+                if (!decode_wide_pool(paged->k, paged->addressing, p.k_dtype, d.k_pool_offsets[i]) ||
+                    !decode_wide_pool(paged->v, paged->addressing, p.v_dtype, d.v_pool_offsets[i]))
+                    return false;
+            return true;
+        }
+        return wide_dense_;
+    }
+
     // A slice cut at its buffer's end (a pool's range rounded up may pass it).
     static Slice clamp_to(Slice slice, const vk::Buffer& buffer) {
         slice.range = std::min(slice.range, buffer.size() - slice.offset);
@@ -385,6 +411,7 @@ private:
     FusedConfig config_;
     FusedPlanner planner_;
     FusedPlanner::Plan plan_;
+    bool wide_dense_ = false;  // decode: every dense K and V row on 16 bytes (wide_loads)
 };
 
 }  // namespace

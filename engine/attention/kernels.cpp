@@ -116,6 +116,37 @@ const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, const Ope
     return runtime.kernels().get(key);
 }
 
+const vk::Kernel& flash_decode_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool wide,
+                                      std::uint32_t paged_pools) {
+    // flash_decode.comp's constant_ids (flash.comp's numbers where they mean the same).
+    enum DecodeConstant : std::uint32_t {
+        kWorkgroupSize = 0, kSubgroup, kRows, kLanesPerKey, kKeysPerLane, kKChunks, kSubgroups, kVChunks, kWide,
+        kPools = 10, kQType, kKType, kVType
+    };
+    if (!c.decode) throw Error("internal: flash_decode_kernel needs a decode config.");
+    if (paged_pools > kMaxPagedPools) throw Error("internal: flash_decode.comp binds at most 4 pools.");
+    const DecodeLayout& d = *c.decode;
+    vk::KernelKey key{
+        .shader = paged_pools > 0 ? "flash_decode_paged" : "flash_decode",
+        .constants = {
+            {.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
+            {.id = kSubgroup, .value = c.subgroup},
+            {.id = kRows, .value = c.rows},
+            {.id = kLanesPerKey, .value = d.lanes_per_key},
+            {.id = kKeysPerLane, .value = d.keys_per_lane},
+            {.id = kKChunks, .value = d.k_chunks},
+            {.id = kSubgroups, .value = c.subgroups},
+            {.id = kVChunks, .value = d.v_chunks},
+            {.id = kWide, .value = wide ? 1u : 0u},
+            {.id = kQType, .value = shader_type_code(types.q)},
+            {.id = kKType, .value = shader_type_code(types.k)},
+            {.id = kVType, .value = shader_type_code(types.v)},
+        },
+        .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+    if (paged_pools > 0) key.constants.push_back({.id = kPools, .value = paged_pools});
+    return runtime.kernels().get(key);
+}
+
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     const vk::KernelKey key{
         .shader = "combine_o" + out_suffix(dtype),

@@ -35,6 +35,10 @@ inline OperandTypes operand_types(const Problem& p) { return {p.dtype, p.k_dtype
 // that many pools of a paged cache through its block table. Texel configs read f32/f16 only.
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
                                std::uint32_t paged_pools = 0);
+// flash_decode.comp (config.decode set): fp32 split partials; `wide` loads plain-type chunks as
+// one uvec4 (every row on 16 bytes: decode_wide_rows, decode_wide_pool).
+const vk::Kernel& flash_decode_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types,
+                                      bool wide, std::uint32_t paged_pools = 0);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 // The backward kernels (docs/design/TRAINING.md): Δ over o and dO of `o` dtype; the sinks'
 // gradient; dQ stored as q's type; dK and dV as k's and v's.

@@ -68,12 +68,23 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
             throw InvalidArgument("varlen", "packed sequences are read by the fused kernels only, which cannot run "
                                             "here: " + why_not_fused + ".");
     }
+    // The decode kernel writes split partials: a fused (unsplit) run takes flash.comp, unless the
+    // decode kernel was asked for.
+    if (options.impl == Impl::fused && fused && fused->decode) {
+        if (options.variant.decode_kernel == true)
+            throw InvalidArgument("impl", "the decode kernel runs split-KV only (its partials merge in a second "
+                                          "kernel); use auto or split with it.");
+        VariantOverrides flash_layout = options.variant;
+        flash_layout.decode_kernel = false;
+        fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, flash_layout, &why_not_fused);
+    }
     switch (options.impl) {
         case Impl::automatic:
             // The weights and logits exist only in the three-stage path; the fused kernels need
             // subgroups and head dimensions up to 512. Otherwise fused, or split-KV when the rows
             // alone cannot fill the device (decoding: few queries, long keys). The report says which ran.
             if (problem.wants_score_rows() || !fused) return unfused();
+            if (fused->decode) return flash(std::max(1u, choose_splits(caps, problem, *fused, threads)));
             if (const std::uint32_t splits = choose_splits(caps, problem, *fused, threads); splits >= 2)
                 return flash(splits);
             return flash(0);

@@ -102,6 +102,9 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
 }
 
 std::string FusedConfig::describe() const {
+    if (decode)
+        return "decode[words sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" + std::to_string(subgroups) +
+               " rows" + std::to_string(rows) + " keys" + std::to_string(key_block()) + " " + decode->describe() + "]";
     return std::string("fused[") + (texel_words ? "texel-words" : texel ? "texel" : "words") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
            "x" + std::to_string(subgroups) + " rows" + std::to_string(rows) + " keys" + std::to_string(key_block()) +
            " dv4=" + std::to_string(dv4) + (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") +
@@ -216,6 +219,16 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     // texel of bf16: common/typed_load.glsl's TL_ALIGNED).
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
     std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
+    // GPUs decode with flash_decode.comp where a unit's rows fit one workgroup (a step's query heads
+    // of one K/V head); CPU devices keep flash.comp's streamed layout, which LAVAPIPE.md measured.
+    // A caller who forces flash.comp's staging or texel loads gets flash.comp.
+    const bool flash_forced = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
+    if (overrides.decode_kernel.value_or(!is_cpu(caps) && p.group * p.Nq <= 8 && !flash_forced)) {
+        std::string why_not;
+        auto decode = decode_config(c, caps, p, &why_not);
+        if (!decode && overrides.decode_kernel == true) return refuse(why_not);
+        if (decode) return decode;
+    }
     return c;
 }
 
@@ -292,9 +305,12 @@ namespace {
 std::int64_t loop_budget(const vk::DeviceCaps& caps) { return caps.max_loop_iterations / 10 * 9; }
 }  // namespace
 
-std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& c, std::int64_t Dk) {
+std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
-    const std::int64_t Dk4 = (Dk + 3) / 4;
+    if (c.decode)  // flash_decode.comp: its steps, and the end's merge (a few hundred at most)
+        return std::max<std::int64_t>(1, std::max<std::int64_t>(0, loop_budget(caps) - 1000) / decode_loops_per_step(*c.decode, c.rows, p) - 1) *
+               c.key_block();
+    const std::int64_t Dk4 = (p.Dk + 3) / 4;
     std::int64_t per_block = 1 + Dk4 + c.subgroup;
     if (c.staged) {  // plus the loops that load the tiles, one trip per workgroup-wide pass
         const std::int64_t lanes = c.subgroups * c.subgroup, chunks = (Dk4 + c.kd4 - 1) / c.kd4;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "attention/decode.hpp"
 #include "attention/problem.hpp"
 #include "tensor/storage_rules.hpp"
 #include "vk/device_caps.hpp"
@@ -56,12 +57,19 @@ struct FusedConfig {
     bool staged = false;
     std::uint32_t kd4 = 8;
     std::uint32_t v_width4 = 16;     // vec4 columns of V staged per key: min(SG·dv4, ceil(Dv / 4))
+    // The GPU decode kernel (flash_decode.comp, split runs only): every subgroup holds the
+    // workgroup's `rows` rows and walks its own keys, LPK lanes per key (attention/decode.hpp).
+    // The fields above then say: subgroup, require_subgroup, subgroups, rows; one column pass.
+    std::optional<DecodeLayout> decode;
     // The view through which the texel variants read an operand of type t (the bindings are storage
     // buffers when the config reads words).
     TexelView view(DType t) const { return texel_words ? TexelView::r32ui : float_view(t); }
     std::uint32_t columns_per_pass() const { return 4 * subgroup * dv4; }
-    std::uint32_t key_block() const { return subgroup * keys_per_lane; }
-    std::uint32_t rows_per_workgroup() const { return subgroups * rows; }
+    // Keys of one block (flash.comp) or of one workgroup step (flash_decode.comp): splits hold whole ones.
+    std::uint32_t key_block() const {
+        return decode ? decode_step_keys(*decode, subgroup, subgroups) : subgroup * keys_per_lane;
+    }
+    std::uint32_t rows_per_workgroup() const { return decode ? rows : subgroups * rows; }
     // flash.comp's tiles when staged: K [kd4][key block + 1] and V [key block][v_width4], in vec4s.
     // Plus the workgroup's key range (two uints).
     std::uint32_t shared_bytes() const { return staged ? 16 * (kd4 * (key_block() + 1) + key_block() * v_width4) + 8 : 0; }
@@ -75,6 +83,12 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
                                         const std::array<std::int64_t, 4>& k_strides,
                                         const std::array<std::int64_t, 4>& v_strides,
                                         const VariantOverrides& overrides, std::string* why);
+
+// `base` (choose_fused's) turned into the GPU decode kernel's config for this problem
+// (attention/decode.cpp): 4 subgroups where the device allows, rows fitted to the unit's, words
+// from storage buffers. Empty with the reason in *why when the device cannot run it.
+std::optional<FusedConfig> decode_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
+                                         std::string* why);
 
 // The backward kernels (flash_bwd_q.comp, flash_bwd_kv.comp; docs/design/TRAINING.md): flash.comp's
 // streamed layout, reading words (any float type).
@@ -144,7 +158,7 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& problem, 
 // 1 + ceil(Dk/4) + SG times per key block (staged, also once per tile load pass); bmm.comp's P·V
 // once per 4 keys; softmax.comp twice per WG keys of a row. The planners cut the keys below these
 // (a fused request becomes split-KV).
-std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& config, std::int64_t Dk);
+std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& config, const Problem& problem);
 std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& config);
 
 // Whether rows of `view` can be read as vec4 texels: feature stride 1 and every other stride a

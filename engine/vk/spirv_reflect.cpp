@@ -77,7 +77,19 @@ std::vector<ReflectedBinding> reflect_bindings(std::span<const std::uint32_t> sp
         out.push_back(b);
     }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.binding < b.binding; });
-    return out;
+    // Variables may alias one binding (a buffer read as words and as uvec4s): one descriptor, which
+    // must then be of one kind.
+    std::vector<ReflectedBinding> unique;
+    for (const ReflectedBinding& b : out) {
+        if (!unique.empty() && unique.back().binding == b.binding) {
+            if (unique.back().type != b.type)
+                throw Error("internal: shader variables of different descriptor kinds share binding " +
+                            std::to_string(b.binding) + ".");
+            continue;
+        }
+        unique.push_back(b);
+    }
+    return unique;
 }
 
 }  // namespace vkattn::vk

@@ -318,6 +318,7 @@ void decode_twice(Context& ctx, const DecodeCase& c, bool identical) {
     if (c.impl != Impl::automatic) CHECK(plan_paged.report().path == c.impl);
     if (c.variant.shared_tiles)  // what was asked for ran (FusedConfig::describe())
         CHECK_THAT(plan_paged.report().variant, Catch::Contains(*c.variant.shared_tiles ? " staged" : " streamed"));
+    if (c.variant.decode_kernel == true) CHECK_THAT(plan_paged.report().variant, Catch::StartsWith("decode["));
 }
 
 }  // namespace
@@ -353,6 +354,27 @@ TEST_CASE("paged kv cache: decoding over fp8 pools matches the reference and the
     c.max_blocks = 11;
     c.num_blocks = 33;
     c.seed = 808;
+    decode_twice(ctx, c, true);
+    CHECK(test::take_validation_messages(ctx).empty());
+}
+
+TEST_CASE("paged kv cache: the decode kernel over shuffled blocks and odd block sizes",
+          "[gpu][cache][paged][decode]") {
+    // flash_decode.comp forced (GPUs choose it for decode steps): a lane looks its keys' rows up in
+    // the block table, one lookup serving K and V; the same kernel over the contiguous cache
+    // computes the same bits.
+    Context& ctx = test::gpu_context();
+    DecodeCase c;
+    c.dtype = GENERATE(DType::f32, DType::f16);
+    c.block_size = GENERATE(16, 7, 1);
+    c.impl = Impl::split;
+    c.variant.decode_kernel = true;
+    c.dim = 64;  // 16-byte rows (f16's 8-element chunks)
+    c.dim_v = 40;
+    c.max_blocks = (70 + c.block_size - 1) / c.block_size;
+    c.num_blocks = 3 * c.max_blocks;
+    c.seed = 170 + static_cast<unsigned>(c.block_size);
+    INFO(to_string(c.dtype) << ", block size " << c.block_size);
     decode_twice(ctx, c, true);
     CHECK(test::take_validation_messages(ctx).empty());
 }
@@ -420,6 +442,23 @@ TEST_CASE("paged kv cache: ggml-block pools over several bindings, walked a bloc
     CHECK(messages.empty());
 }
 
+
+TEST_CASE("paged kv cache: the decode kernel through several pools of ggml blocks", "[gpu][cache][paged][decode]") {
+    ContextOptions options = test::test_context_options();
+    options.max_binding_bytes = 11000;  // q8_0 K and q5_0 V over 3 pools (the test above's)
+    Context small(options);
+    DecodeCase c = pooled_case();
+    c.k_type = DType::q8_0;
+    c.v_type = DType::q5_0;
+    c.impl = Impl::split;
+    c.variant.decode_kernel = true;
+    c.dim = 128;
+    c.dim_v = 160;
+    c.steps = 2;
+    c.seed = 93;
+    decode_twice(small, c, true);
+    CHECK(test::take_validation_messages(small).empty());
+}
 TEST_CASE("paged attention reads the caller's pools in FlashAttention's row-major layout or head-major alike",
           "[gpu][cache][paged]") {
     // Pools [9 blocks, 5 rows, 2 heads, D] made by the caller, a shuffled table, lengths ending

@@ -7,101 +7,14 @@
 #include <vector>
 
 #include "attention/tuning.hpp"
+#include "fake_devices.hpp"
 
 using namespace vkattn;
 using namespace vkattn::detail;
 
 namespace {
 
-// Made-up devices shaped like lavapipe and the main GPU families: between them, subgroups of 8 to 128
-// lanes with and without subgroup size control, 32 to 99 KiB of shared memory, CPU, discrete and
-// integrated. Every property test runs on all of them.
-vk::DeviceCaps lavapipe_like() {
-    vk::DeviceCaps c;
-    c.name = "lavapipe-like";
-    c.kind = vk::DeviceKind::cpu;
-    c.subgroup_size = 8;
-    c.subgroup_arithmetic = c.subgroup_shuffle = true;
-    c.max_shared_bytes = 32768;
-    c.max_workgroup_invocations = 1024;
-    c.texel_rgba32f = c.texel_rgba16f = c.texel_r32ui = true;
-    c.fp16_storage = true;
-    c.host_visible_device_memory = true;
-    return c;
-}
-
-vk::DeviceCaps gpu(const std::string& name, vk::DeviceKind kind, std::uint32_t subgroup, std::uint32_t shared_bytes) {
-    vk::DeviceCaps c;
-    c.name = name;
-    c.kind = kind;
-    c.subgroup_size = c.min_subgroup_size = c.max_subgroup_size = subgroup;
-    c.subgroup_arithmetic = c.subgroup_shuffle = true;
-    c.max_shared_bytes = shared_bytes;
-    c.max_workgroup_invocations = 1024;
-    c.texel_rgba32f = c.texel_rgba16f = c.texel_r32ui = true;  // R32_UINT texel buffers are required of every device
-    c.fp16_storage = c.fp16_arithmetic = true;
-    c.host_visible_device_memory = kind == vk::DeviceKind::integrated;
-    return c;
-}
-
-vk::DeviceCaps with_size_control(vk::DeviceCaps c, std::uint32_t min, std::uint32_t max) {
-    c.subgroup_size_control = true;
-    c.min_subgroup_size = min;
-    c.max_subgroup_size = max;
-    return c;
-}
-
-vk::DeviceCaps nvidia_like(std::uint32_t shared_bytes = 49152) {
-    return with_size_control(gpu("nvidia-like", vk::DeviceKind::discrete, 32, shared_bytes), 32, 32);
-}
-vk::DeviceCaps amd_like() {  // wave64 reported, wave32 on request
-    return with_size_control(gpu("amd-like", vk::DeviceKind::discrete, 64, 65536), 32, 64);
-}
-vk::DeviceCaps intel_like() {  // SIMD8/16/32 on request
-    return with_size_control(gpu("intel-like", vk::DeviceKind::integrated, 32, 65536), 8, 32);
-}
-vk::DeviceCaps mali_like() {  // fixed 16 lanes, no size control, fewer invocations
-    vk::DeviceCaps c = gpu("mali-like", vk::DeviceKind::integrated, 16, 32768);
-    c.max_workgroup_invocations = 512;
-    c.fp16_arithmetic = false;
-    c.texel_rgba16f = false;  // so that one device makes fp16 fall back to texels of words (scalar loads in bmm)
-    return c;
-}
-vk::DeviceCaps adreno_like(bool size_control) {  // wave64 or wave128
-    return size_control ? with_size_control(gpu("adreno-like", vk::DeviceKind::integrated, 64, 32768), 64, 128)
-                        : gpu("adreno-like fixed 128", vk::DeviceKind::integrated, 128, 32768);
-}
-
-std::vector<vk::DeviceCaps> all_devices() {
-    return {lavapipe_like(), nvidia_like(), nvidia_like(101376), amd_like(), intel_like(),
-            mali_like(),     adreno_like(true), adreno_like(false)};
-}
-
-Problem problem(std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Nq, std::int64_t Nkv, std::int64_t Dk,
-                std::int64_t Dv, DType dtype = DType::f32) {
-    Problem p;
-    p.B = B;
-    p.Hq = Hq;
-    p.Hkv = Hkv;
-    p.group = Hq / Hkv;
-    p.Nq = Nq;
-    p.Nkv = Nkv;
-    p.Dk = Dk;
-    p.Dv = Dv;
-    p.dtype = dtype;
-    return p;
-}
-
-Problem shape(std::int64_t nkv, std::int64_t d) { return problem(1, 8, 8, 128, nkv, d, d); }
-
-// Dense [B, H, N, D] strides.
-std::array<std::int64_t, 4> bhnd(std::int64_t H, std::int64_t N, std::int64_t D) { return {H * N * D, N * D, D, 1}; }
-
-std::optional<FusedConfig> fused_for(const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides = {},
-                                     std::string* why = nullptr) {
-    return choose_fused(caps, p, bhnd(p.Hq, p.Nq, p.Dk), bhnd(p.Hkv, p.Nkv, p.Dk), bhnd(p.Hkv, p.Nkv, p.Dv), overrides,
-                        why);
-}
+using namespace fake;
 
 const std::array<std::int64_t, 4> dense{8 * 128 * 64, 128 * 64, 64, 1};
 
@@ -151,14 +64,14 @@ TEST_CASE("tuning: the fused kernels read every storage type through texel views
             INFO(caps.name << " " << to_string(t));
             Problem p = problem(1, 8, 2, 1, 4096, 128, 128, DType::f16);
             p.v_dtype = t;  // one operand that no float view reads makes them all views of words
-            const auto c = fused_for(caps, p);
+            const auto c = fused_for(caps, p, {.decode_kernel = false});  // flash.comp (GPUs decode in their own)
             CHECK(c->texel);
             CHECK(c->texel_words);
             CHECK_THAT(c->describe(), Catch::StartsWith("fused[texel-words "));
             CHECK_FALSE(fused_for(caps, p, {.texel_loads = false})->texel);
             vk::DeviceCaps no_words = caps;
             no_words.texel_r32ui = false;
-            CHECK_FALSE(fused_for(no_words, p)->texel);
+            CHECK_FALSE(fused_for(no_words, p, {.decode_kernel = false})->texel);
         }
     // Float operands keep their float views; rows that do not start on 4 elements read words.
     const auto floats = fused_for(lavapipe_like(), problem(1, 8, 2, 1, 4096, 128, 128, DType::f16));
@@ -182,7 +95,8 @@ TEST_CASE("tuning: choose_fused gives every device a layout it can run, for ever
                             Problem p = problem(1, hq, hkv, nq, 100, dk, dv, dtype);
                             p.k_dtype = p.v_dtype = dtype;
                             std::string why;
-                            const auto c = fused_for(caps, p, {}, &why);
+                            // flash.comp's layout (GPUs decode in flash_decode.comp: test_decode_tuning.cpp).
+                            const auto c = fused_for(caps, p, {.decode_kernel = false}, &why);
                             INFO(why);
                             REQUIRE(c);
                             INFO(c->describe());
@@ -210,7 +124,7 @@ TEST_CASE("tuning: choose_fused gives every device a layout it can run, for ever
                             CHECK(c->texel == texel_ok);
                             CHECK(c->texel_words == (texel_ok && !float_views));
                             CHECK(fused_for(caps, p, {.texel_loads = true})->texel == texel_ok);
-                            CHECK_FALSE(fused_for(caps, p, {.texel_loads = false})->texel);
+                            CHECK_FALSE(fused_for(caps, p, {.texel_loads = false, .decode_kernel = false})->texel);
                             // K/V staged in shared memory on GPUs, streamed on CPU devices; either
                             // forced. Staged wherever the smallest tiles fit (one vec4 of K per key,
                             // SG keys, one column slot per lane), and the tiles always fit.

@@ -44,6 +44,7 @@ struct BenchOptions {
     KvStorageFlags storage;             // K's and V's type (empty: --dtype) and fp8 scales
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     std::string texel_loads = "auto";   // on / off: force texel or word loads
+    std::string decode_kernel = "auto"; // on / off: force the GPU decode kernel (split runs) or flash.comp
     bool gemm = false;
     std::int64_t gemm_size = 2048;
     bool copy = false;
@@ -401,6 +402,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
         if (o.shared_tiles != "auto") options.variant.shared_tiles = o.shared_tiles == "on";
         if (o.texel_loads != "auto") options.variant.texel_loads = o.texel_loads == "on";
+        if (o.decode_kernel != "auto") options.variant.decode_kernel = o.decode_kernel == "on";
         features.apply(options, in);
 
         if (o.backward) {
@@ -494,6 +496,11 @@ Action add_bench(CLI::App& app) {
     app.add_option("--shared-tiles", o->shared_tiles,
                    "Force the shared-memory variants (on: bmm K-slices and flash K/V blocks staged in shared "
                    "memory; off: streamed to registers), or let the tuning choose (auto)")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
+        ->capture_default_str();
+    app.add_option("--decode-kernel", o->decode_kernel,
+                   "Force the GPU decode kernel (on: split-KV with several lanes per key, K/V read once per group; "
+                   "needs --impl auto or split) or flash.comp's layout (off), or let the tuning choose (auto)")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");

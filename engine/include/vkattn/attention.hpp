@@ -92,6 +92,10 @@ struct VariantOverrides {
     std::optional<bool> texel_loads;    // vec4 texel-buffer loads (needs 4-aligned rows) vs. scalar SSBO
     std::optional<bool> shared_tiles;   // stage operands through shared memory vs. straight to registers
     std::optional<bool> subgroup_ops;   // subgroup reductions vs. shared-memory reductions
+    // The GPU decode kernel (split-KV, several lanes per key, K/V read once per group) vs. the fused
+    // kernel's layout, for the split path (impl auto or split). Chosen on GPUs for up to 8 query rows
+    // per K/V head.
+    std::optional<bool> decode_kernel;
 };
 
 // A sliding window around the (aligned) diagonal: query i sees key j when
