@@ -95,6 +95,15 @@ std::string to_string(Impl impl) {
     return "unknown impl " + std::to_string(static_cast<int>(impl));
 }
 
+std::string to_string(FusedKernel kernel) {
+    switch (kernel) {
+        case FusedKernel::flash: return "flash";
+        case FusedKernel::decode: return "decode";
+        case FusedKernel::tile: return "tile";
+    }
+    return "unknown fused kernel " + std::to_string(static_cast<int>(kernel));
+}
+
 std::string to_string(LogitsStage stage) {
     switch (stage) {
         case LogitsStage::scaled: return "scaled";

@@ -280,10 +280,11 @@ public:
         const Problem& p = p_;
         const std::optional<PagedOperands>& paged = planner_.paged();
         if (config_.decode && !split) throw Error("internal: the decode kernel runs split runs only.");
-        const vk::Kernel& flash = config_.decode
-                                      ? flash_decode_kernel(runtime_, config_, operand_types(p), wide_loads(d),
-                                                            paged ? paged->pools : 0)
-                                      : flash_kernel(runtime_, config_, operand_types(p), split, paged ? paged->pools : 0);
+        const std::uint32_t pools = paged ? paged->pools : 0;
+        const vk::Kernel& flash =
+            config_.decode ? flash_decode_kernel(runtime_, config_, operand_types(p), wide_loads(d), pools)
+            : config_.tile ? flash_tile_kernel(runtime_, config_, operand_types(p), split, pools)
+                           : flash_kernel(runtime_, config_, operand_types(p), split, pools);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);

@@ -147,6 +147,38 @@ const vk::Kernel& flash_decode_kernel(Runtime& runtime, const FusedConfig& c, co
     return runtime.kernels().get(key);
 }
 
+const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
+                                    std::uint32_t paged_pools) {
+    // flash_tile.comp's constant_ids (flash.comp's numbers where they mean the same).
+    enum TileConstant : std::uint32_t {
+        kWorkgroupSize = 0, kSubgroup, kRowsPerLane, kKeysPerLane, kKeyGroups, kSplit, kSubgroups, kDimsPerChunk,
+        kColumns = 9, kPools, kQType, kKType, kVType
+    };
+    if (!c.tile) throw Error("internal: flash_tile_kernel needs a tile config.");
+    if (paged_pools > kMaxPagedPools) throw Error("internal: flash_tile.comp binds at most 4 pools.");
+    const TileLayout& t = *c.tile;
+    const DType out = split ? DType::f32 : types.q;
+    vk::KernelKey key{
+        .shader = std::string(paged_pools > 0 ? "flash_tile_paged_o" : "flash_tile_o") + out_suffix(out),
+        .constants = {
+            {.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
+            {.id = kSubgroup, .value = c.subgroup},
+            {.id = kRowsPerLane, .value = t.rows_per_lane},
+            {.id = kKeysPerLane, .value = t.keys_per_lane},
+            {.id = kKeyGroups, .value = t.key_groups},
+            {.id = kSplit, .value = split ? 1u : 0u},
+            {.id = kSubgroups, .value = c.subgroups},
+            {.id = kDimsPerChunk, .value = t.dims_per_chunk},
+            {.id = kColumns, .value = t.columns},
+            {.id = kQType, .value = shader_type_code(types.q)},
+            {.id = kKType, .value = shader_type_code(types.k)},
+            {.id = kVType, .value = shader_type_code(types.v)},
+        },
+        .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+    if (paged_pools > 0) key.constants.push_back({.id = kPools, .value = paged_pools});
+    return runtime.kernels().get(key);
+}
+
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     const vk::KernelKey key{
         .shader = "combine_o" + out_suffix(dtype),

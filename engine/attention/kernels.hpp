@@ -39,6 +39,9 @@ const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& config, cons
 // one uvec4 (every row on 16 bytes: decode_wide_rows, decode_wide_pool).
 const vk::Kernel& flash_decode_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types,
                                       bool wide, std::uint32_t paged_pools = 0);
+// flash_tile.comp (config.tile set): O as q's type, or fp32 partials for combine.comp (`split`).
+const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
+                                    std::uint32_t paged_pools = 0);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 // The backward kernels (docs/design/TRAINING.md): Δ over o and dO of `o` dtype; the sinks'
 // gradient; dQ stored as q's type; dK and dV as k's and v's.

@@ -71,11 +71,11 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
     // The decode kernel writes split partials: a fused (unsplit) run takes flash.comp, unless the
     // decode kernel was asked for.
     if (options.impl == Impl::fused && fused && fused->decode) {
-        if (options.variant.decode_kernel == true)
+        if (options.variant.fused_kernel == FusedKernel::decode)
             throw InvalidArgument("impl", "the decode kernel runs split-KV only (its partials merge in a second "
                                           "kernel); use auto or split with it.");
         VariantOverrides flash_layout = options.variant;
-        flash_layout.decode_kernel = false;
+        flash_layout.fused_kernel = FusedKernel::flash;
         fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, flash_layout, &why_not_fused);
     }
     switch (options.impl) {

@@ -515,11 +515,12 @@ std::string AttentionSpec::key() const {
     put(opt.dropout);
     put(opt.seed);
     put(opt.impl);
-    for (const auto* variant : {&opt.variant.texel_loads, &opt.variant.shared_tiles, &opt.variant.subgroup_ops,
-                                &opt.variant.decode_kernel}) {
+    for (const auto* variant : {&opt.variant.texel_loads, &opt.variant.shared_tiles, &opt.variant.subgroup_ops}) {
         put(variant->has_value());
         put(variant->value_or(false));
     }
+    put(opt.variant.fused_kernel.has_value());
+    put(opt.variant.fused_kernel.value_or(FusedKernel::flash));
     put(opt.splits);
     put(opt.logits_stage);
     for (const std::int64_t x : {opt.block.batch, opt.block.head, opt.block.query, opt.block.key, opt.block.queries,

@@ -102,6 +102,10 @@ UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
 }
 
 std::string FusedConfig::describe() const {
+    if (tile)
+        return "tile[words sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" + std::to_string(subgroups) +
+               " rows" + std::to_string(rows_per_workgroup()) + " keys" + std::to_string(key_block()) + " " + tile->describe() +
+               (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") + "]";
     if (decode)
         return "decode[words sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" + std::to_string(subgroups) +
                " rows" + std::to_string(rows) + " keys" + std::to_string(key_block()) + " " + decode->describe() + "]";
@@ -220,14 +224,26 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
     std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
     // GPUs decode with flash_decode.comp where a unit's rows fit one workgroup (a step's query heads
-    // of one K/V head); CPU devices keep flash.comp's streamed layout, which LAVAPIPE.md measured.
-    // A caller who forces flash.comp's staging or texel loads gets flash.comp.
+    // of one K/V head) and run everything else through flash_tile.comp (FlashAttention-2's
+    // partition); CPU devices keep flash.comp's streamed layout, which LAVAPIPE.md measured. A caller
+    // who forces flash.comp's staging or texel loads gets flash.comp. The GPU choices follow the cost
+    // model (docs/design/GPU_KERNELS.md), unmeasured.
     const bool flash_forced = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
-    if (overrides.decode_kernel.value_or(!is_cpu(caps) && p.group * p.Nq <= 8 && !flash_forced)) {
+    const FusedKernel chosen = is_cpu(caps) || flash_forced ? FusedKernel::flash
+                               : p.group * p.Nq <= 8        ? FusedKernel::decode
+                                                            : FusedKernel::tile;
+    const FusedKernel kernel = overrides.fused_kernel.value_or(chosen);
+    if (kernel == FusedKernel::decode) {
         std::string why_not;
         auto decode = decode_config(c, caps, p, &why_not);
-        if (!decode && overrides.decode_kernel == true) return refuse(why_not);
         if (decode) return decode;
+        if (overrides.fused_kernel == FusedKernel::decode) return refuse(why_not);
+    }
+    if (kernel == FusedKernel::tile) {
+        std::string why_not;
+        auto tile = tile_config(c, caps, p, &why_not);
+        if (tile) return tile;
+        if (overrides.fused_kernel == FusedKernel::tile) return refuse(why_not);
     }
     return c;
 }
@@ -307,6 +323,9 @@ std::int64_t loop_budget(const vk::DeviceCaps& caps) { return caps.max_loop_iter
 
 std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
+    if (c.tile)  // flash_tile.comp: its tiles
+        return std::max<std::int64_t>(1, loop_budget(caps) / tile_loops_per_tile(*c.tile, c.subgroup, c.subgroups, p) - 1) *
+               c.key_block();
     if (c.decode)  // flash_decode.comp: its steps, and the end's merge (a few hundred at most)
         return std::max<std::int64_t>(1, std::max<std::int64_t>(0, loop_budget(caps) - 1000) / decode_loops_per_step(*c.decode, c.rows, p) - 1) *
                c.key_block();

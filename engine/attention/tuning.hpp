@@ -9,6 +9,7 @@
 
 #include "attention/decode.hpp"
 #include "attention/problem.hpp"
+#include "attention/tile.hpp"
 #include "tensor/storage_rules.hpp"
 #include "vk/device_caps.hpp"
 
@@ -61,15 +62,21 @@ struct FusedConfig {
     // workgroup's `rows` rows and walks its own keys, LPK lanes per key (attention/decode.hpp).
     // The fields above then say: subgroup, require_subgroup, subgroups, rows; one column pass.
     std::optional<DecodeLayout> decode;
+    // The GPU prefill kernel (flash_tile.comp, fused or split runs): FlashAttention-2's tiles
+    // (attention/tile.hpp). The fields above then say: subgroup, require_subgroup, subgroups;
+    // column_passes of tile->columns each.
+    std::optional<TileLayout> tile;
     // The view through which the texel variants read an operand of type t (the bindings are storage
     // buffers when the config reads words).
     TexelView view(DType t) const { return texel_words ? TexelView::r32ui : float_view(t); }
-    std::uint32_t columns_per_pass() const { return 4 * subgroup * dv4; }
+    std::uint32_t columns_per_pass() const { return tile ? tile->columns : 4 * subgroup * dv4; }
     // Keys of one block (flash.comp) or of one workgroup step (flash_decode.comp): splits hold whole ones.
     std::uint32_t key_block() const {
-        return decode ? decode_step_keys(*decode, subgroup, subgroups) : subgroup * keys_per_lane;
+        return decode ? decode_step_keys(*decode, subgroup, subgroups) : tile ? tile->keys() : subgroup * keys_per_lane;
     }
-    std::uint32_t rows_per_workgroup() const { return decode ? rows : subgroups * rows; }
+    std::uint32_t rows_per_workgroup() const {
+        return decode ? rows : tile ? tile->rows(subgroup, subgroups) : subgroups * rows;
+    }
     // flash.comp's tiles when staged: K [kd4][key block + 1] and V [key block][v_width4], in vec4s.
     // Plus the workgroup's key range (two uints).
     std::uint32_t shared_bytes() const { return staged ? 16 * (kd4 * (key_block() + 1) + key_block() * v_width4) + 8 : 0; }
@@ -83,6 +90,12 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
                                         const std::array<std::int64_t, 4>& k_strides,
                                         const std::array<std::int64_t, 4>& v_strides,
                                         const VariantOverrides& overrides, std::string* why);
+
+// `base` (choose_fused's) turned into the GPU prefill kernel's config (attention/tile.cpp): words from
+// storage buffers, as many column passes as OC columns need. Empty with the reason in *why where its
+// smallest tiles do not fit the device's shared memory.
+std::optional<FusedConfig> tile_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
+                                       std::string* why);
 
 // `base` (choose_fused's) turned into the GPU decode kernel's config for this problem
 // (attention/decode.cpp): 4 subgroups where the device allows, rows fitted to the unit's, words

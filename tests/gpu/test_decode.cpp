@@ -28,7 +28,7 @@ Case decode_case(std::int64_t Hq, std::int64_t Hkv, std::int64_t Nkv, std::int64
     c.dtype = dtype;
     c.weights = false;
     c.impl = Impl::split;
-    c.variant.decode_kernel = true;
+    c.variant.fused_kernel = FusedKernel::decode;
     return c;
 }
 
@@ -158,7 +158,7 @@ TEST_CASE("decode kernel: the tuning's choice", "[gpu][decode][tuning]") {
     const detail::FusedConfig chosen = fused_config(c);
     // GPUs choose it for a decode step; CPU devices keep flash.comp unless it is forced.
     CHECK(chosen.decode.has_value() == (device_caps().kind != vk::DeviceKind::cpu));
-    c.variant.decode_kernel = true;
+    c.variant.fused_kernel = FusedKernel::decode;
     const detail::FusedConfig forced = fused_config(c);
     REQUIRE(forced.decode);
     // Every subgroup holds the group's 4 rows; a key's 128 elements span 8 lanes of 16 (fewer lanes
@@ -175,6 +175,6 @@ TEST_CASE("decode kernel: the tuning's choice", "[gpu][decode][tuning]") {
     fused.impl = Impl::fused;
     fused.variant = {};
     CHECK_THAT(expect_pass(fused, Impl::fused).variant, Catch::StartsWith("fused["));
-    fused.variant.decode_kernel = true;
+    fused.variant.fused_kernel = FusedKernel::decode;
     CHECK_THROWS_WITH(testing::run_case(gpu_context(), fused, 1), Catch::Contains("split-KV only"));
 }

@@ -87,10 +87,11 @@ TEST_CASE("key slicing: every path and feature with K and V beyond one binding",
         Impl impl;
         std::uint64_t limit;
         const char* expect;
-        bool decode = false;  // the split run through the decode kernel (flash_decode.comp)
+        std::optional<FusedKernel> kernel;  // the fused kernel forced (decode: split runs)
     };
     const Setup setup = GENERATE(Setup{Impl::fused, 8192, "key-slices="}, Setup{Impl::split, 8192, "key-slices="},
-                                 Setup{Impl::split, 8192, "key-slices=", true},
+                                 Setup{Impl::split, 8192, "key-slices=", FusedKernel::decode},
+                                 Setup{Impl::fused, 8192, "key-slices=", FusedKernel::tile},
                                  Setup{Impl::unfused, 8192, "key-slices="}, Setup{Impl::unfused, 2048, "two-pass"});
     const DType dtype = GENERATE(DType::f32, DType::f16);
     // 700 keys: P rows are 4-aligned, so stage 3 reads key slices of P as texels.
@@ -99,7 +100,7 @@ TEST_CASE("key slicing: every path and feature with K and V beyond one binding",
     std::size_t index = 0;
     for (const Feature& f : features()) {
         Case c = long_keys(setup.impl, dtype, nkv);
-        if (setup.decode) c.variant.decode_kernel = true;
+        c.variant.fused_kernel = setup.kernel;
         // The logits are written beside P, slice by slice: the masked stage (softcapped where there is
         // a softcap, scaled once), every other case without the weights (S then lives in scratch).
         if (setup.impl == Impl::unfused) {
@@ -119,7 +120,7 @@ TEST_CASE("key slicing: every path and feature with K and V beyond one binding",
         CHECK(r.ok);
         CHECK(r.report.path == setup.impl);
         CHECK_THAT(r.report.variant, Catch::Contains(setup.expect));
-        if (setup.decode) CHECK_THAT(r.report.variant, Catch::StartsWith("decode["));
+        if (setup.kernel) CHECK_THAT(r.report.variant, Catch::StartsWith(to_string(*setup.kernel) + "["));
         CHECK(take_validation_messages(ctx).empty());
     }
 }
@@ -138,7 +139,7 @@ TEST_CASE("key slicing: split-KV bound a few splits at a time is bit-identical t
     HostTensor v = random_tensor(rng, c.dtype, c.layout, {c.B, c.Hkv, c.Nkv, c.Dv}, 1.0f);
     const std::vector<float> sinks{0.5f, -1.0f, 2.0f, 0.0f};
     AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view(), .sinks = sinks};
-    AttentionOptions options{.causal = c.causal, .impl = Impl::split, .variant = {.decode_kernel = decode},
+    AttentionOptions options{.causal = c.causal, .impl = Impl::split, .variant = {.fused_kernel = decode ? FusedKernel::decode : FusedKernel::flash},
                              .splits = c.splits};
 
     auto run = [&](Context& ctx, std::vector<float>& lse) {

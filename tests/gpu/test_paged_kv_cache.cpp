@@ -318,7 +318,8 @@ void decode_twice(Context& ctx, const DecodeCase& c, bool identical) {
     if (c.impl != Impl::automatic) CHECK(plan_paged.report().path == c.impl);
     if (c.variant.shared_tiles)  // what was asked for ran (FusedConfig::describe())
         CHECK_THAT(plan_paged.report().variant, Catch::Contains(*c.variant.shared_tiles ? " staged" : " streamed"));
-    if (c.variant.decode_kernel == true) CHECK_THAT(plan_paged.report().variant, Catch::StartsWith("decode["));
+    if (c.variant.fused_kernel)  // the kernel asked for ran
+        CHECK_THAT(plan_paged.report().variant, Catch::StartsWith(to_string(*c.variant.fused_kernel) + "["));
 }
 
 }  // namespace
@@ -358,23 +359,24 @@ TEST_CASE("paged kv cache: decoding over fp8 pools matches the reference and the
     CHECK(test::take_validation_messages(ctx).empty());
 }
 
-TEST_CASE("paged kv cache: the decode kernel over shuffled blocks and odd block sizes",
-          "[gpu][cache][paged][decode]") {
-    // flash_decode.comp forced (GPUs choose it for decode steps): a lane looks its keys' rows up in
-    // the block table, one lookup serving K and V; the same kernel over the contiguous cache
-    // computes the same bits.
+TEST_CASE("paged kv cache: the decode and tile kernels over shuffled blocks and odd block sizes",
+          "[gpu][cache][paged][decode][tile]") {
+    // flash_decode.comp and flash_tile.comp forced (GPUs choose them): their lanes look keys' rows
+    // up in the block table; the same kernel over the contiguous cache computes the same bits.
     Context& ctx = test::gpu_context();
     DecodeCase c;
     c.dtype = GENERATE(DType::f32, DType::f16);
     c.block_size = GENERATE(16, 7, 1);
-    c.impl = Impl::split;
-    c.variant.decode_kernel = true;
+    const FusedKernel kernel = GENERATE(FusedKernel::decode, FusedKernel::tile);
+    c.impl = GENERATE(Impl::fused, Impl::split);
+    if (kernel == FusedKernel::decode && c.impl == Impl::fused) return;  // the decode kernel runs split runs
+    c.variant.fused_kernel = kernel;
     c.dim = 64;  // 16-byte rows (f16's 8-element chunks)
     c.dim_v = 40;
     c.max_blocks = (70 + c.block_size - 1) / c.block_size;
     c.num_blocks = 3 * c.max_blocks;
     c.seed = 170 + static_cast<unsigned>(c.block_size);
-    INFO(to_string(c.dtype) << ", block size " << c.block_size);
+    INFO(to_string(c.dtype) << ", block size " << c.block_size << ", " << to_string(kernel) << " " << to_string(c.impl));
     decode_twice(ctx, c, true);
     CHECK(test::take_validation_messages(ctx).empty());
 }
@@ -451,7 +453,7 @@ TEST_CASE("paged kv cache: the decode kernel through several pools of ggml block
     c.k_type = DType::q8_0;
     c.v_type = DType::q5_0;
     c.impl = Impl::split;
-    c.variant.decode_kernel = true;
+    c.variant.fused_kernel = FusedKernel::decode;
     c.dim = 128;
     c.dim_v = 160;
     c.steps = 2;

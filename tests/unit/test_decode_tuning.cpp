@@ -22,8 +22,8 @@ TEST_CASE("decode tuning: GPUs choose the decode kernel for a step's few rows, C
             INFO(caps.name << " Hq=" << hq << " Hkv=" << hkv << " Nq=" << nq);
             const bool gpu = caps.kind != vk::DeviceKind::cpu, few_rows = (hq / hkv) * nq <= 8;
             CHECK(fused_for(caps, p)->decode.has_value() == (gpu && few_rows));
-            CHECK(fused_for(caps, p, {.decode_kernel = true})->decode);
-            CHECK_FALSE(fused_for(caps, p, {.decode_kernel = false})->decode);
+            CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::decode})->decode);
+            CHECK_FALSE(fused_for(caps, p, {.fused_kernel = FusedKernel::flash})->decode);
             // Forcing flash.comp's staging or texel loads asks for flash.comp.
             CHECK_FALSE(fused_for(caps, p, {.shared_tiles = true})->decode);
             CHECK_FALSE(fused_for(caps, p, {.texel_loads = true})->decode);
@@ -42,7 +42,7 @@ TEST_CASE("decode tuning: a layout every device runs, for every head size and ty
                         Problem p = problem(2, 8 * group, 8, 1, 1000, dk, dv);
                         p.k_dtype = p.v_dtype = kv;
                         std::string why;
-                        const auto c = fused_for(caps, p, {.decode_kernel = true}, &why);
+                        const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::decode}, &why);
                         INFO(caps.name << " group " << group << " Dk " << dk << " Dv " << dv << " " << to_string(kv) << ": " << why);
                         REQUIRE(c);
                         REQUIRE(c->decode);
@@ -93,7 +93,7 @@ TEST_CASE("decode tuning: the loop budget counts every step's loops", "[unit][tu
     budget.max_loop_iterations = 65535;
     for (const std::int64_t d : {8, 64, 128, 256}) {
         const Problem p = problem(1, 32, 8, 1, 100000, d, d);
-        const FusedConfig c = *fused_for(cpu, p, {.decode_kernel = true});
+        const FusedConfig c = *fused_for(cpu, p, {.fused_kernel = FusedKernel::decode});
         const std::int64_t keys = fused_keys_per_dispatch(budget, c, p);
         const std::int64_t steps = keys / c.key_block();
         INFO("D " << d << ": " << keys << " keys, " << steps << " steps of " << decode_loops_per_step(*c.decode, c.rows, p));

@@ -64,14 +64,14 @@ TEST_CASE("tuning: the fused kernels read every storage type through texel views
             INFO(caps.name << " " << to_string(t));
             Problem p = problem(1, 8, 2, 1, 4096, 128, 128, DType::f16);
             p.v_dtype = t;  // one operand that no float view reads makes them all views of words
-            const auto c = fused_for(caps, p, {.decode_kernel = false});  // flash.comp (GPUs decode in their own)
+            const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::flash});  // flash.comp (GPUs decode in their own)
             CHECK(c->texel);
             CHECK(c->texel_words);
             CHECK_THAT(c->describe(), Catch::StartsWith("fused[texel-words "));
             CHECK_FALSE(fused_for(caps, p, {.texel_loads = false})->texel);
             vk::DeviceCaps no_words = caps;
             no_words.texel_r32ui = false;
-            CHECK_FALSE(fused_for(no_words, p, {.decode_kernel = false})->texel);
+            CHECK_FALSE(fused_for(no_words, p, {.fused_kernel = FusedKernel::flash})->texel);
         }
     // Float operands keep their float views; rows that do not start on 4 elements read words.
     const auto floats = fused_for(lavapipe_like(), problem(1, 8, 2, 1, 4096, 128, 128, DType::f16));
@@ -96,7 +96,7 @@ TEST_CASE("tuning: choose_fused gives every device a layout it can run, for ever
                             p.k_dtype = p.v_dtype = dtype;
                             std::string why;
                             // flash.comp's layout (GPUs decode in flash_decode.comp: test_decode_tuning.cpp).
-                            const auto c = fused_for(caps, p, {.decode_kernel = false}, &why);
+                            const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::flash}, &why);
                             INFO(why);
                             REQUIRE(c);
                             INFO(c->describe());
@@ -124,7 +124,7 @@ TEST_CASE("tuning: choose_fused gives every device a layout it can run, for ever
                             CHECK(c->texel == texel_ok);
                             CHECK(c->texel_words == (texel_ok && !float_views));
                             CHECK(fused_for(caps, p, {.texel_loads = true})->texel == texel_ok);
-                            CHECK_FALSE(fused_for(caps, p, {.texel_loads = false, .decode_kernel = false})->texel);
+                            CHECK_FALSE(fused_for(caps, p, {.texel_loads = false, .fused_kernel = FusedKernel::flash})->texel);
                             // K/V staged in shared memory on GPUs, streamed on CPU devices; either
                             // forced. Staged wherever the smallest tiles fit (one vec4 of K per key,
                             // SG keys, one column slot per lane), and the tiles always fit.
@@ -149,7 +149,7 @@ TEST_CASE("tuning: the staged fused kernel shrinks its tiles to the device's sha
         vk::DeviceCaps caps = nvidia_like();
         caps.max_shared_bytes = bytes;
         for (const std::int64_t d : {8, 64, 128, 256, 512}) {
-            const auto c = fused_for(caps, problem(1, 8, 8, 128, 1000, d, d));
+            const auto c = fused_for(caps, problem(1, 8, 8, 128, 1000, d, d), {.fused_kernel = FusedKernel::flash});
             INFO(bytes << " bytes, D=" << d << ": " << c->describe());
             CHECK(c->shared_bytes() <= bytes);
             if (bytes >= 32768) CHECK(c->staged);  // room for a tile at every head size

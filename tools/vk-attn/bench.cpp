@@ -44,7 +44,7 @@ struct BenchOptions {
     KvStorageFlags storage;             // K's and V's type (empty: --dtype) and fp8 scales
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     std::string texel_loads = "auto";   // on / off: force texel or word loads
-    std::string decode_kernel = "auto"; // on / off: force the GPU decode kernel (split runs) or flash.comp
+    std::string fused_kernel = "auto";  // flash / decode / tile: force the fused path's kernel
     bool gemm = false;
     std::int64_t gemm_size = 2048;
     bool copy = false;
@@ -402,7 +402,10 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
         if (o.shared_tiles != "auto") options.variant.shared_tiles = o.shared_tiles == "on";
         if (o.texel_loads != "auto") options.variant.texel_loads = o.texel_loads == "on";
-        if (o.decode_kernel != "auto") options.variant.decode_kernel = o.decode_kernel == "on";
+        if (o.fused_kernel != "auto")
+            options.variant.fused_kernel = o.fused_kernel == "flash"    ? FusedKernel::flash
+                                           : o.fused_kernel == "decode" ? FusedKernel::decode
+                                                                        : FusedKernel::tile;
         features.apply(options, in);
 
         if (o.backward) {
@@ -498,10 +501,11 @@ Action add_bench(CLI::App& app) {
                    "memory; off: streamed to registers), or let the tuning choose (auto)")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
-    app.add_option("--decode-kernel", o->decode_kernel,
-                   "Force the GPU decode kernel (on: split-KV with several lanes per key, K/V read once per group; "
-                   "needs --impl auto or split) or flash.comp's layout (off), or let the tuning choose (auto)")
-        ->check(CLI::IsMember({"auto", "on", "off"}))
+    app.add_option("--fused-kernel", o->fused_kernel,
+                   "Force the fused path's kernel: flash (flash.comp, the CPU devices' layout), decode (the GPU "
+                   "decode kernel: split-KV, several lanes per key, K/V read once per group; --impl auto or split) "
+                   "or tile (FlashAttention-2's tiles, the GPUs' prefill); or let the tuning choose (auto)")
+        ->check(CLI::IsMember({"auto", "flash", "decode", "tile"}))
         ->capture_default_str();
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
     app.add_option("--devices", o->devices, "Several devices, e.g. 0,1 (a device may repeat): each call's (batch, "

@@ -84,7 +84,8 @@ int check(const CheckFlags& flags) {
                                         {"shared tiles", {.shared_tiles = true}},
                                         {"registers", {.shared_tiles = false}},
                                         {"no subgroups", {.subgroup_ops = false}},
-                                        {"decode kernel", {.decode_kernel = true}}};
+                                        {"decode kernel", {.fused_kernel = FusedKernel::decode}},
+                                        {"tile kernel", {.fused_kernel = FusedKernel::tile}}};
     Printer printer(std::cout, Format::table);
     int failures = 0, total = 0;
     unsigned seed = 1;
@@ -96,8 +97,10 @@ int check(const CheckFlags& flags) {
                     // variant of every path is the register one: running it twice checks nothing.
                     if (impl != Impl::unfused && variant.name == "no subgroups") continue;
                     if (cpu && variant.name == "registers") continue;
-                    // The decode kernel writes split partials: split runs only.
-                    if (variant.overrides.decode_kernel && impl != Impl::split) continue;
+                    // The fused kernels run on the fused paths; the decode kernel writes split partials.
+                    const auto kernel = variant.overrides.fused_kernel;
+                    if (kernel && impl == Impl::unfused) continue;
+                    if (kernel == FusedKernel::decode && impl != Impl::split) continue;
                     Case c = base;
                     c.impl = impl;
                     c.weights = impl == Impl::unfused;  // only the three-stage path has them

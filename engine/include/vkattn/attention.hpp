@@ -44,8 +44,15 @@ enum class LogitsStage : std::uint8_t {
                  // (bool mask, key lengths, causal, window, a float mask's −∞)
 };
 
+// The fused path's kernels (fused and split runs): flash.comp's layout (the CPU devices', measured
+// in docs/LAVAPIPE.md), the GPU decode kernel (split runs of up to 8 query rows per K/V head: several
+// lanes per key, K/V read once per group) or the GPU prefill kernel (FlashAttention-2's tiles in
+// shared memory, register micro-tiles). docs/design/GPU_KERNELS.md has their cost models.
+enum class FusedKernel : std::uint8_t { flash, decode, tile };
+
 std::string to_string(Causal causal);
 std::string to_string(Impl impl);
+std::string to_string(FusedKernel kernel);
 std::string to_string(LogitsStage stage);
 
 // The standard ALiBi slopes (Press et al., as in BLOOM and llama.cpp) for Hq heads:
@@ -92,10 +99,10 @@ struct VariantOverrides {
     std::optional<bool> texel_loads;    // vec4 texel-buffer loads (needs 4-aligned rows) vs. scalar SSBO
     std::optional<bool> shared_tiles;   // stage operands through shared memory vs. straight to registers
     std::optional<bool> subgroup_ops;   // subgroup reductions vs. shared-memory reductions
-    // The GPU decode kernel (split-KV, several lanes per key, K/V read once per group) vs. the fused
-    // kernel's layout, for the split path (impl auto or split). Chosen on GPUs for up to 8 query rows
-    // per K/V head.
-    std::optional<bool> decode_kernel;
+    // The fused path's kernel (FusedKernel). Chosen: flash on CPU devices; on GPUs decode for up to
+    // 8 query rows per K/V head (split runs), tile otherwise; flash wherever shared_tiles is set or
+    // texel_loads is forced on (they are flash's knobs).
+    std::optional<FusedKernel> fused_kernel;
 };
 
 // A sliding window around the (aligned) diagonal: query i sees key j when

@@ -73,7 +73,7 @@ struct Case {
         if (variant.texel_loads) s << " texel=" << *variant.texel_loads;
         if (variant.shared_tiles) s << " shared=" << *variant.shared_tiles;
         if (variant.subgroup_ops) s << " subgroup=" << *variant.subgroup_ops;
-        if (variant.decode_kernel) s << " decode=" << *variant.decode_kernel;
+        if (variant.fused_kernel) s << " kernel=" << to_string(*variant.fused_kernel);
         if (logits) s << " logits=" << to_string(*logits);
         return s.str();
     }
