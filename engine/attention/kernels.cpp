@@ -80,102 +80,81 @@ const vk::Kernel& softmax_kernel(Runtime& runtime, const SoftmaxConfig& c) {
     return runtime.kernels().get(key);
 }
 
+namespace {
+// The constant_ids the flash kernels (flash.comp, flash_decode.comp, flash_tile.comp) number alike:
+// the workgroup size (0), the subgroup size (1), the subgroups (6), the paged pools (10) and the
+// operands' storage types (11-13, for the variants that read words). Each kernel adds its own.
+enum FlashFamilyConstant : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kSubgroups = 6, kPools = 10, kQType, kKType, kVType };
+
+vk::KernelKey flash_family_key(std::string shader, const FusedConfig& c, const OperandTypes& types, bool typed,
+                               std::uint32_t paged_pools, const char* kernel) {
+    if (paged_pools > kMaxPagedPools) throw Error(std::string("internal: ") + kernel + " binds at most 4 pools.");
+    vk::KernelKey key{.shader = std::move(shader),
+                      .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
+                                    {.id = kSubgroup, .value = c.subgroup},
+                                    {.id = kSubgroups, .value = c.subgroups},
+                                    {.id = kPools, .value = std::max(paged_pools, 1u)}},
+                      .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+    if (typed)
+        key.constants.insert(key.constants.end(), {{.id = kQType, .value = shader_type_code(types.q)},
+                                                   {.id = kKType, .value = shader_type_code(types.k)},
+                                                   {.id = kVType, .value = shader_type_code(types.v)}});
+    return key;
+}
+}  // namespace
+
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
                                std::uint32_t paged_pools) {
-    // flash.comp's constant_ids.
-    enum FlashConstant : std::uint32_t {
-        kWorkgroupSize = 0, kSubgroup, kRows, kKeysPerLane, kDv4, kSplit, kSubgroups, kStage, kKd4, kVw4, kPools,
-        kQType, kKType, kVType
-    };
-    if (paged_pools > kMaxPagedPools) throw Error("internal: flash.comp binds at most 4 pools.");
+    // flash.comp's own constant_ids.
+    enum FlashConstant : std::uint32_t { kRows = 2, kKeysPerLane, kDv4, kSplit, kStage = 7, kKd4, kVw4 };
     const bool float_texels = c.texel && !c.texel_words;
     if (float_texels) check_texel_inputs({types.q, types.k, types.v});
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
     std::string shader = paged_pools > 0 ? "flash_paged_" : "flash_";
     shader += (c.texel_words ? "texel_words_o" : c.texel ? "texel_o" : "words_o") + out_suffix(out);
-    vk::KernelKey key{
-        .shader = shader,
-        .constants = {
-            {.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
-            {.id = kSubgroup, .value = c.subgroup},
-            {.id = kRows, .value = c.rows},
-            {.id = kKeysPerLane, .value = c.keys_per_lane},
-            {.id = kDv4, .value = c.dv4},
-            {.id = kSplit, .value = split ? 1u : 0u},
-            {.id = kSubgroups, .value = c.subgroups},
-            {.id = kStage, .value = c.staged ? 1u : 0u},
-            {.id = kKd4, .value = c.kd4},
-            {.id = kVw4, .value = c.v_width4},
-            {.id = kPools, .value = std::max(paged_pools, 1u)},
-        },
-        .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
-    if (!float_texels)
-        key.constants.insert(key.constants.end(), {{.id = kQType, .value = shader_type_code(types.q)},
-                                                   {.id = kKType, .value = shader_type_code(types.k)},
-                                                   {.id = kVType, .value = shader_type_code(types.v)}});
+    vk::KernelKey key = flash_family_key(std::move(shader), c, types, !float_texels, paged_pools, "flash.comp");
+    key.constants.insert(key.constants.end(), {{.id = kRows, .value = c.rows},
+                                               {.id = kKeysPerLane, .value = c.keys_per_lane},
+                                               {.id = kDv4, .value = c.dv4},
+                                               {.id = kSplit, .value = split ? 1u : 0u},
+                                               {.id = kStage, .value = c.staged ? 1u : 0u},
+                                               {.id = kKd4, .value = c.kd4},
+                                               {.id = kVw4, .value = c.v_width4}});
     return runtime.kernels().get(key);
 }
 
 const vk::Kernel& flash_decode_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool wide,
                                       std::uint32_t paged_pools) {
-    // flash_decode.comp's constant_ids (flash.comp's numbers where they mean the same).
-    enum DecodeConstant : std::uint32_t {
-        kWorkgroupSize = 0, kSubgroup, kRows, kLanesPerKey, kKeysPerLane, kKChunks, kSubgroups, kVChunks, kWide,
-        kPools = 10, kQType, kKType, kVType
-    };
+    // flash_decode.comp's own constant_ids.
+    enum DecodeConstant : std::uint32_t { kRows = 2, kLanesPerKey, kKeysPerLane, kKChunks, kVChunks = 7, kWide };
     if (!c.decode) throw Error("internal: flash_decode_kernel needs a decode config.");
-    if (paged_pools > kMaxPagedPools) throw Error("internal: flash_decode.comp binds at most 4 pools.");
     const DecodeLayout& d = *c.decode;
-    vk::KernelKey key{
-        .shader = paged_pools > 0 ? "flash_decode_paged" : "flash_decode",
-        .constants = {
-            {.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
-            {.id = kSubgroup, .value = c.subgroup},
-            {.id = kRows, .value = c.rows},
-            {.id = kLanesPerKey, .value = d.lanes_per_key},
-            {.id = kKeysPerLane, .value = d.keys_per_lane},
-            {.id = kKChunks, .value = d.k_chunks},
-            {.id = kSubgroups, .value = c.subgroups},
-            {.id = kVChunks, .value = d.v_chunks},
-            {.id = kWide, .value = wide ? 1u : 0u},
-            {.id = kQType, .value = shader_type_code(types.q)},
-            {.id = kKType, .value = shader_type_code(types.k)},
-            {.id = kVType, .value = shader_type_code(types.v)},
-        },
-        .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
-    if (paged_pools > 0) key.constants.push_back({.id = kPools, .value = paged_pools});
+    vk::KernelKey key = flash_family_key(paged_pools > 0 ? "flash_decode_paged" : "flash_decode", c, types, true,
+                                         paged_pools, "flash_decode.comp");
+    key.constants.insert(key.constants.end(), {{.id = kRows, .value = c.rows},
+                                               {.id = kLanesPerKey, .value = d.lanes_per_key},
+                                               {.id = kKeysPerLane, .value = d.keys_per_lane},
+                                               {.id = kKChunks, .value = d.k_chunks},
+                                               {.id = kVChunks, .value = d.v_chunks},
+                                               {.id = kWide, .value = wide ? 1u : 0u}});
     return runtime.kernels().get(key);
 }
 
 const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
                                     std::uint32_t paged_pools) {
-    // flash_tile.comp's constant_ids (flash.comp's numbers where they mean the same).
-    enum TileConstant : std::uint32_t {
-        kWorkgroupSize = 0, kSubgroup, kRowsPerLane, kKeysPerLane, kKeyGroups, kSplit, kSubgroups, kDimsPerChunk,
-        kColumns = 9, kPools, kQType, kKType, kVType
-    };
+    // flash_tile.comp's own constant_ids.
+    enum TileConstant : std::uint32_t { kRowsPerLane = 2, kKeysPerLane, kKeyGroups, kSplit, kDimsPerChunk = 7, kColumns = 9 };
     if (!c.tile) throw Error("internal: flash_tile_kernel needs a tile config.");
-    if (paged_pools > kMaxPagedPools) throw Error("internal: flash_tile.comp binds at most 4 pools.");
     const TileLayout& t = *c.tile;
-    const DType out = split ? DType::f32 : types.q;
-    vk::KernelKey key{
-        .shader = std::string(paged_pools > 0 ? "flash_tile_paged_o" : "flash_tile_o") + out_suffix(out),
-        .constants = {
-            {.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
-            {.id = kSubgroup, .value = c.subgroup},
-            {.id = kRowsPerLane, .value = t.rows_per_lane},
-            {.id = kKeysPerLane, .value = t.keys_per_lane},
-            {.id = kKeyGroups, .value = t.key_groups},
-            {.id = kSplit, .value = split ? 1u : 0u},
-            {.id = kSubgroups, .value = c.subgroups},
-            {.id = kDimsPerChunk, .value = t.dims_per_chunk},
-            {.id = kColumns, .value = t.columns},
-            {.id = kQType, .value = shader_type_code(types.q)},
-            {.id = kKType, .value = shader_type_code(types.k)},
-            {.id = kVType, .value = shader_type_code(types.v)},
-        },
-        .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
-    if (paged_pools > 0) key.constants.push_back({.id = kPools, .value = paged_pools});
+    const DType out = split ? DType::f32 : types.q;  // split partials are fp32
+    vk::KernelKey key = flash_family_key(std::string(paged_pools > 0 ? "flash_tile_paged_o" : "flash_tile_o") + out_suffix(out),
+                                         c, types, true, paged_pools, "flash_tile.comp");
+    key.constants.insert(key.constants.end(), {{.id = kRowsPerLane, .value = t.rows_per_lane},
+                                               {.id = kKeysPerLane, .value = t.keys_per_lane},
+                                               {.id = kKeyGroups, .value = t.key_groups},
+                                               {.id = kSplit, .value = split ? 1u : 0u},
+                                               {.id = kDimsPerChunk, .value = t.dims_per_chunk},
+                                               {.id = kColumns, .value = t.columns}});
     return runtime.kernels().get(key);
 }
 

@@ -8,6 +8,7 @@
 #include "runtime.hpp"
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
+#include "support/fused_features.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
@@ -145,7 +146,7 @@ TEST_CASE("fused: the staged and streamed K/V variants over every feature", "[gp
     const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{1, 3}, std::pair{130, 66}, std::pair{256, 0});
     const DType dtype = GENERATE(DType::f32, DType::f16);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
-    const int features = GENERATE(0, 1, 2, 3);
+    const int features = GENERATE(range(0, kFusedFeatureSets));
     Case c;
     c.B = 2;
     c.Hq = 6;
@@ -175,26 +176,7 @@ TEST_CASE("fused: the staged and streamed K/V variants over every feature", "[gp
                  << "): the case runs Dv 512 in one pass");
         }
     }
-    switch (features) {
-    case 0: c.causal = Causal::bottom_right; break;
-    case 1:
-        c.kv_lengths = true;
-        c.window = {20, 3};
-        c.sinks = true;
-        break;
-    case 2:
-        c.bool_mask_shape = std::vector<std::int64_t>{2, 6, 37, 150};
-        c.float_mask_shape = std::vector<std::int64_t>{2, 1, 1, 150};
-        c.softcap = 30.0;
-        c.window = {40, 10};  // rows start at different keys inside the workgroup's shared range
-        break;
-    case 3:
-        c.causal = Causal::top_left;
-        c.alibi_max_bias = 8.0;
-        c.dropout = 0.2;
-        c.dropout_seed = 7;
-        break;
-    }
+    apply_fused_features(c, features);
     // What was asked for ran (FusedConfig::describe()).
     const std::string variant = expect_path(c, impl, impl == Impl::split ? 4 : 0).variant;
     CHECK_THAT(variant, Catch::Contains(staged ? " staged" : " streamed"));

@@ -9,6 +9,7 @@
 
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
+#include "support/fused_features.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
@@ -45,31 +46,12 @@ TEST_CASE("tile kernel: head shapes and every feature, fused and split", "[gpu][
     const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{1, 3}, std::pair{130, 66}, std::pair{72, 200});
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     const DType dtype = GENERATE(DType::f32, DType::f16);
-    for (int features = 0; features < 4; ++features) {
+    for (int features = 0; features < kFusedFeatureSets; ++features) {
         Case c = tile_case(impl, dtype);
         if (dtype == DType::f16 && !device_caps().fp16_storage) c.dtype = DType::f32;
         c.Dk = dk;
         c.Dv = dv;
-        switch (features) {
-        case 0: c.causal = Causal::bottom_right; break;
-        case 1:
-            c.kv_lengths = true;
-            c.window = {20, 3};
-            c.sinks = true;
-            break;
-        case 2:
-            c.bool_mask_shape = std::vector<std::int64_t>{2, 6, 37, 150};
-            c.float_mask_shape = std::vector<std::int64_t>{2, 1, 1, 150};
-            c.softcap = 30.0;
-            c.window = {40, 10};
-            break;
-        case 3:
-            c.causal = Causal::top_left;
-            c.alibi_max_bias = 8.0;
-            c.dropout = 0.2;
-            c.dropout_seed = 7;
-            break;
-        }
+        apply_fused_features(c, features);
         INFO("Dk " << dk << " Dv " << dv << ", features " << features);
         const AttentionReport r = expect_tile(c);
         if (dv > 128) CHECK_THAT(r.variant, Catch::Contains(" passes="));
