@@ -953,6 +953,25 @@ TEST_CASE("cli check: passes on this device", "[cli]") {
     CHECK_THAT(bad.err, Catch::Contains("--impl"));
 }
 
+TEST_CASE("cli check --variants and bench --variant: the catalogue's kernel variants forced by name", "[cli]") {
+    // Two variants of the GPU kernels over the check matrix, each on its own path.
+    const Result r = vk_attn("check --variants split-decode,tile --dtype f32");
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.out, Catch::Contains(" 0 failed") && Catch::Contains("split-decode") && Catch::Contains("tile"));
+    CHECK_THAT(r.out, !Catch::Contains("unfused") && !Catch::Contains("tuned"));
+    const Result point = vk_attn("bench --seq 1 --kv-seq 300 --heads 8 --kv-heads 2 --dim 64 --variant split-decode "
+                                 "--repeat 1 --warmup 0 --validate --json");
+    INFO(point.out << point.err);
+    CHECK(point.status == 0);
+    CHECK_THAT(point.out, Catch::Contains("\"impl\":\"split\"") && Catch::Contains("decode["));
+    for (const std::string args : {"check --variants nope", "bench --variant nope"}) {
+        const Result bad = vk_attn(args);
+        CHECK(bad.status == 1);
+        CHECK_THAT(bad.err, Catch::Contains("--variant") && Catch::Contains("split-decode"));
+    }
+}
+
 TEST_CASE("cli decode --validate --json: the device loop and the host round trip, every step checked", "[cli][decode]") {
     for (const std::string mode : {"", " --host-roundtrip", " --paged --block-size 5"})
         for (const std::string dtype : {"f32", "f16"}) {

@@ -45,6 +45,7 @@ struct BenchOptions {
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     std::string texel_loads = "auto";   // on / off: force texel or word loads
     std::string fused_kernel = "auto";  // flash / decode / tile: force the fused path's kernel
+    std::string variant;                // a catalogued variant (vkattn/variants.hpp): its path and knobs
     bool gemm = false;
     std::int64_t gemm_size = 2048;
     bool copy = false;
@@ -307,7 +308,11 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     const KvStorage storage = load_kv_storage(o.storage, dtype);
     const DType kv_dtype = storage.dtype;
     const Layout layout = o.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
-    const Impl impl = parse_impl(o.impl);
+    const KernelVariant* forced = nullptr;
+    if (!o.variant.empty() && !(forced = find_kernel_variant(o.variant)))
+        throw InvalidArgument("--variant", "no variant is named '" + o.variant + "'; the catalogue has: " +
+                                               kernel_variant_names() + ".");
+    const Impl impl = forced ? forced->impl : parse_impl(o.impl);
     const Features features = load_features(o.features);
     const std::string feature_text = features.describe();
 
@@ -406,6 +411,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             options.variant.fused_kernel = o.fused_kernel == "flash"    ? FusedKernel::flash
                                            : o.fused_kernel == "decode" ? FusedKernel::decode
                                                                         : FusedKernel::tile;
+        if (forced) options.variant = forced->overrides;  // the variant's knobs, the others the tuning's
         features.apply(options, in);
 
         if (o.backward) {
@@ -501,6 +507,9 @@ Action add_bench(CLI::App& app) {
                    "memory; off: streamed to registers), or let the tuning choose (auto)")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
+    app.add_option("--variant", o->variant,
+                   "Run one catalogued kernel variant (its path and knobs, in place of --impl and the knob flags): " +
+                       kernel_variant_names());
     app.add_option("--fused-kernel", o->fused_kernel,
                    "Force the fused path's kernel: flash (flash.comp, the CPU devices' layout), decode (the GPU "
                    "decode kernel: split-KV, several lanes per key, K/V read once per group; --impl auto or split) "

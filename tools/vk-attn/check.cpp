@@ -2,6 +2,7 @@
 // split-KV) in every dtype the device supports, over a compact matrix of awkward shapes, masks, model
 // features and kernel variants, against the CPU reference; a pass/fail table, and exit status 1 on any failure.
 // A path the device cannot run at all is listed as unavailable, with the reason, not as a failure.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -47,17 +48,63 @@ std::vector<Named> check_matrix() {
     return out;
 }
 
+// One variant run over the matrix: a path and what it forces.
 struct Variant {
+    Impl impl;
     std::string name;
     VariantOverrides overrides;
 };
 
-// What to check: every path and dtype unless narrowed (--impl, --dtype).
+// What to check: every path and dtype unless narrowed (--impl, --dtype); the tuning's variants and
+// the knobs one at a time, or the catalogue's (--variants all, or names).
 struct CheckFlags {
     std::string device;
     std::vector<std::string> impls{"unfused", "fused", "split"};
     std::vector<std::string> dtypes;  // empty: every dtype the device stores
+    std::vector<std::string> variants;  // empty: the tuned runs and each knob forced
 };
+
+// The runs of the default check: per path, the tuning's choice and each knob forced alone (those a
+// path has). On a CPU device the tuned variant of every path is the register one: running it twice
+// checks nothing.
+std::vector<Variant> knob_variants(const std::vector<Impl>& impls, bool cpu) {
+    const std::vector<std::pair<std::string, VariantOverrides>> knobs{
+        {"tuned", {}},
+        {"scalar loads", {.texel_loads = false}},
+        {"shared tiles", {.shared_tiles = true}},
+        {"registers", {.shared_tiles = false}},
+        {"no subgroups", {.subgroup_ops = false}},
+        {"decode kernel", {.fused_kernel = FusedKernel::decode}},
+        {"tile kernel", {.fused_kernel = FusedKernel::tile}}};
+    std::vector<Variant> out;
+    for (const Impl impl : impls)
+        for (const auto& [name, overrides] : knobs) {
+            if (impl != Impl::unfused && name == "no subgroups") continue;  // the fused kernels need subgroups
+            if (cpu && name == "registers") continue;
+            // The fused kernels run on the fused paths; the decode kernel writes split partials.
+            if (overrides.fused_kernel && impl == Impl::unfused) continue;
+            if (overrides.fused_kernel == FusedKernel::decode && impl != Impl::split) continue;
+            out.push_back({impl, name, overrides});
+        }
+    return out;
+}
+
+// The catalogue's variants (vkattn/variants.hpp) on the paths asked for: all, or those named.
+std::vector<Variant> catalogue_variants(const std::vector<Impl>& impls, const std::vector<std::string>& names) {
+    std::vector<Variant> out;
+    auto wanted_path = [&](Impl impl) { return std::find(impls.begin(), impls.end(), impl) != impls.end(); };
+    if (names.size() == 1 && names[0] == "all") {
+        for (const KernelVariant& v : kernel_variants())
+            if (wanted_path(v.impl)) out.push_back({v.impl, v.name, v.overrides});
+        return out;
+    }
+    for (const std::string& name : names) {
+        const KernelVariant* v = find_kernel_variant(name);
+        if (!v) throw InvalidArgument("--variants", "no variant is named '" + name + "'; the catalogue has: all, " + kernel_variant_names() + ".");
+        out.push_back({v->impl, v->name, v->overrides});
+    }
+    return out;
+}
 
 int check(const CheckFlags& flags) {
     const std::string& device = flags.device;
@@ -79,58 +126,45 @@ int check(const CheckFlags& flags) {
     }
     std::vector<Impl> impls;
     for (const std::string& i : flags.impls) impls.push_back(parse_impl(i));
-    const std::vector<Variant> variants{{"tuned", {}},
-                                        {"scalar loads", {.texel_loads = false}},
-                                        {"shared tiles", {.shared_tiles = true}},
-                                        {"registers", {.shared_tiles = false}},
-                                        {"no subgroups", {.subgroup_ops = false}},
-                                        {"decode kernel", {.fused_kernel = FusedKernel::decode}},
-                                        {"tile kernel", {.fused_kernel = FusedKernel::tile}}};
+    const std::vector<Variant> variants =
+        flags.variants.empty() ? knob_variants(impls, cpu) : catalogue_variants(impls, flags.variants);
     Printer printer(std::cout, Format::table);
     int failures = 0, total = 0;
     unsigned seed = 1;
-    for (const Impl impl : impls)
+    for (const Variant& variant : variants)
         for (const DType dtype : dtypes)
-            for (const auto& variant : variants)
-                for (const auto& [name, base] : check_matrix()) {
-                    // The fused kernels have no subgroup-free variant. On a CPU device the tuned
-                    // variant of every path is the register one: running it twice checks nothing.
-                    if (impl != Impl::unfused && variant.name == "no subgroups") continue;
-                    if (cpu && variant.name == "registers") continue;
-                    // The fused kernels run on the fused paths; the decode kernel writes split partials.
-                    const auto kernel = variant.overrides.fused_kernel;
-                    if (kernel && impl == Impl::unfused) continue;
-                    if (kernel == FusedKernel::decode && impl != Impl::split) continue;
-                    Case c = base;
-                    c.impl = impl;
-                    c.weights = impl == Impl::unfused;  // only the three-stage path has them
-                    c.splits = impl == Impl::split ? 3 : 0;
-                    c.dtype = dtype;
-                    c.variant = variant.overrides;
-                    Row r;
-                    for (auto& [field, text] : {std::pair<const char*, std::string>{"impl", to_string(impl)},
-                                                {"dtype", to_string(dtype)}, {"variant", variant.name}, {"case", name}})
-                        r.add(field, text);
-                    std::string result = "pass";
-                    try {
-                        const auto outcome = testing::run_case(context, c, seed++);
-                        if (!outcome.ok) {
-                            result = "FAIL";
-                            std::cerr << outcome.message;
-                        }
-                    } catch (const InvalidArgument& e) {
-                        if (e.argument() != "impl") throw;
-                        result = "unavailable";
-                        std::cerr << e.what() << '\n';
-                    } catch (const Error& e) {
+            for (const auto& [name, base] : check_matrix()) {
+                const Impl impl = variant.impl;
+                Case c = base;
+                c.impl = impl;
+                c.weights = impl == Impl::unfused;  // only the three-stage path has them
+                c.splits = impl == Impl::split ? 3 : 0;
+                c.dtype = dtype;
+                c.variant = variant.overrides;
+                Row r;
+                for (auto& [field, text] : {std::pair<const char*, std::string>{"impl", to_string(impl)},
+                                            {"dtype", to_string(dtype)}, {"variant", variant.name}, {"case", name}})
+                    r.add(field, text);
+                std::string result = "pass";
+                try {
+                    const auto outcome = testing::run_case(context, c, seed++);
+                    if (!outcome.ok) {
                         result = "FAIL";
-                        std::cerr << c.describe(seed - 1) << ": " << e.what() << '\n';
+                        std::cerr << outcome.message;
                     }
-                    failures += result == "FAIL";
-                    ++total;
-                    r.add("result", result);
-                    printer.print(r);
+                } catch (const InvalidArgument& e) {
+                    if (e.argument() != "impl") throw;
+                    result = "unavailable";
+                    std::cerr << e.what() << '\n';
+                } catch (const Error& e) {
+                    result = "FAIL";
+                    std::cerr << c.describe(seed - 1) << ": " << e.what() << '\n';
                 }
+                failures += result == "FAIL";
+                ++total;
+                r.add("result", result);
+                printer.print(r);
+            }
     printer.finish();
     std::cout << total - failures << " passed, " << failures << " failed\n";
     return failures == 0 ? 0 : 1;
@@ -148,6 +182,10 @@ Action add_check(CLI::App& app) {
     app.add_option("--dtype", flags->dtypes, "Storage types to check (comma-separated; default: every one the device has)")
         ->delimiter(',')
         ->check(CLI::IsMember({"f32", "f16"}));
+    app.add_option("--variants", flags->variants,
+                   "Check the catalogue's kernel variants forced instead of the tuning's choices: all (those of the "
+                   "paths --impl names), or names (comma-separated): " + kernel_variant_names())
+        ->delimiter(',');
     return [flags] { return check(*flags); };
 }
 

@@ -15,3 +15,4 @@
 #include "vkattn/quantize.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/tensor.hpp"
+#include "vkattn/variants.hpp"

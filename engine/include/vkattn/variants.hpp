@@ -1,0 +1,31 @@
+// The catalogue of kernel variants: every way the engine can run an attention call, by name, as a
+// path and the VariantOverrides that force it. `vk-attn bench --variant NAME` runs one, `vk-attn
+// check --variants all` checks them all, and the tuner (issue #32) times them. Knobs a variant does
+// not name stay the tuning's.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vkattn/attention.hpp"
+
+namespace vkattn {
+
+struct KernelVariant {
+    std::string name;          // e.g. "split-decode"
+    Impl impl;                 // the path it runs on (unfused, fused or split)
+    VariantOverrides overrides;
+    std::string description;
+};
+
+// Every catalogued variant, in a fixed order.
+const std::vector<KernelVariant>& kernel_variants();
+
+// The variant of that name, or nullptr.
+const KernelVariant* find_kernel_variant(std::string_view name);
+
+// The catalogue's names, comma-separated (for error messages and help).
+std::string kernel_variant_names();
+
+}  // namespace vkattn
