@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "plan/plan_cache.hpp"
+#include "tune/table.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/vulkan.hpp"
 
@@ -24,7 +25,8 @@ bool env_flag(const char* name) {
     return !v.empty() && v != "0" && v != "false" && v != "off";
 }
 
-std::filesystem::path cache_file(const std::string& dir_option, const vk::Device& device) {
+// The directory of the pipeline cache and the tuning table (empty: none).
+std::filesystem::path cache_dir(const std::string& dir_option) {
     std::string dir = dir_option.empty() ? env("VKATTN_PIPELINE_CACHE") : dir_option;
     if (dir == "none") return {};
     if (dir.empty()) {
@@ -32,12 +34,18 @@ std::filesystem::path cache_file(const std::string& dir_option, const vk::Device
         else if (!env("HOME").empty()) dir = env("HOME") + "/.cache/vkattn";
         else return {};
     }
+    return dir;
+}
+
+std::filesystem::path cache_file(const std::string& dir_option, const vk::Device& device) {
+    const std::filesystem::path dir = cache_dir(dir_option);
+    if (dir.empty()) return {};
     std::ostringstream name;
     name << "pipelines-" << std::hex << device.vendor_id() << '-' << device.device_id() << '-'
          << device.driver_version() << '-';
     for (auto byte : device.pipeline_cache_uuid()) name << static_cast<int>(byte);
     name << ".bin";
-    return std::filesystem::path(dir) / name.str();
+    return dir / name.str();
 }
 
 }  // namespace
@@ -134,7 +142,17 @@ void Runtime::start() {
     kernels_ = std::make_unique<vk::KernelCache>(*device_, cache_file(options_.pipeline_cache_dir, *device_));
     ring_ = std::make_unique<CommandRing>(*device_);
     plans_ = std::make_unique<PlanCache>();
+    if (const std::filesystem::path dir = cache_dir(options_.pipeline_cache_dir); !dir.empty()) {
+        tuning_file_ = tuning_table_file(dir, info_.uuid);
+        // VKATTN_TUNING=off: the documented heuristics alone (tests that expect them set it).
+        const std::string mode = env("VKATTN_TUNING");
+        if (mode != "off" && mode != "0" && mode != "false")
+            if (auto table = load_tuning_table(tuning_file_, info_.uuid, info_.driver))
+                tuning_ = std::make_unique<TuningTable>(std::move(*table));
+    }
 }
+
+void Runtime::set_tuning(std::unique_ptr<TuningTable> table) { tuning_ = std::move(table); }
 
 Runtime::~Runtime() {
     // A lost submission may still be running (a timeout on a slow device): wait for it before its

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 namespace vkattn::detail {
 
 class PlanCache;
+struct TuningTable;
 
 class Runtime {
 public:
@@ -45,6 +47,14 @@ public:
     // Fill outputs with NaN on the device before each run ($VKATTN_POISON=1, tests).
     bool poison_outputs() const { return poison_; }
 
+    // The tuner's measured winners for this device and driver (tune/table.hpp), loaded at start from
+    // beside the pipeline cache; null where there is none, it names another device or driver, or
+    // VKATTN_TUNING=off. Not thread-safe against set_tuning, which the tuner calls between runs.
+    const TuningTable* tuning() const { return tuning_.get(); }
+    void set_tuning(std::unique_ptr<TuningTable> table);
+    // Where this device's tuning table lives (empty: no cache directory).
+    const std::filesystem::path& tuning_file() const { return tuning_file_; }
+
     // A ring slot for a new batch. A timeout waiting for the oldest submission marks the context lost.
     std::uint32_t acquire_slot();
     // Submits a ring slot's commands (the queue is guarded here: the context may be shared between
@@ -69,6 +79,8 @@ private:
     std::unique_ptr<vk::KernelCache> kernels_;
     std::unique_ptr<CommandRing> ring_;
     std::unique_ptr<PlanCache> plans_;
+    std::unique_ptr<TuningTable> tuning_;
+    std::filesystem::path tuning_file_;
     // Guards vkQueueSubmit: our own, or the caller's when it shares its queue with other threads.
     std::mutex own_queue_mutex_;
     std::mutex* queue_mutex_ = &own_queue_mutex_;

@@ -5,7 +5,9 @@
 
 #include "attention/fused.hpp"
 #include "runtime.hpp"
+#include "tune/table.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/variants.hpp"
 
 namespace vkattn::detail {
 
@@ -15,15 +17,43 @@ void check_score_rows_path(const Problem& problem, Impl impl) {
                                           " exist only in the three-stage path; use auto or unfused to get them.");
 }
 
+namespace {
+// Whether the caller left every choice to the engine: no path, split count or knob forced.
+bool nothing_forced(const AttentionOptions& o) {
+    const VariantOverrides& v = o.variant;
+    return o.impl == Impl::automatic && o.splits == 0 && !v.texel_loads && !v.shared_tiles && !v.subgroup_ops &&
+           !v.fused_kernel;
+}
+}  // namespace
+
 PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
                        const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
                        const AttentionOptions& options, bool paged) {
+    // The tuner's winner for this problem's bucket, where the caller forced nothing and the winner can
+    // run it (a three-stage winner cannot read paged or packed K/V; the weights need three stages).
+    if (const TuningTable* table = runtime.tuning(); table && nothing_forced(options))
+        if (const std::string* name = table->winner(problem))
+            if (const KernelVariant* variant = find_kernel_variant(*name);
+                variant && !((paged || problem.packed_q) && variant->impl == Impl::unfused) &&
+                !(problem.wants_score_rows() && variant->impl != Impl::unfused)) {
+                AttentionOptions tuned = options;
+                tuned.impl = variant->impl;
+                tuned.variant = variant->overrides;
+                try {
+                    PathChoice choice = choose_path(runtime, problem, q_strides, k_strides, v_strides, tuned, paged);
+                    choice.chosen_by = "tuning";
+                    return choice;
+                } catch (const InvalidArgument&) {
+                    // The winner cannot run this problem here (its bucket's other shapes could): the rules decide.
+                }
+            }
     const auto& caps = runtime.device().caps();
     if (problem.dtype != DType::f32) vk::require_fp16_storage(caps, "o", problem.dtype);  // O's 16-bit stores
     std::string why_not_fused;
     auto fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, options.variant, &why_not_fused);
     const unsigned threads = std::thread::hardware_concurrency();
     PathChoice choice;
+    choice.chosen_by = nothing_forced(options) ? "heuristics" : "caller";
     auto unfused = [&] {
         choice.impl = Impl::unfused;
         choice.unfused = choose_unfused(caps, problem, q_strides, k_strides, v_strides, options.variant);
@@ -104,8 +134,12 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
 
 std::unique_ptr<PathRun> make_path(Runtime& runtime, const Problem& problem, const PathChoice& choice,
                                    const Operands& operands) {
-    if (choice.impl == Impl::unfused) return plan_unfused(runtime, problem, operands, choice.unfused, choice.stages);
-    return plan_fused(runtime, problem, operands, choice.fused, choice.impl == Impl::split ? choice.splits : 0);
+    std::unique_ptr<PathRun> run =
+        choice.impl == Impl::unfused
+            ? plan_unfused(runtime, problem, operands, choice.unfused, choice.stages)
+            : plan_fused(runtime, problem, operands, choice.fused, choice.impl == Impl::split ? choice.splits : 0);
+    run->report.chosen_by = choice.chosen_by;
+    return run;
 }
 
 void check_device_memory(const Runtime& runtime, std::uint64_t needed, const std::string& what) {

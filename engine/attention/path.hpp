@@ -39,6 +39,7 @@ struct PathChoice {
     FusedConfig fused;
     std::uint32_t splits = 0;  // split-KV's key slices
     UnfusedStages stages = UnfusedStages::all;
+    std::string chosen_by = "heuristics";  // AttentionReport::chosen_by
 };
 
 // Refuses a forced fused or split path for a request of weights or logits (three stages only): the

@@ -25,4 +25,10 @@ std::shared_ptr<PlanState> PlanCache::get(Runtime& runtime, const AttentionSpec&
     return plan;
 }
 
+void PlanCache::clear() {
+    std::lock_guard lock(mutex_);
+    index_.clear();
+    order_.clear();
+}
+
 }  // namespace vkattn::detail

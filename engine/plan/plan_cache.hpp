@@ -20,6 +20,9 @@ public:
     static constexpr std::size_t kCapacity = 32;
     // The plan for `spec`, made (outside the lock: making one builds pipelines) when missing.
     std::shared_ptr<PlanState> get(Runtime& runtime, const AttentionSpec& spec);
+    // Forgets every plan (plans in use stay alive with their users): the tuner's new table decides
+    // the next ones.
+    void clear();
 
 private:
     std::mutex mutex_;

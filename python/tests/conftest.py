@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+# The tests expect the tuning functions' own choices: a table `vk-attn tune` left here is ignored.
+os.environ.setdefault("VKATTN_TUNING", "off")
 
 import vkattn  # noqa: E402
 

@@ -953,6 +953,30 @@ TEST_CASE("cli check: passes on this device", "[cli]") {
     CHECK_THAT(bad.err, Catch::Contains("--impl"));
 }
 
+TEST_CASE("cli tune: the winners written beside the pipeline cache, then chosen by bench", "[cli][tuner]") {
+    const Workdir dir;
+    // The suite turns tables off (VKATTN_TUNING=off in its environment): these commands turn them on.
+    const std::string program = "VKATTN_TUNING=on XDG_CACHE_HOME=" + dir.path.string() + " " + VK_ATTN_PATH;
+    const Result tuned = vk_attn_with(program, "tune --quick --variants flash-streamed,split-flash-streamed --warmup 0 --repeat 1");
+    INFO(tuned.out << tuned.err);
+    REQUIRE(tuned.status == 0);
+    CHECK_THAT(tuned.out, Catch::Contains("flash-streamed") && Catch::Contains("*") && Catch::Contains("table: "));
+    CHECK_FALSE(fs::is_empty(dir.path / "vkattn"));
+    // A decode point in the quick grid's decode bucket (512 keys) runs the winner.
+    const Result point = vk_attn_with(program, "bench --seq 1 --kv-seq 500 --heads 8 --kv-heads 2 --dim 64 --causal "
+                                               "--repeat 1 --warmup 0 --json");
+    INFO(point.out << point.err);
+    CHECK(point.status == 0);
+    CHECK_THAT(point.out, Catch::Contains("\"chosen_by\":\"tuning\""));
+    const Result off = vk_attn_with("VKATTN_TUNING=off XDG_CACHE_HOME=" + dir.path.string() + " " + VK_ATTN_PATH,
+                                    "bench --seq 1 --kv-seq 500 --heads 8 --kv-heads 2 --dim 64 --causal --repeat 1 "
+                                    "--warmup 0 --json");
+    CHECK_THAT(off.out, Catch::Contains("\"chosen_by\":\"heuristics\""));
+    const Result bad = vk_attn_with(program, "tune --quick --variants nope");
+    CHECK(bad.status == 1);
+    CHECK_THAT(bad.err, Catch::Contains("variants"));
+}
+
 TEST_CASE("cli check --variants and bench --variant: the catalogue's kernel variants forced by name", "[cli]") {
     // Two variants of the GPU kernels over the check matrix, each on its own path.
     const Result r = vk_attn("check --variants split-decode,tile --dtype f32");

@@ -466,6 +466,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             r.add("rel_l2_err", validation->relative_error);
             r.add("valid", validation->ok);
         }
+        r.add("chosen_by", report.chosen_by);
         r.add("variant", report.variant);
         printer.print(r);
         plotted.push_back(r);

@@ -15,5 +15,6 @@ Action add_run(CLI::App& app);
 Action add_check(CLI::App& app);
 Action add_mha(CLI::App& app);
 Action add_decode(CLI::App& app);
+Action add_tune(CLI::App& app);
 
 }  // namespace vkattn::tool

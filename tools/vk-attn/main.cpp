@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
         bind(vkattn::tool::add_mha(*mha), mha);
         auto* check = app.add_subcommand("check", "Self-test every path and dtype against the CPU reference");
         bind(vkattn::tool::add_check(*check), check);
+        auto* tune = app.add_subcommand("tune", "Time every kernel variant on this device and keep the fastest for later calls");
+        bind(vkattn::tool::add_tune(*tune), tune);
         auto* devices = app.add_subcommand("devices", "List Vulkan devices and the default choice");
         bind(vkattn::tool::add_devices(*devices), devices);
     }

@@ -159,6 +159,9 @@ struct AttentionReport {
     std::uint64_t device_bytes = 0;  // device memory allocated for the call
     double flops = 0.0;  // useful flops: 2·(Dk + Dv) per visible (query, key) pair of the
                          // structural mask (key lengths, causal, window; not the bool mask)
+    // Where the path and variant came from: "caller" (impl or a knob forced), "tuning" (the context's
+    // measured table: vk-attn tune) or "heuristics" (the tuning functions' rules).
+    std::string chosen_by;
 };
 
 // Runs attention on host data: uploads, one dispatch chain, downloads. Throws InvalidArgument before

@@ -15,4 +15,5 @@
 #include "vkattn/quantize.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/tensor.hpp"
+#include "vkattn/tune.hpp"
 #include "vkattn/variants.hpp"

@@ -1,0 +1,52 @@
+// The tuner (issue #32): times every catalogued variant (vkattn/variants.hpp) that can run each shape
+// of a grid on this context's device, keeps the fastest per bucket of problems, writes the winners
+// beside the pipeline cache (one table per device UUID and driver) and uses them from then on: a call
+// that forces nothing runs its bucket's winner, and its report says chosen_by "tuning". Another
+// device's or driver's table is ignored; VKATTN_TUNING=off ignores every table (the heuristics
+// alone). `vk-attn tune` is its command.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vkattn/attention.hpp"
+#include "vkattn/context.hpp"
+
+namespace vkattn {
+
+struct TuneShape {
+    std::int64_t B = 1, Hq = 8, Hkv = 8, Nq = 1024, Nkv = 1024, D = 64;
+    DType dtype = DType::f32;  // q's, o's, k's and v's
+    bool causal = false;       // bottom-right
+    std::string describe() const;
+};
+
+// The default grid: decode steps (Hq 32, Hkv 8, Nq 1, 4,096 and 32,768 keys) and prefill (H 32,
+// N 1,024 and 4,096, causal or not), at D 64 and 128, in f32 and (where the device stores it) f16.
+// Sized for GPUs; a CPU device takes minutes per shape.
+std::vector<TuneShape> default_tune_grid(const Context& context);
+
+struct TuneOptions {
+    std::vector<TuneShape> shapes;  // empty: default_tune_grid
+    std::vector<std::string> variants;  // the catalogued variants to time (empty: all of them)
+    int warmup = 2, repeat = 5;     // untimed runs, then timed ones (the median counts)
+    bool save = true;               // write the table (merged into this device's) and use it from now on
+};
+
+struct TuneResult {
+    TuneShape shape;
+    std::string bucket;  // the problems that share its winner
+    std::vector<std::pair<std::string, double>> timings;  // variant, median GPU ms (those that ran)
+    std::string winner;
+};
+
+struct TuneReport {
+    std::vector<TuneResult> results;
+    std::string table_file;  // where the table was written (empty: not saved, or no cache directory)
+};
+
+TuneReport tune(Context& context, const TuneOptions& options = {});
+
+}  // namespace vkattn

@@ -1,0 +1,116 @@
+// The tuner (vkattn/tune.hpp): it times the catalogue's variants on this device, writes the winners
+// beside the pipeline cache, and contexts on this device then run a bucket's winner for calls that
+// force nothing; a table of another device or driver, or VKATTN_TUNING=off, leaves the heuristics.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "support/gpu_context.hpp"
+#include "vkattn/testing/attention_case.hpp"
+#include "vkattn/tune.hpp"
+#include "vkattn/variants.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+
+namespace {
+
+// VKATTN_TUNING set for the scope (the suite's main turns it off).
+struct TuningMode {
+    explicit TuningMode(const char* mode) { ::setenv("VKATTN_TUNING", mode, 1); }
+    ~TuningMode() { ::setenv("VKATTN_TUNING", "off", 1); }
+};
+
+struct CacheDir {
+    std::filesystem::path path = std::filesystem::temp_directory_path() / ("vkattn-tuner-" + std::to_string(::getpid()));
+    CacheDir() { std::filesystem::remove_all(path); }
+    ~CacheDir() { std::filesystem::remove_all(path); }
+};
+
+ContextOptions options_in(const CacheDir& dir) {
+    ContextOptions o = test_context_options();
+    o.pipeline_cache_dir = dir.path.string();
+    return o;
+}
+
+// A call of the tuned shape (bucket-mates: 400 keys is in 512's bucket), run and checked.
+AttentionReport run_decode(Context& ctx, Impl impl = Impl::automatic) {
+    testing::Case c;
+    c.Hq = 8;
+    c.Hkv = 2;
+    c.Nq = 1;
+    c.Nkv = 400;
+    c.Dk = c.Dv = 64;
+    c.causal = Causal::bottom_right;
+    c.weights = false;
+    c.impl = impl;
+    const testing::CaseResult r = testing::run_case(ctx, c, 5);
+    INFO(r.message);
+    CHECK(r.ok);
+    CHECK(take_validation_messages(ctx).empty());
+    return r.report;
+}
+
+const TuneShape kDecode{.B = 1, .Hq = 8, .Hkv = 2, .Nq = 1, .Nkv = 512, .D = 64, .causal = true};
+
+}  // namespace
+
+TEST_CASE("tuner: the winners are written, loaded by the next context and run", "[gpu][tuner]") {
+    const TuningMode on("on");
+    const CacheDir dir;
+    // The tuning's heuristics pick flash.comp here (CPU) or the decode kernel (GPUs); the tuner is
+    // offered two others, so whichever wins, the tuned call differs from the heuristic one.
+    const std::vector<std::string> offered{"split-flash-staged", "flash-words"};
+    TuneReport report;
+    {
+        Context ctx(options_in(dir));
+        CHECK(run_decode(ctx).chosen_by == "heuristics");  // no table yet
+        report = tune(ctx, {.shapes = {kDecode}, .variants = offered, .warmup = 0, .repeat = 2});
+        REQUIRE(report.results.size() == 1);
+        const TuneResult& r = report.results[0];
+        CHECK(r.timings.size() == 2);
+        CHECK((r.winner == offered[0] || r.winner == offered[1]));
+        CHECK(std::filesystem::exists(report.table_file));
+        CHECK_THAT(report.table_file, Catch::Contains(ctx.device().uuid));
+        // The tuning context uses its table at once.
+        const AttentionReport tuned = run_decode(ctx);
+        CHECK(tuned.chosen_by == "tuning");
+        CHECK(tuned.path == find_kernel_variant(r.winner)->impl);
+    }
+    const std::string winner = report.results[0].winner;
+    {
+        Context ctx(options_in(dir));  // a new context finds the table beside the pipeline cache
+        const AttentionReport tuned = run_decode(ctx);
+        CHECK(tuned.chosen_by == "tuning");
+        CHECK(tuned.path == find_kernel_variant(winner)->impl);
+        CHECK(run_decode(ctx, Impl::fused).chosen_by == "caller");  // a forced path is the caller's
+        // Another bucket (a prefill) has no winner: the heuristics.
+        testing::Case prefill;
+        prefill.Nq = prefill.Nkv = 100;
+        prefill.Dk = prefill.Dv = 32;
+        CHECK(testing::run_case(ctx, prefill, 6).report.chosen_by == "heuristics");
+    }
+    {
+        const TuningMode off("off");
+        Context ctx(options_in(dir));
+        CHECK(run_decode(ctx).chosen_by == "heuristics");
+    }
+}
+
+TEST_CASE("tuner: a table of another driver is ignored, and bad requests are refused", "[gpu][tuner]") {
+    const TuningMode on("on");
+    const CacheDir dir;
+    Context probe(options_in(dir));
+    const std::filesystem::path file = dir.path / ("tuning-" + probe.device().uuid + ".txt");
+    std::filesystem::create_directories(dir.path);
+    std::ofstream(file) << "vkattn tuning table 1\ndevice " << probe.device().uuid << "\ndriver another driver\n"
+                        << "q=f32 k=f32 v=f32 dk=64 dv=64 causal=1 group=8 rows=8 keys=512\tflash-words\t0.1\n";
+    Context ctx(options_in(dir));
+    CHECK(run_decode(ctx).chosen_by == "heuristics");
+    CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .variants = {"nope"}}), Catch::Contains("variants"));
+    CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .repeat = 0}), Catch::Contains("repeat"));
+}
