@@ -147,12 +147,7 @@ TEST_CASE("fused: the staged and streamed K/V variants over every feature", "[gp
     const DType dtype = GENERATE(DType::f32, DType::f16);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     const int features = GENERATE(range(0, kFusedFeatureSets));
-    Case c;
-    c.B = 2;
-    c.Hq = 6;
-    c.Hkv = 2;
-    c.Nq = 37;
-    c.Nkv = 150;
+    Case c = fused_feature_case();
     c.Dk = dk;
     c.Dv = dv;
     c.dtype = dtype;

@@ -18,12 +18,7 @@ using testing::Case;
 namespace {
 
 Case tile_case(Impl impl, DType dtype) {
-    Case c;
-    c.B = 2;
-    c.Hq = 6;
-    c.Hkv = 2;
-    c.Nq = 37;
-    c.Nkv = 150;
+    Case c = fused_feature_case();
     c.dtype = dtype;
     c.weights = false;
     c.impl = impl;

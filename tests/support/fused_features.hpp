@@ -12,6 +12,17 @@ namespace vkattn::test {
 
 constexpr int kFusedFeatureSets = 4;
 
+// The shape the feature sets' masks are built for.
+inline testing::Case fused_feature_case() {
+    testing::Case c;
+    c.B = 2;
+    c.Hq = 6;
+    c.Hkv = 2;
+    c.Nq = 37;
+    c.Nkv = 150;
+    return c;
+}
+
 inline void apply_fused_features(testing::Case& c, int features) {
     switch (features) {
     case 0: c.causal = Causal::bottom_right; break;
