@@ -104,6 +104,14 @@ std::string to_string(FusedKernel kernel) {
     return "unknown fused kernel " + std::to_string(static_cast<int>(kernel));
 }
 
+std::string to_string(GemmKernel kernel) {
+    switch (kernel) {
+        case GemmKernel::blocks: return "blocks";
+        case GemmKernel::tile: return "tile";
+    }
+    return "unknown gemm kernel " + std::to_string(static_cast<int>(kernel));
+}
+
 std::string to_string(LogitsStage stage) {
     switch (stage) {
         case LogitsStage::scaled: return "scaled";

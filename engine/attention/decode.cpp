@@ -1,6 +1,7 @@
 #include "attention/decode.hpp"
 
 #include "attention/tuning.hpp"
+#include "vkattn/errors.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -25,7 +26,8 @@ std::uint32_t decode_chunk_elements(DType t) {
     return 16;  // fp8's 16 bytes, half of a ggml block
 }
 
-DecodeLayout choose_decode_layout(std::uint32_t subgroup, std::uint32_t rows, const Problem& p) {
+DecodeLayout choose_decode_layout(std::uint32_t subgroup, std::uint32_t rows, const Problem& p,
+                                  std::optional<std::uint32_t> lanes_per_key) {
     DecodeLayout d;
     // Per lane: Q and O hold rows × elements floats each (docs/design/GPU_KERNELS.md: 4 rows × 16
     // = 64 registers apiece, so that 4 workgroups of 128 fit an SM's 64K registers).
@@ -33,6 +35,13 @@ DecodeLayout choose_decode_layout(std::uint32_t subgroup, std::uint32_t rows, co
     const std::int64_t widest = std::max(p.Dk, p.Dv);
     const auto wanted = std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(1, (widest + per_lane - 1) / per_lane)));
     d.lanes_per_key = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(wanted, 1, subgroup));
+    if (lanes_per_key) {
+        if (!std::has_single_bit(*lanes_per_key) || *lanes_per_key > subgroup)
+            throw InvalidArgument("variant.decode_lanes_per_key",
+                                  std::to_string(*lanes_per_key) + " lanes per key; the decode kernel takes a power of two up to "
+                                  "the subgroup's " + std::to_string(subgroup) + " lanes.");
+        d.lanes_per_key = *lanes_per_key;
+    }
     // Two keys per key slot: with D = 128 f16, 4 uvec4 loads of K and V per key, 8 in flight per lane
     // (128 bytes; 16 KiB per workgroup of 128).
     d.keys_per_lane = 2;
@@ -75,7 +84,8 @@ bool decode_wide_pool(const TensorDesc& desc, const PagedKv& paged, DType t, std
            (paged.row_units * row) % c == 0 && desc.stride[1] % c == 0 && desc.origin[3] % c == 0;
 }
 
-std::optional<FusedConfig> decode_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, std::string* why) {
+std::optional<FusedConfig> decode_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p,
+                                         const VariantOverrides& overrides, std::string* why) {
     // Four subgroups: a step of D = 128 f16 then keeps 16 KiB of loads in flight per workgroup, and
     // 4 workgroups per SM hold the ~22 KB an H200 needs in flight (docs/design/GPU_KERNELS.md).
     c.subgroups = 4;
@@ -86,7 +96,7 @@ std::optional<FusedConfig> decode_config(FusedConfig c, const vk::DeviceCaps& ca
     c.staged = false;
     c.texel = c.texel_words = false;  // storage buffers: 16-byte loads where rows allow
     c.column_passes = 1;              // a lane's O chunks cover Dv
-    c.decode = choose_decode_layout(c.subgroup, c.rows, p);
+    c.decode = choose_decode_layout(c.subgroup, c.rows, p, overrides.decode_lanes_per_key);
     while (decode_shared_bytes(*c.decode, c.subgroups, p.v_dtype) > caps.max_shared_bytes && c.subgroups > 1) c.subgroups /= 2;
     if (decode_shared_bytes(*c.decode, c.subgroups, p.v_dtype) > caps.max_shared_bytes) {
         if (why) *why = "the decode kernel needs " + std::to_string(decode_shared_bytes(*c.decode, 1, p.v_dtype)) +

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "attention/params.hpp"
@@ -28,7 +29,10 @@ std::uint32_t decode_chunk_elements(DType t);
 // The layout for `rows` query rows per workgroup on subgroups of `subgroup` lanes: lanes per key so
 // that each lane holds about 16 elements of a row (8 with more than 4 rows, so that Q and O stay
 // near 64 registers each per lane), and the chunks that covers.
-DecodeLayout choose_decode_layout(std::uint32_t subgroup, std::uint32_t rows, const Problem& problem);
+// `lanes_per_key` forces LPK (VariantOverrides::decode_lanes_per_key; InvalidArgument naming it where
+// it is no power of two up to the subgroup).
+DecodeLayout choose_decode_layout(std::uint32_t subgroup, std::uint32_t rows, const Problem& problem,
+                                  std::optional<std::uint32_t> lanes_per_key = std::nullopt);
 
 // Keys one workgroup step covers: subgroups · (subgroup / LPK) key slots · KPL.
 std::uint32_t decode_step_keys(const DecodeLayout& layout, std::uint32_t subgroup, std::uint32_t subgroups);

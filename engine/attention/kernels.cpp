@@ -8,7 +8,7 @@
 namespace vkattn::detail {
 namespace {
 
-// bmm.comp's constant_ids.
+// bmm.comp's constant_ids (bmm_tile.comp shares those it has).
 enum BmmConstant : std::uint32_t {
     kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType, kATransposed
 };
@@ -50,22 +50,26 @@ std::uint32_t shader_type_code(DType t) {
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form, DType a, DType b, DType out,
                              BmmAdd add) {
     if (c.texel) check_texel_inputs({a, b});
-    if (form == BmmForm::at_b && (c.shared_tiles || c.tm % 4 != 0))
+    if (c.tile && (c.texel || c.shared_tiles || c.tm != 8 || c.tn4 != 2))
+        throw Error("internal: bmm_tile.comp reads words into its own shared slices, 8x8 outputs per invocation.");
+    if (!c.tile && form == BmmForm::at_b && (c.shared_tiles || c.tm % 4 != 0))
         throw Error("internal: bmm.comp reads a transposed A without shared tiles, 4·k rows per invocation.");
+    const std::string shader = c.tile ? "bmm_tile_c" : c.texel ? "bmm_texel_c" : "bmm_words_c";
     vk::KernelKey key{
-        .shader = std::string(c.texel ? "bmm_texel_c" : "bmm_words_c") + out_suffix(out),
+        .shader = shader + out_suffix(out),
         .constants = {
             {.id = kWorkgroup, .value = c.wg_m * c.wg_n},
             {.id = kWgM, .value = c.wg_m},
             {.id = kWgN, .value = c.wg_n},
-            {.id = kTm, .value = c.tm},
-            {.id = kTn4, .value = c.tn4},
             {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
             {.id = kATransposed, .value = form == BmmForm::at_b ? 1u : 0u},
-            {.id = kSharedTiles, .value = c.shared_tiles ? 1u : 0u},
             {.id = kKs4, .value = c.ks4},
             {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
         }};
+    if (!c.tile)  // bmm_tile.comp's micro-tile is fixed
+        key.constants.insert(key.constants.end(), {{.id = kTm, .value = c.tm},
+                                                   {.id = kTn4, .value = c.tn4},
+                                                   {.id = kSharedTiles, .value = c.shared_tiles ? 1u : 0u}});
     if (!c.texel)
         key.constants.insert(key.constants.end(), {{.id = kAType, .value = shader_type_code(a)},
                                                    {.id = kBType, .value = shader_type_code(b)}});

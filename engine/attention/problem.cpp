@@ -521,6 +521,12 @@ std::string AttentionSpec::key() const {
     }
     put(opt.variant.fused_kernel.has_value());
     put(opt.variant.fused_kernel.value_or(FusedKernel::flash));
+    put(opt.variant.gemm_kernel.has_value());
+    put(opt.variant.gemm_kernel.value_or(GemmKernel::blocks));
+    for (const auto* knob : {&opt.variant.tile_rows, &opt.variant.tile_keys, &opt.variant.decode_lanes_per_key}) {
+        put(knob->has_value());
+        put(knob->value_or(0));
+    }
     put(opt.splits);
     put(opt.logits_stage);
     for (const std::int64_t x : {opt.block.batch, opt.block.head, opt.block.query, opt.block.key, opt.block.queries,

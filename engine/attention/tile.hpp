@@ -33,9 +33,11 @@ struct TileLayout {
 // The layout for subgroups of `subgroup` lanes: 8 key groups of 8 keys (64-key tiles), 4 rows per
 // lane, and as many subgroups as make 64 rows (fewer where the device's invocations or shared memory
 // are short); columns per pass: Dv rounded up to a V chunk, at most 128 (O stays at 64 registers).
-// Returns the subgroups through `subgroups` (the caller's count is the upper bound).
+// Returns the subgroups through `subgroups` (the caller's count is the upper bound, except for a
+// forced tile_rows). overrides.tile_rows and tile_keys force Br and Bc (InvalidArgument naming them
+// where the device cannot take them; only Q and K's chunk of dimensions then shrinks to fit).
 TileLayout choose_tile_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
-                              const Problem& problem);
+                              const Problem& problem, const VariantOverrides& overrides = {});
 
 // Loop back-edges one key tile of flash_tile.comp may take (lavapipe counts them).
 std::int64_t tile_loops_per_tile(const TileLayout& layout, std::uint32_t subgroup, std::uint32_t subgroups,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -20,12 +21,35 @@ bool texel_supported(const vk::DeviceCaps& caps, DType dtype) {
     return false;
 }
 
+// A GPU SGEMM's tiling (bmm_tile.comp): 16×16 invocations of 8×8 outputs, a 128×128 tile per
+// workgroup, K in slices of 8. Per k an invocation reads 4 vec4s from shared memory for 64 FMAs;
+// ~110 registers (64 accumulators, 16 operands, 8 prefetched) leave two workgroups per 64K-register
+// SM. Devices with fewer than 256 invocations or too little shared memory get 8×8 invocations
+// (64×64 tiles); none where even those do not fit (below Vulkan's 16 KiB minimum).
+std::optional<BmmConfig> tile_bmm(const vk::DeviceCaps& caps) {
+    BmmConfig c;
+    c.tile = true;
+    c.wg_m = c.wg_n = 16;
+    c.tm = 8;
+    c.tn4 = 2;
+    c.ks4 = 2;
+    if (caps.max_workgroup_invocations < 256 || c.shared_bytes() > caps.max_shared_bytes) c.wg_m = c.wg_n = 8;
+    if (c.shared_bytes() > caps.max_shared_bytes) return std::nullopt;
+    return c;
+}
+
 BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverrides& overrides) {
+    // shared_tiles and a forced texel_loads are bmm.comp's knobs: setting one asks for it.
+    const bool blocks_asked = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
+    const GemmKernel chosen = is_cpu(caps) || blocks_asked ? GemmKernel::blocks : GemmKernel::tile;
+    if (overrides.gemm_kernel.value_or(chosen) == GemmKernel::tile)
+        if (const std::optional<BmmConfig> tile = tile_bmm(caps)) return *tile;  // else bmm.comp (describe() says)
     BmmConfig c;
     c.texel = texel;
     // CPU devices (lavapipe): every shared-memory access is a scalar loop over the lanes and
     // barrier() is a coroutine switch, so registers fed by texel loads win (LAVAPIPE.md: 25-40 vs
-    // 8-14 GFLOP/s). GPUs: staging K-slices in shared memory saves global bandwidth.
+    // 8-14 GFLOP/s). GPUs that ask for bmm.comp: staging K-slices in shared memory saves global
+    // bandwidth.
     c.shared_tiles = overrides.shared_tiles.value_or(!is_cpu(caps));
     if (is_cpu(caps)) {
         // 8×8 outputs per invocation, 64 invocations: each vec4 load feeds 32 FMAs, and 64
@@ -44,15 +68,15 @@ BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverride
     }
     c.ks4 = 4;
     // Shared tiles must fit the device: (rows + columns) · ks4 vec4s.
-    while (c.shared_tiles && (c.block_rows() + c.block_cols()) * c.ks4 * 16 > caps.max_shared_bytes && c.ks4 > 1)
-        c.ks4 /= 2;
-    if ((c.block_rows() + c.block_cols()) * c.ks4 * 16 > caps.max_shared_bytes) c.shared_tiles = false;  // too small
+    while (c.shared_bytes() > caps.max_shared_bytes && c.ks4 > 1) c.ks4 /= 2;
+    if (c.shared_bytes() > caps.max_shared_bytes) c.shared_tiles = false;  // too small
     return c;
 }
 
 // bmm.comp reads a transposed A as an outer product: TM (a multiple of 4) consecutive rows per
 // vec4 load, never through shared tiles.
 BmmConfig transposed_a(BmmConfig c) {
+    if (c.tile) return c;  // bmm_tile.comp stages Aᵀ's rows as they lie
     c.shared_tiles = false;
     c.tm = std::max<std::uint32_t>(4, c.tm / 4 * 4);
     return c;
@@ -65,7 +89,13 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
            strides[2] % 4 == 0;
 }
 
+std::uint64_t BmmConfig::shared_bytes() const {
+    if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
+    return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
+}
+
 std::string BmmConfig::describe() const {
+    if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
     return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);
 }
@@ -235,13 +265,13 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     const FusedKernel kernel = overrides.fused_kernel.value_or(chosen);
     if (kernel == FusedKernel::decode) {
         std::string why_not;
-        auto decode = decode_config(c, caps, p, &why_not);
+        auto decode = decode_config(c, caps, p, overrides, &why_not);
         if (decode) return decode;
         if (overrides.fused_kernel == FusedKernel::decode) return refuse(why_not);
     }
     if (kernel == FusedKernel::tile) {
         std::string why_not;
-        auto tile = tile_config(c, caps, p, &why_not);
+        auto tile = tile_config(c, caps, p, overrides, &why_not);
         if (tile) return tile;
         if (overrides.fused_kernel == FusedKernel::tile) return refuse(why_not);
     }
@@ -392,6 +422,7 @@ UnfusedBackwardConfig choose_unfused_backward(const vk::DeviceCaps& caps, const 
               texel_supported(caps, p.k_dtype) && texel_supported(caps, p.v_dtype) && texel_aligned(q_strides, p.Dk) &&
               texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv) && texel_aligned(grad_out_strides, p.Dv);
     c.scores = base_bmm(caps, c.texel, overrides);
+    c.texel = c.scores.texel;  // bmm_tile.comp reads words
     c.dq = c.scores;
     c.dkv = transposed_a(c.scores);
     return c;

@@ -16,6 +16,10 @@
 namespace vkattn::detail {
 
 struct BmmConfig {
+    // bmm_tile.comp (GemmKernel::tile): wg_m × wg_n invocations of 8×8 outputs (tm = 8, tn4 = 2),
+    // K slices of 4·ks4 double-buffered in shared memory; word loads. The two fields below are then
+    // false. Otherwise bmm.comp.
+    bool tile = false;
     bool texel = false;         // texel-buffer vec4 loads (else scalar SSBO loads)
     bool shared_tiles = false;  // K-slices staged through shared memory
     std::uint32_t wg_m = 8, wg_n = 8;  // invocations per workgroup along rows and columns
@@ -23,6 +27,10 @@ struct BmmConfig {
     std::uint32_t ks4 = 4;             // vec4s of K per shared tile
     std::uint32_t block_rows() const { return wg_m * tm; }
     std::uint32_t block_cols() const { return wg_n * 4 * tn4; }
+    // Shared memory the kernel declares: bmm_tile.comp's two buffers of 4·ks4 k-rows of A's and
+    // B's tiles, each row block/4 + 1 vec4s (the pitch that keeps its transposing stores off bank
+    // conflicts); bmm.comp's one K-slice of both tiles, or none.
+    std::uint64_t shared_bytes() const;
     std::string describe() const;
 };
 
@@ -93,15 +101,17 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
 
 // `base` (choose_fused's) turned into the GPU prefill kernel's config (attention/tile.cpp): words from
 // storage buffers, as many column passes as OC columns need. Empty with the reason in *why where its
-// smallest tiles do not fit the device's shared memory.
+// smallest tiles do not fit the device's shared memory; overrides.tile_rows/tile_keys force its tile
+// (choose_tile_layout).
 std::optional<FusedConfig> tile_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
-                                       std::string* why);
+                                       const VariantOverrides& overrides, std::string* why);
 
 // `base` (choose_fused's) turned into the GPU decode kernel's config for this problem
 // (attention/decode.cpp): 4 subgroups where the device allows, rows fitted to the unit's, words
-// from storage buffers. Empty with the reason in *why when the device cannot run it.
+// from storage buffers. Empty with the reason in *why when the device cannot run it;
+// overrides.decode_lanes_per_key forces its lanes per key.
 std::optional<FusedConfig> decode_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
-                                         std::string* why);
+                                         const VariantOverrides& overrides, std::string* why);
 
 // The backward kernels (flash_bwd_q.comp, flash_bwd_kv.comp; docs/design/TRAINING.md): flash.comp's
 // streamed layout, reading words (any float type).

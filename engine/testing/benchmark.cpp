@@ -56,7 +56,7 @@ std::vector<double> timed_runs(detail::Runtime& runtime, int warmup, int repeat,
 }  // namespace
 
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup, int repeat,
-                          bool validate) {
+                          bool validate, const VariantOverrides& overrides) {
     if (m < 1 || n < 1 || k < 1) throw InvalidArgument("gemm", "m, n and k must be at least 1.");
     if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
@@ -75,7 +75,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     for (auto& x : a) x = dist(rng);
     for (auto& x : b) x = dist(rng);
 
-    const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, {});
+    const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, overrides);
     const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, DType::f32, DType::f32, DType::f32);
     auto flat = [&](std::int64_t count, const std::string& what) {
         return detail::own_dense(runtime, DType::f32, {1, 1, 1, count}, what);

@@ -7,7 +7,10 @@ const std::vector<KernelVariant>& kernel_variants() {
         {"unfused-registers", Impl::unfused, {.shared_tiles = false},
          "three stages; bmm.comp's register blocks fed straight from texel or word loads"},
         {"unfused-shared", Impl::unfused, {.shared_tiles = true}, "three stages; bmm.comp's K-slices staged in shared memory"},
-        {"unfused-words", Impl::unfused, {.texel_loads = false}, "three stages; storage-buffer word loads"},
+        {"unfused-words", Impl::unfused, {.texel_loads = false, .gemm_kernel = GemmKernel::blocks},
+         "three stages; bmm.comp's storage-buffer word loads"},
+        {"unfused-tile", Impl::unfused, {.gemm_kernel = GemmKernel::tile},
+         "three stages; bmm_tile.comp's 128x128 tiles and 8x8 micro-tiles (the GPUs' products)"},
         {"unfused-shared-tree", Impl::unfused, {.subgroup_ops = false}, "three stages; the softmax's shared-memory reductions"},
         {"flash-streamed", Impl::fused, {.shared_tiles = false, .fused_kernel = FusedKernel::flash},
          "flash.comp, K/V streamed by each subgroup (the CPU devices' layout)"},
@@ -16,13 +19,27 @@ const std::vector<KernelVariant>& kernel_variants() {
         {"flash-words", Impl::fused, {.texel_loads = false, .shared_tiles = false, .fused_kernel = FusedKernel::flash},
          "flash.comp streamed, storage-buffer word loads"},
         {"tile", Impl::fused, {.fused_kernel = FusedKernel::tile},
-         "flash_tile.comp: FlashAttention-2's tiles and register micro-tiles (the GPUs' prefill)"},
+         "flash_tile.comp: FlashAttention-2's tiles and register micro-tiles (the GPUs' prefill), 64 rows x 64 keys"},
+        // The tile's other shapes (FlashAttention-2's Br 32-128, Bc 32-64), for the tuner: fewer
+        // rows fill more SMs at short prompts; more rows read each K/V tile for more of them.
+        {"tile-32x64", Impl::fused, {.fused_kernel = FusedKernel::tile, .tile_rows = 32, .tile_keys = 64},
+         "flash_tile.comp with 32-row, 64-key tiles"},
+        {"tile-64x32", Impl::fused, {.fused_kernel = FusedKernel::tile, .tile_rows = 64, .tile_keys = 32},
+         "flash_tile.comp with 64-row, 32-key tiles"},
+        {"tile-128x32", Impl::fused, {.fused_kernel = FusedKernel::tile, .tile_rows = 128, .tile_keys = 32},
+         "flash_tile.comp with 128-row, 32-key tiles (twice the rows per K/V tile read)"},
         {"split-flash-streamed", Impl::split, {.shared_tiles = false, .fused_kernel = FusedKernel::flash},
          "split-KV over flash.comp streamed, merged by combine.comp"},
         {"split-flash-staged", Impl::split, {.shared_tiles = true, .fused_kernel = FusedKernel::flash},
          "split-KV over flash.comp staged"},
         {"split-decode", Impl::split, {.fused_kernel = FusedKernel::decode},
          "flash_decode.comp: split-KV, several lanes per key, K/V read once per group (the GPUs' decode)"},
+        // Its lanes per key around the heuristics' 8 at D = 128: 4 holds twice the keys in flight
+        // per subgroup, 16 halves each lane's registers.
+        {"split-decode-lpk4", Impl::split, {.fused_kernel = FusedKernel::decode, .decode_lanes_per_key = 4},
+         "flash_decode.comp with 4 lanes per key"},
+        {"split-decode-lpk16", Impl::split, {.fused_kernel = FusedKernel::decode, .decode_lanes_per_key = 16},
+         "flash_decode.comp with 16 lanes per key (subgroups of 16 lanes or more)"},
         {"split-tile", Impl::split, {.fused_kernel = FusedKernel::tile}, "split-KV over flash_tile.comp"},
     };
     return all;

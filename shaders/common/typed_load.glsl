@@ -80,7 +80,7 @@ vec4 TL_NAME(uint index, uint valid) {
         vec4 v;
         if (TL_TYPE == TYPE_BF16) v = uintBitsToFloat(h << 16);
         else v = vec4(unpackHalf2x16(h.x).x, unpackHalf2x16(h.y).x, unpackHalf2x16(h.z).x, unpackHalf2x16(h.w).x);
-        [[unroll]] for (uint c = 1u; c < 4u; ++c)
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)
             if (c >= valid) v[c] = 0.0;
         return v;
     }

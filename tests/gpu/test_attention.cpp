@@ -109,6 +109,29 @@ TEST_CASE("unfused: every kernel variant in both dtypes", "[gpu][unfused][varian
                                                                                     : "softmax[shared-tree]"));
 }
 
+TEST_CASE("unfused: bmm_tile.comp's products forced, with masks, GQA and every storage", "[gpu][unfused][variants]") {
+    // The GPUs' products on any device: 128x128 tiles over shapes that fill none, both stages.
+    const DType dtype = GENERATE(DType::f32, DType::f16, DType::bf16);
+    const auto [nq, nkv, dk, dv] = GENERATE(std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>{65, 69, 64, 40},
+                                            std::tuple{130, 140, 8, 72});
+    Case c;
+    c.B = 2;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = nq;
+    c.Nkv = nkv;
+    c.Dk = dk;
+    c.Dv = dv;
+    c.dtype = dtype;
+    c.causal = Causal::bottom_right;
+    c.kv_lengths = true;
+    c.float_mask_shape = std::vector<std::int64_t>{1, 4, nq, nkv};
+    c.impl = Impl::unfused;
+    c.variant = {.gemm_kernel = GemmKernel::tile};
+    const AttentionReport report = expect_pass(c);
+    CHECK_THAT(report.variant, Catch::Contains("scores[tile ") && Catch::Contains("output[tile "));
+}
+
 TEST_CASE("unfused: scores of magnitude 1e4 stay finite and exact", "[gpu][unfused][numerics]") {
     Case c;
     c.B = 1;

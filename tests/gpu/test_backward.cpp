@@ -336,6 +336,22 @@ TEST_CASE("gpu backward unfused: awkward shapes, f16, bf16 and mixed k/v types",
                  testing::gradient_tolerance_for(DType::bf16));
 }
 
+TEST_CASE("gpu backward unfused: bmm_tile.comp's products forced (all five, Aᵀ·B included)", "[gpu][backward][unfused]") {
+    // The GPUs' products on any device, over shapes off their 128x128 tiles.
+    unsigned seed = 9100;
+    for (const DType dtype : {DType::f32, DType::f16}) {
+        BackwardCase c;
+        c.name = "gemm tile forced";
+        c.B = 1, c.Hq = 4, c.Hkv = 2, c.Nq = 70, c.Nkv = 133, c.Dk = 40, c.Dv = 24;
+        c.dtype = dtype;
+        c.options.impl = Impl::unfused;
+        c.options.causal = Causal::bottom_right;
+        c.options.variant.gemm_kernel = GemmKernel::tile;
+        c.sinks = true;
+        CHECK_THAT(check_case(c, seed++).variant, Catch::Contains("S,dP tile ") && Catch::Contains("dK,dV tile "));
+    }
+}
+
 TEST_CASE("gpu backward unfused: scores past one binding take row blocks, dK and dV summed over them",
           "[gpu][backward][unfused][slicing]") {
     BackwardCase c;

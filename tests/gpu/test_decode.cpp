@@ -178,3 +178,22 @@ TEST_CASE("decode kernel: the tuning's choice", "[gpu][decode][tuning]") {
     fused.variant.fused_kernel = FusedKernel::decode;
     CHECK_THROWS_WITH(testing::run_case(gpu_context(), fused, 1), Catch::Contains("split-KV only"));
 }
+
+TEST_CASE("decode kernel: lanes per key forced, each within the subgroup", "[gpu][decode][variants]") {
+    // The tuner's candidates around the heuristics' choice: the lane counts this device's subgroup
+    // holds, on a head that leaves part of a chunk, a q8_0 K and f16 V, ragged lengths.
+    const std::uint32_t subgroup = fused_config(decode_case(8, 2, 301, 72, DType::f32)).subgroup;
+    for (const std::uint32_t lpk : {2u, 4u, 16u}) {
+        if (lpk > subgroup) continue;
+        Case c = decode_case(8, 2, 301, 72, DType::f32);
+        c.k_dtype = DType::q8_0;
+        c.Dk = 64;
+        c.Dv = 72;
+        c.v_dtype = device_caps().fp16_storage ? DType::f16 : DType::f32;
+        c.causal = Causal::bottom_right;
+        c.kv_lengths = true;
+        c.variant.decode_lanes_per_key = lpk;
+        INFO("lanes per key " << lpk);
+        CHECK_THAT(expect_decode(c).variant, Catch::Contains(" lanes/key" + std::to_string(lpk) + " "));
+    }
+}

@@ -10,6 +10,7 @@
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
 #include "support/fused_features.hpp"
+#include "vkattn/variants.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
@@ -97,4 +98,21 @@ TEST_CASE("tile kernel: the tuning's choice", "[gpu][tile][tuning]") {
     // Asked for flash.comp's staging, the tuning keeps flash.comp.
     c.variant = {.shared_tiles = true};
     CHECK_FALSE(fused_config(c).tile);
+}
+
+TEST_CASE("tile kernel: the catalogue's other tile shapes, fused and split, with every feature", "[gpu][tile][variants]") {
+    // Each shape's rows and keys, forced as the tuner's candidates force them, over the feature sets
+    // at a shape that fills none of their tiles (one pipeline per shape and path).
+    const char* name = GENERATE("tile-32x64", "tile-64x32", "tile-128x32");
+    const VariantOverrides& shape = find_kernel_variant(name)->overrides;
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    for (int features = 0; features < kFusedFeatureSets; ++features) {
+        Case c = tile_case(impl, DType::f32);
+        c.variant = shape;
+        apply_fused_features(c, features);
+        INFO(name << ", features " << features);
+        const AttentionReport r = expect_tile(c);
+        CHECK_THAT(r.variant, Catch::Contains(" rows" + std::to_string(*shape.tile_rows) + " keys" +
+                                              std::to_string(*shape.tile_keys) + " "));
+    }
 }

@@ -129,3 +129,34 @@ TEST_CASE("decode tuning: 16-byte loads only where every row starts on 16 bytes"
     pool.stride[1] = pool.stride[3] = 36;
     CHECK_FALSE(decode_wide_pool(pool, paged, DType::f16, 0));
 }
+
+TEST_CASE("decode tuning: forced lanes per key are honoured up to the subgroup, refused by name past it",
+          "[unit][tuning][decode]") {
+    Problem p = problem(1, 32, 8, 1, 32768, 128, 96, DType::f16);
+    p.k_dtype = DType::q8_0;
+    p.v_dtype = DType::f16;
+    for (const vk::DeviceCaps& caps : all_devices()) {
+        const FusedConfig chosen = *fused_for(caps, p, {.fused_kernel = FusedKernel::decode});
+        for (const std::uint32_t lpk : {1u, 2u, 3u, 4u, 16u, 32u, 64u, 256u}) {
+            INFO(caps.name << " sg " << chosen.subgroup << " lanes/key " << lpk);
+            const VariantOverrides forced{.fused_kernel = FusedKernel::decode, .decode_lanes_per_key = lpk};
+            if (!std::has_single_bit(lpk) || lpk > chosen.subgroup) {
+                try {
+                    fused_for(caps, p, forced);
+                    FAIL("taken");
+                } catch (const InvalidArgument& e) {
+                    CHECK(e.argument() == "variant.decode_lanes_per_key");
+                    CHECK_THAT(e.what(), Catch::Contains("up to the subgroup's " + std::to_string(chosen.subgroup) + " lanes"));
+                }
+                continue;
+            }
+            const FusedConfig c = *fused_for(caps, p, forced);
+            REQUIRE(c.decode);
+            CHECK(c.decode->lanes_per_key == lpk);
+            // The chunks still cover both rows.
+            CHECK(std::int64_t{c.decode->k_chunks} * lpk * decode_chunk_elements(p.k_dtype) >= p.Dk);
+            CHECK(std::int64_t{c.decode->v_chunks} * lpk * decode_chunk_elements(p.v_dtype) >= p.Dv);
+            CHECK(decode_shared_bytes(*c.decode, c.subgroups, p.v_dtype) <= caps.max_shared_bytes);
+        }
+    }
+}

@@ -80,3 +80,66 @@ TEST_CASE("tile tuning: the loop budget counts every tile's loops", "[unit][tuni
         CHECK(tiles * tile_loops_per_tile(*c.tile, c.subgroup, c.subgroups, p) <= 65535);
     }
 }
+
+TEST_CASE("tile tuning: forced tiles are honoured where the device takes them, refused by name where not",
+          "[unit][tuning][tile]") {
+    const Problem p = problem(1, 8, 8, 300, 1000, 128, 128, DType::f16);
+    for (const vk::DeviceCaps& caps : all_devices()) {
+        const std::uint32_t sg = fused_for(caps, p, {.fused_kernel = FusedKernel::tile})->subgroup;  // the subgroup it runs on
+        const std::uint32_t kg = std::min<std::uint32_t>(8, sg), rows_per_subgroup = sg / kg * 4;
+        for (const std::uint32_t br : {16u, 32u, 48u, 64u, 128u, 256u})
+            for (const std::uint32_t bc : {16u, 32u, 64u, 128u}) {
+                INFO(caps.name << " sg " << sg << " Br " << br << " Bc " << bc);
+                const VariantOverrides forced{.fused_kernel = FusedKernel::tile, .tile_rows = br, .tile_keys = bc};
+                const bool rows_ok = br % rows_per_subgroup == 0 && br / rows_per_subgroup * sg <= caps.max_workgroup_invocations;
+                const bool keys_ok = bc == 4 * kg || bc == 8 * kg;
+                // The smallest chunk of Q and K dimensions (4) with P and a V chunk: what must fit.
+                const std::uint64_t least = 4ull * (4 * br + 4 * bc + bc * br + bc * 4 * kg) + 8;
+                if (!keys_ok) {
+                    CHECK_THROWS_WITH(fused_for(caps, p, forced), Catch::Contains("variant.tile_keys") || Catch::Contains("keys per tile"));
+                    continue;
+                }
+                if (!rows_ok) {
+                    CHECK_THROWS_WITH(fused_for(caps, p, forced), Catch::Contains("query rows per workgroup"));
+                    continue;
+                }
+                if (least > caps.max_shared_bytes) {
+                    CHECK_THROWS_WITH(fused_for(caps, p, forced), Catch::Contains("bytes of shared memory"));
+                    continue;
+                }
+                const FusedConfig c = *fused_for(caps, p, forced);
+                REQUIRE(c.tile);
+                CHECK(c.rows_per_workgroup() == br);
+                CHECK(c.key_block() == bc);
+                CHECK(c.tile->shared_bytes(c.subgroup, c.subgroups) <= caps.max_shared_bytes);
+                CHECK(c.subgroups * c.subgroup <= caps.max_workgroup_invocations);
+            }
+        // The knobs shape the tile kernel only: flash.comp ignores them.
+        CHECK_FALSE(fused_for(caps, p, {.fused_kernel = FusedKernel::flash, .tile_rows = 48})->tile);
+    }
+}
+
+TEST_CASE("tile tuning: the refusals name the field and the limit", "[unit][tuning][tile]") {
+    const Problem p = problem(1, 8, 8, 300, 1000, 128, 128, DType::f16);
+    try {
+        fused_for(nvidia_like(), p, {.fused_kernel = FusedKernel::tile, .tile_rows = 40});
+        FAIL("40 rows taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.tile_rows");
+        CHECK_THAT(e.what(), Catch::Contains("multiple of 16 up to 512 (the device's 1024 invocations)"));
+    }
+    try {
+        fused_for(nvidia_like(), p, {.fused_kernel = FusedKernel::tile, .tile_keys = 128});
+        FAIL("128 keys taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.tile_keys");
+        CHECK_THAT(e.what(), Catch::Contains("32 or 64"));
+    }
+    try {  // 256 rows × 64 keys: P alone is 64 KiB
+        fused_for(nvidia_like(), p, {.fused_kernel = FusedKernel::tile, .tile_rows = 256, .tile_keys = 64});
+        FAIL("a 256 x 64 tile taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.tile_rows");
+        CHECK_THAT(e.what(), Catch::Contains("the device has 49152"));
+    }
+}

@@ -20,14 +20,22 @@ const std::array<std::int64_t, 4> dense{8 * 128 * 64, 128 * 64, 64, 1};
 
 }  // namespace
 
-TEST_CASE("tuning: CPU devices get register blocking, GPUs shared tiles", "[unit][tuning]") {
+TEST_CASE("tuning: CPU devices get register blocking, GPUs bmm_tile.comp or shared tiles", "[unit][tuning]") {
     const auto cpu = choose_unfused(lavapipe_like(), shape(128, 64), dense, dense, dense, {});
+    CHECK_FALSE(cpu.scores.tile);
     CHECK_FALSE(cpu.scores.shared_tiles);
     CHECK(cpu.scores.texel);
     CHECK(cpu.scores.tm * cpu.scores.tn4 * 4 == 64);
     const auto gpu = choose_unfused(nvidia_like(), shape(128, 64), dense, dense, dense, {});
-    CHECK(gpu.scores.shared_tiles);
-    CHECK((gpu.scores.block_rows() + gpu.scores.block_cols()) * gpu.scores.ks4 * 16 <= 49152);
+    CHECK(gpu.scores.tile);
+    CHECK(gpu.output.tile);
+    // bmm.comp on a GPU when one of its knobs is asked for: shared tiles there.
+    const auto blocks = choose_unfused(nvidia_like(), shape(128, 64), dense, dense, dense, {.gemm_kernel = GemmKernel::blocks});
+    CHECK_FALSE(blocks.scores.tile);
+    CHECK(blocks.scores.shared_tiles);
+    CHECK(blocks.scores.shared_bytes() <= 49152);
+    CHECK_FALSE(choose_unfused(nvidia_like(), shape(128, 64), dense, dense, dense, {.shared_tiles = true}).scores.tile);
+    CHECK_FALSE(choose_unfused(nvidia_like(), shape(128, 64), dense, dense, dense, {.texel_loads = true}).scores.tile);
 }
 
 TEST_CASE("tuning: unaligned rows fall back to scalar loads, per stage", "[unit][tuning]") {
@@ -52,8 +60,11 @@ TEST_CASE("tuning: overrides force each variant where the device allows it", "[u
                     .softmax.subgroup_ops);
     vk::DeviceCaps tiny = nvidia_like();
     tiny.max_shared_bytes = 2048;
-    const auto small = choose_unfused(tiny, shape(128, 64), dense, dense, dense, {});
-    CHECK((small.scores.block_rows() + small.scores.block_cols()) * small.scores.ks4 * 16 <= 2048);
+    for (const VariantOverrides knobs : {VariantOverrides{.shared_tiles = true}, VariantOverrides{}}) {
+        const auto small = choose_unfused(tiny, shape(128, 64), dense, dense, dense, knobs);
+        CHECK(small.scores.shared_bytes() <= 2048);  // no tile kernel fits: bmm.comp with smaller slices
+        CHECK_FALSE(small.scores.tile);
+    }
 }
 
 TEST_CASE("tuning: the fused kernels read every storage type through texel views, of words where not float", "[unit][tuning]") {
@@ -270,9 +281,14 @@ TEST_CASE("tuning: the fused backward fits the loop budget; three stages take th
     vk::DeviceCaps gpu = caps;
     gpu.kind = vk::DeviceKind::discrete;
     const UnfusedBackwardConfig g = choose_unfused_backward(gpu, small, aligned, aligned, aligned, aligned, {});
-    CHECK(g.scores.shared_tiles);
-    CHECK_FALSE(g.dkv.shared_tiles);
-    CHECK(g.dkv.tm == 4);
+    CHECK(g.scores.tile);  // bmm_tile.comp reads every form, Aᵀ·B included, through its slices
+    CHECK(g.dkv.tile);
+    CHECK_FALSE(g.texel);  // and words only
+    const UnfusedBackwardConfig gb = choose_unfused_backward(gpu, small, aligned, aligned, aligned, aligned,
+                                                             {.gemm_kernel = GemmKernel::blocks});
+    CHECK(gb.scores.shared_tiles);
+    CHECK_FALSE(gb.dkv.shared_tiles);
+    CHECK(gb.dkv.tm == 4);
     Problem bf16 = small;
     bf16.dtype = bf16.k_dtype = bf16.v_dtype = DType::bf16;
     CHECK_FALSE(choose_unfused_backward(caps, bf16, aligned, aligned, aligned, aligned, {}).texel);  // no float view

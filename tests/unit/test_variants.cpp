@@ -8,10 +8,11 @@
 
 using namespace vkattn;
 
-TEST_CASE("variants: the catalogue names every path and fused kernel once", "[unit][variants]") {
+TEST_CASE("variants: the catalogue names every path, fused kernel and gemm kernel once", "[unit][variants]") {
     std::set<std::string> names;
     std::set<Impl> paths;
     std::set<FusedKernel> kernels;
+    std::set<GemmKernel> gemm_kernels;
     for (const KernelVariant& v : kernel_variants()) {
         INFO(v.name);
         CHECK(names.insert(v.name).second);  // unique
@@ -25,8 +26,13 @@ TEST_CASE("variants: the catalogue names every path and fused kernel once", "[un
             kernels.insert(*v.overrides.fused_kernel);
         }
         if (v.overrides.fused_kernel == FusedKernel::decode) CHECK(v.impl == Impl::split);
+        if (v.overrides.gemm_kernel) {
+            CHECK(v.impl == Impl::unfused);  // the products run on the three-stage path
+            gemm_kernels.insert(*v.overrides.gemm_kernel);
+        }
     }
     CHECK(paths == std::set<Impl>{Impl::unfused, Impl::fused, Impl::split});
     CHECK(kernels == std::set<FusedKernel>{FusedKernel::flash, FusedKernel::decode, FusedKernel::tile});
+    CHECK(gemm_kernels == std::set<GemmKernel>{GemmKernel::blocks, GemmKernel::tile});
     CHECK(find_kernel_variant("nope") == nullptr);
 }

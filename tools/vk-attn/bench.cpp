@@ -45,6 +45,7 @@ struct BenchOptions {
     std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
     std::string texel_loads = "auto";   // on / off: force texel or word loads
     std::string fused_kernel = "auto";  // flash / decode / tile: force the fused path's kernel
+    std::string gemm_kernel = "auto";   // blocks / tile: force the products' kernel
     std::string variant;                // a catalogued variant (vkattn/variants.hpp): its path and knobs
     bool gemm = false;
     std::int64_t gemm_size = 2048;
@@ -313,6 +314,16 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         throw InvalidArgument("--variant", "no variant is named '" + o.variant + "'; the catalogue has: " +
                                                kernel_variant_names() + ".");
     const Impl impl = forced ? forced->impl : parse_impl(o.impl);
+    // The knobs every point (and the GEMM ceiling) runs with: the variant's, or the flags'.
+    VariantOverrides knobs;
+    if (o.shared_tiles != "auto") knobs.shared_tiles = o.shared_tiles == "on";
+    if (o.texel_loads != "auto") knobs.texel_loads = o.texel_loads == "on";
+    if (o.fused_kernel != "auto")
+        knobs.fused_kernel = o.fused_kernel == "flash"    ? FusedKernel::flash
+                             : o.fused_kernel == "decode" ? FusedKernel::decode
+                                                          : FusedKernel::tile;
+    if (o.gemm_kernel != "auto") knobs.gemm_kernel = o.gemm_kernel == "tile" ? GemmKernel::tile : GemmKernel::blocks;
+    if (forced) knobs = forced->overrides;  // the variant's knobs, the others the tuning's
     const Features features = load_features(o.features);
     const std::string feature_text = features.describe();
 
@@ -330,7 +341,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
 
     double ceiling = 0;
     if (o.gemm) {
-        const testing::GemmResult g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate);
+        const testing::GemmResult g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate, knobs);
         ceiling = g.gflops;
         Row r;
         r.add("impl", std::string("gemm"));
@@ -405,13 +416,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         in.k_scale = in.v_scale = scales;
         AttentionOutputs out{.o = o_host.mutable_view()};
         AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = impl};
-        if (o.shared_tiles != "auto") options.variant.shared_tiles = o.shared_tiles == "on";
-        if (o.texel_loads != "auto") options.variant.texel_loads = o.texel_loads == "on";
-        if (o.fused_kernel != "auto")
-            options.variant.fused_kernel = o.fused_kernel == "flash"    ? FusedKernel::flash
-                                           : o.fused_kernel == "decode" ? FusedKernel::decode
-                                                                        : FusedKernel::tile;
-        if (forced) options.variant = forced->overrides;  // the variant's knobs, the others the tuning's
+        options.variant = knobs;
         features.apply(options, in);
 
         if (o.backward) {
@@ -516,6 +521,12 @@ Action add_bench(CLI::App& app) {
                    "decode kernel: split-KV, several lanes per key, K/V read once per group; --impl auto or split) "
                    "or tile (FlashAttention-2's tiles, the GPUs' prefill); or let the tuning choose (auto)")
         ->check(CLI::IsMember({"auto", "flash", "decode", "tile"}))
+        ->capture_default_str();
+    app.add_option("--gemm-kernel", o->gemm_kernel,
+                   "Force the matrix products' kernel (the three-stage path, the backward's products and --gemm): "
+                   "blocks (bmm.comp's register blocks, the CPU devices') or tile (bmm_tile.comp, 128x128 tiles "
+                   "and 8x8 micro-tiles, the GPUs'); or let the tuning choose (auto)")
+        ->check(CLI::IsMember({"auto", "blocks", "tile"}))
         ->capture_default_str();
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
     app.add_option("--devices", o->devices, "Several devices, e.g. 0,1 (a device may repeat): each call's (batch, "

@@ -50,9 +50,16 @@ enum class LogitsStage : std::uint8_t {
 // shared memory, register micro-tiles). docs/design/GPU_KERNELS.md has their cost models.
 enum class FusedKernel : std::uint8_t { flash, decode, tile };
 
+// The matrix products' kernel (the three-stage path and its backward, the multi-head module's
+// projections, the GEMM ceiling): bmm.comp's register blocks, fed by texel or word loads and
+// optionally by shared K-slices (the CPU devices'), or bmm_tile.comp, a GPU SGEMM's tiling: 128×128
+// tiles, 8×8 register micro-tiles, double-buffered shared slices (docs/design/GPU_KERNELS.md).
+enum class GemmKernel : std::uint8_t { blocks, tile };
+
 std::string to_string(Causal causal);
 std::string to_string(Impl impl);
 std::string to_string(FusedKernel kernel);
+std::string to_string(GemmKernel kernel);
 std::string to_string(LogitsStage stage);
 
 // The standard ALiBi slopes (Press et al., as in BLOOM and llama.cpp) for Hq heads:
@@ -103,6 +110,20 @@ struct VariantOverrides {
     // 8 query rows per K/V head (split runs), tile otherwise; flash wherever shared_tiles is set or
     // texel_loads is forced on (they are flash's knobs).
     std::optional<FusedKernel> fused_kernel;
+    // The products' kernel (GemmKernel). Chosen: blocks on CPU devices, tile on GPUs; blocks wherever
+    // shared_tiles is set or texel_loads is forced on (they are blocks' knobs).
+    std::optional<GemmKernel> gemm_kernel;
+    // Parameters inside a kernel, the tuner's candidates (they shape a kernel wherever it runs and
+    // never choose one). A value the device cannot take is refused (InvalidArgument naming
+    // "variant.<field>" and the limit). The report's variant shows the layout that ran.
+    //   tile_rows, tile_keys: flash_tile.comp's Br (query rows per workgroup: a multiple of the 4·SG/8
+    //   rows one subgroup holds, within the device's invocations) and Bc (keys per tile: 4 or 8 per
+    //   lane of its 8 key groups, i.e. 32 or 64 on subgroups of 8 or more lanes), within shared memory.
+    //   Chosen: 64 × 64.
+    std::optional<std::uint32_t> tile_rows, tile_keys;
+    //   decode_lanes_per_key: flash_decode.comp's lanes per key, a power of two up to the subgroup.
+    //   Chosen: about 16 elements of a row per lane (8 at D = 128 with up to 4 rows).
+    std::optional<std::uint32_t> decode_lanes_per_key;
 };
 
 // A sliding window around the (aligned) diagonal: query i sees key j when

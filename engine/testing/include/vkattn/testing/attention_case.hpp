@@ -74,6 +74,10 @@ struct Case {
         if (variant.shared_tiles) s << " shared=" << *variant.shared_tiles;
         if (variant.subgroup_ops) s << " subgroup=" << *variant.subgroup_ops;
         if (variant.fused_kernel) s << " kernel=" << to_string(*variant.fused_kernel);
+        if (variant.gemm_kernel) s << " gemm=" << to_string(*variant.gemm_kernel);
+        if (variant.tile_rows) s << " tile_rows=" << *variant.tile_rows;
+        if (variant.tile_keys) s << " tile_keys=" << *variant.tile_keys;
+        if (variant.decode_lanes_per_key) s << " lanes_per_key=" << *variant.decode_lanes_per_key;
         if (logits) s << " logits=" << to_string(*logits);
         return s.str();
     }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "vkattn/attention.hpp"
+
 namespace vkattn {
 class Context;
 }
@@ -29,9 +31,10 @@ struct GemmResult {
     double rel_l2_err = -1;  // ‖C − ref‖₂ / ‖ref‖₂ over sampled rows of a double-precision product; -1 if not validated
 };
 
-// C[m×n] = A[m×k] · B[k×n] in fp32 on random data.
+// C[m×n] = A[m×k] · B[k×n] in fp32 on random data, with the products' kernel the tuning's or the
+// one `overrides` asks for (gemm_kernel, or bmm.comp's knobs).
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup,
-                          int repeat, bool validate);
+                          int repeat, bool validate, const VariantOverrides& overrides = {});
 
 struct CopyResult {
     std::uint64_t bytes = 0;
