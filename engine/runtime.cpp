@@ -6,8 +6,6 @@
 #include <filesystem>
 #include <sstream>
 
-#include "plan/plan_cache.hpp"
-#include "tune/table.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/vulkan.hpp"
 
@@ -141,18 +139,9 @@ void Runtime::start() {
     device_->lower_loop_limit(options_.max_loop_iterations);
     kernels_ = std::make_unique<vk::KernelCache>(*device_, cache_file(options_.pipeline_cache_dir, *device_));
     ring_ = std::make_unique<CommandRing>(*device_);
-    plans_ = std::make_unique<PlanCache>();
-    if (const std::filesystem::path dir = cache_dir(options_.pipeline_cache_dir); !dir.empty()) {
-        tuning_file_ = tuning_table_file(dir, info_.uuid);
-        // VKATTN_TUNING=off: the documented heuristics alone (tests that expect them set it).
-        const std::string mode = env("VKATTN_TUNING");
-        if (mode != "off" && mode != "0" && mode != "false")
-            if (auto table = load_tuning_table(tuning_file_, info_.uuid, info_.driver))
-                tuning_ = std::make_unique<TuningTable>(std::move(*table));
-    }
 }
 
-void Runtime::set_tuning(std::unique_ptr<TuningTable> table) { tuning_ = std::move(table); }
+std::filesystem::path Runtime::cache_directory() const { return cache_dir(options_.pipeline_cache_dir); }
 
 Runtime::~Runtime() {
     // A lost submission may still be running (a timeout on a slow device): wait for it before its
@@ -167,8 +156,8 @@ Runtime::~Runtime() {
             vkDeviceWaitIdle(device_->get());
         }
     }
-    // The plans and the ring first: what they hold may still be in use and joins the graveyard.
-    plans_.reset();
+    // The ring first: what it holds may still be in use and joins the graveyard (the plans, one
+    // floor up, went before the runtime and left theirs there).
     ring_.reset();
     // In the order they were kept; freeing one may keep more (a lost submission's program hands its
     // own resources over as it goes), so until none are left.
@@ -264,17 +253,6 @@ std::uint64_t Runtime::max_binding_bytes() const {
 }
 
 }  // namespace detail
-
-Context::Context(const ContextOptions& options) : runtime_(std::make_unique<detail::Runtime>(options)) {}
-Context::Context(const VulkanDevice& device, const ContextOptions& options)
-    : runtime_(std::make_unique<detail::Runtime>(device, options)) {}
-Context::~Context() = default;
-Context::Context(Context&&) noexcept = default;
-Context& Context::operator=(Context&&) noexcept = default;
-
-const DeviceInfo& Context::device() const { return runtime_->info(); }
-std::vector<std::string> Context::validation_messages() const { return runtime_->instance().messages(); }
-void Context::clear_validation_messages() { runtime_->instance().clear_messages(); }
 
 std::vector<DeviceInfo> list_devices() {
     vk::Instance instance(false);

@@ -1,5 +1,5 @@
-// What a Context owns: instance, device, kernel cache, the ring of command buffers and the plan
-// cache, in destruction order.
+// The bottom floor of what a Context owns (context_state.hpp): instance, device, kernel cache, the
+// ring of command buffers and its submissions, in destruction order. It knows nothing above it.
 #pragma once
 
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "submit/command_ring.hpp"
+#include "vk/command_ring.hpp"
 #include "vk/device.hpp"
 #include "vk/instance.hpp"
 #include "vk/pipeline.hpp"
@@ -17,8 +17,7 @@
 
 namespace vkattn::detail {
 
-class PlanCache;
-struct TuningTable;
+struct ContextState;
 
 class Runtime {
 public:
@@ -35,8 +34,8 @@ public:
     vk::KernelCache& kernels() { return *kernels_; }
     // The command buffers batches record into (thread-safe).
     CommandRing& ring() { return *ring_; }
-    // The plans this context made for its host API and device calls, by what they were made for.
-    PlanCache& plans() { return *plans_; }
+    // The directory of the pipeline cache and the tuning table (empty: none).
+    std::filesystem::path cache_directory() const;
 
     // Map device-local memory directly (zero-copy) instead of staging.
     bool zero_copy() const { return device_->caps().host_visible_device_memory && !options_.force_staging; }
@@ -46,14 +45,6 @@ public:
     std::uint64_t device_memory_bytes() const;
     // Fill outputs with NaN on the device before each run ($VKATTN_POISON=1, tests).
     bool poison_outputs() const { return poison_; }
-
-    // The tuner's measured winners for this device and driver (tune/table.hpp), loaded at start from
-    // beside the pipeline cache; null where there is none, it names another device or driver, or
-    // VKATTN_TUNING=off. Not thread-safe against set_tuning, which the tuner calls between runs.
-    const TuningTable* tuning() const { return tuning_.get(); }
-    void set_tuning(std::unique_ptr<TuningTable> table);
-    // Where this device's tuning table lives (empty: no cache directory).
-    const std::filesystem::path& tuning_file() const { return tuning_file_; }
 
     // A ring slot for a new batch. A timeout waiting for the oldest submission marks the context lost.
     std::uint32_t acquire_slot();
@@ -78,9 +69,6 @@ private:
     std::unique_ptr<vk::Device> device_;
     std::unique_ptr<vk::KernelCache> kernels_;
     std::unique_ptr<CommandRing> ring_;
-    std::unique_ptr<PlanCache> plans_;
-    std::unique_ptr<TuningTable> tuning_;
-    std::filesystem::path tuning_file_;
     // Guards vkQueueSubmit: our own, or the caller's when it shares its queue with other threads.
     std::mutex own_queue_mutex_;
     std::mutex* queue_mutex_ = &own_queue_mutex_;
@@ -94,10 +82,12 @@ private:
     std::vector<std::shared_ptr<void>> graveyard_;
 };
 
-// A Context's Runtime, for the engine (and the tests and vkattn::testing, which build with its private
-// headers). The public header only names this struct, as a friend of Context.
+// A Context's floors, for the engine (and the tests and vkattn::testing, which build with its
+// private headers). The public header only names this struct, as a friend of Context. Defined in
+// context_state.cpp, where a ContextState is complete.
 struct ContextAccess {
-    static Runtime& runtime(Context& context) { return *context.runtime_; }
+    static Runtime& runtime(Context& context);
+    static ContextState& state(Context& context);  // context_state.hpp: the plans and the tuning
 };
 
 }  // namespace vkattn::detail

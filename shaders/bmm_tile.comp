@@ -3,15 +3,16 @@
 // types, addends, chunks and GQA indexing) with the tiling of a GPU SGEMM:
 //   - a workgroup owns a BM × BN tile of C (128 × 128 at 16 × 16 invocations);
 //   - each invocation owns an 8 × 8 micro-tile in registers: rows {4·ty..4·ty+3} and the same 4
-//     rows BM/2 further, columns likewise (two vec4 reads per operand per k, and a warp's reads of
-//     one operand are a broadcast or 8 consecutive vec4s: no bank conflicts);
+//     rows BM/2 further, columns likewise (two vec4 reads per operand per k; a warp's reads of A
+//     are a broadcast, of B 16 consecutive vec4s: no bank conflicts);
 //   - K advances BK = 4·KS4 elements at a time through shared tiles kept k-major ([k][m], [k][n]),
 //     double-buffered: the next slice's global loads are in flight (in registers) while this one's
 //     64·BK FMAs run, one barrier per slice.
 // Per k and invocation: 4 vec4 shared reads for 64 FMAs (0.25 words per FMA), against bmm.comp's
 // 4×4 blocks' 0.5 and its per-k4 tile reloads. Loads along K (A rows, Bᵀ rows) are transposed on
 // their way into the tile with a row pitch of BM/4 + 1 vec4s, which keeps the scalar stores of a
-// warp on 32 distinct banks (2 lanes per row, 16 rows: 4·pitch ≡ 16 words mod 32).
+// warp on 32 distinct banks (2 lanes per row, 16 rows; the two lanes' k-rows lie 4 rows of
+// 4·pitch words apart, ≡ 16 banks mod 32).
 // Words only (common/typed_load.glsl): every storage type, f32 read as 4 words per vec4.
 #extension GL_EXT_control_flow_attributes : enable
 

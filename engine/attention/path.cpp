@@ -1,5 +1,6 @@
 #include "attention/path.hpp"
 
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -22,16 +23,16 @@ namespace {
 bool nothing_forced(const AttentionOptions& o) {
     const VariantOverrides& v = o.variant;
     return o.impl == Impl::automatic && o.splits == 0 && !v.texel_loads && !v.shared_tiles && !v.subgroup_ops &&
-           !v.fused_kernel;
+           !v.fused_kernel && !v.gemm_kernel && !v.tile_rows && !v.tile_keys && !v.decode_lanes_per_key;
 }
 }  // namespace
 
-PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
-                       const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
-                       const AttentionOptions& options, bool paged) {
+PathChoice choose_path(const Runtime& runtime, const TuningTable* table, const Problem& problem,
+                       const std::array<std::int64_t, 4>& q_strides, const std::array<std::int64_t, 4>& k_strides,
+                       const std::array<std::int64_t, 4>& v_strides, const AttentionOptions& options, bool paged) {
     // The tuner's winner for this problem's bucket, where the caller forced nothing and the winner can
     // run it (a three-stage winner cannot read paged or packed K/V; the weights need three stages).
-    if (const TuningTable* table = runtime.tuning(); table && nothing_forced(options))
+    if (table && nothing_forced(options))
         if (const std::string* name = table->winner(problem))
             if (const KernelVariant* variant = find_kernel_variant(*name);
                 variant && !((paged || problem.packed_q) && variant->impl == Impl::unfused) &&
@@ -40,7 +41,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
                 tuned.impl = variant->impl;
                 tuned.variant = variant->overrides;
                 try {
-                    PathChoice choice = choose_path(runtime, problem, q_strides, k_strides, v_strides, tuned, paged);
+                    PathChoice choice = choose_path(runtime, nullptr, problem, q_strides, k_strides, v_strides, tuned, paged);
                     choice.chosen_by = "tuning";
                     return choice;
                 } catch (const InvalidArgument&) {
@@ -50,7 +51,22 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
     const auto& caps = runtime.device().caps();
     if (problem.dtype != DType::f32) vk::require_fp16_storage(caps, "o", problem.dtype);  // O's 16-bit stores
     std::string why_not_fused;
-    auto fused = choose_fused(caps, problem, q_strides, k_strides, v_strides, options.variant, &why_not_fused);
+    // A kernel parameter the device cannot take (VariantOverrides' tile_rows, tile_keys,
+    // decode_lanes_per_key) is refused only where a fused kernel would run: the three-stage path
+    // never reads them.
+    std::optional<InvalidArgument> knob_refused;
+    auto fused = [&]() -> std::optional<FusedConfig> {
+        try {
+            return choose_fused(caps, problem, q_strides, k_strides, v_strides, options.variant, &why_not_fused);
+        } catch (const InvalidArgument& e) {
+            if (!e.argument().starts_with("variant.")) throw;
+            knob_refused = e;
+            return std::nullopt;
+        }
+    }();
+    auto needs_fused = [&] {
+        if (knob_refused) throw *knob_refused;
+    };
     const unsigned threads = std::thread::hardware_concurrency();
     PathChoice choice;
     choice.chosen_by = nothing_forced(options) ? "heuristics" : "caller";
@@ -74,6 +90,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
                                   std::string(problem.want_weights ? "the attention weights" : "the logits") +
                                       " exist only in the three-stage path, which does not read a paged K/V; use a "
                                       "contiguous cache to get them.");
+        needs_fused();
         if (!fused)
             throw InvalidArgument("paged", "a paged K/V is read by the fused kernels only, which cannot run here: " +
                                                why_not_fused + ".");
@@ -94,6 +111,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
         if (options.impl == Impl::unfused)
             throw InvalidArgument("impl", "the three-stage path does not read packed sequences (varlen); use auto, fused "
                                           "or split.");
+        needs_fused();
         if (!fused)
             throw InvalidArgument("varlen", "packed sequences are read by the fused kernels only, which cannot run "
                                             "here: " + why_not_fused + ".");
@@ -113,7 +131,9 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
             // The weights and logits exist only in the three-stage path; the fused kernels need
             // subgroups and head dimensions up to 512. Otherwise fused, or split-KV when the rows
             // alone cannot fill the device (decoding: few queries, long keys). The report says which ran.
-            if (problem.wants_score_rows() || !fused) return unfused();
+            if (problem.wants_score_rows()) return unfused();
+            needs_fused();
+            if (!fused) return unfused();
             if (fused->decode) return flash(std::max(1u, choose_splits(caps, problem, *fused, threads)));
             if (const std::uint32_t splits = choose_splits(caps, problem, *fused, threads); splits >= 2)
                 return flash(splits);
@@ -123,6 +143,7 @@ PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std
         case Impl::fused:
         case Impl::split:
             check_score_rows_path(problem, options.impl);
+            needs_fused();
             if (!fused)
                 throw InvalidArgument("impl", "the " + to_string(options.impl) + " path cannot run here: " +
                                                   why_not_fused + ".");

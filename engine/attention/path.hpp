@@ -19,6 +19,7 @@ namespace vkattn::detail {
 
 class Program;
 class Runtime;
+struct TuningTable;
 
 class PathRun {
 public:
@@ -46,11 +47,12 @@ struct PathChoice {
 // rule choose_path applies, for callers that check before they have a device (the ring).
 void check_score_rows_path(const Problem& problem, Impl impl);
 
-// The path options.impl asks for (or `auto` chooses); a `paged` K/V needs a fused one. Throws
-// InvalidArgument when it cannot run on this device.
-PathChoice choose_path(const Runtime& runtime, const Problem& problem, const std::array<std::int64_t, 4>& q_strides,
-                       const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides,
-                       const AttentionOptions& options, bool paged = false);
+// The path options.impl asks for (or `auto` chooses: the tuner's winner from `tuning` where it has
+// one for the problem's bucket and the caller forced nothing, else the heuristics); a `paged` K/V
+// needs a fused one. Throws InvalidArgument when it cannot run on this device.
+PathChoice choose_path(const Runtime& runtime, const TuningTable* tuning, const Problem& problem,
+                       const std::array<std::int64_t, 4>& q_strides, const std::array<std::int64_t, 4>& k_strides,
+                       const std::array<std::int64_t, 4>& v_strides, const AttentionOptions& options, bool paged = false);
 
 // The chosen path planned over the operands. Throws ResourceLimit when the problem cannot fit.
 std::unique_ptr<PathRun> make_path(Runtime& runtime, const Problem& problem, const PathChoice& choice,

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
+#include <limits>
 #include <string>
 
 #include "tensor/storage_rules.hpp"
@@ -11,71 +11,11 @@
 
 namespace vkattn::detail {
 
-std::string shape_text(const std::array<std::int64_t, 4>& s) {
-    std::ostringstream out;
-    out << '[' << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << ']';
-    return out.str();
-}
-
 namespace {
 
 // The shaders index sequence positions, features and units (b·Hq + h) with 32-bit integers.
 constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int32_t>::max();
 constexpr const char* kMaxIndexText = "2^31 - 1 = 2147483647";
-
-// Whether every byte the view touches has a 64-bit offset. Overflow means the strides or the
-// shape are nonsense (shapes are at least 1 and strides non-negative by now).
-bool span_fits_64_bits(const TensorLayout& view) {
-    std::int64_t end = 1;  // one past the last element offset
-    for (int i = 0; i < 4; ++i) {
-        std::int64_t step = 0;
-        if (__builtin_mul_overflow(view.shape[i] - 1, view.strides[i], &step) ||
-            __builtin_add_overflow(end, step, &end))
-            return false;
-    }
-    std::int64_t bytes = 0;
-    return !__builtin_mul_overflow(end, static_cast<std::int64_t>(block_bytes(view.dtype)), &bytes);
-}
-
-}  // namespace
-
-void check_layout(const TensorLayout& view, const char* name) {
-    for (int i = 0; i < 4; ++i) {
-        if (view.shape[i] <= 0)
-            throw InvalidArgument(name, "every dimension must be at least 1, but the shape is " +
-                                            shape_text(view.shape) + ".");
-        if (view.strides[i] < 0)
-            throw InvalidArgument(name, "strides must not be negative, but they are " +
-                                            shape_text(view.strides) + ".");
-    }
-    if (view.strides[3] != 1)
-        throw InvalidArgument(name, "the feature dimension must be contiguous (stride 1), but its "
-                                    "stride is " + std::to_string(view.strides[3]) + ".");
-    check_block_rows(name, view.dtype, view.shape, view.strides);
-    if (!span_fits_64_bits(view))
-        throw InvalidArgument(name, "the shape " + shape_text(view.shape) + " with strides " +
-                                        shape_text(view.strides) + " spans more than 2^63 - 1 "
-                                        "bytes, so the strides or the shape are wrong.");
-}
-
-// Sufficient, not necessary: taken in order of increasing stride, every dimension must step past all
-// the memory that the smaller ones cover. Every dense or padded layout passes. Dimensions of extent
-// 1 never step, so their strides do not matter.
-bool elements_disjoint(const TensorLayout& view) {
-    std::array<int, 4> order{0, 1, 2, 3};
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return view.strides[a] < view.strides[b]; });
-    std::int64_t covered = 1;  // elements spanned by the dimensions taken so far
-    for (const int d : order) {
-        if (view.shape[d] == 1) continue;
-        if (view.strides[d] < covered) return false;
-        if (__builtin_mul_overflow(view.strides[d], view.shape[d], &covered))
-            covered = std::numeric_limits<std::int64_t>::max();
-    }
-    return true;
-}
-
-namespace {
 
 // Rejects a size the shaders would index with 32-bit integers when it is above 2^31 - 1.
 void check_index_range(const char* name, const std::string& what, std::int64_t value) {
@@ -86,41 +26,6 @@ void check_index_range(const char* name, const std::string& what, std::int64_t v
 }
 
 }  // namespace
-
-BroadcastMask broadcast_mask(const std::vector<std::int64_t>& shape, const char* name,
-                             const std::array<std::int64_t, 4>& target) {
-    const auto rank = static_cast<int>(shape.size());
-    if (rank > 4)
-        throw InvalidArgument(name, "a mask has at most 4 dimensions, but this one has " +
-                                        std::to_string(rank) + ".");
-    BroadcastMask out;
-    std::int64_t stride = 1;
-    for (int i = rank - 1; i >= 0; --i) {
-        const int t = 4 - rank + i;  // the target dimension this one is aligned with
-        const std::int64_t n = shape[static_cast<std::size_t>(i)];
-        if (n != 1 && n != target[t]) {
-            std::ostringstream msg;
-            msg << "a mask of shape [";
-            for (int k = 0; k < rank; ++k) msg << (k ? ", " : "") << shape[static_cast<std::size_t>(k)];
-            msg << "] does not broadcast to [B, Hq, Nq, Nkv] = " << shape_text(target)
-                << ": dimension " << i << " is " << n << ", which is neither 1 nor " << target[t]
-                << ".";
-            throw InvalidArgument(name, msg.str());
-        }
-        out.strides[t] = n == 1 ? 0 : stride;
-        stride = checked_mul(stride, n, name);
-    }
-    out.elements = stride;
-    return out;
-}
-
-std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
-    std::int64_t r = 0;
-    if (__builtin_mul_overflow(a, b, &r))
-        throw ResourceLimit(std::string(what) + ": the size " + std::to_string(a) + " x " +
-                            std::to_string(b) + " overflows 64 bits.");
-    return r;
-}
 
 bool Problem::kept(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     return dropout_keeps(seed, drop_threshold, static_cast<std::uint32_t>(b + origin[0]),
@@ -415,26 +320,6 @@ Problem resolve(const AttentionSpec& spec) {
     return p;
 }
 
-AttentionSpec spec_of(const AttentionInputs& in, const AttentionOutputs& out, const AttentionOptions& options) {
-    AttentionSpec spec;
-    spec.q = {in.q.dtype, in.q.shape, in.q.strides};
-    spec.k = {in.k.dtype, in.k.shape, in.k.strides};
-    spec.v = {in.v.dtype, in.v.shape, in.v.strides};
-    spec.o = {out.o.dtype, out.o.shape, out.o.strides};
-    spec.kv_lengths = !in.kv_lengths.empty();
-    if (in.bool_mask) spec.bool_mask = in.bool_mask->shape;
-    if (in.float_mask) spec.float_mask = in.float_mask->shape;
-    spec.weights = out.weights != nullptr;
-    spec.lse = out.lse != nullptr;
-    spec.logits = out.logits != nullptr;
-    spec.alibi_slopes.assign(in.alibi_slopes.begin(), in.alibi_slopes.end());
-    spec.sinks.assign(in.sinks.begin(), in.sinks.end());
-    spec.k_scale.assign(in.k_scale.begin(), in.k_scale.end());
-    spec.v_scale.assign(in.v_scale.begin(), in.v_scale.end());
-    spec.options = options;
-    return spec;
-}
-
 Problem resolve(const AttentionInputs& in, const AttentionOutputs& out, const AttentionOptions& options) {
     for (const auto& [data, name] : {std::pair{in.q.data, "q"}, std::pair{in.k.data, "k"}, std::pair{in.v.data, "v"},
                                      std::pair<const void*, const char*>{out.o.data, "o"}})
@@ -460,79 +345,6 @@ Problem resolve(const AttentionInputs& in, const AttentionOutputs& out, const At
     if (in.bool_mask) p.bool_mask.data = in.bool_mask->data;
     if (in.float_mask) p.float_mask.data = in.float_mask->data;
     return p;
-}
-
-std::string AttentionSpec::key() const {
-    std::string key;
-    auto put = [&](const auto& value) {
-        key.append(reinterpret_cast<const char*>(&value), sizeof(value));
-    };
-    for (const TensorLayout* t : {&q, &k, &v, &o}) {
-        put(t->dtype);
-        put(t->shape);
-        put(t->strides);
-    }
-    put(paged.has_value());
-    if (paged) put(*paged);
-    put(varlen.has_value());
-    if (varlen)
-        for (const TensorLayout* t : {&varlen->q, &varlen->o, varlen->k ? &*varlen->k : nullptr, varlen->v ? &*varlen->v : nullptr}) {
-            put(t != nullptr);
-            if (!t) continue;
-            put(t->dtype);
-            put(t->shape);
-            put(t->strides);
-        }
-    put(kv_lengths);
-    put(weights);
-    put(lse);
-    put(logits);
-    for (const auto* mask : {&bool_mask, &float_mask}) {
-        put(mask->has_value());
-        if (*mask) {
-            put((*mask)->size());
-            for (const std::int64_t d : **mask) put(d);
-        }
-    }
-    for (const auto* values : {&alibi_slopes, &sinks, &k_scale, &v_scale}) {
-        put(values->size());
-        for (const float x : *values) put(x);
-    }
-    const AttentionOptions& opt = options;
-    put(opt.scale.has_value());
-    put(opt.scale.value_or(0.0));
-    put(opt.causal);
-    put(opt.causal_offset.has_value());
-    put(opt.causal_offset.value_or(0));
-    put(opt.diagonal_offset);
-    put(opt.diagonal_bottom_right);
-    put(opt.window.left);
-    put(opt.window.right);
-    put(opt.softcap.has_value());
-    put(opt.softcap.value_or(0.0));
-    put(opt.alibi_max_bias.has_value());
-    put(opt.alibi_max_bias.value_or(0.0));
-    put(opt.dropout);
-    put(opt.seed);
-    put(opt.impl);
-    for (const auto* variant : {&opt.variant.texel_loads, &opt.variant.shared_tiles, &opt.variant.subgroup_ops}) {
-        put(variant->has_value());
-        put(variant->value_or(false));
-    }
-    put(opt.variant.fused_kernel.has_value());
-    put(opt.variant.fused_kernel.value_or(FusedKernel::flash));
-    put(opt.variant.gemm_kernel.has_value());
-    put(opt.variant.gemm_kernel.value_or(GemmKernel::blocks));
-    for (const auto* knob : {&opt.variant.tile_rows, &opt.variant.tile_keys, &opt.variant.decode_lanes_per_key}) {
-        put(knob->has_value());
-        put(knob->value_or(0));
-    }
-    put(opt.splits);
-    put(opt.logits_stage);
-    for (const std::int64_t x : {opt.block.batch, opt.block.head, opt.block.query, opt.block.key, opt.block.queries,
-                                 opt.block.keys})
-        put(x);
-    return key;
 }
 
 }  // namespace vkattn::detail

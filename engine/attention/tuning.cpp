@@ -6,130 +6,10 @@
 #include <tuple>
 #include <utility>
 
+#include "attention/device_rules.hpp"
 #include "tensor/storage_rules.hpp"
 
 namespace vkattn::detail {
-namespace {
-
-bool is_cpu(const vk::DeviceCaps& caps) { return caps.kind == vk::DeviceKind::cpu; }
-
-// The float texel views (RGBA32F, RGBA16F) of f32 and f16; every other type is read as words and
-// decoded, from a storage buffer or (the fused kernels) through R32_UINT views.
-bool texel_supported(const vk::DeviceCaps& caps, DType dtype) {
-    if (dtype == DType::f32) return caps.texel_rgba32f;
-    if (dtype == DType::f16) return caps.texel_rgba16f;
-    return false;
-}
-
-// A GPU SGEMM's tiling (bmm_tile.comp): 16×16 invocations of 8×8 outputs, a 128×128 tile per
-// workgroup, K in slices of 8. Per k an invocation reads 4 vec4s from shared memory for 64 FMAs;
-// ~110 registers (64 accumulators, 16 operands, 8 prefetched) leave two workgroups per 64K-register
-// SM. Devices with fewer than 256 invocations or too little shared memory get 8×8 invocations
-// (64×64 tiles); none where even those do not fit (below Vulkan's 16 KiB minimum).
-std::optional<BmmConfig> tile_bmm(const vk::DeviceCaps& caps) {
-    BmmConfig c;
-    c.tile = true;
-    c.wg_m = c.wg_n = 16;
-    c.tm = 8;
-    c.tn4 = 2;
-    c.ks4 = 2;
-    if (caps.max_workgroup_invocations < 256 || c.shared_bytes() > caps.max_shared_bytes) c.wg_m = c.wg_n = 8;
-    if (c.shared_bytes() > caps.max_shared_bytes) return std::nullopt;
-    return c;
-}
-
-BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverrides& overrides) {
-    // shared_tiles and a forced texel_loads are bmm.comp's knobs: setting one asks for it.
-    const bool blocks_asked = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
-    const GemmKernel chosen = is_cpu(caps) || blocks_asked ? GemmKernel::blocks : GemmKernel::tile;
-    if (overrides.gemm_kernel.value_or(chosen) == GemmKernel::tile)
-        if (const std::optional<BmmConfig> tile = tile_bmm(caps)) return *tile;  // else bmm.comp (describe() says)
-    BmmConfig c;
-    c.texel = texel;
-    // CPU devices (lavapipe): every shared-memory access is a scalar loop over the lanes and
-    // barrier() is a coroutine switch, so registers fed by texel loads win (LAVAPIPE.md: 25-40 vs
-    // 8-14 GFLOP/s). GPUs that ask for bmm.comp: staging K-slices in shared memory saves global
-    // bandwidth.
-    c.shared_tiles = overrides.shared_tiles.value_or(!is_cpu(caps));
-    if (is_cpu(caps)) {
-        // 8×8 outputs per invocation, 64 invocations: each vec4 load feeds 32 FMAs, and 64
-        // accumulators stay in AVX registers.
-        c.wg_m = 8;
-        c.wg_n = 8;
-        c.tm = 8;
-        c.tn4 = 2;
-    } else {
-        // 64 invocations × 4×4 outputs: a 32×32 tile, small enough to fill any GPU at modest
-        // sizes, few enough registers for high occupancy.
-        c.wg_m = 8;
-        c.wg_n = 8;
-        c.tm = 4;
-        c.tn4 = 1;
-    }
-    c.ks4 = 4;
-    // Shared tiles must fit the device: (rows + columns) · ks4 vec4s.
-    while (c.shared_bytes() > caps.max_shared_bytes && c.ks4 > 1) c.ks4 /= 2;
-    if (c.shared_bytes() > caps.max_shared_bytes) c.shared_tiles = false;  // too small
-    return c;
-}
-
-// bmm.comp reads a transposed A as an outer product: TM (a multiple of 4) consecutive rows per
-// vec4 load, never through shared tiles.
-BmmConfig transposed_a(BmmConfig c) {
-    if (c.tile) return c;  // bmm_tile.comp stages Aᵀ's rows as they lie
-    c.shared_tiles = false;
-    c.tm = std::max<std::uint32_t>(4, c.tm / 4 * 4);
-    return c;
-}
-
-}  // namespace
-
-bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_length) {
-    return strides[3] == 1 && row_length % 4 == 0 && strides[0] % 4 == 0 && strides[1] % 4 == 0 &&
-           strides[2] % 4 == 0;
-}
-
-std::uint64_t BmmConfig::shared_bytes() const {
-    if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
-    return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
-}
-
-std::string BmmConfig::describe() const {
-    if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
-    return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
-           std::to_string(tm) + "x" + std::to_string(4 * tn4);
-}
-
-std::string SoftmaxConfig::describe() const { return subgroup_ops ? "subgroup" : "shared-tree"; }
-
-std::string UnfusedConfig::describe() const {
-    return "unfused scores[" + scores.describe() + "] softmax[" + softmax.describe() + "] output[" +
-           output.describe() + "]";
-}
-
-UnfusedConfig choose_unfused(const vk::DeviceCaps& caps, const Problem& p,
-                             const std::array<std::int64_t, 4>& q_strides,
-                             const std::array<std::int64_t, 4>& k_strides,
-                             const std::array<std::int64_t, 4>& v_strides,
-                             const VariantOverrides& overrides) {
-    UnfusedConfig c;
-    const bool want_texel = overrides.texel_loads.value_or(true);
-    // Stage 1 reads Q and K rows along Dk; stage 3 reads P rows along Nkv and V rows along Dv.
-    // A stage whose rows are not 4-aligned, or whose operands are not f32/f16, reads words instead;
-    // describe() reports it.
-    const bool scores_texel = want_texel && texel_supported(caps, p.dtype) && texel_supported(caps, p.k_dtype) &&
-                              texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk);
-    const bool output_texel = want_texel && texel_supported(caps, p.v_dtype) && caps.texel_rgba32f &&
-                              p.Nkv % 4 == 0 && texel_aligned(v_strides, p.Dv);
-    c.scores = base_bmm(caps, scores_texel, overrides);
-    c.output = base_bmm(caps, output_texel, overrides);
-    // Subgroup reductions where the device has them; the shared-memory tree otherwise.
-    c.softmax.subgroup_ops = overrides.subgroup_ops.value_or(caps.subgroup_arithmetic) && caps.subgroup_arithmetic;
-    // 64 invocations: 8 AVX lanes × 8 subgroups on lavapipe, 1-2 warps/wavefronts on GPUs.
-    c.softmax.workgroup = 64;
-    while (c.softmax.workgroup > caps.max_workgroup_invocations) c.softmax.workgroup /= 2;
-    return c;
-}
 
 std::string FusedConfig::describe() const {
     if (tile)
@@ -346,11 +226,6 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const 
     return static_cast<std::uint32_t>((key_blocks + per_split - 1) / per_split);
 }
 
-namespace {
-// A tenth of the budget is left for the loops outside the key loop and for rounding.
-std::int64_t loop_budget(const vk::DeviceCaps& caps) { return caps.max_loop_iterations / 10 * 9; }
-}  // namespace
-
 std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
     if (c.tile)  // flash_tile.comp: its tiles
@@ -405,61 +280,10 @@ std::string backward_fused_misfit(const vk::DeviceCaps& caps, const BackwardConf
     return {};
 }
 
-std::string UnfusedBackwardConfig::describe() const {
-    return "unfused-backward[S,dP " + scores.describe() + " dQ " + dq.describe() + " dK,dV " + dkv.describe() + "]";
-}
-
-UnfusedBackwardConfig choose_unfused_backward(const vk::DeviceCaps& caps, const Problem& p,
-                                              const std::array<std::int64_t, 4>& q_strides,
-                                              const std::array<std::int64_t, 4>& k_strides,
-                                              const std::array<std::int64_t, 4>& v_strides,
-                                              const std::array<std::int64_t, 4>& grad_out_strides,
-                                              const VariantOverrides& overrides) {
-    // One load rule for all five products (bmm.comp's TEXEL applies to both operands): the score
-    // scratch is f32 with rows padded to 4, so texels need only q, k, v and dO rows on 4 elements.
-    UnfusedBackwardConfig c;
-    c.texel = overrides.texel_loads.value_or(true) && caps.texel_rgba32f && texel_supported(caps, p.dtype) &&
-              texel_supported(caps, p.k_dtype) && texel_supported(caps, p.v_dtype) && texel_aligned(q_strides, p.Dk) &&
-              texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv) && texel_aligned(grad_out_strides, p.Dv);
-    c.scores = base_bmm(caps, c.texel, overrides);
-    c.texel = c.scores.texel;  // bmm_tile.comp reads words
-    c.dq = c.scores;
-    c.dkv = transposed_a(c.scores);
-    return c;
-}
-
-std::int64_t unfused_backward_inner_limit(const vk::DeviceCaps& caps) {
-    // bmm.comp's K loop steps a vec4 of the inner dimension per iteration.
-    return caps.max_loop_iterations == 0 ? 0 : 4 * loop_budget(caps);
-}
-
 std::int64_t backward_mask_terms_per_dispatch(const vk::DeviceCaps& caps, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
     // One term iterates once, plus ceil(Dk/4) and ceil(Dv/4) times for its two dot products.
     return std::max<std::int64_t>(1, loop_budget(caps) / (1 + (p.Dk + 3) / 4 + (p.Dv + 3) / 4) - 1);
-}
-
-std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const UnfusedConfig& c) {
-    if (caps.max_loop_iterations == 0) return 0;
-    const std::int64_t by_pv = 4 * loop_budget(caps);
-    const std::int64_t by_softmax = loop_budget(caps) / 2 * c.softmax.workgroup;
-    return std::min(by_pv, by_softmax) / 64 * 64;
-}
-
-BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
-                      const VariantOverrides& overrides) {
-    (void)m;
-    const bool texel = overrides.texel_loads.value_or(true) && caps.texel_rgba32f && n % 4 == 0 && k % 4 == 0;
-    return base_bmm(caps, texel, overrides);
-}
-
-BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType> types, bool aligned,
-                         std::uint64_t largest_operand_bytes, BmmForm form, const VariantOverrides& overrides) {
-    bool texel = overrides.texel_loads.value_or(true) && aligned;
-    for (const DType t : types)
-        texel = texel && texel_supported(caps, t) && largest_operand_bytes <= caps.max_texel_buffer_elements * texel_bytes(t);
-    const BmmConfig c = base_bmm(caps, texel, overrides);
-    return form == BmmForm::at_b ? transposed_a(c) : c;
 }
 
 }  // namespace vkattn::detail

@@ -14,7 +14,7 @@
 #include "mha/linear.hpp"
 #include "mha/mha_layer_state.hpp"
 #include "plan/host_tensors.hpp"
-#include "plan/plan_cache.hpp"
+#include "context_state.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
@@ -50,7 +50,7 @@ AttentionReport record_backward(BatchState& batch, const std::shared_ptr<const M
     const DeviceAttentionInputs in{.q = l.heads(s.q, c.N, c.L), .k = l.heads(s.k, c.N, c.S),
                                    .v = l.heads(s.v, c.N, c.S), .bool_mask = c.bool_mask, .float_mask = c.float_mask};
     const DeviceAttentionOutputs out{.o = l.heads(s.o, c.N, c.L), .lse = lse};
-    const std::shared_ptr<PlanState> core = runtime.plans().get(runtime, spec_of(in, out, c.options));
+    const std::shared_ptr<PlanState> core = ContextAccess::state(*l.context).plan(spec_of(in, out, c.options));
     const DeviceTensor* x[3] = {&c.x_q, &c.x_k, &c.x_v};
     const DeviceTensor* grad[3] = {&dq, &dk, &dv};
     auto bias = [&](int i) { return l.b[i].defined() ? &l.b[i] : nullptr; };

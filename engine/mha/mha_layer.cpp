@@ -11,7 +11,7 @@
 #include "mha/linear.hpp"
 #include "mha/mha_layer_state.hpp"
 #include "mha/mha_problem.hpp"
-#include "plan/plan_cache.hpp"
+#include "context_state.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
@@ -118,7 +118,7 @@ AttentionReport record_forward(BatchState& batch, const std::shared_ptr<const Mh
                                    .v = l.heads(s.v, c.N, c.S), .bool_mask = c.bool_mask, .float_mask = c.float_mask};
     const DeviceAttentionOutputs out{.o = l.heads(s.o, c.N, c.L), .weights = c.weights};
     const AttentionSpec spec = spec_of(in, out, c.options);
-    const std::shared_ptr<PlanState> core = runtime.plans().get(runtime, spec);
+    const std::shared_ptr<PlanState> core = ContextAccess::state(*l.context).plan(spec);
 
     const ProgramKey key = key_of({&c.x_q, &c.x_k, &c.x_v, &c.out, &q, &k, &v, &o, &c.bool_mask, &c.float_mask, &c.weights},
                                   {0, c.L, c.S, c.N, hash_of(spec.key())});
@@ -245,7 +245,7 @@ void decode_over(const std::shared_ptr<const MhaLayerState>& layer, Batch& batch
     const DeviceAttentionInputs in = cache.inputs(l.heads(s.q, N, T));
     const DeviceAttentionOutputs core_out{.o = l.heads(s.o, N, T)};
     const AttentionOptions options{.causal = Causal::bottom_right, .impl = impl};
-    runtime.plans().get(runtime, spec_of(in, core_out, options))->run(state, in, core_out, true);
+    ContextAccess::state(*l.context).plan(spec_of(in, core_out, options))->run(state, in, core_out, true);
     // 4. The output projection.
     replay(key_of({&o_rows, &out}, {2, T, N}), [&](Program& p) {
         record_linear(p, runtime, {&o_rows, &l.w[P::o], bias(P::o), &out, rows, E, E});

@@ -8,7 +8,7 @@
 #include "mha/mha_layer_state.hpp"
 #include "mha/mha_problem.hpp"
 #include "plan/host_tensors.hpp"
-#include "plan/plan_cache.hpp"
+#include "context_state.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
@@ -99,7 +99,7 @@ MhaReport MultiHeadAttention::forward(Context& context, const MhaInputs& inputs,
                                     .weights = mp.want_weights ? per_head_weights.data() : nullptr};
     const AttentionOptions core_options = mp.core_options(options);
     const detail::Problem problem = detail::resolve(core_in, core_out, core_options);
-    const auto plan = runtime.plans().get(runtime, detail::spec_of(core_in, core_out, core_options));
+    const auto plan = detail::ContextAccess::state(context).plan(detail::spec_of(core_in, core_out, core_options));
 
     const std::int64_t E = mp.E, eb = static_cast<std::int64_t>(size_of(dtype));
     {

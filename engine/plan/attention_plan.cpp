@@ -5,7 +5,7 @@
 #include "attention/params.hpp"
 #include "plan/paged_kv.hpp"
 #include "plan/varlen.hpp"
-#include "plan/plan_cache.hpp"
+#include "context_state.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
@@ -193,9 +193,10 @@ Operand operand(const Bound::Tensor& t, const std::array<std::int64_t, 4>& strid
 
 }  // namespace
 
-PlanState::PlanState(Runtime& rt, AttentionSpec s) : runtime(&rt), spec(std::move(s)), problem(resolve(spec)) {
+PlanState::PlanState(Runtime& rt, const TuningTable* tuning, AttentionSpec s)
+    : runtime(&rt), spec(std::move(s)), problem(resolve(spec)) {
     rt.ensure_usable();
-    choice = choose_path(rt, problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.options, spec.paged.has_value());
+    choice = choose_path(rt, tuning, problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.options, spec.paged.has_value());
     Operands own = own_buffer_operands(problem, spec.q.strides, spec.k.strides, spec.v.strides, spec.o.strides);
     if (spec.paged) own.paged = paged_operands(*spec.paged, problem);
     if (spec.varlen) own_packed_operands(own, *spec.varlen, problem);
@@ -419,7 +420,9 @@ AttentionSpec spec_of(const DeviceAttentionInputs& in, const DeviceAttentionOutp
 
 AttentionPlan::AttentionPlan(Context& context, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
                              const AttentionOptions& options)
-    : state_(std::make_shared<detail::PlanState>(detail::ContextAccess::runtime(context), detail::spec_of(in, out, options))) {}
+    : state_(std::make_shared<detail::PlanState>(detail::ContextAccess::runtime(context),
+                                                 detail::ContextAccess::state(context).tuning.get(),
+                                                 detail::spec_of(in, out, options))) {}
 
 AttentionPlan::~AttentionPlan() = default;
 AttentionPlan::AttentionPlan(const AttentionPlan&) = default;
@@ -438,8 +441,7 @@ AttentionPlan::Stats AttentionPlan::stats() const { return {state_->runs.load(),
 
 AttentionReport attention(Context& context, const DeviceAttentionInputs& in, const DeviceAttentionOutputs& out,
                           const AttentionOptions& options) {
-    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
-    const auto plan = runtime.plans().get(runtime, detail::spec_of(in, out, options));
+    const auto plan = detail::ContextAccess::state(context).plan(detail::spec_of(in, out, options));
     Batch batch(context);
     detail::BatchState& state = detail::BatchAccess::state(batch);
     state.time_begin();

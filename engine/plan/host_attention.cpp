@@ -3,7 +3,7 @@
 
 #include "attention/path.hpp"
 #include "plan/host_tensors.hpp"
-#include "plan/plan_cache.hpp"
+#include "context_state.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
@@ -17,7 +17,7 @@ AttentionReport attention(Context& context, const AttentionInputs& in, const Att
     const detail::Problem p = detail::resolve(in, out, options);
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
-    const auto plan = runtime.plans().get(runtime, detail::spec_of(in, out, options));
+    const auto plan = detail::ContextAccess::state(context).plan(detail::spec_of(in, out, options));
 
     detail::HostTensors host(runtime, p, in, out);
     detail::check_device_memory(runtime, host.bytes() + plan->scratch_bytes, host.itemised() + ", the path's scratch " +

@@ -9,7 +9,7 @@
 #include "attention/backward.hpp"
 #include "attention/path.hpp"
 #include "plan/host_tensors.hpp"
-#include "plan/plan_cache.hpp"
+#include "context_state.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
@@ -34,7 +34,7 @@ AttentionReport attention_backward(Context& context, const AttentionInputs& in, 
     forward.lse = &unused_lse;
     detail::Problem forward_problem = p;  // the same request, with the lse the backward reads
     forward_problem.want_lse = true;
-    const auto plan = runtime.plans().get(runtime, detail::spec_of(in, forward, options));
+    const auto plan = detail::ContextAccess::state(context).plan(detail::spec_of(in, forward, options));
     detail::HostTensors host(runtime, forward_problem, in, forward);
 
     // The backward's tensors, with the caller's strides (dense where a gradient is not wanted).

@@ -4,7 +4,7 @@
 
 namespace vkattn::detail {
 
-std::shared_ptr<PlanState> PlanCache::get(Runtime& runtime, const AttentionSpec& spec) {
+std::shared_ptr<PlanState> PlanCache::get(Runtime& runtime, const TuningTable* tuning, const AttentionSpec& spec) {
     std::string key = spec.key();
     {
         std::lock_guard lock(mutex_);
@@ -13,7 +13,7 @@ std::shared_ptr<PlanState> PlanCache::get(Runtime& runtime, const AttentionSpec&
             return found->second->second;
         }
     }
-    auto plan = std::make_shared<PlanState>(runtime, spec);
+    auto plan = std::make_shared<PlanState>(runtime, tuning, spec);
     std::lock_guard lock(mutex_);
     if (auto found = index_.find(key); found != index_.end()) return found->second->second;  // made meanwhile
     order_.emplace_front(key, plan);

@@ -14,12 +14,14 @@ namespace vkattn::detail {
 
 class Runtime;
 struct PlanState;
+struct TuningTable;
 
 class PlanCache {
 public:
     static constexpr std::size_t kCapacity = 32;
-    // The plan for `spec`, made (outside the lock: making one builds pipelines) when missing.
-    std::shared_ptr<PlanState> get(Runtime& runtime, const AttentionSpec& spec);
+    // The plan for `spec`, made (outside the lock: making one builds pipelines) when missing, with
+    // `tuning`'s winners (null: the heuristics).
+    std::shared_ptr<PlanState> get(Runtime& runtime, const TuningTable* tuning, const AttentionSpec& spec);
     // Forgets every plan (plans in use stay alive with their users): the tuner's new table decides
     // the next ones.
     void clear();

@@ -19,11 +19,12 @@ namespace vkattn::detail {
 
 class Runtime;
 struct BatchState;
+struct TuningTable;
 
 struct PlanState {
     // Validates, chooses the path, plans it once over tensors of their own (refusing what cannot
-    // fit) and builds the pipelines. Submits nothing.
-    PlanState(Runtime& runtime, AttentionSpec spec);
+    // fit) and builds the pipelines, with `tuning`'s winners (null: the heuristics). Submits nothing.
+    PlanState(Runtime& runtime, const TuningTable* tuning, AttentionSpec spec);
 
     // Checks the tensors against the plan (InvalidArgument naming the tensor) and appends the
     // path's dispatches over them to `program`.

@@ -9,7 +9,7 @@
 
 #include <vulkan/vulkan.h>
 
-#include "submit/command_ring.hpp"
+#include "vk/command_ring.hpp"
 #include "vk/buffer.hpp"
 #include "vkattn/batch.hpp"
 

@@ -5,8 +5,7 @@
 #include <memory>
 #include <sstream>
 
-#include "plan/plan_cache.hpp"
-#include "runtime.hpp"
+#include "context_state.hpp"
 #include "tune/table.hpp"
 #include "vkattn/batch.hpp"
 #include "vkattn/errors.hpp"
@@ -71,7 +70,7 @@ std::vector<TuneShape> default_tune_grid(const Context& context) {
 TuneReport tune(Context& context, const TuneOptions& options) {
     if (options.repeat < 1) throw InvalidArgument("repeat", "at least one timed run is needed.");
     if (options.warmup < 0) throw InvalidArgument("warmup", "must not be negative.");
-    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
+    detail::ContextState& state = detail::ContextAccess::state(context);
     const std::vector<TuneShape> shapes = options.shapes.empty() ? default_tune_grid(context) : options.shapes;
     std::vector<const KernelVariant*> candidates;
     for (const KernelVariant& v : kernel_variants())
@@ -82,7 +81,7 @@ TuneReport tune(Context& context, const TuneOptions& options) {
             throw InvalidArgument("variants", "no variant is named '" + name + "'; the catalogue has: " + kernel_variant_names() + ".");
     TuneReport report;
     auto table = std::make_unique<detail::TuningTable>();
-    if (const detail::TuningTable* current = runtime.tuning()) *table = *current;  // merged into
+    if (const detail::TuningTable* current = state.tuning.get()) *table = *current;  // merged into
     table->device_uuid = context.device().uuid;
     table->driver = context.device().driver;
     for (const TuneShape& s : shapes) {
@@ -121,7 +120,7 @@ TuneReport tune(Context& context, const TuneOptions& options) {
         report.results.push_back(std::move(result));
     }
     if (options.save) {
-        if (const std::filesystem::path& file = runtime.tuning_file(); !file.empty()) {
+        if (const std::filesystem::path& file = state.tuning_file; !file.empty()) {
             std::filesystem::create_directories(file.parent_path());
             const std::filesystem::path partial = file.string() + ".partial";
             {
@@ -132,9 +131,9 @@ TuneReport tune(Context& context, const TuneOptions& options) {
             std::filesystem::rename(partial, file);  // whole or not at all
             report.table_file = file.string();
         }
-        runtime.set_tuning(std::move(table));
+        state.tuning = std::move(table);
         // Plans made before hold the heuristics' choice: drop them so the next call sees the table.
-        runtime.plans().clear();
+        state.plans.clear();
     }
     return report;
 }

@@ -127,6 +127,7 @@ TEST_CASE("unfused: bmm_tile.comp's products forced, with masks, GQA and every s
     c.kv_lengths = true;
     c.float_mask_shape = std::vector<std::int64_t>{1, 4, nq, nkv};
     c.impl = Impl::unfused;
+    c.layout = nq == 65 ? Layout::bhnd : Layout::bnhd;  // interleaved heads: row strides past the row
     c.variant = {.gemm_kernel = GemmKernel::tile};
     const AttentionReport report = expect_pass(c);
     CHECK_THAT(report.variant, Catch::Contains("scores[tile ") && Catch::Contains("output[tile "));

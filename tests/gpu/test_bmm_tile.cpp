@@ -176,6 +176,11 @@ TEST_CASE("bmm tile: the operand and output types the engine feeds it", "[gpu][b
     // Outputs: P (f32) times V of a block type and fp8, into f16 and bf16.
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 64, .K = 27, .b = DType::q5_0, .out = DType::f16});
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 32, .K = 27, .b = DType::fp8_e5m2, .out = DType::bf16});
+    // The 64x64 layout (devices of fewer invocations) on a block type and fp8, into f16, a chunk.
+    check_product(gemm_tile_config(64), {.form = detail::BmmForm::a_bt, .H = 2, .M = 70, .N = 67, .K = 96, .a = DType::f16,
+                                         .b = DType::q4_0, .out = DType::f16, .first_row = 3, .rows = 66});
+    check_product(gemm_tile_config(64), {.form = detail::BmmForm::a_b, .M = 65, .N = 64, .K = 50, .b = DType::fp8_e4m3,
+                                         .add = detail::BmmAdd::bias});
     // Odd f16 rows (no two-word loads).
     check_product(config, {.form = detail::BmmForm::a_bt, .M = 9, .N = 11, .K = 7, .a = DType::f16, .b = DType::f16});
     check_product(config, {.form = detail::BmmForm::at_b, .M = 9, .N = 11, .K = 7, .a = DType::f16, .b = DType::f16});

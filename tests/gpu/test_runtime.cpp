@@ -43,7 +43,7 @@ TEST_CASE("stage 1 alone: S = scale * Q * K^T", "[gpu][stages]") {
     const auto config = detail::choose_unfused(caps, p, in.q.strides, in.k.strides, in.v.strides, options.variant);
     CHECK(config.scores.texel == (texel && d % 4 == 0 && caps.texel_rgba32f));  // D = 1 falls back to scalar loads
     // The plan as the host API makes it, stopped after stage 1; S lands in the weights.
-    detail::PlanState plan(detail::ContextAccess::runtime(ctx), detail::spec_of(in, out, options));
+    detail::PlanState plan(detail::ContextAccess::runtime(ctx), nullptr, detail::spec_of(in, out, options));
     REQUIRE(plan.choice.impl == Impl::unfused);
     plan.choice.unfused = config;
     plan.choice.stages = detail::UnfusedStages::scores_only;

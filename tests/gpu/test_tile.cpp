@@ -116,3 +116,19 @@ TEST_CASE("tile kernel: the catalogue's other tile shapes, fused and split, with
                                               std::to_string(*shape.tile_keys) + " "));
     }
 }
+
+TEST_CASE("tile kernel: a tile the device cannot take is refused by name where a fused kernel runs, ignored where none does",
+          "[gpu][tile]") {
+    Case c = tile_case(Impl::fused, DType::f32);
+    c.variant.tile_rows = 3;  // no multiple of the rows a subgroup holds on any device
+    try {
+        testing::run_case(gpu_context(), c, fresh_seed());
+        FAIL("3 rows per workgroup taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.tile_rows");
+        CHECK_THAT(e.what(), Catch::Contains("query rows per workgroup"));
+    }
+    c.impl = Impl::unfused;  // the three-stage path never reads it
+    c.weights = true;
+    expect_pass(c, Impl::unfused);
+}

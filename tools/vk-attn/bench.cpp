@@ -30,266 +30,10 @@
 #include "vkattn/testing/compare.hpp"
 #include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
+#include "bench_common.hpp"
 
 namespace vkattn::tool {
 namespace {
-
-struct BenchOptions {
-    std::vector<std::int64_t> batch{1}, heads{8}, seq{1024}, dim{64};
-    std::int64_t kv_heads = 0, kv_seq = 0, dim_v = 0;  // 0: same as heads / seq / dim
-    bool causal = false;
-    int repeat = 10, warmup = 2;
-    bool validate = false;
-    std::string dtype = "f32", layout = "bhnd", impl = "auto", device, devices;
-    KvStorageFlags storage;             // K's and V's type (empty: --dtype) and fp8 scales
-    std::string shared_tiles = "auto";  // on / off: force the shared-memory variants
-    std::string texel_loads = "auto";   // on / off: force texel or word loads
-    std::string fused_kernel = "auto";  // flash / decode / tile: force the fused path's kernel
-    std::string gemm_kernel = "auto";   // blocks / tile: force the products' kernel
-    std::string variant;                // a catalogued variant (vkattn/variants.hpp): its path and knobs
-    bool gemm = false;
-    std::int64_t gemm_size = 2048;
-    bool copy = false;
-    std::int64_t copy_mib = 64;
-    bool backward = false;  // time the backward pass (and forward + backward)
-    bool context_parallel = false, zigzag = false;  // one rank of an MPI job: ring attention
-    bool json = false, csv = false;
-    std::string plot;
-    FeatureFlags features;
-};
-
-// "256,1024,4096" or "256:4096:x2" (geometric) or "64:256:+64" (arithmetic).
-std::vector<std::int64_t> parse_sweep(const std::string& text, const std::string& flag) {
-    std::vector<std::int64_t> out;
-    auto number = [&](const std::string& s) {
-        const std::optional<std::int64_t> v = parse_integer(s);
-        if (!v || *v < 1) throw InvalidArgument(flag, "\"" + s + "\" is not a positive integer.");
-        return *v;
-    };
-    if (const auto colon = text.find(':'); colon != std::string::npos) {
-        const auto second = text.find(':', colon + 1);
-        if (second == std::string::npos || second + 2 > text.size())
-            throw InvalidArgument(flag, "a range is FROM:TO:xFACTOR or FROM:TO:+STEP, not \"" + text + "\".");
-        const std::int64_t from = number(text.substr(0, colon)), to = number(text.substr(colon + 1, second - colon - 1));
-        const char kind = text[second + 1];
-        const std::int64_t step = number(text.substr(second + 2));
-        if ((kind != 'x' && kind != '+') || (kind == 'x' && step < 2))
-            throw InvalidArgument(flag, "a range step is xFACTOR (FACTOR >= 2) or +STEP, not \"" + text.substr(second + 1) + "\".");
-        for (std::int64_t v = from; v <= to; v = kind == 'x' ? v * step : v + step) out.push_back(v);
-        return out;
-    }
-    std::stringstream in(text);
-    for (std::string item; std::getline(in, item, ',');) out.push_back(number(item));
-    if (out.empty()) throw InvalidArgument(flag, "no values given.");
-    return out;
-}
-
-struct Point {
-    std::int64_t B, Hq, Hkv, Nq, Nkv, Dk, Dv;
-};
-
-// A point's shape, mask and timing columns (every row of a point has them in this order).
-void add_point(Row& r, const Point& p, bool causal, const std::string& feature_text, const testing::Timing& t) {
-    r.add("batch", p.B);
-    r.add("heads", p.Hq);
-    r.add("kv_heads", p.Hkv);
-    r.add("seq_q", p.Nq);
-    r.add("seq_kv", p.Nkv);
-    r.add("dim", p.Dk);
-    r.add("dim_v", p.Dv);
-    r.add("causal", causal);
-    if (!feature_text.empty()) r.add("features", feature_text);
-    r.add("median_ms", t.median_ms);
-    r.add("min_ms", t.min_ms);
-    r.add("max_ms", t.max_ms);
-}
-
-// One point of --backward: the forward's and the backward's median GPU times, the backward's GFLOP/s
-// (and its ratio to the GEMM ceiling); with --validate the gradients against the reference first.
-// False when the validation failed.
-bool run_backward_point(Context& context, const BenchOptions& o, const Point& p, const AttentionInputs& in,
-                        const AttentionOptions& options, DType dtype, Layout layout, std::mt19937& rng,
-                        const std::string& feature_text, double ceiling, Printer& printer, std::vector<Row>& plotted,
-                        bool progress_bar) {
-    const testing::HostTensor grad_out = testing::random_tensor(rng, dtype, layout, {p.B, p.Hq, p.Nq, p.Dv});
-    testing::HostTensor dq = testing::nan_tensor(dtype, layout, {p.B, p.Hq, p.Nq, p.Dk});
-    testing::HostTensor dk = testing::nan_tensor(in.k.dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dk});
-    testing::HostTensor dv = testing::nan_tensor(in.v.dtype, layout, {p.B, p.Hkv, p.Nkv, p.Dv});
-    std::vector<float> d_sinks(in.sinks.size());
-    AttentionGradients grads{.dq = dq.mutable_view(), .dk = dk.mutable_view(), .dv = dv.mutable_view()};
-    if (!d_sinks.empty()) grads.d_sinks = d_sinks.data();
-    testing::HostTensor o_host = testing::nan_tensor(dtype, layout, {p.B, p.Hq, p.Nq, p.Dv});
-    const AttentionOutputs out{.o = o_host.mutable_view()};
-
-    std::optional<double> rel_err;
-    bool ok = true;
-    AttentionReport forward, backward;
-    std::vector<double> forward_ms, backward_ms;
-    with_flag_names([&] {
-        if (o.validate) {
-            attention_backward(context, in, grad_out.view(), grads, options);
-            testing::HostTensor rq = dq, rk = dk, rv = dv;
-            std::vector<float> rs = d_sinks;
-            AttentionGradients ref{.dq = rq.mutable_view(), .dk = rk.mutable_view(), .dv = rv.mutable_view()};
-            if (!rs.empty()) ref.d_sinks = rs.data();
-            reference_attention_backward(in, grad_out.view(), ref, options);
-            rel_err = 0.0;
-            const testing::Tolerance tol = testing::gradient_tolerance_for(dtype);
-            for (const auto& [got, want, name] : {std::tuple{&dq, &rq, "dq"}, std::tuple{&dk, &rk, "dk"}, std::tuple{&dv, &rv, "dv"}}) {
-                const testing::Comparison c = testing::compare(got->doubles(), want->doubles(), tol);
-                rel_err = std::max(*rel_err, c.relative_error);
-                if (!c.ok) {
-                    ok = false;
-                    if (progress_bar) std::cerr << '\n';
-                    std::cerr << "vk-attn: backward validation failed at B=" << p.B << " Hq=" << p.Hq << " Hkv=" << p.Hkv
-                              << " Nq=" << p.Nq << " Nkv=" << p.Nkv << " Dk=" << p.Dk << " Dv=" << p.Dv << ", " << name
-                              << ": " << c.message << '\n';
-                }
-            }
-        }
-        for (int w = 0; w < o.warmup; ++w) {
-            attention(context, in, out, options);
-            attention_backward(context, in, grad_out.view(), grads, options);
-        }
-        for (int r = 0; r < o.repeat; ++r) {
-            forward = attention(context, in, out, options);
-            forward_ms.push_back(forward.gpu_ms);
-            backward = attention_backward(context, in, grad_out.view(), grads, options);
-            backward_ms.push_back(backward.gpu_ms);
-        }
-    });
-    const testing::Timing f = testing::summarize(forward_ms), t = testing::summarize(backward_ms);
-    Row r;
-    r.add("impl", std::string("backward"));
-    r.add("path", to_string(backward.path));  // fused, or unfused (three stages)
-    r.add("dtype", to_string(dtype));
-    add_point(r, p, o.causal, feature_text, t);
-    r.add("gflops", backward.flops / (t.median_ms * 1e6));
-    if (ceiling > 0) r.add("vs_gemm", backward.flops / (t.median_ms * 1e6) / ceiling);
-    r.add("fwd_ms", f.median_ms);
-    r.add("fwd_bwd_ms", f.median_ms + t.median_ms);
-    r.add("fwd_bwd_gflops", (forward.flops + backward.flops) / ((f.median_ms + t.median_ms) * 1e6));
-    r.add("device_mib", static_cast<double>(backward.device_bytes) / (1 << 20));
-    if (rel_err) {
-        r.add("rel_l2_err", *rel_err);
-        r.add("valid", ok);
-    }
-    r.add("variant", backward.variant + " after " + forward.variant);
-    printer.print(r);
-    plotted.push_back(r);
-    return ok;
-}
-
-// --context-parallel: this process is one rank; each point's sequence is sharded over the ranks,
-// each rank generating its own shard, and ring attention runs `repeat` times after `warmup`. Rank 0
-// prints a row per point: the median step, its compute and the wait for the transfer after it, the
-// transfer alone (the same bytes passed round without compute), the fraction of the transfers' time
-// in flight that the compute covered (over every rank and step), the bytes each rank sent per step,
-// and GFLOP/s over the slowest rank's ring. With --backward the forward runs once (its o and lse)
-// and the ring's backward is timed: K/V and the dK/dV accumulators travel, GFLOP/s the backward's.
-int run_ring_bench(const BenchOptions& o, const std::vector<std::string>& sweeps, const ContextParallel& cp) {
-    for (const auto& [given, flag] : {std::pair{!o.devices.empty(), "--devices"},
-                                      std::pair{o.gemm, "--gemm"}, std::pair{o.copy, "--copy"},
-                                      std::pair{o.validate, "--validate"}, std::pair{!o.plot.empty(), "--plot"}})
-        if (given) throw InvalidArgument(flag, "is not taken with --context-parallel.");
-    const DType dtype = dtype_from_string(o.dtype, "--dtype");
-    const KvStorage storage = load_kv_storage(o.storage, dtype);
-    if (o.backward && storage.dtype != DType::f32 && storage.dtype != DType::f16 && storage.dtype != DType::bf16)
-        throw InvalidArgument("--kv-dtype", "the backward pass trains float k and v (f32, f16, bf16), not " +
-                                                to_string(storage.dtype) + ".");
-    const Features features = load_features(o.features);
-    ContextOptions copts;
-    copts.device = o.device;
-    Context context(copts);
-    if (cp.rank() == 0)
-        std::cerr << "ring attention over " << cp.ranks() << " ranks" << (o.zigzag ? " (zigzag)" : "") << "; rank 0 on "
-                  << context.device().name << "\n";
-    Printer printer(std::cout, o.json ? Format::json : o.csv ? Format::csv : Format::table);
-    std::mt19937 rng(42 + static_cast<unsigned>(cp.rank()));
-    for (auto B : parse_sweep(sweeps[0], "--batch"))
-        for (auto H : parse_sweep(sweeps[1], "--heads"))
-            for (auto N : parse_sweep(sweeps[2], "--seq"))
-                for (auto D : parse_sweep(sweeps[3], "--dim")) {
-                    const std::int64_t Hkv = o.kv_heads ? o.kv_heads : H, Dv = o.dim_v ? o.dim_v : D;
-                    std::int64_t n = 0;
-                    for (const npy::RowRange& r : cp.rows_of(cp.rank(), N)) n += r.length;
-                    check_block_dims(storage.dtype, D, Dv);
-                    const std::vector<float> scales = head_scales(storage, Hkv);
-                    const testing::HostTensor q = testing::random_tensor(rng, dtype, Layout::bhnd, {B, H, n, D});
-                    const testing::HostTensor k = testing::random_tensor(rng, storage.dtype, Layout::bhnd, {B, Hkv, n, D}, 1.0f, scales);
-                    const testing::HostTensor v = testing::random_tensor(rng, storage.dtype, Layout::bhnd, {B, Hkv, n, Dv}, 1.0f, scales);
-                    testing::HostTensor out = testing::nan_tensor(dtype, Layout::bhnd, {B, H, n, Dv});
-                    AttentionInputs in{.q = q.view(), .k = k.view(), .v = v.view()};
-                    in.k_scale = in.v_scale = scales;
-                    AttentionOptions options{.causal = o.causal ? Causal::top_left : Causal::none, .impl = parse_impl(o.impl)};
-                    features.apply(options, in);
-                    // --backward: the forward once (its o and lse), then the backward timed.
-                    std::vector<float> lse(static_cast<std::size_t>(B * H * n));
-                    const testing::HostTensor grad_out =
-                        o.backward ? testing::random_tensor(rng, dtype, Layout::bhnd, {B, H, n, Dv}) : testing::HostTensor{};
-                    testing::HostTensor dq, dk, dv;
-                    if (o.backward) {
-                        dq = testing::nan_tensor(dtype, Layout::bhnd, q.shape);
-                        dk = testing::nan_tensor(storage.dtype, Layout::bhnd, k.shape);
-                        dv = testing::nan_tensor(storage.dtype, Layout::bhnd, v.shape);
-                    }
-                    if (o.backward) cp.attention(context, in, {.o = out.mutable_view(), .lse = lse.data()}, options);
-                    const auto run_once = [&] {
-                        if (!o.backward) return cp.attention(context, in, {.o = out.mutable_view()}, options);
-                        return cp.backward(context, in, out.view(), lse, grad_out.view(),
-                                           {.dq = dq.mutable_view(), .dk = dk.mutable_view(), .dv = dv.mutable_view()}, options);
-                    };
-                    for (int w = 0; w < o.warmup; ++w) run_once();
-                    std::vector<double> steps, totals;
-                    RingRun last;
-                    double compute = 0.0, wait = 0.0, in_flight = 0.0, hidden = 0.0;
-                    for (int r = 0; r < o.repeat; ++r) {
-                        last = run_once();
-                        steps.push_back(last.step_ms);
-                        totals.push_back(cp.max(last.total_ms));  // the ring ends with its slowest rank
-                        compute += last.compute_ms / o.repeat;
-                        wait += last.wait_ms / o.repeat;
-                        in_flight += last.transfer_ms;
-                        hidden += last.hidden_ms;
-                    }
-                    in_flight = cp.sum(in_flight);
-                    hidden = cp.sum(hidden);
-                    // K and V; the backward's dK and dV accumulators too (fp32).
-                    const std::uint64_t step_bytes =
-                        storage_bytes(storage.dtype, B * Hkv * n * D) + storage_bytes(storage.dtype, B * Hkv * n * Dv) +
-                        (o.backward ? static_cast<std::uint64_t>(4 * B * Hkv * n * (D + Dv)) : 0);
-                    const double transfer = cp.ranks() > 1 ? cp.transfer_ms(step_bytes) : 0.0;
-                    const double flops = cp.sum(last.flops);
-                    // The forward transfers in P - 1 steps; the backward in P (the accumulators' hop home).
-                    const double steps_with_transfer = std::max(1, o.backward ? cp.ranks() : cp.ranks() - 1);
-                    const double wait_per_step = cp.max(wait) / steps_with_transfer;
-                    const testing::Timing t = testing::summarize(totals);
-                    if (cp.rank() != 0) continue;
-                    Row row;
-                    row.add("impl", std::string(o.backward ? "ring_backward" : "ring"));
-                    row.add("ranks", static_cast<std::int64_t>(cp.ranks()));
-                    row.add("sharding", std::string(o.zigzag ? "zigzag" : "contiguous"));
-                    row.add("batch", B);
-                    row.add("heads", H);
-                    row.add("kv_heads", Hkv);
-                    row.add("seq", N);
-                    row.add("dim", D);
-                    row.add("causal", std::string(o.causal ? "yes" : "no"));
-                    row.add("ring_ms", t.median_ms);
-                    row.add("step_ms", testing::summarize(steps).median_ms);
-                    row.add("compute_ms", compute / cp.ranks());
-                    row.add("wait_ms", wait_per_step);
-                    row.add("transfer_ms", transfer);
-                    row.add("hidden", in_flight > 0 ? hidden / in_flight : 1.0);
-                    row.add("mib_sent_per_step", static_cast<double>(step_bytes) / (1 << 20));
-                    row.add("gflops", flops / (t.median_ms * 1e6));
-                    row.add("blocks_run", static_cast<std::int64_t>(last.blocks_run));
-                    row.add("blocks_skipped", static_cast<std::int64_t>(last.blocks_skipped));
-                    printer.print(row);
-                }
-    if (cp.rank() == 0) printer.finish();
-    return 0;
-}
 
 int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     if (o.zigzag && !o.context_parallel) throw InvalidArgument("--zigzag", "shards the sequence for --context-parallel.");
@@ -322,7 +66,11 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         knobs.fused_kernel = o.fused_kernel == "flash"    ? FusedKernel::flash
                              : o.fused_kernel == "decode" ? FusedKernel::decode
                                                           : FusedKernel::tile;
-    if (o.gemm_kernel != "auto") knobs.gemm_kernel = o.gemm_kernel == "tile" ? GemmKernel::tile : GemmKernel::blocks;
+    // The GEMM ceiling's kernel: --gemm-kernel's, else the tuning's (the points' other knobs leave the
+    // ceiling alone, so that every point of a run is quoted against the same one).
+    std::optional<GemmKernel> gemm_kernel;
+    if (o.gemm_kernel != "auto") gemm_kernel = o.gemm_kernel == "tile" ? GemmKernel::tile : GemmKernel::blocks;
+    knobs.gemm_kernel = gemm_kernel;
     if (forced) knobs = forced->overrides;  // the variant's knobs, the others the tuning's
     const Features features = load_features(o.features);
     const std::string feature_text = features.describe();
@@ -341,7 +89,8 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
 
     double ceiling = 0;
     if (o.gemm) {
-        const testing::GemmResult g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate, knobs);
+        const testing::GemmResult g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate,
+                                    {.gemm_kernel = gemm_kernel});
         ceiling = g.gflops;
         Row r;
         r.add("impl", std::string("gemm"));
@@ -482,6 +231,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     return all_ok ? 0 : 1;
 }
 
+
 }  // namespace
 
 Action add_bench(CLI::App& app) {
@@ -550,5 +300,6 @@ Action add_bench(CLI::App& app) {
     app.add_flag("--csv", o->csv, "CSV on stdout")->excludes(json);
     return [o, sweeps] { return run_bench(*o, *sweeps); };
 }
+
 
 }  // namespace vkattn::tool

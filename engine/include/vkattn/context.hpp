@@ -13,7 +13,7 @@ namespace vkattn {
 struct VulkanDevice;  // vkattn/vulkan.hpp
 
 namespace detail {
-class Runtime;
+struct ContextState;
 struct ContextAccess;  // the engine's own way to a Context's Runtime (not API)
 }
 
@@ -129,7 +129,7 @@ public:
 
 private:
     friend struct detail::ContextAccess;
-    std::unique_ptr<detail::Runtime> runtime_;
+    std::unique_ptr<detail::ContextState> state_;
 };
 
 // Every Vulkan device on this machine, usable or not, with the default choice marked.

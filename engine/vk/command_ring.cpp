@@ -1,4 +1,4 @@
-#include "submit/command_ring.hpp"
+#include "vk/command_ring.hpp"
 
 #include <algorithm>
 #include <bit>
