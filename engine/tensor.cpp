@@ -108,6 +108,7 @@ std::string to_string(GemmKernel kernel) {
     switch (kernel) {
         case GemmKernel::blocks: return "blocks";
         case GemmKernel::tile: return "tile";
+        case GemmKernel::coopmat: return "coopmat";
     }
     return "unknown gemm kernel " + std::to_string(static_cast<int>(kernel));
 }

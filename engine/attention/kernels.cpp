@@ -10,7 +10,8 @@ namespace {
 
 // bmm.comp's constant_ids (bmm_tile.comp shares those it has).
 enum BmmConstant : std::uint32_t {
-    kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType, kATransposed
+    kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType, kATransposed,
+    kCoopmatSubgroup  // bmm_coopmat.comp's CM_SG
 };
 
 // An output's storage in a variant's name: "32", "16", "bf16".
@@ -49,6 +50,19 @@ std::uint32_t shader_type_code(DType t) {
 
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form, DType a, DType b, DType out,
                              BmmAdd add) {
+    if (c.coopmat) {
+        const vk::KernelKey key{
+            .shader = "bmm_coopmat_c" + out_suffix(out),
+            .constants = {{.id = kWorkgroup, .value = 4 * c.subgroup},
+                          {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
+                          {.id = kATransposed, .value = form == BmmForm::at_b ? 1u : 0u},
+                          {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
+                          {.id = kAType, .value = shader_type_code(a)},
+                          {.id = kBType, .value = shader_type_code(b)},
+                          {.id = kCoopmatSubgroup, .value = c.subgroup}},
+            .required_subgroup_size = c.require_subgroup ? c.subgroup : 0};
+        return runtime.kernels().get(key);
+    }
     if (c.texel) check_texel_inputs({a, b});
     if (c.tile && (c.texel || c.shared_tiles || c.tm != 8 || c.tn4 != 2))
         throw Error("internal: bmm_tile.comp reads words into its own shared slices, 8x8 outputs per invocation.");

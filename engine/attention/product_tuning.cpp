@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <tuple>
 
 #include "attention/device_rules.hpp"
+#include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
 namespace {
@@ -29,6 +32,10 @@ BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverride
     // shared_tiles and a forced texel_loads are bmm.comp's knobs: setting one asks for it.
     const bool blocks_asked = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
     const GemmKernel chosen = is_cpu(caps) || blocks_asked ? GemmKernel::blocks : GemmKernel::tile;
+    if (overrides.gemm_kernel == GemmKernel::coopmat)
+        throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products (f16 operands) serve only the GEMM "
+                                                     "ceiling for now (issue #33); the attention paths and the "
+                                                     "projections take blocks or tile.");
     if (overrides.gemm_kernel.value_or(chosen) == GemmKernel::tile)
         if (const std::optional<BmmConfig> tile = tile_bmm(caps)) return *tile;  // else bmm.comp (describe() says)
     BmmConfig c;
@@ -77,11 +84,16 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 }
 
 std::uint64_t BmmConfig::shared_bytes() const {
+    // bmm_coopmat.comp, portable: A's 64×24 and B's 16×72 slices (fp32 holding f16 values) and C's
+    // 64×68 fp32 tile.
+    if (coopmat) return 4ull * (64 * 24 + 16 * 72) + 4ull * 64 * 68;
     if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
     return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
 }
 
 std::string BmmConfig::describe() const {
+    if (coopmat)
+        return "coopmat[portable sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 64x64 f16->f32]";
     if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
     return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);
@@ -156,6 +168,21 @@ std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const Unfused
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides) {
     (void)m;
+    if (overrides.gemm_kernel == GemmKernel::coopmat) {
+        std::string why;
+        const auto subgroup = kernel_subgroup(caps, why);
+        if (!subgroup) throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products cannot run here: " + why + ".");
+        BmmConfig c;
+        c.coopmat = true;
+        std::tie(c.subgroup, c.require_subgroup) = *subgroup;
+        if (4 * c.subgroup > caps.max_workgroup_invocations || c.shared_bytes() > caps.max_shared_bytes)
+            throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products need 4 subgroups of " +
+                                                             std::to_string(c.subgroup) + " lanes and " +
+                                                             std::to_string(c.shared_bytes()) + " bytes of shared memory; "
+                                                             "the device has " + std::to_string(caps.max_workgroup_invocations) +
+                                                             " invocations and " + std::to_string(caps.max_shared_bytes) + " bytes.");
+        return c;
+    }
     const bool texel = overrides.texel_loads.value_or(true) && caps.texel_rgba32f && n % 4 == 0 && k % 4 == 0;
     return base_bmm(caps, texel, overrides);
 }

@@ -18,13 +18,19 @@ struct BmmConfig {
     // K slices of 4·ks4 double-buffered in shared memory; word loads. The two fields below are then
     // false. Otherwise bmm.comp.
     bool tile = false;
+    // bmm_coopmat.comp (GemmKernel::coopmat): 4 subgroups of `subgroup` lanes (required of the
+    // pipeline where `require_subgroup`) own a 64×64 tile as 16×16 cooperative matrices; f16
+    // operands, fp32 accumulators. The fields below other than these are then unused.
+    bool coopmat = false;
+    std::uint32_t subgroup = 0;
+    bool require_subgroup = false;
     bool texel = false;         // texel-buffer vec4 loads (else scalar SSBO loads)
     bool shared_tiles = false;  // K-slices staged through shared memory
     std::uint32_t wg_m = 8, wg_n = 8;  // invocations per workgroup along rows and columns
     std::uint32_t tm = 4, tn4 = 1;     // register block: tm rows × 4·tn4 columns per invocation
     std::uint32_t ks4 = 4;             // vec4s of K per shared tile
-    std::uint32_t block_rows() const { return wg_m * tm; }
-    std::uint32_t block_cols() const { return wg_n * 4 * tn4; }
+    std::uint32_t block_rows() const { return coopmat ? 64 : wg_m * tm; }
+    std::uint32_t block_cols() const { return coopmat ? 64 : wg_n * 4 * tn4; }
     // Shared memory the kernel declares: bmm_tile.comp's two buffers of 4·ks4 k-rows of A's and
     // B's tiles, each row block/4 + 1 vec4s (the pitch that keeps its transposing stores off bank
     // conflicts); bmm.comp's one K-slice of both tiles, or none.
@@ -93,7 +99,8 @@ BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType
                          std::uint64_t largest_operand_bytes, BmmForm form, const VariantOverrides& overrides);
 
 // The GEMM ceiling's configuration: the products' kernel (bmm_tile.comp on GPUs), for one large square
-// product.
+// product; with gemm_kernel = coopmat, bmm_coopmat.comp (InvalidArgument naming variant.gemm_kernel
+// where the device has no subgroup size it can run).
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides);
 

@@ -26,28 +26,6 @@ std::string FusedConfig::describe() const {
 }
 
 namespace {
-// The subgroup size the fused layouts are built for: 8..32 lanes where the device can be told
-// (8 on CPU devices), otherwise the size it reports (the shaders check it at run time). Empty with
-// the reason when the device lacks what they need.
-std::optional<std::pair<std::uint32_t, bool>> flash_subgroup(const vk::DeviceCaps& caps, std::string& why) {
-    if (!caps.subgroup_arithmetic || !caps.subgroup_shuffle) {
-        why = "the device lacks subgroup arithmetic or shuffle operations in compute shaders";
-        return std::nullopt;
-    }
-    std::uint32_t size = caps.subgroup_size;
-    bool require = false;
-    if (caps.subgroup_size_control) {
-        size = std::clamp<std::uint32_t>(32, caps.min_subgroup_size, caps.max_subgroup_size);
-        if (caps.kind == vk::DeviceKind::cpu) size = std::clamp<std::uint32_t>(8, caps.min_subgroup_size, caps.max_subgroup_size);
-        require = true;
-    }
-    if (size == 0 || size > 128 || (size & (size - 1)) != 0) {
-        why = "the subgroup size " + std::to_string(size) + " is not a power of two up to 128";
-        return std::nullopt;
-    }
-    return std::pair{size, require};
-}
-
 // The flash kernels' loads (choose_fused, choose_backward): float texel views where q, k and v all
 // have them, else words through R32_UINT views; both need every row read through them to start on 4
 // elements (`aligned`); storage-buffer words otherwise. Returns (texel, texel_words).
@@ -75,7 +53,7 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
         return std::nullopt;
     };
     std::string reason;
-    const auto subgroup = flash_subgroup(caps, reason);
+    const auto subgroup = kernel_subgroup(caps, reason);
     if (!subgroup) return refuse(reason);
     if (overrides.subgroup_ops == false) return refuse("subgroup operations were disabled, and the fused kernel needs them");
     if (p.Dk > 512 || p.Dv > 512) return refuse("head dimensions above 512 are not supported by the fused kernel");
@@ -172,7 +150,7 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
                                               const std::array<std::int64_t, 4>& grad_out_strides,
                                               const VariantOverrides& overrides, std::string* why) {
     std::string reason;
-    const auto subgroup = flash_subgroup(caps, reason);
+    const auto subgroup = kernel_subgroup(caps, reason);
     if (!subgroup) {
         if (why) *why = reason;
         return std::nullopt;

@@ -59,3 +59,24 @@ TEST_CASE("gemm tuning: a device with few invocations gets 64x64 tiles", "[unit]
     CHECK(c.wg_m * c.wg_n == 64);
     CHECK(c.block_cols() == 64);
 }
+
+TEST_CASE("gemm tuning: the cooperative-matrix products serve the GEMM ceiling and nothing else yet", "[unit][tuning][gemm]") {
+    for (const vk::DeviceCaps& caps : all_devices()) {
+        INFO(caps.name);
+        const BmmConfig c = choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat});
+        CHECK(c.coopmat);
+        CHECK(c.block_rows() == 64);
+        CHECK(c.subgroup >= 8);
+        CHECK(4 * c.subgroup <= caps.max_workgroup_invocations);
+        CHECK(c.shared_bytes() <= caps.max_shared_bytes);
+        // The attention paths and the projections refuse it by name.
+        try {
+            choose_product(caps, {DType::f16}, true, 1 << 20, BmmForm::a_bt, {.gemm_kernel = GemmKernel::coopmat});
+            FAIL("taken");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == "variant.gemm_kernel");
+        }
+        // Never chosen.
+        CHECK_FALSE(choose_gemm(caps, 4096, 4096, 4096, {}).coopmat);
+    }
+}

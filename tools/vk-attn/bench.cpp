@@ -69,8 +69,9 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     // The GEMM ceiling's kernel: --gemm-kernel's, else the tuning's (the points' other knobs leave the
     // ceiling alone, so that every point of a run is quoted against the same one).
     std::optional<GemmKernel> gemm_kernel;
-    if (o.gemm_kernel != "auto") gemm_kernel = o.gemm_kernel == "tile" ? GemmKernel::tile : GemmKernel::blocks;
-    knobs.gemm_kernel = gemm_kernel;
+    if (o.gemm_kernel != "auto")
+        gemm_kernel = o.gemm_kernel == "tile" ? GemmKernel::tile : o.gemm_kernel == "coopmat" ? GemmKernel::coopmat : GemmKernel::blocks;
+    if (gemm_kernel != GemmKernel::coopmat) knobs.gemm_kernel = gemm_kernel;  // coopmat: the ceiling's alone
     if (forced) knobs = forced->overrides;  // the variant's knobs, the others the tuning's
     const Features features = load_features(o.features);
     const std::string feature_text = features.describe();
@@ -105,7 +106,9 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("variant", g.variant);
         printer.print(r);
         printer.finish();  // the ceiling gets its own table
-        if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(DType::f32).rel)) {
+        // The cooperative-matrix products round their operands to f16: f16's tolerance.
+        const DType operands = gemm_kernel == GemmKernel::coopmat ? DType::f16 : DType::f32;
+        if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(operands).rel)) {
             std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance\n";
             return 1;
         }
@@ -275,8 +278,10 @@ Action add_bench(CLI::App& app) {
     app.add_option("--gemm-kernel", o->gemm_kernel,
                    "Force the matrix products' kernel (the three-stage path, the backward's products and --gemm): "
                    "blocks (bmm.comp's register blocks, the CPU devices') or tile (bmm_tile.comp, 128x128 tiles "
-                   "and 8x8 micro-tiles, the GPUs'); or let the tuning choose (auto)")
-        ->check(CLI::IsMember({"auto", "blocks", "tile"}))
+                   "and 8x8 micro-tiles, the GPUs'); or let the tuning choose (auto). coopmat: --gemm's ceiling on "
+                   "16x16x16 cooperative matrices (f16 operands, fp32 accumulators; the points keep the tuning's "
+                   "products)")
+        ->check(CLI::IsMember({"auto", "blocks", "tile", "coopmat"}))
         ->capture_default_str();
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
     app.add_option("--devices", o->devices, "Several devices, e.g. 0,1 (a device may repeat): each call's (batch, "

@@ -53,8 +53,11 @@ enum class FusedKernel : std::uint8_t { flash, decode, tile };
 // The matrix products' kernel (the three-stage path and its backward, the multi-head module's
 // projections, the GEMM ceiling): bmm.comp's register blocks, fed by texel or word loads and
 // optionally by shared K-slices (the CPU devices'), or bmm_tile.comp, a GPU SGEMM's tiling: 128×128
-// tiles, 8×8 register micro-tiles, double-buffered shared slices (docs/design/GPU_KERNELS.md).
-enum class GemmKernel : std::uint8_t { blocks, tile };
+// tiles, 8×8 register micro-tiles, double-buffered shared slices (docs/design/GPU_KERNELS.md); or
+// bmm_coopmat.comp, 16×16×16 cooperative-matrix products with f16 operands and fp32 accumulators
+// (issue #33): for now the GEMM ceiling's only (`bench --gemm --gemm-kernel coopmat`), in the
+// portable implementation from subgroups and shared memory; the attention paths refuse it.
+enum class GemmKernel : std::uint8_t { blocks, tile, coopmat };
 
 std::string to_string(Causal causal);
 std::string to_string(Impl impl);

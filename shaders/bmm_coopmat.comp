@@ -1,0 +1,141 @@
+#version 450
+// bmm.comp's contract (common/bmm_params.glsl: forms A·Bᵀ, A·B, Aᵀ·B, every operand type, addends,
+// chunks of rows, GQA indexing) on cooperative 16 × 16 × 16 products (common/coopmat.glsl): the
+// matrix units' where CM_KHR is defined, the portable implementation otherwise. Operands are
+// rounded to f16 as they are staged; products accumulate in fp32.
+//   - A workgroup of 4 subgroups owns a 64 × 64 tile of C; each subgroup a 32 × 32 quarter as
+//     2 × 2 accumulators.
+//   - K advances 16 at a time: the workgroup stages A's 64 × 16 and B's 16 × 64 slices in shared
+//     memory, row-major ([m][k], [k][n]) whatever the operands' layouts, then each subgroup loads
+//     2 A and 2 B operands and runs 4 products.
+//   - C leaves through shared memory (the units' accumulator layout is the driver's), where alpha
+//     and the addend apply as in bmm.comp.
+// A subgroup size other than CM_SG (the pipeline requires it where the device can) writes NaN.
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_KHR_shader_subgroup_basic : require
+
+#include "common/bmm_params.glsl"
+
+layout(local_size_x_id = 0) in;                  // 4 · CM_SG
+layout(constant_id = 5) const bool B_TRANSPOSED = true;
+layout(constant_id = 8) const uint ADD = 0u;     // 0: nothing; 1: bias[column]; 2: a residual R
+layout(constant_id = 9) const uint A_TYPE = 0;   // common/storage_types.glsl
+layout(constant_id = 10) const uint B_TYPE = 0;
+layout(constant_id = 11) const bool A_TRANSPOSED = false;  // A stored [K][M]
+layout(constant_id = 12) const uint CM_SG = 32;  // lanes per subgroup
+
+#include "common/coopmat.glsl"
+
+const uint NSG = 4u, WG = NSG * CM_SG;
+const uint BM = 64u, BN = 64u, BK = 16u;
+// Row pitches of the slices and of C's tile: 8 elements (16 bytes of f16) past the row, so that
+// rows start on different banks; every pitch and every operand's first element are multiples of
+// 16 bytes, as the units' loads and stores require.
+const uint PITCH_A = BK + 8u, PITCH_B = BN + 8u, PITCH_C = BN + 4u;
+
+layout(std430, set = 0, binding = 5) readonly buffer Scales { float scales[]; };
+float b_scale = 1.0;  // an fp8 B's head's, set once in main
+#define TL_NAME load_a4
+#define TL_SLOT 1
+#define TL_TYPE A_TYPE
+#include "common/typed_load.glsl"
+#define TL_NAME load_b4
+#define TL_SLOT 2
+#define TL_TYPE B_TYPE
+#define TL_SCALE b_scale
+#include "common/typed_load.glsl"
+
+#define OUT_SLOT 3
+#include "common/typed_store.glsl"
+
+layout(std430, set = 0, binding = 4) readonly buffer Addend { float addend[]; };  // fp32 bias or residual
+
+shared CM_ELEM tile_a[BM * PITCH_A];  // [m][k]
+shared CM_ELEM tile_b[BK * PITCH_B];  // [k][n]
+shared float tile_c[BM * PITCH_C];    // [m][n]
+
+uint b_, h_, hb_, row_begin, row_end, tile_row, tile_col;
+
+// Slice element vec4 e (of BM·BK/4) of A: along K (row e / 4, k 4·(e % 4)), or for Aᵀ along M
+// (k e / 16, rows 4·(e % 16)..+3); zeros past K, M or the chunk.
+void stage_a(uint e, uint k0) {
+    if (A_TRANSPOSED) {
+        const uint k = k0 + e / (BM / 4u), m4 = e % (BM / 4u), m = tile_row + 4u * m4;
+        const bool in_range = k < P.K && m < row_end;
+        const vec4 v = load_a4(tensor_index(P.a, b_, h_, in_range ? k : 0u) + (in_range ? m : row_begin),
+                               in_range ? row_end - m : 0u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)
+            tile_a[(4u * m4 + c) * PITCH_A + (k - k0)] = CM_TO_ELEM(in_range ? v[c] : 0.0);
+        return;
+    }
+    const uint r = e / (BK / 4u), k4 = e % (BK / 4u), m = tile_row + r, k = k0 + 4u * k4;
+    const bool in_range = m < row_end && k < P.K;
+    const vec4 v = load_a4(tensor_index(P.a, b_, h_, in_range ? m : row_begin) + (in_range ? k : 0u),
+                           in_range ? P.K - k : 0u);
+    [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_a[r * PITCH_A + 4u * k4 + c] = CM_TO_ELEM(in_range ? v[c] : 0.0);
+}
+
+// Slice element vec4 e of B: Bᵀ (stored [N][K]) along K (column e / 4), B along N (k e / 16).
+void stage_b(uint e, uint k0) {
+    if (B_TRANSPOSED) {
+        const uint n = tile_col + e / (BK / 4u), k4 = e % (BK / 4u), k = k0 + 4u * k4;
+        const bool in_range = n < P.N && k < P.K;
+        const vec4 v = load_b4(tensor_index(P.b, b_, hb_, in_range ? n : 0u) + (in_range ? k : 0u),
+                               in_range ? P.K - k : 0u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)
+            tile_b[(4u * k4 + c) * PITCH_B + (n - tile_col)] = CM_TO_ELEM(in_range ? v[c] : 0.0);
+        return;
+    }
+    const uint kr = e / (BN / 4u), n4 = e % (BN / 4u), k = k0 + kr, n = tile_col + 4u * n4;
+    const bool in_range = k < P.K && n < P.N;
+    const vec4 v = load_b4(tensor_index(P.b, b_, hb_, 0u) + (in_range ? k * P.b.stride.z + n : 0u), in_range ? P.N - n : 0u);
+    [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_b[kr * PITCH_B + 4u * n4 + c] = CM_TO_ELEM(in_range ? v[c] : 0.0);
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint sg = gl_SubgroupID;
+    const uint unit = P.chunk.first_unit + gl_WorkGroupID.z;
+    b_ = unit / P.heads;
+    h_ = unit % P.heads;
+    hb_ = h_ / P.group;
+    row_begin = P.chunk.first_row;
+    row_end = P.chunk.first_row + P.chunk.rows;
+    tile_row = row_begin + gl_WorkGroupID.y * BM;
+    tile_col = gl_WorkGroupID.x * BN;
+    if (is_fp8(B_TYPE)) b_scale = scales[P.b_scale_at + hb_];
+    const uint sub_row = (sg / 2u) * 32u, sub_col = (sg % 2u) * 32u;  // this subgroup's quarter
+
+    CmAcc acc[2][2];
+    [[unroll]] for (uint i = 0u; i < 2u; ++i)
+        [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_FILL(acc[i][j], 0.0);
+
+    // The slices: ceil(K / 16), within the loop budget the callers keep (4·budget elements of K).
+    for (uint k0 = 0u; k0 < P.K; k0 += BK) {
+        barrier();  // the previous slice's products are done with the tiles
+        for (uint e = tid; e < BM * BK / 4u; e += WG) stage_a(e, k0);
+        for (uint e = tid; e < BK * BN / 4u; e += WG) stage_b(e, k0);
+        barrier();
+        CmA a[2];
+        CmB b[2];
+        [[unroll]] for (uint i = 0u; i < 2u; ++i) CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A, PITCH_A);
+        [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_LOAD_B(b[j], tile_b, sub_col + 16u * j, PITCH_B);
+        [[unroll]] for (uint i = 0u; i < 2u; ++i)
+            [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_MUL_ADD(acc[i][j], a[i], tile_a, b[j], tile_b);
+    }
+
+    [[unroll]] for (uint i = 0u; i < 2u; ++i)
+        [[unroll]] for (uint j = 0u; j < 2u; ++j)
+            CM_STORE(acc[i][j], tile_c, (sub_row + 16u * i) * PITCH_C + sub_col + 16u * j, PITCH_C);
+    barrier();
+
+    const float alpha = P.alpha;
+    const bool layout_ok = gl_SubgroupSize == CM_SG && gl_NumSubgroups == NSG;
+    for (uint e = tid; e < BM * BN; e += WG) {
+        const uint r = e / BN, col = tile_col + e % BN, row = tile_row + r;
+        if (row >= row_end || row >= P.M || col >= P.N) continue;
+        const uint c_row = tensor_index(P.c, b_, h_, row);
+        const float add = ADD == 1u ? addend[col] : ADD == 2u ? addend[tensor_index(P.residual, b_, h_, row) + col] : 0.0;
+        store_out(c_row + col, layout_ok ? alpha * tile_c[r * PITCH_C + e % BN] + add : uintBitsToFloat(0x7fc00000u));
+    }
+}
