@@ -132,8 +132,14 @@ layout(std430, set = 0, binding = 18) readonly buffer CuSeqlensK { int cu_k[]; }
 #include "common/philox.glsl"
 #include "common/paged_rows.glsl"
 
-shared float q_tile[DC * BR];   // [d][row]
-shared float k_tile[DC * BC];   // [d][key]
+// Q's and K's chunks are stored transposed, two lanes per row (a row's 32 bytes, one sector) and
+// 16 rows per warp; a pitch of 4 past the row puts the two lanes' stores 4 k-rows apart, 16 banks
+// (4·(BR + 4) ≡ 16 words mod 32 for BR a multiple of 8), so a warp's 32 stores hit 32 banks where
+// the unpadded [d][row] layout hit 4 (8-way conflicts). Rows stay 16-byte aligned for vec4 reads.
+const uint PITCH_Q = BR + 4u, PITCH_K = BC + 4u;
+const uint LANES_PER_ROW = DC >= 8u ? 2u : 1u;  // of DC/4 vec4s per row (1 where DC shrank to 4)
+shared float q_tile[DC * PITCH_Q];  // [d][row]
+shared float k_tile[DC * PITCH_K];  // [d][key]
 shared float p_tile[BC * BR];   // [key][row]
 shared float v_tile[BC * VC];   // [key][column]
 shared uint wg_first, wg_end;   // the workgroup's key range
@@ -224,23 +230,25 @@ void main() {
         for (uint d0 = 0u; d0 < Dk; d0 += DC) {
             barrier();  // every lane is done with the previous chunk's (and tile's) tiles
             for (uint e = inv; e < BR * DC / 4u; e += WG) {
-                const uint row = e / (DC / 4u), d = d0 + 4u * (e % (DC / 4u));
+                const uint rest = e / LANES_PER_ROW, row = rest % BR;
+                const uint d = d0 + 4u * (LANES_PER_ROW * (rest / BR) + e % LANES_PER_ROW);
                 const uint rho = min(block_rho + row, rows_end - 1u);
                 const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
                 const vec4 x = d < Dk ? load_q4(tensor_index(P.q, b, h, min(q0 + i, q_last)) + d, Dk - d) : vec4(0.0);
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) q_tile[(d - d0 + c) * BR + row] = x[c];
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) q_tile[(d - d0 + c) * PITCH_Q + row] = x[c];
             }
             for (uint e = inv; e < BC * DC / 4u; e += WG) {
-                const uint key = e / (DC / 4u), d = d0 + 4u * (e % (DC / 4u));
+                const uint rest = e / LANES_PER_ROW, key = rest % BC;
+                const uint d = d0 + 4u * (LANES_PER_ROW * (rest / BC) + e % LANES_PER_ROW);
                 const uvec2 at = K_ROW(min(kb + key, key_last));
                 const vec4 x = d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) k_tile[(d - d0 + c) * BC + key] = x[c];
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) k_tile[(d - d0 + c) * PITCH_K + key] = x[c];
             }
             barrier();
             for (uint d = 0u; d < DC; ++d) {
                 float qv[TR], kv[TC];
-                [[unroll]] for (uint r = 0u; r < TR; ++r) qv[r] = q_tile[d * BR + row0 + r];
-                [[unroll]] for (uint c = 0u; c < TC; ++c) kv[c] = k_tile[d * BC + kg * TC + c];
+                [[unroll]] for (uint r = 0u; r < TR; ++r) qv[r] = q_tile[d * PITCH_Q + row0 + r];
+                [[unroll]] for (uint c = 0u; c < TC; ++c) kv[c] = k_tile[d * PITCH_K + kg * TC + c];
                 [[unroll]] for (uint r = 0u; r < TR; ++r)
                     [[unroll]] for (uint c = 0u; c < TC; ++c) s[r][c] += qv[r] * kv[c];
             }

@@ -14,7 +14,8 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 std::uint32_t TileLayout::shared_bytes(std::uint32_t subgroup, std::uint32_t subgroups) const {
     const std::uint32_t br = rows(subgroup, subgroups), bc = keys();
-    return 4 * (dims_per_chunk * br + dims_per_chunk * bc + bc * br + bc * v_chunk()) + 8;
+    // Q's and K's chunks have rows of 4 floats past their length (flash_tile.comp's PITCH_Q, PITCH_K).
+    return 4 * (dims_per_chunk * (br + 4) + dims_per_chunk * (bc + 4) + bc * br + bc * v_chunk()) + 8;
 }
 
 std::string TileLayout::describe() const {
@@ -54,7 +55,7 @@ TileLayout choose_tile_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup
                                                            " invocations).");
         subgroups = br / rows_per_subgroup;
     } else {
-        // 64 rows per workgroup where the device allows: Br × Bc = 64 × 64, 40 KiB of tiles.
+        // 64 rows per workgroup where the device allows: Br × Bc = 64 × 64, 41 KiB of tiles.
         subgroups = std::max<std::uint32_t>(1, std::min(subgroups, std::max<std::uint32_t>(1, 64 / rows_per_subgroup)));
         while (subgroups > 1 && (subgroups * subgroup > caps.max_workgroup_invocations ||
                                  t.shared_bytes(subgroup, subgroups) > caps.max_shared_bytes))

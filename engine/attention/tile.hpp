@@ -24,8 +24,8 @@ struct TileLayout {
     }
     std::uint32_t keys() const { return key_groups * keys_per_lane; }
     std::uint32_t v_chunk() const { return 4 * key_groups; }
-    // flash_tile.comp's shared memory: Q [DC][Br], K [DC][Bc], P [Bc][Br], V [Bc][VC] as fp32, and
-    // the workgroup's key range.
+    // flash_tile.comp's shared memory: Q [DC][Br + 4], K [DC][Bc + 4] (rows padded against bank
+    // conflicts), P [Bc][Br], V [Bc][VC] as fp32, and the workgroup's key range.
     std::uint32_t shared_bytes(std::uint32_t subgroup, std::uint32_t subgroups) const;
     std::string describe() const;
 };
