@@ -100,6 +100,7 @@ std::string to_string(FusedKernel kernel) {
         case FusedKernel::flash: return "flash";
         case FusedKernel::decode: return "decode";
         case FusedKernel::tile: return "tile";
+        case FusedKernel::coopmat: return "coopmat";
     }
     return "unknown fused kernel " + std::to_string(static_cast<int>(kernel));
 }

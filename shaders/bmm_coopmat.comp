@@ -121,7 +121,7 @@ void main() {
         [[unroll]] for (uint i = 0u; i < 2u; ++i) CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A, PITCH_A);
         [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_LOAD_B(b[j], tile_b, sub_col + 16u * j, PITCH_B);
         [[unroll]] for (uint i = 0u; i < 2u; ++i)
-            [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_MUL_ADD(acc[i][j], a[i], tile_a, b[j], tile_b);
+            [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_MUL_ADD(acc[i][j], a[i], b[j], tile_b);
     }
 
     [[unroll]] for (uint i = 0u; i < 2u; ++i)

@@ -39,6 +39,7 @@ public:
         const KeyPlan& keys = plan_.keys;
         report.path = splits > 0 ? Impl::split : Impl::fused;
         report.variant = config.describe();
+        report.f16_products = config.coopmat.has_value();
         if (keys.split_mode())
             report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
         if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
@@ -70,8 +71,9 @@ public:
         const std::uint32_t pools = paged ? paged->pools : 0;
         const vk::Kernel& flash =
             config_.decode ? flash_decode_kernel(runtime_, config_, operand_types(p), wide_loads(d), pools)
-            : config_.tile ? flash_tile_kernel(runtime_, config_, operand_types(p), split, pools)
-                           : flash_kernel(runtime_, config_, operand_types(p), split, pools);
+            : config_.tile    ? flash_tile_kernel(runtime_, config_, operand_types(p), split, pools)
+            : config_.coopmat ? flash_coopmat_kernel(runtime_, config_, operand_types(p), split, pools)
+                              : flash_kernel(runtime_, config_, operand_types(p), split, pools);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);

@@ -176,6 +176,22 @@ const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& c, cons
     return runtime.kernels().get(key);
 }
 
+const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
+                                       std::uint32_t paged_pools) {
+    // flash_coopmat.comp's own constant_ids.
+    enum CoopmatConstant : std::uint32_t { kKeys = 2, kDkTiles, kColumnTiles, kSplit };
+    if (!c.coopmat) throw Error("internal: flash_coopmat_kernel needs a coopmat config.");
+    const CoopmatLayout& t = *c.coopmat;
+    const DType out = split ? DType::f32 : types.q;  // split partials are fp32
+    vk::KernelKey key = flash_family_key(std::string(paged_pools > 0 ? "flash_coopmat_paged_o" : "flash_coopmat_o") + out_suffix(out),
+                                         c, types, true, paged_pools, "flash_coopmat.comp");
+    key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
+                                               {.id = kDkTiles, .value = t.dk_tiles},
+                                               {.id = kColumnTiles, .value = t.column_tiles},
+                                               {.id = kSplit, .value = split ? 1u : 0u}});
+    return runtime.kernels().get(key);
+}
+
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype) {
     const vk::KernelKey key{
         .shader = "combine_o" + out_suffix(dtype),

@@ -42,6 +42,9 @@ const vk::Kernel& flash_decode_kernel(Runtime& runtime, const FusedConfig& confi
 // flash_tile.comp (config.tile set): O as q's type, or fp32 partials for combine.comp (`split`).
 const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
                                     std::uint32_t paged_pools = 0);
+// flash_coopmat.comp (config.coopmat set): O as q's type, or fp32 partials (`split`).
+const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
+                                       std::uint32_t paged_pools = 0);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 // The backward kernels (docs/design/TRAINING.md): Δ over o and dO of `o` dtype; the sinks'
 // gradient; dQ stored as q's type; dK and dV as k's and v's.

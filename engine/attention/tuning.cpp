@@ -12,6 +12,10 @@
 namespace vkattn::detail {
 
 std::string FusedConfig::describe() const {
+    if (coopmat)
+        return "coopmat[words sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" + std::to_string(subgroups) +
+               " rows" + std::to_string(rows_per_workgroup()) + " " + coopmat->describe() +
+               (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") + "]";
     if (tile)
         return "tile[words sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" + std::to_string(subgroups) +
                " rows" + std::to_string(rows_per_workgroup()) + " keys" + std::to_string(key_block()) + " " + tile->describe() +
@@ -127,6 +131,7 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
         if (decode) return decode;
         if (overrides.fused_kernel == FusedKernel::decode) return refuse(why_not);
     }
+    if (kernel == FusedKernel::coopmat) return coopmat_config(c, caps, p, overrides);  // forced only
     if (kernel == FusedKernel::tile) {
         std::string why_not;
         auto tile = tile_config(c, caps, p, overrides, &why_not);
@@ -206,6 +211,9 @@ std::uint32_t choose_splits(const vk::DeviceCaps& caps, const Problem& p, const 
 
 std::int64_t fused_keys_per_dispatch(const vk::DeviceCaps& caps, const FusedConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
+    if (c.coopmat)  // flash_coopmat.comp: its tiles
+        return std::max<std::int64_t>(1, loop_budget(caps) / coopmat_loops_per_tile(*c.coopmat, c.subgroup, c.subgroups, p) - 1) *
+               c.key_block();
     if (c.tile)  // flash_tile.comp: its tiles
         return std::max<std::int64_t>(1, loop_budget(caps) / tile_loops_per_tile(*c.tile, c.subgroup, c.subgroups, p) - 1) *
                c.key_block();

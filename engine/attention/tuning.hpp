@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "attention/coopmat_tile.hpp"
 #include "attention/decode.hpp"
 #include "attention/product_tuning.hpp"
 #include "attention/problem.hpp"
@@ -39,16 +40,25 @@ struct FusedConfig {
     // (attention/tile.hpp). The fields above then say: subgroup, require_subgroup, subgroups;
     // column_passes of tile->columns each.
     std::optional<TileLayout> tile;
+    // The cooperative-matrix prefill kernel (flash_coopmat.comp, fused or split runs; forced only):
+    // 16 rows per subgroup (attention/coopmat_tile.hpp). The fields above then say: subgroup,
+    // require_subgroup, subgroups; column_passes of coopmat->columns() each.
+    std::optional<CoopmatLayout> coopmat;
     // The view through which the texel variants read an operand of type t (the bindings are storage
     // buffers when the config reads words).
     TexelView view(DType t) const { return texel_words ? TexelView::r32ui : float_view(t); }
-    std::uint32_t columns_per_pass() const { return tile ? tile->columns : 4 * subgroup * dv4; }
+    std::uint32_t columns_per_pass() const {
+        return coopmat ? coopmat->columns() : tile ? tile->columns : 4 * subgroup * dv4;
+    }
     // Keys of one block (flash.comp) or of one workgroup step (flash_decode.comp): splits hold whole ones.
     std::uint32_t key_block() const {
-        return decode ? decode_step_keys(*decode, subgroup, subgroups) : tile ? tile->keys() : subgroup * keys_per_lane;
+        return decode    ? decode_step_keys(*decode, subgroup, subgroups)
+               : tile    ? tile->keys()
+               : coopmat ? coopmat->keys
+                         : subgroup * keys_per_lane;
     }
     std::uint32_t rows_per_workgroup() const {
-        return decode ? rows : tile ? tile->rows(subgroup, subgroups) : subgroups * rows;
+        return decode ? rows : tile ? tile->rows(subgroup, subgroups) : coopmat ? coopmat->rows(subgroups) : subgroups * rows;
     }
     // flash.comp's tiles when staged: K [kd4][key block + 1] and V [key block][v_width4], in vec4s.
     // Plus the workgroup's key range (two uints).
@@ -70,6 +80,13 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
 // (choose_tile_layout).
 std::optional<FusedConfig> tile_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
                                        const VariantOverrides& overrides, std::string* why);
+
+// `base` (choose_fused's) turned into the cooperative-matrix kernel's config (attention/coopmat_tile.cpp):
+// words from storage buffers, as many column passes as its columns need. Throws InvalidArgument
+// ("variant.fused_kernel", or the tile knob it cannot take) where it cannot run: bf16 storage (its
+// operands are f16), or tiles that do not fit the device's shared memory.
+std::optional<FusedConfig> coopmat_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
+                                          const VariantOverrides& overrides);
 
 // `base` (choose_fused's) turned into the GPU decode kernel's config for this problem
 // (attention/decode.cpp): 4 subgroups where the device allows, rows fitted to the unit's, words

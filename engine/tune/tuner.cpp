@@ -93,6 +93,7 @@ TuneReport tune(Context& context, const TuneOptions& options) {
         const DeviceAttentionOutputs out{.o = DeviceTensor::empty(context, s.dtype, {s.B, s.Hq, s.Nq, s.D})};
         for (const KernelVariant* candidate : candidates) {
             const KernelVariant& variant = *candidate;
+            if (f16_products(variant.overrides) && s.dtype != DType::f16) continue;
             const AttentionOptions opts{.causal = causal, .impl = variant.impl, .variant = variant.overrides};
             std::unique_ptr<AttentionPlan> plan;
             try {

@@ -41,6 +41,10 @@ const std::vector<KernelVariant>& kernel_variants() {
         {"split-decode-lpk16", Impl::split, {.fused_kernel = FusedKernel::decode, .decode_lanes_per_key = 16},
          "flash_decode.comp with 16 lanes per key (subgroups of 16 lanes or more)"},
         {"split-tile", Impl::split, {.fused_kernel = FusedKernel::tile}, "split-KV over flash_tile.comp"},
+        // Issue #33: f16 products, so the tuner times them for f16 storage only (f16_products).
+        {"coopmat", Impl::fused, {.fused_kernel = FusedKernel::coopmat},
+         "flash_coopmat.comp: FlashAttention-2's tiles on 16x16x16 cooperative matrices, f16 operands (portable implementation)"},
+        {"split-coopmat", Impl::split, {.fused_kernel = FusedKernel::coopmat}, "split-KV over flash_coopmat.comp"},
     };
     return all;
 }
@@ -50,6 +54,8 @@ const KernelVariant* find_kernel_variant(std::string_view name) {
         if (v.name == name) return &v;
     return nullptr;
 }
+
+bool f16_products(const VariantOverrides& overrides) { return overrides.fused_kernel == FusedKernel::coopmat; }
 
 std::string kernel_variant_names() {
     std::string names;

@@ -7,22 +7,31 @@
 // f16 in the portable implementation, so that both round operands alike) and fills with
 // CM_TO_ELEM(x). Accumulators live in registers; their elements reach the kernel only through a
 // store into an fp32 shared array (the matrix units spread them over the lanes in an order
-// Vulkan does not define).
+// Vulkan does not define), and come back from one with CM_LOAD_ACC.
 //
 // The operations (macros: GLSL cannot pass a shared array to a function):
 //   CmA a; CmB b; CmAcc c;              the types: A 16×16 (rows × k), B 16×16 (k × columns), C
 //   CM_FILL(c, value)                   every element of c = value
 //   CM_LOAD_A(a, tile, offset, stride)  A's element (i, k) = tile[offset + i·stride + k] (row-major)
 //   CM_LOAD_B(b, tile, offset, stride)  B's element (k, j) = tile[offset + k·stride + j] (row-major)
-//   CM_MUL_ADD(c, a, tile_a, b, tile_b) c += a·b (tile_a, tile_b: the arrays a and b were loaded from)
+//   CM_LOAD_BT(b, tile, offset, stride) B's element (k, j) = tile[offset + j·stride + k] (B stored
+//                                       transposed, as K's rows are for S = Q·Kᵀ)
+//   CM_LOAD_ACC(c, tile, offset, stride) c's element (i, j) = tile[offset + i·stride + j], fp32
+//   CM_MUL_ADD(c, a, b, tile_b)         c += a·b (tile_b: the array b was loaded from)
 //   CM_SCALE(c, s)                      c *= s (a uniform scalar)
+//   CM_MUL_ELEMENTS(c, d)               c's element (i, j) *= d's (i, j), both accumulators: a
+//                                       per-row rescale is c times a CM_LOAD_ACC of the row factors
 //   CM_STORE(c, tile, offset, stride)   tile[offset + i·stride + j] = c's element (i, j), fp32
 // Rules for the kernels: a subgroup's lanes all take part in every operation (uniform control
-// flow); an operand's tile stays unchanged from its load to its last CM_MUL_ADD (the portable
-// operands refer to their tiles, the units' copy them); a CM_STORE's values are visible to the
-// other lanes after subgroupMemoryBarrierShared() and subgroupBarrier() (or a workgroup barrier).
+// flow); B's tile stays unchanged from its CM_LOAD_B to its last CM_MUL_ADD (the portable B refers
+// to its tile; A operands and accumulators are copies in registers on both); a CM_STORE's values
+// are visible to the other lanes after subgroupMemoryBarrierShared() and subgroupBarrier() (or a
+// workgroup barrier). Offsets and strides are multiples of 16 bytes, as the units' loads require.
 // Requires of the includer: CM_SG, the subgroup size the kernel's layout assumes (a constant or a
 // specialization constant; the kernel checks gl_SubgroupSize against it).
+// CM_LOOP marks the loops over a kernel's operands and accumulators: unrolled for the units (each
+// matrix a register), a loop in the portable implementation (lavapipe compiles unrolled products
+// for minutes).
 #ifndef VKATTN_COOPMAT_GLSL
 #define VKATTN_COOPMAT_GLSL
 
@@ -36,6 +45,7 @@ const uint CM_DIM = 16u;  // M = N = K
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 
+#define CM_LOOP [[unroll]]
 #define CM_ELEM float16_t
 #define CM_TO_ELEM(value_) float16_t(value_)
 #define CmA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
@@ -44,52 +54,68 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CM_FILL(c, value) c = CmAcc(value)
 #define CM_LOAD_A(a, tile, offset, stride) coopMatLoad(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_B(b, tile, offset, stride) coopMatLoad(b, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define CM_MUL_ADD(c, a, tile_a, b, tile_b) c = coopMatMulAdd(a, b, c)
+#define CM_LOAD_BT(b, tile, offset, stride) coopMatLoad(b, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define CM_LOAD_ACC(c, tile, offset, stride) coopMatLoad(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_MUL_ADD(c, a, b, tile_b) c = coopMatMulAdd(a, b, c)
 #define CM_SCALE(c, s) c = c * float(s)
+#define CM_MUL_ELEMENTS(c, d) c = c * (d)
 #define CM_STORE(c, tile, offset, stride) coopMatStore(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 
 #else  // the portable implementation
 
-// Operands refer to their tiles; lane l of the subgroup holds the accumulator's elements
-// l, l + CM_SG, l + 2·CM_SG, ... in row-major order (CM_SLOTS of them).
-const uint CM_SLOTS = (CM_DIM * CM_DIM + CM_SG - 1u) / CM_SG;
+// Lanes own rows: CM_LPR lanes share a row (a subgroup of 32: 2, each 8 of its columns), or a lane
+// holds CM_RPL rows (a subgroup of 8: rows l and l + 8, all 16 columns). Lane l's rows are
+// l / CM_LPR + t·(CM_SG / CM_LPR) for t < CM_RPL, its columns (l % CM_LPR)·CM_CPL + c for c < CM_CPL;
+// an accumulator holds those elements, an A operand those rows whole (the products need them), a
+// B operand where its tile holds it.
+const uint CM_LPR = CM_SG >= CM_DIM ? CM_SG / CM_DIM : 1u;
+const uint CM_RPL = CM_SG >= CM_DIM ? 1u : CM_DIM / CM_SG;
+const uint CM_CPL = CM_DIM / CM_LPR;
+const uint CM_SLOTS = CM_RPL * CM_CPL;
 struct CmA {
-    uint offset, stride;
+    float v[CM_RPL * CM_DIM];
 };
 struct CmB {
-    uint offset, stride;
+    uint offset, k_stride, j_stride;
 };
 struct CmAcc {
     float v[CM_SLOTS];
 };
+#define CM_LOOP [[dont_unroll]]
 #define CM_ELEM float
 // f16's rounding of an fp32 value (nearest even; past f16's range, ±inf), as the units' operands.
 #define CM_TO_ELEM(value_) unpackHalf2x16(packHalf2x16(vec2(float(value_), 0.0))).x
+#define CM_ROW(t_) (gl_SubgroupInvocationID / CM_LPR + (t_) * (CM_SG / CM_LPR))
+#define CM_COL(c_) ((gl_SubgroupInvocationID % CM_LPR) * CM_CPL + (c_))
 #define CM_FILL(c, value)                                             \
     [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) c.v[cm_s] = float(value)
-#define CM_LOAD_A(a, tile, offset_, stride_) a = CmA(offset_, stride_)
-#define CM_LOAD_B(b, tile, offset_, stride_) b = CmB(offset_, stride_)
-// Element (i, j) of the lane's slot s: e = lane + s·CM_SG, i = e / 16, j = e % 16 (slots past 256
-// where 256 is no multiple of CM_SG compute a harmless copy of row 15's last elements).
+#define CM_LOAD_A(a, tile, offset_, stride_)                                                       \
+    [[unroll]] for (uint cm_t = 0u; cm_t < CM_RPL; ++cm_t)                                                  \
+        [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
+            a.v[cm_t * CM_DIM + cm_k] = float(tile[(offset_) + CM_ROW(cm_t) * (stride_) + cm_k])
+#define CM_LOAD_B(b, tile, offset_, stride_) b = CmB(offset_, stride_, 1u)
+#define CM_LOAD_BT(b, tile, offset_, stride_) b = CmB(offset_, 1u, stride_)
+#define CM_LOAD_ACC(c, tile, offset_, stride_)                                                     \
+    [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s)                                       \
+        c.v[cm_s] = tile[(offset_) + CM_ROW(cm_s / CM_CPL) * (stride_) + CM_COL(cm_s % CM_CPL)]
 // The slots are a loop, not unrolled: unrolled, 4 products of 16 × 16 × 16 are ~2,000 FMAs that
 // lavapipe's compiler takes a minute over per pipeline.
-#define CM_MUL_ADD(c, a, tile_a, b, tile_b)                                                        \
+#define CM_MUL_ADD(c, a, b, tile_b)                                                                \
     [[dont_unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) {                                \
-        const uint cm_e = min(gl_SubgroupInvocationID + cm_s * CM_SG, CM_DIM * CM_DIM - 1u);      \
-        const uint cm_i = cm_e / CM_DIM, cm_j = cm_e % CM_DIM;                                     \
+        const uint cm_t = cm_s / CM_CPL, cm_j = CM_COL(cm_s % CM_CPL);                             \
         float cm_sum = c.v[cm_s];                                                                  \
         [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
-            cm_sum = fma(float(tile_a[a.offset + cm_i * a.stride + cm_k]),                         \
-                         float(tile_b[b.offset + cm_k * b.stride + cm_j]), cm_sum);                \
+            cm_sum = fma(a.v[cm_t * CM_DIM + cm_k],                                                \
+                         float(tile_b[b.offset + cm_k * b.k_stride + cm_j * b.j_stride]), cm_sum); \
         c.v[cm_s] = cm_sum;                                                                        \
     }
 #define CM_SCALE(c, s)                                                \
     [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) c.v[cm_s] *= float(s)
+#define CM_MUL_ELEMENTS(c, d)                                         \
+    [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) c.v[cm_s] *= d.v[cm_s]
 #define CM_STORE(c, tile, offset_, stride_)                                                        \
-    [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) {                                     \
-        const uint cm_e = gl_SubgroupInvocationID + cm_s * CM_SG;                                  \
-        if (cm_e < CM_DIM * CM_DIM) tile[(offset_) + (cm_e / CM_DIM) * (stride_) + cm_e % CM_DIM] = c.v[cm_s]; \
-    }
+    [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s)                                       \
+        tile[(offset_) + CM_ROW(cm_s / CM_CPL) * (stride_) + CM_COL(cm_s % CM_CPL)] = c.v[cm_s]
 
 #endif  // CM_KHR
 

@@ -1004,6 +1004,12 @@ TEST_CASE("cli check --variants and bench --variant: the catalogue's kernel vari
     INFO(point.out << point.err);
     CHECK(point.status == 0);
     CHECK_THAT(point.out, Catch::Contains("\"impl\":\"split\"") && Catch::Contains("decode["));
+    // The cooperative-matrix kernel at f32: validated on the f16 operands it multiplied.
+    const Result coopmat = vk_attn("bench --seq 70 --heads 2 --dim 40 --fused-kernel coopmat --impl fused "
+                                   "--repeat 1 --warmup 0 --validate --json");
+    INFO(coopmat.out << coopmat.err);
+    CHECK(coopmat.status == 0);
+    CHECK_THAT(coopmat.out, Catch::Contains("\"impl\":\"fused\"") && Catch::Contains("coopmat["));
     for (const std::string args : {"check --variants nope", "bench --variant nope"}) {
         const Result bad = vk_attn(args);
         CHECK(bad.status == 1);

@@ -92,6 +92,7 @@ TEST_CASE("key slicing: every path and feature with K and V beyond one binding",
     const Setup setup = GENERATE(Setup{Impl::fused, 8192, "key-slices="}, Setup{Impl::split, 8192, "key-slices="},
                                  Setup{Impl::split, 8192, "key-slices=", FusedKernel::decode},
                                  Setup{Impl::fused, 8192, "key-slices=", FusedKernel::tile},
+                                 Setup{Impl::fused, 8192, "key-slices=", FusedKernel::coopmat},
                                  Setup{Impl::unfused, 8192, "key-slices="}, Setup{Impl::unfused, 2048, "two-pass"});
     const DType dtype = GENERATE(DType::f32, DType::f16);
     // 700 keys: P rows are 4-aligned, so stage 3 reads key slices of P as texels.

@@ -359,17 +359,19 @@ TEST_CASE("paged kv cache: decoding over fp8 pools matches the reference and the
     CHECK(test::take_validation_messages(ctx).empty());
 }
 
-TEST_CASE("paged kv cache: the decode and tile kernels over shuffled blocks and odd block sizes",
-          "[gpu][cache][paged][decode][tile]") {
-    // flash_decode.comp and flash_tile.comp forced (GPUs choose them): their lanes look keys' rows
+TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled blocks and odd block sizes",
+          "[gpu][cache][paged][decode][tile][coopmat]") {
+    // flash_decode.comp, flash_tile.comp and flash_coopmat.comp forced: their lanes look keys' rows
     // up in the block table; the same kernel over the contiguous cache computes the same bits.
     Context& ctx = test::gpu_context();
     DecodeCase c;
     c.dtype = GENERATE(DType::f32, DType::f16);
     c.block_size = GENERATE(16, 7, 1);
-    const FusedKernel kernel = GENERATE(FusedKernel::decode, FusedKernel::tile);
+    const FusedKernel kernel = GENERATE(FusedKernel::decode, FusedKernel::tile, FusedKernel::coopmat);
     c.impl = GENERATE(Impl::fused, Impl::split);
     if (kernel == FusedKernel::decode && c.impl == Impl::fused) return;  // the decode kernel runs split runs
+    // The cooperative-matrix kernel multiplies f16 operands: f16 storage is what it multiplies.
+    if (kernel == FusedKernel::coopmat && c.dtype != DType::f16) return;
     c.variant.fused_kernel = kernel;
     c.dim = 64;  // 16-byte rows (f16's 8-element chunks)
     c.dim_v = 40;

@@ -18,21 +18,8 @@ using testing::Case;
 
 namespace {
 
-Case tile_case(Impl impl, DType dtype) {
-    Case c = fused_feature_case();
-    c.dtype = dtype;
-    c.weights = false;
-    c.impl = impl;
-    c.splits = impl == Impl::split ? 3 : 0;
-    c.variant.fused_kernel = FusedKernel::tile;
-    return c;
-}
-
-AttentionReport expect_tile(const Case& c) {
-    const AttentionReport r = expect_pass(c, c.impl);
-    CHECK_THAT(r.variant, Catch::StartsWith("tile["));
-    return r;
-}
+Case tile_case(Impl impl, DType dtype) { return forced_kernel_case(FusedKernel::tile, impl, dtype); }
+AttentionReport expect_tile(const Case& c) { return expect_kernel(c); }
 
 }  // namespace
 
@@ -42,16 +29,9 @@ TEST_CASE("tile kernel: head shapes and every feature, fused and split", "[gpu][
     const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{1, 3}, std::pair{130, 66}, std::pair{72, 200});
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     const DType dtype = GENERATE(DType::f32, DType::f16);
-    for (int features = 0; features < kFusedFeatureSets; ++features) {
-        Case c = tile_case(impl, dtype);
-        if (dtype == DType::f16 && !device_caps().fp16_storage) c.dtype = DType::f32;
-        c.Dk = dk;
-        c.Dv = dv;
-        apply_fused_features(c, features);
-        INFO("Dk " << dk << " Dv " << dv << ", features " << features);
-        const AttentionReport r = expect_tile(c);
-        if (dv > 128) CHECK_THAT(r.variant, Catch::Contains(" passes="));
-    }
+    Case c = tile_case(impl, dtype);
+    if (dtype == DType::f16 && !device_caps().fp16_storage) c.dtype = DType::f32;
+    expect_every_feature(c, dk, dv, 128);
 }
 
 TEST_CASE("tile kernel: every K/V storage type", "[gpu][tile][storage_types]") {

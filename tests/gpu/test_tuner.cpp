@@ -114,3 +114,21 @@ TEST_CASE("tuner: a table of another driver is ignored, and bad requests are ref
     CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .variants = {"nope"}}), Catch::Contains("variants"));
     CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .repeat = 0}), Catch::Contains("repeat"));
 }
+
+TEST_CASE("tuner: variants with f16 products are timed for f16 storage only", "[gpu][tuner][coopmat]") {
+    // The cooperative-matrix kernel rounds its operands to f16: no measurement may hand it an f32
+    // call, however fast it ran.
+    const CacheDir dir;
+    Context ctx(options_in(dir));
+    const std::vector<std::string> offered{"tile", "coopmat"};
+    TuneShape prefill{.B = 1, .Hq = 2, .Hkv = 2, .Nq = 40, .Nkv = 40, .D = 32};
+    const TuneReport f32 = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
+    REQUIRE(f32.results.size() == 1);
+    CHECK(f32.results[0].timings.size() == 1);
+    CHECK(f32.results[0].winner == "tile");
+    if (!ctx.device().fp16_storage) return;
+    prefill.dtype = DType::f16;
+    const TuneReport f16 = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
+    REQUIRE(f16.results.size() == 1);
+    CHECK(f16.results[0].timings.size() == 2);
+}

@@ -102,10 +102,11 @@ TEST_CASE("varlen: packed sequences of different lengths match the reference per
     const DType dtype = GENERATE(DType::f32, DType::f16);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     const Causal causal = GENERATE(Causal::none, Causal::top_left, Causal::bottom_right);
-    // The streamed and the shared-memory flash kernels, the decode kernel (split runs only) and the
-    // tile kernel.
-    const int kernel = GENERATE(0, 1, 2, 3);
+    // The streamed and the shared-memory flash kernels, the decode kernel (split runs only), the
+    // tile kernel and the cooperative-matrix one (f16 storage: what it multiplies is then what is stored).
+    const int kernel = GENERATE(0, 1, 2, 3, 4);
     if (kernel == 2 && impl != Impl::split) return;
+    if (kernel == 4 && dtype != DType::f16) return;
     std::mt19937 rng(101);
     // Sequence 1 has no queries, sequence 5 no keys; max_seqlen_q is above every length. Three spare
     // query rows (two key rows) follow the last sequence: nothing may write them.
@@ -125,11 +126,15 @@ TEST_CASE("varlen: packed sequences of different lengths match the reference per
                                               .max_seqlen_k = max_k}};
     const VariantOverrides variant = kernel == 2   ? VariantOverrides{.fused_kernel = FusedKernel::decode}
                                      : kernel == 3 ? VariantOverrides{.fused_kernel = FusedKernel::tile}
+                                     : kernel == 4 ? VariantOverrides{.fused_kernel = FusedKernel::coopmat}
                                                    : VariantOverrides{.shared_tiles = kernel == 1};
     const AttentionOptions options{.causal = causal, .impl = impl, .variant = variant};
     const AttentionPlan plan(ctx, in, {.o = o, .lse = lse}, options);
     CHECK(plan.report().path == impl);
-    CHECK_THAT(plan.report().variant, Catch::StartsWith(kernel == 2 ? "decode[" : kernel == 3 ? "tile[" : "fused["));
+    CHECK_THAT(plan.report().variant, Catch::StartsWith(kernel == 2   ? "decode["
+                                                                  : kernel == 3 ? "tile["
+                                                                  : kernel == 4 ? "coopmat["
+                                                                                : "fused["));
     // The same plan over other offsets, written into the same tensors: the offsets live on the device.
     const std::vector<std::int64_t> len_q2{33, 3, 7, 0, 19, 1}, len_k2{33, 0, 9, 5, 19, 40};
     for (const auto& [lq, lk] : {std::pair{len_q, len_k}, std::pair{len_q2, len_k2}}) {

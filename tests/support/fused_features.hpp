@@ -6,6 +6,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "support/expect_case.hpp"
 #include "vkattn/testing/attention_case.hpp"
 
 namespace vkattn::test {
@@ -43,6 +48,39 @@ inline void apply_fused_features(testing::Case& c, int features) {
         c.dropout = 0.2;
         c.dropout_seed = 7;
         break;
+    }
+}
+
+// The feature case with a GPU fused kernel forced (flash_tile.comp, flash_coopmat.comp), on `impl`
+// (fused, or split in 3) without the weights.
+inline testing::Case forced_kernel_case(FusedKernel kernel, Impl impl, DType dtype) {
+    testing::Case c = fused_feature_case();
+    c.dtype = dtype;
+    c.weights = false;
+    c.impl = impl;
+    c.splits = impl == Impl::split ? 3 : 0;
+    c.variant.fused_kernel = kernel;
+    return c;
+}
+
+// Runs the case, checked against the reference, and checks that the forced kernel ran.
+inline AttentionReport expect_kernel(const testing::Case& c) {
+    const AttentionReport r = expect_pass(c, c.impl);
+    CHECK_THAT(r.variant, Catch::StartsWith(to_string(*c.variant.fused_kernel) + "["));
+    return r;
+}
+
+// Every feature set at one head shape (Dk, Dv): each shape and path is a pipeline, which the
+// feature sets share. Heads wider than a pass's columns must take column passes.
+inline void expect_every_feature(const testing::Case& base, std::int64_t dk, std::int64_t dv, std::int64_t pass_columns) {
+    for (int features = 0; features < kFusedFeatureSets; ++features) {
+        testing::Case c = base;
+        c.Dk = dk;
+        c.Dv = dv;
+        apply_fused_features(c, features);
+        INFO("Dk " << dk << " Dv " << dv << ", features " << features);
+        const AttentionReport r = expect_kernel(c);
+        if (dv > pass_columns) CHECK_THAT(r.variant, Catch::Contains(" passes="));
     }
 }
 

@@ -26,13 +26,15 @@ TEST_CASE("variants: the catalogue names every path, fused kernel and gemm kerne
             kernels.insert(*v.overrides.fused_kernel);
         }
         if (v.overrides.fused_kernel == FusedKernel::decode) CHECK(v.impl == Impl::split);
+        // Only the cooperative-matrix kernel rounds its operands to f16 (the tuner keeps it to f16 calls).
+        CHECK(f16_products(v.overrides) == (v.overrides.fused_kernel == FusedKernel::coopmat));
         if (v.overrides.gemm_kernel) {
             CHECK(v.impl == Impl::unfused);  // the products run on the three-stage path
             gemm_kernels.insert(*v.overrides.gemm_kernel);
         }
     }
     CHECK(paths == std::set<Impl>{Impl::unfused, Impl::fused, Impl::split});
-    CHECK(kernels == std::set<FusedKernel>{FusedKernel::flash, FusedKernel::decode, FusedKernel::tile});
+    CHECK(kernels == std::set<FusedKernel>{FusedKernel::flash, FusedKernel::decode, FusedKernel::tile, FusedKernel::coopmat});
     CHECK(gemm_kernels == std::set<GemmKernel>{GemmKernel::blocks, GemmKernel::tile});
     CHECK(find_kernel_variant("nope") == nullptr);
 }

@@ -28,6 +28,7 @@
 #include "plot.hpp"
 #include "vkattn/testing/benchmark.hpp"
 #include "vkattn/testing/compare.hpp"
+#include "vkattn/testing/f16_operands.hpp"
 #include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
 #include "bench_common.hpp"
@@ -63,9 +64,10 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     if (o.shared_tiles != "auto") knobs.shared_tiles = o.shared_tiles == "on";
     if (o.texel_loads != "auto") knobs.texel_loads = o.texel_loads == "on";
     if (o.fused_kernel != "auto")
-        knobs.fused_kernel = o.fused_kernel == "flash"    ? FusedKernel::flash
-                             : o.fused_kernel == "decode" ? FusedKernel::decode
-                                                          : FusedKernel::tile;
+        knobs.fused_kernel = o.fused_kernel == "flash"     ? FusedKernel::flash
+                             : o.fused_kernel == "decode"  ? FusedKernel::decode
+                             : o.fused_kernel == "coopmat" ? FusedKernel::coopmat
+                                                           : FusedKernel::tile;
     // The GEMM ceiling's kernel: --gemm-kernel's, else the tuning's (the points' other knobs leave the
     // ceiling alone, so that every point of a run is quoted against the same one).
     std::optional<GemmKernel> gemm_kernel;
@@ -178,16 +180,18 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             continue;
         }
         // --validate: the first run is compared with the reference before anything is timed.
-        auto validate = [&] {
-            return testing::compare(o_host.doubles(), reference_stages(in, options, false).output, testing::tolerance_for(dtype));
+        // Products with f16 operands are compared on what they multiplied (testing/f16_operands.hpp).
+        auto validate = [&](bool f16_products) {
+            const testing::F16Operands rounded = f16_products ? testing::f16_operands(in) : testing::F16Operands{};
+            return testing::compare(o_host.doubles(), reference_stages(f16_products ? rounded.inputs : in, options, false).output,
+                                    testing::tolerance_for(dtype, p.Nkv, f16_products));
         };
         std::optional<testing::Comparison> validation;
         AttentionReport report;
         std::vector<double> samples;
         with_flag_names([&] {
             if (o.validate) {
-                device_set.attention(in, out, options);
-                validation = validate();
+                validation = validate(device_set.attention(in, out, options).f16_products);
                 if (!validation->ok) {
                     all_ok = false;
                     if (tty && points.size() > 1) std::cerr << '\n';  // off the progress bar's line
@@ -272,8 +276,9 @@ Action add_bench(CLI::App& app) {
     app.add_option("--fused-kernel", o->fused_kernel,
                    "Force the fused path's kernel: flash (flash.comp, the CPU devices' layout), decode (the GPU "
                    "decode kernel: split-KV, several lanes per key, K/V read once per group; --impl auto or split) "
-                   "or tile (FlashAttention-2's tiles, the GPUs' prefill); or let the tuning choose (auto)")
-        ->check(CLI::IsMember({"auto", "flash", "decode", "tile"}))
+                   "tile (FlashAttention-2's tiles, the GPUs' prefill) or coopmat (those tiles on 16x16x16 cooperative "
+                   "matrices, f16 operands; f32, f16 and quantized storage); or let the tuning choose (auto)")
+        ->check(CLI::IsMember({"auto", "flash", "decode", "tile", "coopmat"}))
         ->capture_default_str();
     app.add_option("--gemm-kernel", o->gemm_kernel,
                    "Force the matrix products' kernel (the three-stage path, the backward's products and --gemm): "

@@ -76,6 +76,7 @@ std::vector<Variant> knob_variants(const std::vector<Impl>& impls, bool cpu) {
         {"no subgroups", {.subgroup_ops = false}},
         {"decode kernel", {.fused_kernel = FusedKernel::decode}},
         {"tile kernel", {.fused_kernel = FusedKernel::tile}},
+        {"coopmat kernel", {.fused_kernel = FusedKernel::coopmat}},
         {"gemm tile kernel", {.gemm_kernel = GemmKernel::tile}}};
     std::vector<Variant> out;
     for (const Impl impl : impls)

@@ -47,8 +47,12 @@ enum class LogitsStage : std::uint8_t {
 // The fused path's kernels (fused and split runs): flash.comp's layout (the CPU devices', measured
 // in docs/LAVAPIPE.md), the GPU decode kernel (split runs of up to 8 query rows per K/V head: several
 // lanes per key, K/V read once per group) or the GPU prefill kernel (FlashAttention-2's tiles in
-// shared memory, register micro-tiles). docs/design/GPU_KERNELS.md has their cost models.
-enum class FusedKernel : std::uint8_t { flash, decode, tile };
+// shared memory, register micro-tiles), or the cooperative-matrix prefill kernel (issue #33:
+// FlashAttention-2's tiles with S = Q·Kᵀ and O += P·V as 16×16×16 products of f16 operands into fp32,
+// for now in the portable implementation from subgroups and shared memory; forced only, f32, f16 and
+// quantized storage: its products have f16's precision, AttentionReport::f16_products).
+// docs/design/GPU_KERNELS.md has their cost models.
+enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
 
 // The matrix products' kernel (the three-stage path and its backward, the multi-head module's
 // projections, the GEMM ceiling): bmm.comp's register blocks, fed by texel or word loads and
@@ -122,7 +126,8 @@ struct VariantOverrides {
     //   tile_rows, tile_keys: flash_tile.comp's Br (query rows per workgroup: a multiple of the 4·SG/8
     //   rows one subgroup holds, within the device's invocations) and Bc (keys per tile: 4 or 8 per
     //   lane of its 8 key groups, i.e. 32 or 64 on subgroups of 8 or more lanes), within shared memory.
-    //   Chosen: 64 × 64.
+    //   Chosen: 64 × 64. The cooperative-matrix kernel reads them as its own Br (a multiple of 16,
+    //   one subgroup per 16 rows) and Bc (a multiple of 16 up to 256).
     std::optional<std::uint32_t> tile_rows, tile_keys;
     //   decode_lanes_per_key: flash_decode.comp's lanes per key, a power of two up to the subgroup.
     //   Chosen: about 16 elements of a row per lane (8 at D = 128 with up to 4 rows).
@@ -186,6 +191,9 @@ struct AttentionReport {
     // Where the path and variant came from: "caller" (impl or a knob forced), "tuning" (the context's
     // measured table: vk-attn tune) or "heuristics" (the tuning functions' rules).
     std::string chosen_by;
+    // The products rounded their operands (q, k, v and the probabilities) to f16 before multiplying
+    // into fp32 (the cooperative-matrix kernel): f16's precision whatever the storage.
+    bool f16_products = false;
 };
 
 // Runs attention on host data: uploads, one dispatch chain, downloads. Throws InvalidArgument before

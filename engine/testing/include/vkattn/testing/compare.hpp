@@ -44,6 +44,16 @@ inline Tolerance tolerance_for(DType dtype, std::int64_t keys) {
     return t;
 }
 
+// A kernel whose products round their operands to f16 (AttentionReport::f16_products) is compared
+// with the reference on those rounded operands (testing/f16_operands.hpp); its probabilities are
+// rounded too, so its output has f16's tolerance at least, whatever the storage.
+inline Tolerance tolerance_for(DType dtype, std::int64_t keys, bool f16_products) {
+    Tolerance t = tolerance_for(dtype, keys);
+    if (!f16_products) return t;
+    const Tolerance h = tolerance_for(DType::f16, keys);
+    return Tolerance{std::max(t.rel, h.rel), std::max(t.abs, h.abs), std::max(t.floor, h.floor)};
+}
+
 // Gradients (the backward pass) of inputs stored in `dtype`, and the sinks' gradient of such a call:
 // in fp32 the sums over the keys (dQ) or queries (dK, dV) of products with (dP − Δ), which cancels,
 // are a few times less exact than o's. In 16-bit storage Δ = rowsum(dO ∘ o) is computed from the

@@ -1,0 +1,95 @@
+#include "attention/coopmat_tile.hpp"
+
+#include <algorithm>
+
+#include "attention/tuning.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+namespace {
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// The portable implementation's operands are fp32 (common/coopmat.glsl); the units' would be f16.
+constexpr std::uint32_t kOperandBytes = 4;
+}  // namespace
+
+std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
+    const std::uint32_t kv_rows = std::max(keys, rows(subgroups)), kv_pitch = std::max(16 * dk_tiles, columns()) + 8;
+    return kOperandBytes * kv_rows * kv_pitch + subgroups * 16 * (4 * (keys + 4) + kOperandBytes * (keys + 8)) + 8;
+}
+
+std::string CoopmatLayout::describe() const {
+    return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
+           " portable";
+}
+
+CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
+                                    const Problem& p, const VariantOverrides& overrides) {
+    CoopmatLayout t;
+    t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
+    t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8));
+    const std::uint32_t most_subgroups = std::max<std::uint32_t>(1, caps.max_workgroup_invocations / subgroup);
+    subgroups = std::max<std::uint32_t>(1, std::min({subgroups, 4u, most_subgroups}));
+    if (overrides.tile_rows) {
+        const std::uint32_t br = *overrides.tile_rows;
+        if (br == 0 || br % 16 != 0 || br / 16 > most_subgroups)
+            throw InvalidArgument("variant.tile_rows", std::to_string(br) + " query rows per workgroup; on subgroups of " +
+                                                           std::to_string(subgroup) + " lanes the cooperative-matrix kernel takes a multiple of 16 up to " +
+                                                           std::to_string(16 * most_subgroups) + " (one subgroup per 16 rows, the device's " +
+                                                           std::to_string(caps.max_workgroup_invocations) + " invocations).");
+        subgroups = br / 16;
+    }
+    if (overrides.tile_keys) {
+        const std::uint32_t bc = *overrides.tile_keys;
+        if (bc == 0 || bc % 16 != 0 || bc > 256)
+            throw InvalidArgument("variant.tile_keys", std::to_string(bc) + " keys per tile; the cooperative-matrix kernel takes a multiple of 16 up to 256.");
+        t.keys = bc;
+    }
+    // Shrink to fit: 32-key tiles, then fewer subgroups, then 16-key tiles, then narrower passes.
+    const std::uint32_t shared = caps.max_shared_bytes;
+    auto fits = [&] { return t.shared_bytes(subgroups) <= shared; };
+    while (!fits()) {
+        if (!overrides.tile_keys && t.keys > 32) t.keys /= 2;
+        else if (!overrides.tile_rows && subgroups > 1) subgroups /= 2;
+        else if (!overrides.tile_keys && t.keys > 16) t.keys /= 2;
+        else if (t.column_tiles > 1 && 16 * t.column_tiles > 16 * t.dk_tiles) t.column_tiles /= 2;
+        else break;
+    }
+    if (!fits()) {
+        const std::string need = "a tile of " + std::to_string(t.rows(subgroups)) + " rows and " + std::to_string(t.keys) +
+                                 " keys at Dk = " + std::to_string(p.Dk) + " needs " + std::to_string(t.shared_bytes(subgroups)) +
+                                 " bytes of shared memory; the device has " + std::to_string(shared) + ".";
+        throw InvalidArgument(overrides.tile_rows ? "variant.tile_rows" : overrides.tile_keys ? "variant.tile_keys" : "variant.fused_kernel",
+                              "the cooperative-matrix kernel: " + need);
+    }
+    return t;
+}
+
+std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups, const Problem&) {
+    // The portable products loop over each lane's accumulator slots (256 / SG of them), and over the
+    // operands (common/coopmat.glsl's CM_LOOP); the softmax is unrolled.
+    const std::int64_t lanes = std::int64_t{subgroup} * subgroups, slots = std::max<std::int64_t>(1, 256 / subgroup);
+    const std::int64_t key_tiles = t.keys / 16, dk = 16 * t.dk_tiles, oc = t.columns();
+    const std::int64_t stage_k = ceil_div(t.keys * dk / 4, lanes), stage_v = ceil_div(t.keys * oc / 4, lanes);
+    const std::int64_t scores = key_tiles * (1 + t.dk_tiles * (1 + slots));
+    const std::int64_t pv = key_tiles * (1 + t.column_tiles * (1 + slots));
+    return 4 + stage_k + scores + t.column_tiles + stage_v + pv;
+}
+
+std::optional<FusedConfig> coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p,
+                                          const VariantOverrides& overrides) {
+    for (const DType t : {p.dtype, p.k_dtype, p.v_dtype})
+        if (t == DType::bf16)
+            throw InvalidArgument("variant.fused_kernel",
+                                  "the cooperative-matrix kernel multiplies f16 operands, and bf16 values can pass f16's range "
+                                  "(±65,504); use the tile kernel for bf16 storage.");
+    std::uint32_t subgroups = 4;
+    c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
+    c.subgroups = subgroups;
+    c.rows = 16;
+    c.staged = false;
+    c.texel = c.texel_words = false;  // storage buffers through the typed loaders
+    c.column_passes = static_cast<std::uint32_t>(ceil_div(p.Dv, c.coopmat->columns()));
+    return c;
+}
+
+}  // namespace vkattn::detail

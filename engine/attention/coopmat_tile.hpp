@@ -1,0 +1,41 @@
+// The cooperative-matrix prefill kernel's layout (shaders/flash_coopmat.comp, issue #33; the cost
+// model is docs/design/GPU_KERNELS.md "Cooperative matrices"): FlashAttention-2's partition with
+// S = Q·Kᵀ and O += P·V as 16×16×16 products (common/coopmat.glsl). A workgroup owns 16 query rows
+// per subgroup; each subgroup holds its rows' Q as operands and their O as accumulators; K and V
+// pass through one f16 tile in shared memory, S and P through the subgroup's own. Pure (no Vulkan).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "attention/problem.hpp"
+#include "vk/device_caps.hpp"
+
+namespace vkattn::detail {
+
+struct CoopmatLayout {
+    std::uint32_t keys = 64;         // Bc: keys per tile, a multiple of 16
+    std::uint32_t dk_tiles = 8;      // Q's and K's 16-dimension tiles: ceil(Dk / 16)
+    std::uint32_t column_tiles = 8;  // O's 16-column tiles per pass (OC = 16 of them at most 8)
+    std::uint32_t rows(std::uint32_t subgroups) const { return 16 * subgroups; }
+    std::uint32_t columns() const { return 16 * column_tiles; }
+    // flash_coopmat.comp's shared memory: the K/V tile [max(Bc, Br)][max(16·dk_tiles, OC) + 8] and
+    // per subgroup S [16][Bc + 4] (fp32) and P [16][Bc + 8], operands as 4-byte floats in the
+    // portable implementation; and the workgroup's key range.
+    std::uint32_t shared_bytes(std::uint32_t subgroups) const;
+    std::string describe() const;
+};
+
+// The layout: 4 subgroups (64 rows) where the device's invocations allow, 64-key tiles, O in passes
+// of up to 128 columns; smaller tiles, then fewer subgroups, then narrower passes where shared
+// memory is short. overrides.tile_rows and tile_keys force Br and Bc (InvalidArgument naming them
+// where the device cannot take them). Returns the subgroups through `subgroups`. Throws
+// InvalidArgument("variant.fused_kernel") where even the smallest tiles do not fit.
+CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
+                                    const Problem& problem, const VariantOverrides& overrides = {});
+
+// Loop back-edges one key tile of flash_coopmat.comp may take (lavapipe counts them).
+std::int64_t coopmat_loops_per_tile(const CoopmatLayout& layout, std::uint32_t subgroup, std::uint32_t subgroups,
+                                    const Problem& problem);
+
+}  // namespace vkattn::detail

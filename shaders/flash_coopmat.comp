@@ -1,0 +1,310 @@
+#version 450
+// Fused attention with FlashAttention-2's work partition on cooperative 16 × 16 × 16 matrices
+// (issue #33; docs/design/GPU_KERNELS.md "Cooperative matrices"): flash_tile.comp's contract
+// (flash.comp's bindings and parameters, its SPLIT mode, every feature and storage type) with
+// S = Q·Kᵀ and O += P·V as products of common/coopmat.glsl: the matrix units' where CM_KHR is
+// defined, the portable implementation otherwise. Q, K, P and V are rounded to f16 as they are
+// staged; S and O accumulate in fp32.
+//
+// Work layout:
+//   workgroup = NSG subgroups of SG lanes; each subgroup owns 16 query rows (Br = 16·NSG, ρ as
+//   flash.comp's) and, in registers, their Q as DKT operands (read once) and their O as OT
+//   accumulators of 16 columns (OC = 16·OT per column pass).
+//   Per key tile of BC keys: the workgroup stages K [key][d] as f16; each subgroup multiplies its Q
+//   by BC/16 column blocks of Kᵀ and stores S to its own fp32 tile in shared memory, where its
+//   lanes (SLANES per row, or SROWS rows per lane) apply scale, softcap, masks, ALiBi and dropout
+//   and the online softmax, writing P as f16. Rows whose maximum moved rescale O: their factors
+//   go to shared memory as a 16 × 16 tile (a row's factor in every column), come back as an
+//   accumulator, and O's accumulators are multiplied by it element by element (the units' element
+//   order stays theirs). Then the workgroup stages V [key][column] where K was, and each subgroup
+//   adds P·V to O.
+//   The end stores O through the subgroup's shared tile, 16 columns at a time, normalised by l.
+// Key tiles outside every row's range are never visited; masks, softcap, ALiBi, sinks, dropout,
+// varlen and paged K/V follow flash_tile.comp and common/mask.glsl; heads wider than OC columns
+// take column passes (P.first_column). A row with no visible key keeps m = MASKED: O = 0,
+// lse = −∞ (or its sink); NaN scores poison the row; a subgroup layout other than the pipeline's
+// (SG lanes, NSG subgroups) writes NaN.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : enable
+
+#include "common/flash_params.glsl"
+
+layout(local_size_x_id = 0) in;                 // NSG · SG
+layout(constant_id = 1) const uint CM_SG = 32;  // lanes per subgroup (the pipeline requires it)
+layout(constant_id = 2) const uint BC = 64;     // keys per tile, a multiple of 16
+layout(constant_id = 3) const uint DKT = 8;     // Q's and K's 16-dimension tiles: ceil(Dk / 16)
+layout(constant_id = 4) const uint OT = 8;      // O's 16-column tiles per pass
+layout(constant_id = 5) const bool SPLIT = false;
+layout(constant_id = 6) const uint NSG = 4;     // subgroups per workgroup
+#ifdef PAGED
+layout(constant_id = 10) const uint POOLS = 1;
+#endif
+layout(constant_id = 11) const uint Q_TYPE = 0;
+layout(constant_id = 12) const uint K_TYPE = 0;
+layout(constant_id = 13) const uint V_TYPE = 0;
+
+#include "common/coopmat.glsl"
+
+const uint SG = CM_SG;
+const uint BR = 16u * NSG;                      // rows per workgroup
+const uint KT = BC / 16u;                       // S's 16-key tiles
+const uint DKP = 16u * DKT, OC = 16u * OT;      // Q's and K's dimensions, O's columns, padded
+const uint WG = NSG * SG;
+const uint SLANES = SG >= 16u ? SG / 16u : 1u;  // softmax lanes per row
+const uint SROWS = SG >= 16u ? 1u : 16u / SG;   // softmax rows per lane
+const uint SKEYS = BC / SLANES;                 // a softmax lane's keys of a row
+const uint SCOLS = 16u / SLANES;                // a lane's columns of a row in a 16-column tile
+const float LOG2E = 1.4426950408889634;
+const float LN2 = 0.6931471805599453;
+
+#include "common/tile_operands.glsl"
+
+// K's and V's tile (and Q's at the start): rows of max(DKP, OC) elements and 8 more, so rows start
+// 16 bytes apart on different banks. S (fp32) and P (f16 operands) per subgroup, 16 rows each.
+const uint KV_ROWS = BC > BR ? BC : BR;
+const uint PITCH_KV = (DKP > OC ? DKP : OC) + 8u;
+const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
+shared CM_ELEM kv_tile[KV_ROWS * PITCH_KV];  // [key or row][d or column]
+shared float s_tile[NSG * 16u * PITCH_S];     // [subgroup][row][key]
+shared CM_ELEM p_tile[NSG * 16u * PITCH_P];   // [subgroup][row][key]
+shared uint wg_first, wg_end;                 // the workgroup's key range
+
+void main() {
+    const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID, inv = gl_LocalInvocationIndex;
+    const uint part = lane % SLANES;  // which of its row's softmax lanes this one is
+    const uint Hkv = P.shape.Hkv, group = P.shape.group;
+    const uint Nq = P.shape.Nq, Nkv = P.shape.Nkv, Dk = P.shape.Dk, Dv = P.shape.Dv;
+    const uint unit = P.chunk.first_unit + gl_WorkGroupID.y;
+    const uint b = unit / Hkv, hk = unit % Hkv;
+    if (is_fp8(K_TYPE)) k_scale = head_terms[2u * P.shape.Hq + hk];
+    if (is_fp8(V_TYPE)) v_scale = head_terms[2u * P.shape.Hq + Hkv + hk];
+    const uint rows_end = P.chunk.first_row + P.chunk.rows;
+    // Row blocks in reverse, as flash.comp: the heaviest causal blocks start first.
+    const uint row_block = gl_NumWorkGroups.x - 1u - gl_WorkGroupID.x;
+    const uint block_rho = P.chunk.first_row + row_block * BR;
+    const uint q0 = q_base(b), len_q = q_length(b);
+    const uint q_last = P.varlen.packed_q != 0u ? max(P.varlen.total_q, 1u) - 1u : 0xffffffffu;
+    const uint s_base = sg * 16u * PITCH_S, p_base = sg * 16u * PITCH_P;
+
+    const uint split_index = SPLIT ? P.first_split + gl_WorkGroupID.z : 0u;
+    uint split_begin = 0u, split_end = Nkv;
+    if (SPLIT) {
+        split_begin = split_index * P.keys_per_split;
+        split_end = min(Nkv, split_begin + P.keys_per_split);
+    }
+
+    // The lane's softmax rows (row t: local_row(t) of its subgroup's 16): key ranges, stored or not.
+    uint local_row[SROWS], first[SROWS], limit[SROWS];
+    uint lo_first = 0xffffffffu, hi_limit = 0u;
+    bool has_rows = false;
+    [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
+        local_row[t] = lane / SLANES + t * (SG / SLANES);
+        const uint at = block_rho + sg * 16u + local_row[t];
+        const uint rho = min(at, rows_end - 1u);
+        const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
+        const RowMask mask = row_mask(b, h, i);
+        first[t] = max(mask.first, split_begin);
+        limit[t] = min(mask.limit, split_end);
+        lo_first = min(lo_first, first[t]);
+        hi_limit = max(hi_limit, limit[t]);
+        has_rows = has_rows || (at < rows_end && at % Nq < len_q);
+    }
+    // The workgroup's key range: the union of its stored rows' (every invocation meets every barrier).
+    if (inv == 0u) {
+        wg_first = 0xffffffffu;
+        wg_end = 0u;
+    }
+    barrier();
+    if (has_rows && lo_first < hi_limit) {
+        atomicMin(wg_first, lo_first);
+        atomicMax(wg_end, hi_limit);
+    }
+    // Q's rows through K's tile, then into registers: each subgroup's DKT operands.
+    for (uint e = inv; e < BR * DKP / 4u; e += WG) {
+        const uint row = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
+        const uint rho = min(block_rho + row, rows_end - 1u);
+        const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
+        const vec4 x = d < Dk ? load_q4(tensor_index(P.q, b, h, min(q0 + i, q_last)) + d, Dk - d) : vec4(0.0);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[row * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+    }
+    barrier();
+    CmA q_ops[DKT];
+    CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(q_ops[dt], kv_tile, sg * 16u * PITCH_KV + 16u * dt, PITCH_KV);
+
+    const uint k_begin = wg_first, k_end = wg_end;
+    uint lo_all = k_end, hi_all = k_begin;  // every lane's rows: for the test-free tiles
+    [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
+        hi_all = max(hi_all, first[t]);
+        lo_all = min(lo_all, limit[t]);
+    }
+    const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
+    const bool capped = P.mask.softcap > 0.0;
+    const bool dropout = P.mask.drop_threshold != 0u;
+    const float scale = P.scale, scale2 = P.scale * LOG2E, keep_scale = P.mask.keep_scale;
+#ifdef PAGED
+    const uint key_last = max(k_end, 1u) - 1u;
+#else
+    const uint key_last = P.varlen.packed_k != 0u ? max(k_end, 1u) - 1u : max(split_end, 1u) - 1u;
+#endif
+    const uint k0_row = k_base(b);
+    const uint k_head = tensor_index(P.k, b, hk, k0_row), k_stride = P.k.stride.z;
+    const uint v_head = tensor_index(P.v, b, hk, k0_row), v_stride = P.v.stride.z;
+    const uint col_base = P.first_column;
+
+    float m[SROWS], l[SROWS];
+    [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
+        m[t] = MASKED;
+        l[t] = 0.0;
+    }
+    CmAcc o[OT];
+    CM_LOOP for (uint ot = 0u; ot < OT; ++ot) CM_FILL(o[ot], 0.0);
+
+    // Key tiles; the outer loop keeps every trip count far below lavapipe's 65,535.
+    for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * BC)
+    for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
+        barrier();  // every subgroup is done with the previous tile's V (and Q's staging)
+        for (uint e = inv; e < BC * DKP / 4u; e += WG) {
+            const uint key = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
+            const uvec2 at = K_ROW(min(kb + key, key_last));
+            const vec4 x = d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        }
+        barrier();
+        // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile.
+        CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
+            CmAcc s;
+            CM_FILL(s, 0.0);
+            CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) {
+                CmB k_op;
+                CM_LOAD_BT(k_op, kv_tile, 16u * kt * PITCH_KV + 16u * dt, PITCH_KV);
+                CM_MUL_ADD(s, q_ops[dt], k_op, kv_tile);
+            }
+            CM_STORE(s, s_tile, s_base + 16u * kt, PITCH_S);
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+
+        // Scale into log2 units, mask (flash.comp's rules), online softmax; P into the subgroup's tile.
+        const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
+        float alpha[SROWS];
+        bool moved = false;
+        [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
+            const uint rho = min(block_rho + sg * 16u + local_row[t], rows_end - 1u);
+            const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
+            RowMask mask;
+            if (elementwise) {
+                mask = row_mask(b, h, i);
+                mask.limit = limit[t];
+            }
+            float x[SKEYS];
+            float tile_max = MASKED;
+            [[unroll]] for (uint c = 0u; c < SKEYS; ++c) {
+                const uint key_local = c * SLANES + part, key = kb + key_local;
+                const float score = s_tile[s_base + local_row[t] * PITCH_S + key_local];
+                float v = capped ? softcap(score * scale) * LOG2E : score * scale2;
+                if (elementwise) {
+                    float terms;
+                    v = key_terms(mask, key, terms) ? v + terms * LOG2E : MASKED;
+                } else if (!whole && (key < first[t] || key >= limit[t])) {
+                    v = MASKED;
+                }
+                x[c] = v;
+                tile_max = max(tile_max, v);
+            }
+            [[unroll]] for (uint sh = 1u; sh < SLANES; sh *= 2u) tile_max = max(tile_max, subgroupShuffleXor(tile_max, sh));
+            const float m_new = max(m[t], tile_max);
+            alpha[t] = m[t] == MASKED ? 0.0 : exp2(m[t] - m_new);
+            moved = moved || alpha[t] != 1.0;
+            m[t] = m_new;
+            l[t] *= alpha[t];
+            [[unroll]] for (uint c = 0u; c < SKEYS; ++c) {
+                const uint key_local = c * SLANES + part;
+                float p = x[c] == MASKED ? 0.0 : exp2(x[c] - m_new);
+                l[t] += p;
+                if (dropout) p = dropout_keeps(b, h, i, kb + key_local) ? p * keep_scale : 0.0;
+                p_tile[p_base + local_row[t] * PITCH_P + key_local] = CM_TO_ELEM(p);
+            }
+        }
+        // Rescale O where a row's maximum moved (α ≠ 1): the factors as a 16 × 16 tile, row i's in
+        // every column, multiplied into each accumulator element by element. Uniform per subgroup.
+        if (subgroupMax(moved ? 1u : 0u) != 0u) {
+            subgroupBarrier();  // every lane has read its scores: the tile is free
+            [[unroll]] for (uint t = 0u; t < SROWS; ++t)
+                [[unroll]] for (uint c = 0u; c < SCOLS; ++c)
+                    s_tile[s_base + local_row[t] * PITCH_S + part * SCOLS + c] = alpha[t];
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            CmAcc factors;
+            CM_LOAD_ACC(factors, s_tile, s_base, PITCH_S);
+            CM_LOOP for (uint ot = 0u; ot < OT; ++ot) CM_MUL_ELEMENTS(o[ot], factors);
+        }
+
+        // O += P·V for this pass's columns, V staged where K was.
+        barrier();  // every subgroup is done with K; P is written
+        for (uint e = inv; e < BC * OC / 4u; e += WG) {
+            const uint key = e / (OC / 4u), col = col_base + 4u * (e % (OC / 4u));
+            const uvec2 at = V_ROW(min(kb + key, key_last));
+            const vec4 x = col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + col - col_base + c] = CM_TO_ELEM(x[c]);
+        }
+        barrier();
+        CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
+            CmA p_op;
+            CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);
+            CM_LOOP for (uint ot = 0u; ot < OT; ++ot) {
+                if (col_base + 16u * ot >= Dv) continue;  // uniform: a pass's last tiles may lie past Dv
+                CmB v_op;
+                CM_LOAD_B(v_op, kv_tile, 16u * kt * PITCH_KV + 16u * ot, PITCH_KV);
+                CM_MUL_ADD(o[ot], p_op, v_op, kv_tile);
+            }
+        }
+    }
+
+    // Finish: the row's sum over its SLANES lanes; the sink (not in split mode: combine.comp adds
+    // it); lse; then O, normalised, through the subgroup's tile 16 columns at a time.
+    const bool layout_ok = gl_SubgroupSize == SG && gl_NumSubgroups == NSG;
+    float row_factor[SROWS];
+    bool row_loud[SROWS], row_stored[SROWS];
+    uint o_row[SROWS];
+    [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
+        float l_row = l[t];
+        [[unroll]] for (uint sh = 1u; sh < SLANES; sh *= 2u) l_row += subgroupShuffleXor(l_row, sh);
+        const uint rho = block_rho + sg * 16u + local_row[t];
+        row_stored[t] = rho < rows_end && rho % Nq < len_q;
+        const uint rho_c = min(rho, rows_end - 1u);
+        const uint h = hk * group + rho_c / Nq, i = rho_c % Nq;
+        const uint row = SPLIT ? i : q0 + i;
+        float o_scale = 1.0, sink;
+        float m_row = m[t];
+        if (!SPLIT && sink_logit(h, sink)) {
+            sink *= LOG2E;
+            const float m_all = max(m_row, sink);
+            o_scale = m_row == MASKED ? 0.0 : exp2(m_row - m_all);
+            l_row = l_row * o_scale + exp2(sink - m_all);
+            m_row = m_all;
+        }
+        o_row[t] = tensor_index(P.o, b, h, row) + split_index * P.o_split_stride;
+        const bool poisoned = is_nan(l_row);
+        row_loud[t] = !layout_ok || poisoned;
+        row_factor[t] = l_row > 0.0 ? o_scale / l_row : 0.0;
+        if (row_stored[t] && part == 0u && col_base == 0u)
+            lse[tensor_index(P.lse, b, h, row) + split_index * P.lse_split_stride] =
+                poisoned ? quiet_nan() : m_row == MASKED ? (SPLIT ? MASKED : negative_infinity()) : (m_row + log2(l_row)) * LN2;
+    }
+    CM_LOOP for (uint ot = 0u; ot < OT; ++ot) {
+        if (col_base + 16u * ot >= Dv) continue;  // uniform
+        subgroupBarrier();  // every lane has read the previous tile (and its last scores)
+        CM_STORE(o[ot], s_tile, s_base, PITCH_S);
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        [[unroll]] for (uint t = 0u; t < SROWS; ++t)
+            [[unroll]] for (uint c = 0u; c < SCOLS; ++c) {
+                const uint col = col_base + 16u * ot + part * SCOLS + c;
+                if (row_stored[t] && col < Dv)
+                    store_out(o_row[t] + col, row_loud[t] ? quiet_nan()
+                                                          : s_tile[s_base + local_row[t] * PITCH_S + part * SCOLS + c] * row_factor[t]);
+            }
+    }
+}

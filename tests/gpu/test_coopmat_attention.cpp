@@ -1,0 +1,120 @@
+// The cooperative-matrix prefill kernel (flash_coopmat.comp, issue #33), forced on the suite's device
+// so that lavapipe runs it through common/coopmat.glsl's portable implementation: shapes that are
+// not multiples of 16 or of its key tiles, Dk ≠ Dv, D up to 256, GQA, column passes, every mask and
+// feature on the fused and split paths, every storage type it takes. Outputs are NaN-poisoned and
+// compared by run_case with the CPU reference on the operands it multiplied (rounded to f16), within
+// f16's tolerance. Paged K/V, varlen and key slices run it in their own tests.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "support/device_tuning.hpp"
+#include "support/expect_case.hpp"
+#include "support/fused_features.hpp"
+#include "vkattn/variants.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+using testing::Case;
+
+namespace {
+
+Case coopmat_case(Impl impl, DType dtype) { return forced_kernel_case(FusedKernel::coopmat, impl, dtype); }
+
+AttentionReport expect_coopmat(const Case& c) {
+    const AttentionReport r = expect_kernel(c);
+    CHECK(r.f16_products);
+    return r;
+}
+
+}  // namespace
+
+// Each head shape and path is a pipeline: features share them.
+TEST_CASE("coopmat kernel: head shapes and every feature, fused and split", "[gpu][coopmat][features]") {
+    // One partial 16-dimension tile; 9 of Q/K with the last partial and a partial O tile; two
+    // column passes (Dv 200 > 128).
+    const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{1, 3}, std::pair{130, 66}, std::pair{72, 200});
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    Case c = coopmat_case(impl, dtype);
+    if (dtype == DType::f16 && !device_caps().fp16_storage) c.dtype = DType::f32;
+    expect_every_feature(c, dk, dv, 128);
+}
+
+TEST_CASE("coopmat kernel: every K/V storage type it takes, D = 256", "[gpu][coopmat][storage_types]") {
+    const DType kv = GENERATE(DType::q8_0, DType::q4_1, DType::q5_0, DType::iq4_nl, DType::fp8_e4m3, DType::fp8_e5m2);
+    Case c = coopmat_case(Impl::fused, DType::f32);
+    c.Dk = c.Dv = 256;
+    c.Nq = 21;
+    c.k_dtype = c.v_dtype = kv;
+    c.kv_scales = is_fp8(kv);
+    c.causal = Causal::bottom_right;
+    c.kv_lengths = true;
+    INFO(to_string(kv));
+    expect_coopmat(c);
+}
+
+TEST_CASE("coopmat kernel: long sequences, MQA, GQA, scores in the thousands and empty rows", "[gpu][coopmat]") {
+    Case c = coopmat_case(Impl::fused, DType::f32);
+    c.Hq = 8;
+    c.Hkv = 1;
+    c.Nq = 100;
+    c.Nkv = 1001;  // many key tiles: O is rescaled as the rows' maxima move
+    c.Dk = c.Dv = 64;
+    c.causal = Causal::top_left;
+    expect_coopmat(c);
+    c.Hq = 6;
+    c.Hkv = 2;
+    c.Nq = 33;
+    c.Nkv = 47;
+    c.amplitude = 10.0f;
+    c.scale = 1.0;
+    c.causal = Causal::bottom_right;
+    c.kv_lengths = true;  // some batches see no key: empty rows
+    expect_coopmat(c);
+}
+
+TEST_CASE("coopmat kernel: its layout, and what it refuses by name", "[gpu][coopmat][tuning]") {
+    Case c = coopmat_case(Impl::fused, DType::f32);
+    c.Dk = c.Dv = 64;
+    const detail::FusedConfig forced = fused_config(c);
+    REQUIRE(forced.coopmat);
+    CHECK(forced.key_block() == forced.coopmat->keys);
+    CHECK(forced.rows_per_workgroup() == 16 * forced.subgroups);
+    CHECK(forced.coopmat->shared_bytes(forced.subgroups) <= device_caps().max_shared_bytes);
+    // Never chosen unless forced (the portable products are no GPU's fastest; the units' await the toolchain).
+    c.variant = {};
+    CHECK_FALSE(fused_config(c).coopmat);
+    // bf16's range passes f16's: refused by name where a fused kernel runs.
+    Case bf = coopmat_case(Impl::fused, DType::bf16);
+    try {
+        testing::run_case(gpu_context(), bf, fresh_seed());
+        FAIL("bf16 taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.fused_kernel");
+        CHECK_THAT(e.what(), Catch::Contains("bf16"));
+    }
+}
+
+TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat][variants]") {
+    // Br and Bc through the tile knobs: one subgroup of 16 rows with 16-key tiles, and two with 48.
+    const auto [rows, keys] = GENERATE(std::pair<std::uint32_t, std::uint32_t>{16, 16}, std::pair{32u, 48u});
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    for (int features = 0; features < kFusedFeatureSets; ++features) {
+        Case c = coopmat_case(impl, DType::f32);
+        c.variant.tile_rows = rows;
+        c.variant.tile_keys = keys;
+        apply_fused_features(c, features);
+        INFO(rows << "x" << keys << ", features " << features);
+        const AttentionReport r = expect_coopmat(c);
+        CHECK_THAT(r.variant, Catch::Contains(" rows" + std::to_string(rows) + " keys" + std::to_string(keys) + " "));
+    }
+    Case bad = coopmat_case(Impl::fused, DType::f32);
+    bad.variant.tile_keys = 24;  // no multiple of 16
+    try {
+        testing::run_case(gpu_context(), bad, fresh_seed());
+        FAIL("24 keys per tile taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.tile_keys");
+    }
+}

@@ -1,0 +1,91 @@
+// The cooperative-matrix prefill kernel's tuning (attention/coopmat_tile.hpp): forced only, its layout
+// on every made-up device and head size, its shared memory and loop budget, and its refusals.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "attention/coopmat_tile.hpp"
+#include "attention/tuning.hpp"
+#include "fake_devices.hpp"
+#include "vkattn/errors.hpp"
+
+using namespace vkattn;
+using namespace vkattn::detail;
+using namespace vkattn::detail::fake;
+
+TEST_CASE("coopmat tuning: never chosen, forced on every device", "[unit][tuning][coopmat]") {
+    for (const vk::DeviceCaps& caps : all_devices())
+        for (const std::int64_t nq : {9, 4096}) {
+            const Problem p = problem(1, 8, 8, nq, 4096, 128, 128, DType::f16);
+            INFO(caps.name << " Nq=" << nq);
+            CHECK_FALSE(fused_for(caps, p)->coopmat);
+            CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->coopmat);
+            CHECK_FALSE(fused_for(caps, p, {.fused_kernel = FusedKernel::tile})->coopmat);
+        }
+}
+
+TEST_CASE("coopmat tuning: a layout every device runs, for head sizes up to 256", "[unit][tuning][coopmat]") {
+    const std::int64_t dims[] = {1, 8, 36, 64, 100, 128, 200, 256};
+    for (const vk::DeviceCaps& caps : all_devices())
+        for (const std::int64_t dk : dims)
+            for (const std::int64_t dv : dims) {
+                const Problem p = problem(2, 8, 2, 300, 1000, dk, dv);
+                const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat});
+                INFO(caps.name << " Dk " << dk << " Dv " << dv);
+                REQUIRE(c);
+                REQUIRE(c->coopmat);
+                const CoopmatLayout& t = *c->coopmat;
+                INFO(c->describe());
+                CHECK(t.keys % 16 == 0);
+                CHECK(t.keys >= 16);
+                CHECK(16 * t.dk_tiles >= dk);
+                CHECK(16 * (t.dk_tiles - 1) < std::max<std::int64_t>(dk, 1));
+                CHECK(t.column_tiles <= 8);  // O: at most 8 accumulators per subgroup
+                CHECK(c->column_passes * c->columns_per_pass() >= dv);
+                CHECK((c->column_passes - 1) * c->columns_per_pass() < dv);
+                CHECK(c->rows_per_workgroup() == 16 * c->subgroups);
+                CHECK(c->subgroups * c->subgroup <= caps.max_workgroup_invocations);
+                CHECK(t.shared_bytes(c->subgroups) <= caps.max_shared_bytes);
+                CHECK_FALSE(c->texel);  // the typed loaders read every storage type as words
+                if (caps.max_loop_iterations > 0) CHECK(fused_keys_per_dispatch(caps, *c, p) >= t.keys);
+            }
+}
+
+TEST_CASE("coopmat tuning: the default tile where shared memory allows, smaller where it does not",
+          "[unit][tuning][coopmat]") {
+    // 48 KiB and fp32 operands (the portable implementation) at D = 64: 64 rows × 32 keys.
+    const vk::DeviceCaps nvidia = nvidia_like();
+    const auto c = fused_for(nvidia, problem(1, 8, 8, 1024, 1024, 64, 64), {.fused_kernel = FusedKernel::coopmat});
+    REQUIRE(c);
+    CHECK(c->subgroups * 16 == c->rows_per_workgroup());
+    CHECK(c->coopmat->shared_bytes(c->subgroups) <= 49152);
+    // More shared memory never gives a smaller tile.
+    const auto big = fused_for(nvidia_like(98304), problem(1, 8, 8, 1024, 1024, 64, 64), {.fused_kernel = FusedKernel::coopmat});
+    REQUIRE(big);
+    CHECK(big->rows_per_workgroup() * big->coopmat->keys >= c->rows_per_workgroup() * c->coopmat->keys);
+    CHECK(big->rows_per_workgroup() == 64);
+    CHECK(big->coopmat->keys == 64);
+}
+
+TEST_CASE("coopmat tuning: what it refuses, by name and limit", "[unit][tuning][coopmat]") {
+    const vk::DeviceCaps caps = lavapipe_like();
+    const Problem p = problem(1, 8, 8, 128, 128, 64, 64);
+    auto refused = [&](const Problem& problem, const VariantOverrides& o) -> std::string {
+        try {
+            (void)fused_for(caps, problem, o);
+        } catch (const InvalidArgument& e) {
+            return e.argument() + ": " + e.what();
+        }
+        return "taken";
+    };
+    CHECK_THAT(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 24}), Catch::StartsWith("variant.tile_rows"));
+    CHECK_THAT(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_keys = 8}), Catch::StartsWith("variant.tile_keys"));
+    CHECK_THAT(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_keys = 272}), Catch::StartsWith("variant.tile_keys"));
+    // 64 rows of 512 fp32 dimensions are 131 KiB: no tile fits lavapipe's 32 KiB.
+    CHECK_THAT(refused(problem(1, 8, 8, 128, 128, 512, 512), {.fused_kernel = FusedKernel::coopmat}),
+               Catch::StartsWith("variant.fused_kernel") && Catch::Contains("shared memory"));
+    // Its operands are f16: bf16 storage is refused, not silently overflowed.
+    CHECK_THAT(refused(problem(1, 8, 8, 128, 128, 64, 64, DType::bf16), {.fused_kernel = FusedKernel::coopmat}),
+               Catch::StartsWith("variant.fused_kernel") && Catch::Contains("bf16"));
+    CHECK(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 32, .tile_keys = 48}) == "taken");
+}
