@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "vk/device_facts.hpp"
+#include "vk/newer_extensions.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/vulkan.hpp"
 
@@ -46,6 +48,14 @@ std::filesystem::path cache_file(const std::string& dir_option, const vk::Device
     return dir / name.str();
 }
 
+// Why the device's own creation left VK_KHR_cooperative_matrix off where the device offers it.
+std::string matrix_units_not_enabled(const vk::Instance& instance) {
+    const std::uint32_t v = instance.validation_layer_version();
+    return "the validation layer (" + std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) +
+           "." + std::to_string(VK_API_VERSION_PATCH(v)) +
+           ") predates VK_KHR_cooperative_matrix and would reject its feature structure";
+}
+
 }  // namespace
 
 Runtime::Runtime(const ContextOptions& options) : options_(options) {
@@ -58,7 +68,11 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     auto devices = vk::describe_devices(*instance_);
     const std::uint32_t index = vk::select_device(devices, options_.device);
     info_ = devices[index];
-    device_ = std::make_unique<vk::Device>(instance_->physical_devices()[index]);
+    const bool layer_knows = !instance_->validation() || instance_->validation_layer_version() >= kCooperativeMatrixHeaderVersion;
+    device_ = std::make_unique<vk::Device>(
+        instance_->physical_devices()[index],
+        vk::DeviceOptions{.newer_structures = layer_knows, .f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix)});
+    vk::describe_matrix_units(info_, device_->available(), device_->features(), matrix_units_not_enabled(*instance_));
     start();
 }
 
@@ -129,8 +143,11 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     info_.fp16_arithmetic = enabled.float16;
     info_.int8_arithmetic = enabled.int8;
     device_ = std::make_unique<vk::Device>(caller.physical_device, caller.device, caller.queue_family,
-                                           caller.queue_index, enabled);
+                                           caller.queue_index, enabled,
+                                           vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix)});
     info_.features_not_enabled = vk::features_not_enabled(device_->available(), enabled);
+    vk::describe_matrix_units(info_, device_->available(), enabled,
+                              "the caller's device was created without VK_KHR_cooperative_matrix's cooperativeMatrix, vulkanMemoryModel and shaderFloat16");
     if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
     start();
 }

@@ -8,23 +8,24 @@
 namespace vkattn::detail {
 namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-// The portable implementation's operands are fp32 (common/coopmat.glsl); the units' would be f16.
-constexpr std::uint32_t kOperandBytes = 4;
 }  // namespace
 
 std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
+    // The operands: f16 on the units, fp32 holding f16 values in the portable implementation.
+    const std::uint32_t operand = units ? 2 : 4;
     const std::uint32_t kv_rows = std::max(keys, rows(subgroups)), kv_pitch = std::max(16 * dk_tiles, columns()) + 8;
-    return kOperandBytes * kv_rows * kv_pitch + subgroups * 16 * (4 * (keys + 4) + kOperandBytes * (keys + 8)) + 8;
+    return operand * kv_rows * kv_pitch + subgroups * 16 * (4 * (keys + 4) + operand * (keys + 8)) + 8;
 }
 
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
-           " portable";
+           (units ? " units" : " portable");
 }
 
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                     const Problem& p, const VariantOverrides& overrides) {
     CoopmatLayout t;
+    t.units = caps.matrix_units;
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
     t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8));
     const std::uint32_t most_subgroups = std::max<std::uint32_t>(1, caps.max_workgroup_invocations / subgroup);
@@ -66,7 +67,8 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 
 std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups, const Problem&) {
     // The portable products loop over each lane's accumulator slots (256 / SG of them), and over the
-    // operands (common/coopmat.glsl's CM_LOOP); the softmax is unrolled.
+    // operands (common/coopmat.glsl's CM_LOOP); the softmax is unrolled. (Devices that count loops
+    // have no matrix units; the count is the portable implementation's.)
     const std::int64_t lanes = std::int64_t{subgroup} * subgroups, slots = std::max<std::int64_t>(1, 256 / subgroup);
     const std::int64_t key_tiles = t.keys / 16, dk = 16 * t.dk_tiles, oc = t.columns();
     const std::int64_t stage_k = ceil_div(t.keys * dk / 4, lanes), stage_v = ceil_div(t.keys * oc / 4, lanes);

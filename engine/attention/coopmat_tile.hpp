@@ -17,16 +17,18 @@ struct CoopmatLayout {
     std::uint32_t keys = 64;         // Bc: keys per tile, a multiple of 16
     std::uint32_t dk_tiles = 8;      // Q's and K's 16-dimension tiles: ceil(Dk / 16)
     std::uint32_t column_tiles = 8;  // O's 16-column tiles per pass (OC = 16 of them at most 8)
+    bool units = false;              // on the matrix units (f16 operands in shared memory), else portable
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
     // flash_coopmat.comp's shared memory: the K/V tile [max(Bc, Br)][max(16·dk_tiles, OC) + 8] and
-    // per subgroup S [16][Bc + 4] (fp32) and P [16][Bc + 8], operands as 4-byte floats in the
-    // portable implementation; and the workgroup's key range.
+    // per subgroup S [16][Bc + 4] (fp32) and P [16][Bc + 8]; operands f16 on the units, 4-byte floats
+    // in the portable implementation; and the workgroup's key range.
     std::uint32_t shared_bytes(std::uint32_t subgroups) const;
     std::string describe() const;
 };
 
-// The layout: 4 subgroups (64 rows) where the device's invocations allow, 64-key tiles, O in passes
+// The layout, on the matrix units where DeviceCaps::matrix_units says they run: 4 subgroups (64 rows)
+// where the device's invocations allow, 64-key tiles, O in passes
 // of up to 128 columns; smaller tiles, then fewer subgroups, then narrower passes where shared
 // memory is short. overrides.tile_rows and tile_keys force Br and Bc (InvalidArgument naming them
 // where the device cannot take them). Returns the subgroups through `subgroups`. Throws

@@ -52,7 +52,7 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form,
                              BmmAdd add) {
     if (c.coopmat) {
         const vk::KernelKey key{
-            .shader = "bmm_coopmat_c" + out_suffix(out),
+            .shader = std::string(c.units ? "bmm_coopmat_units_c" : "bmm_coopmat_c") + out_suffix(out),
             .constants = {{.id = kWorkgroup, .value = 4 * c.subgroup},
                           {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
                           {.id = kATransposed, .value = form == BmmForm::at_b ? 1u : 0u},
@@ -183,8 +183,9 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
     if (!c.coopmat) throw Error("internal: flash_coopmat_kernel needs a coopmat config.");
     const CoopmatLayout& t = *c.coopmat;
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
-    vk::KernelKey key = flash_family_key(std::string(paged_pools > 0 ? "flash_coopmat_paged_o" : "flash_coopmat_o") + out_suffix(out),
-                                         c, types, true, paged_pools, "flash_coopmat.comp");
+    std::string shader = t.units ? "flash_coopmat_units" : "flash_coopmat";
+    shader += std::string(paged_pools > 0 ? "_paged_o" : "_o") + out_suffix(out);
+    vk::KernelKey key = flash_family_key(std::move(shader), c, types, true, paged_pools, "flash_coopmat.comp");
     key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
                                                {.id = kDkTiles, .value = t.dk_tiles},
                                                {.id = kColumnTiles, .value = t.column_tiles},

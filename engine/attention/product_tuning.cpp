@@ -84,16 +84,16 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 }
 
 std::uint64_t BmmConfig::shared_bytes() const {
-    // bmm_coopmat.comp, portable: A's 64×24 and B's 16×72 slices (fp32 holding f16 values) and C's
-    // 64×68 fp32 tile.
-    if (coopmat) return 4ull * (64 * 24 + 16 * 72) + 4ull * 64 * 68;
+    // bmm_coopmat.comp: A's 64×24 and B's 16×72 slices (f16 on the units; fp32 holding f16 values in
+    // the portable implementation) and C's 64×68 fp32 tile.
+    if (coopmat) return (units ? 2ull : 4ull) * (64 * 24 + 16 * 72) + 4ull * 64 * 68;
     if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
     return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
 }
 
 std::string BmmConfig::describe() const {
     if (coopmat)
-        return "coopmat[portable sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 64x64 f16->f32]";
+        return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 64x64 f16->f32]";
     if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
     return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);
@@ -174,6 +174,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         if (!subgroup) throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products cannot run here: " + why + ".");
         BmmConfig c;
         c.coopmat = true;
+        c.units = caps.matrix_units;
         std::tie(c.subgroup, c.require_subgroup) = *subgroup;
         if (4 * c.subgroup > caps.max_workgroup_invocations || c.shared_bytes() > caps.max_shared_bytes)
             throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products need 4 subgroups of " +

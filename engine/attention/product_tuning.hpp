@@ -22,6 +22,7 @@ struct BmmConfig {
     // pipeline where `require_subgroup`) own a 64×64 tile as 16×16 cooperative matrices; f16
     // operands, fp32 accumulators. The fields below other than these are then unused.
     bool coopmat = false;
+    bool units = false;  // coopmat on the matrix units (DeviceCaps::matrix_units), else portable
     std::uint32_t subgroup = 0;
     bool require_subgroup = false;
     bool texel = false;         // texel-buffer vec4 loads (else scalar SSBO loads)

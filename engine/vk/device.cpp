@@ -6,6 +6,8 @@
 
 #include "vk/check.hpp"
 #include "vk/device_facts.hpp"
+#include "vk/newer_extensions.hpp"
+#include "vk/pipeline.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::vk {
@@ -40,11 +42,12 @@ std::uint32_t compute_queue_family(VkPhysicalDevice physical) {
 
 }  // namespace
 
-Device::Device(VkPhysicalDevice physical) : physical_(physical) {
+Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physical_(physical), options_(options) {
     queue_family_ = compute_queue_family(physical);
     // Enable only what we use, and only where it exists.
     available_ = available_features(physical);
     features_ = available_;
+    features_.cooperative_matrix = available_.cooperative_matrix && options.newer_structures && options.f16_matrix_shape;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features want12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     want11.pNext = &want12;
@@ -57,6 +60,14 @@ Device::Device(VkPhysicalDevice physical) : physical_(physical) {
         want_size.subgroupSizeControl = VK_TRUE;
         want_size.computeFullSubgroups = VK_TRUE;
         want12.pNext = &want_size;
+    }
+    // The matrix units' shaders use the Vulkan memory model (common/coopmat.glsl).
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR want_matrices{VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    if (features_.cooperative_matrix) {
+        want_matrices.cooperativeMatrix = VK_TRUE;
+        want12.vulkanMemoryModel = VK_TRUE;
+        want_matrices.pNext = want12.pNext;
+        want12.pNext = &want_matrices;
     }
     VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     want.pNext = &want11;
@@ -72,6 +83,7 @@ Device::Device(VkPhysicalDevice physical) : physical_(physical) {
     // MoltenVK requires the portability subset be enabled when offered.
     if (features_.portability_subset) extensions.push_back("VK_KHR_portability_subset");
     if (features_.subgroup_size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    if (features_.cooperative_matrix) extensions.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
 
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &want;
@@ -93,9 +105,9 @@ Device::Device(VkPhysicalDevice physical) : physical_(physical) {
 }
 
 Device::Device(VkPhysicalDevice physical, VkDevice device, std::uint32_t queue_family, std::uint32_t queue_index,
-               const DeviceFeatures& enabled)
+               const DeviceFeatures& enabled, const DeviceOptions& options)
     : physical_(physical), device_(device, {}), queue_family_(queue_family), features_(enabled),
-      available_(available_features(physical)), adopted_(true) {
+      available_(available_features(physical)), options_(options), adopted_(true) {
     vkGetDeviceQueue(device, queue_family_, queue_index, &queue_);
     describe();
 }
@@ -138,6 +150,8 @@ void Device::describe() {
     caps_.subgroup_shuffle =
         compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     caps_.subgroup_size_control = features_.subgroup_size_control;
+    // As describe_matrix_units says (vk/device_facts.hpp): the feature on, the shape offered, the shaders built.
+    caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_shape && has_embedded_shader("flash_coopmat_units_o16");
     caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
     caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;

@@ -14,13 +14,24 @@
 
 namespace vkattn::vk {
 
+// What a device is made with beyond the physical device's own features.
+struct DeviceOptions {
+    // Whether feature structures newer than the oldest headers vkattn builds with may be chained at
+    // creation: false while a validation layer older than them is on (it reports them as errors).
+    bool newer_structures = true;
+    // Whether the matrix units take 16×16×16 f16 × f16 + f32 products at subgroup scope (the
+    // cooperative-matrix shapes DeviceInfo lists).
+    bool f16_matrix_shape = false;
+};
+
 class Device {
 public:
-    // Creates a device with one compute queue and every optional feature the physical device offers.
-    explicit Device(VkPhysicalDevice physical);
+    // Creates a device with one compute queue and every optional feature the physical device offers
+    // (VK_KHR_cooperative_matrix only where options allow it and its shape is offered).
+    explicit Device(VkPhysicalDevice physical, const DeviceOptions& options = {});
     // Adopts the caller's device and queue; `enabled` is what its creator enabled.
     Device(VkPhysicalDevice physical, VkDevice device, std::uint32_t queue_family, std::uint32_t queue_index,
-           const DeviceFeatures& enabled);
+           const DeviceFeatures& enabled, const DeviceOptions& options = {});
     VkDevice get() const { return device_.get(); }
     VkPhysicalDevice physical() const { return physical_; }
     VkQueue queue() const { return queue_; }
@@ -56,6 +67,7 @@ private:
     VkQueue queue_ = VK_NULL_HANDLE;
     std::uint32_t queue_family_ = 0;
     DeviceFeatures features_, available_;
+    DeviceOptions options_;
     bool adopted_ = false;
     DeviceCaps caps_;
     VkPhysicalDeviceMemoryProperties memory_{};

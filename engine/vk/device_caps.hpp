@@ -25,6 +25,10 @@ struct DeviceCaps {
     // VK_EXT_subgroup_size_control (core in 1.3): a pipeline may require a subgroup size in
     // [min_subgroup_size, max_subgroup_size] and full subgroups.
     bool subgroup_size_control = false;
+    // The matrix units (issue #33): VK_KHR_cooperative_matrix enabled on the device with a 16×16×16
+    // f16 × f16 + f32 subgroup shape, and this build has their shaders (VKATTN_COOPMAT_UNITS). The
+    // cooperative-matrix kernels run on them then, else their portable implementation.
+    bool matrix_units = false;
     std::uint32_t min_subgroup_size = 1, max_subgroup_size = 1;
     std::uint32_t max_shared_bytes = 16384;
     std::uint32_t max_workgroup_invocations = 128;

@@ -5,6 +5,7 @@
 
 #include "vk/device_features.hpp"
 #include "vk/newer_extensions.hpp"
+#include "vk/pipeline.hpp"
 
 namespace vkattn::vk {
 namespace {
@@ -139,9 +140,38 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     info.fp8_shader = offers(exts, VK_EXT_SHADER_FLOAT8_EXTENSION_NAME);
     info.fp8_cooperative_matrix = shapes_take("e4m3", "e5m2");
 
+    // What a context's own device gets (no validation layer older than the extension on).
+    const DeviceFeatures available = available_features(physical);
+    describe_matrix_units(info, available, available, "");
+
     const ComputeUnits units = compute_units(physical, exts);
     info.compute_units = units.count;
     info.compute_units_source = units.source;
+}
+
+bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes) {
+    for (const CooperativeMatrixShape& s : shapes)
+        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a == "f16" && s.b == "f16" && s.c == "f32" && s.result == "f32" &&
+            s.scope == "subgroup" && !s.saturating)
+            return true;
+    return false;
+}
+
+void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
+                           const std::string& why_not_enabled) {
+    info.matrix_units = false;
+    info.matrix_units_off.clear();
+    if (info.cooperative_matrix.empty()) return;  // no matrix units to speak of
+    if (!takes_f16_matrices(info.cooperative_matrix))
+        info.matrix_units_off = "no 16x16x16 f16 x f16 + f32 subgroup shape";
+    else if (!available.cooperative_matrix)
+        info.matrix_units_off = "vulkanMemoryModel or shaderFloat16 is not offered";
+    else if (!enabled.cooperative_matrix)
+        info.matrix_units_off = why_not_enabled;
+    else if (!has_embedded_shader("flash_coopmat_units_o16"))
+        info.matrix_units_off = "this build has no matrix units' shaders (VKATTN_COOPMAT_UNITS; shaders/toolchain.txt)";
+    else
+        info.matrix_units = true;
 }
 
 }  // namespace vkattn::vk

@@ -9,6 +9,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include "vk/device_features.hpp"
 #include "vkattn/context.hpp"
 
 namespace vkattn::vk {
@@ -25,5 +26,15 @@ ComputeUnits compute_units(VkPhysicalDevice physical);
 // Fills `info`'s tuning facts (the fields after `rejected` in DeviceInfo). `instance` resolves
 // vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR.
 void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info);
+
+// Whether the shapes include the one the cooperative-matrix kernels are built for: 16×16×16,
+// f16 × f16 + f32 → f32, subgroup scope, not saturating (common/coopmat.glsl).
+bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes);
+
+// DeviceInfo::matrix_units and matrix_units_off for a device made with `enabled` of the `available`
+// features: the units run the cooperative-matrix kernels where the shape is offered, the feature is
+// enabled (else `why_not_enabled`) and this build has their shaders.
+void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
+                           const std::string& why_not_enabled);
 
 }  // namespace vkattn::vk

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "vk/newer_extensions.hpp"
+
 namespace vkattn::vk {
 namespace {
 
@@ -52,12 +54,16 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
         out.subgroup_size_control = size.subgroupSizeControl && size.computeFullSubgroups && compute_size_control(physical);
     }
     out.portability_subset = offers(extensions, "VK_KHR_portability_subset");
+    // A device that offers the extension supports its cooperativeMatrix feature; the feature
+    // structure itself is not queried (an older validation layer rejects it: newer_extensions.hpp).
+    out.cooperative_matrix = offers(extensions, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) && f12.vulkanMemoryModel == VK_TRUE &&
+                             out.float16;
     return out;
 }
 
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
-    bool size_control = false, full_subgroups = false;
+    bool size_control = false, full_subgroups = false, matrices = false, memory_model = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -80,8 +86,12 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                 auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan12Features*>(s);
                 out.float16 |= f->shaderFloat16 == VK_TRUE;
                 out.int8 |= f->shaderInt8 == VK_TRUE;
+                memory_model |= f->vulkanMemoryModel == VK_TRUE;
                 break;
             }
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES:
+                memory_model |= reinterpret_cast<const VkPhysicalDeviceVulkanMemoryModelFeatures*>(s)->vulkanMemoryModel == VK_TRUE;
+                break;
             case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES: {
                 auto* f = reinterpret_cast<const VkPhysicalDeviceShaderFloat16Int8Features*>(s);
                 out.float16 |= f->shaderFloat16 == VK_TRUE;
@@ -102,15 +112,20 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                 break;
             }
 #endif
-            default: break;
+            default:
+                if (s->sType == VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR)
+                    matrices |= reinterpret_cast<const VkPhysicalDeviceCooperativeMatrixFeaturesKHR*>(s)->cooperativeMatrix == VK_TRUE;
+                break;
         }
     }
-    bool size_extension = false;
+    bool size_extension = false, matrix_extension = false;
     for (std::uint32_t i = 0; i < info.enabledExtensionCount; ++i) {
         const char* name = info.ppEnabledExtensionNames[i];
         if (std::strcmp(name, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) size_extension = true;
         if (std::strcmp(name, "VK_KHR_portability_subset") == 0) out.portability_subset = true;
+        if (std::strcmp(name, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) matrix_extension = true;
     }
+    out.cooperative_matrix = matrix_extension && matrices && memory_model && out.float16;
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
     // Core in Vulkan 1.3 (for an instance and a device of 1.3), whichever structure enabled it.
@@ -133,6 +148,9 @@ std::vector<std::string> features_not_enabled(const DeviceFeatures& available, c
     note(available.subgroup_size_control, enabled.subgroup_size_control,
          "subgroupSizeControl + computeFullSubgroups (VK_EXT_subgroup_size_control): the fused kernels run only "
          "where the driver's default subgroup size is the one their layout needs");
+    note(available.cooperative_matrix, enabled.cooperative_matrix,
+         "cooperativeMatrix (VK_KHR_cooperative_matrix) with vulkanMemoryModel and shaderFloat16: the cooperative-matrix "
+         "kernels run their portable implementation, not the matrix units");
     return out;
 }
 

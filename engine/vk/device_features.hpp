@@ -21,6 +21,10 @@ struct DeviceFeatures {
     // for compute shaders: the fused kernel may then require the subgroup size its layout is built for.
     bool subgroup_size_control = false;
     bool portability_subset = false;  // VK_KHR_portability_subset (MoltenVK): enabled whenever offered
+    // VK_KHR_cooperative_matrix's cooperativeMatrix with vulkanMemoryModel and shaderFloat16 (the
+    // units' shaders use the Vulkan memory model and f16 matrices): the matrix units' kernels (issue #33). Whether a shape they take is
+    // offered is DeviceInfo::cooperative_matrix's to say.
+    bool cooperative_matrix = false;
 };
 
 // What the physical device offers.

@@ -13,14 +13,18 @@ namespace {
 
 constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
 
-bool has_layer(const char* name) {
+// The layer's specVersion, or 0 where it is not installed.
+std::uint32_t layer_version(const char* name) {
     std::uint32_t count = 0;
     vkEnumerateInstanceLayerProperties(&count, nullptr);
     std::vector<VkLayerProperties> layers(count);
     vkEnumerateInstanceLayerProperties(&count, layers.data());
-    return std::any_of(layers.begin(), layers.end(),
-                       [&](const VkLayerProperties& l) { return std::strcmp(l.layerName, name) == 0; });
+    for (const VkLayerProperties& l : layers)
+        if (std::strcmp(l.layerName, name) == 0) return std::max<std::uint32_t>(l.specVersion, 1);
+    return 0;
 }
+
+bool has_layer(const char* name) { return layer_version(name) != 0; }
 
 bool has_instance_extension(const char* name) {
     std::uint32_t count = 0;
@@ -52,6 +56,7 @@ Instance::Instance(bool validation) {
         throw Error("validation was requested but VK_LAYER_KHRONOS_validation is not installed "
                     "(Debian/Ubuntu: apt-get install vulkan-validationlayers).");
     validation_ = validation;
+    layer_version_ = validation ? layer_version(kValidationLayer) : 0;
 
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "vkattn";

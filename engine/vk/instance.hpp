@@ -23,6 +23,8 @@ public:
 
     VkInstance get() const { return instance_.get(); }
     bool validation() const { return validation_; }
+    // The Vulkan header version the validation layer was built with (its specVersion); 0 without it.
+    std::uint32_t validation_layer_version() const { return layer_version_; }
 
     std::vector<VkPhysicalDevice> physical_devices() const;
     std::vector<std::string> messages() const;
@@ -35,6 +37,7 @@ private:
                                                      const VkDebugUtilsMessengerCallbackDataEXT* data,
                                                      void* self);
     bool validation_ = false;
+    std::uint32_t layer_version_ = 0;
     Handle<VkInstance> instance_;
     Handle<VkDebugUtilsMessengerEXT> messenger_;
     mutable std::mutex messages_mutex_;

@@ -1,8 +1,10 @@
 // Declarations of the device extensions vkattn reads that are newer than the oldest Vulkan headers it
-// builds with (Debian 12's 1.3.239): VK_KHR_cooperative_matrix's properties query, and the names of
+// builds with (Debian 12's 1.3.239): VK_KHR_cooperative_matrix's properties query and feature, and the names of
 // VK_KHR_shader_bfloat16 and VK_EXT_shader_float8, copied from the Vulkan registry (vk.xml) with
 // their enum values. Newer headers define them, and these are skipped.
 #pragma once
+
+#include <cstdint>
 
 #include <vulkan/vulkan.h>
 
@@ -45,10 +47,21 @@ typedef struct VkCooperativeMatrixPropertiesKHR {
 } VkCooperativeMatrixPropertiesKHR;
 typedef VkResult(VKAPI_PTR* PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)(
     VkPhysicalDevice physicalDevice, uint32_t* pPropertyCount, VkCooperativeMatrixPropertiesKHR* pProperties);
+typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
+    VkStructureType sType;
+    void* pNext;
+    VkBool32 cooperativeMatrix;
+    VkBool32 cooperativeMatrixRobustBufferAccess;
+} VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
 #define VKATTN_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR static_cast<VkStructureType>(1000506001)
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR static_cast<VkStructureType>(1000506000)
 #else
 #define VKATTN_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR
 #endif
+// The first Vulkan headers (and so Khronos validation layer) that know VK_KHR_cooperative_matrix: an
+// older layer reports its feature structure in a pNext chain as an error.
+constexpr std::uint32_t kCooperativeMatrixHeaderVersion = VK_MAKE_API_VERSION(0, 1, 3, 255);
 
 // Component types added by later extensions, as plain values (the enum of older headers lacks them).
 constexpr int kVkComponentTypeBfloat16 = 1000141000;    // VK_KHR_shader_bfloat16

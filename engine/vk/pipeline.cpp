@@ -18,6 +18,12 @@ std::span<const std::uint32_t> embedded_shader(const std::string& name) {
     throw Error("internal: no embedded shader named " + name + ".");
 }
 
+bool has_embedded_shader(const std::string& name) {
+    for (const auto& s : shaders::embedded())
+        if (s.name == name) return true;
+    return false;
+}
+
 Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key) : name_(key.shader) {
     const VkDevice d = device.get();
     const auto embedded = embedded_shader(key.shader);

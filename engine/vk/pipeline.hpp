@@ -23,6 +23,8 @@ class Device;
 
 // The embedded SPIR-V of a shader variant by name (e.g. "bmm_texel_f32"); throws when absent.
 std::span<const std::uint32_t> embedded_shader(const std::string& name);
+// Whether this build embeds the shader (the matrix units' are built only where their toolchain is).
+bool has_embedded_shader(const std::string& name);
 
 struct SpecConstant {
     std::uint32_t id = 0;

@@ -164,6 +164,7 @@ def test_default_context_and_devices():
     for d in devices:
         assert d["min_subgroup_size"] <= d["subgroup_size"] <= d["max_subgroup_size"]
         assert len(d["uuid"]) == 32 and isinstance(d["cooperative_matrix"], list)
+        assert isinstance(d["matrix_units"], bool) and isinstance(d["matrix_units_off"], str)
 
 
 @pytest.mark.parametrize("call,argument", [

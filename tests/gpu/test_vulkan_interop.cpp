@@ -13,9 +13,12 @@
 #include <thread>
 
 #include "support/cache_support.hpp"
+#include "support/device_tuning.hpp"
 #include "support/own_vulkan.hpp"
+#include "vk/newer_extensions.hpp"
 #include "vk/device_features.hpp"
 #include "vkattn/errors.hpp"
+#include "vkattn/testing/attention_case.hpp"
 #include "vkattn/testing/compare.hpp"
 #include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
@@ -396,4 +399,53 @@ TEST_CASE("the caller's device: enabled features are read from every structure o
     CHECK(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).subgroup_size_control == own.size_control_offered);
     size.computeFullSubgroups = VK_FALSE;  // both halves are needed
     CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).subgroup_size_control);
+    // Cooperative matrices (the matrix units' kernels): the extension, its feature structure, the
+    // Vulkan memory model and f16 arithmetic, all four; read from the create info whatever the
+    // device offers.
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR matrices{VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    matrices.cooperativeMatrix = VK_TRUE;
+    VkPhysicalDeviceVulkanMemoryModelFeatures model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+    model.vulkanMemoryModel = VK_TRUE;
+    VkPhysicalDeviceShaderFloat16Int8Features half{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    half.shaderFloat16 = VK_TRUE;
+    model.pNext = &half;
+    matrices.pNext = &model;
+    info.pNext = &matrices;
+    const char* matrix_extension = VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    info.ppEnabledExtensionNames = &matrix_extension;
+    CHECK(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).cooperative_matrix);
+    matrices.pNext = &half;  // without the memory model its shaders cannot run
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).cooperative_matrix);
+    model.pNext = nullptr;  // nor without f16
+    matrices.pNext = &model;
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).cooperative_matrix);
+    model.pNext = &half;
+    info.enabledExtensionCount = 0;  // nor without the extension
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).cooperative_matrix);
+}
+
+TEST_CASE("the matrix units: used where the device enables them with their shape and this build has their shaders",
+          "[gpu][vulkan][coopmat]") {
+    // The suite's device decides what is checked: on lavapipe (no VK_KHR_cooperative_matrix) the
+    // cooperative-matrix kernels are portable and nothing is said; on a GPU with the units, a context
+    // without the validation layer runs them unless a reason is given.
+    Context& ctx = test::gpu_context();
+    const DeviceInfo& d = ctx.device();
+    CHECK(d.matrix_units == test::device_caps().matrix_units);
+    if (d.cooperative_matrix.empty()) {
+        CHECK_FALSE(d.matrix_units);
+        CHECK(d.matrix_units_off.empty());
+    } else {
+        CHECK(d.matrix_units != !d.matrix_units_off.empty());
+    }
+    // A forced cooperative-matrix product names which implementation ran.
+    testing::Case c;
+    c.Nq = c.Nkv = 20;
+    c.Dk = c.Dv = 16;
+    c.weights = false;
+    c.variant.fused_kernel = FusedKernel::coopmat;
+    const testing::CaseResult r = testing::run_case(ctx, c, 3);
+    INFO(r.message);
+    CHECK(r.ok);
+    CHECK_THAT(r.report.variant, Catch::Contains(d.matrix_units ? " units]" : " portable]"));
 }

@@ -89,3 +89,28 @@ TEST_CASE("coopmat tuning: what it refuses, by name and limit", "[unit][tuning][
                Catch::StartsWith("variant.fused_kernel") && Catch::Contains("bf16"));
     CHECK(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 32, .tile_keys = 48}) == "taken");
 }
+
+TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory and the units' shaders", "[unit][tuning][coopmat]") {
+    vk::DeviceCaps caps = nvidia_like();
+    caps.matrix_units = true;
+    // f16 operands: the 64 × 64 tile fits 48 KiB at D = 128 (44,040 bytes: GPU_KERNELS.md's count).
+    const auto c = fused_for(caps, problem(1, 8, 8, 4096, 4096, 128, 128, DType::f16), {.fused_kernel = FusedKernel::coopmat});
+    REQUIRE(c);
+    REQUIRE(c->coopmat);
+    CHECK(c->coopmat->units);
+    CHECK(c->rows_per_workgroup() == 64);
+    CHECK(c->coopmat->keys == 64);
+    CHECK(c->coopmat->shared_bytes(c->subgroups) == 44040);
+    CHECK_THAT(c->describe(), Catch::Contains(" units"));
+    // D = 256 still fits, with 32-key tiles.
+    const auto wide = fused_for(caps, problem(1, 8, 8, 4096, 4096, 256, 256, DType::f16), {.fused_kernel = FusedKernel::coopmat});
+    REQUIRE(wide);
+    CHECK(wide->rows_per_workgroup() == 64);
+    CHECK(wide->coopmat->keys == 32);
+    CHECK(wide->coopmat->shared_bytes(wide->subgroups) <= 49152);
+    // The GEMM ceiling's products run there too.
+    CHECK(choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat}).units);
+    caps.matrix_units = false;
+    CHECK_FALSE(fused_for(caps, problem(1, 8, 8, 4096, 4096, 128, 128, DType::f16), {.fused_kernel = FusedKernel::coopmat})->coopmat->units);
+    CHECK_FALSE(choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat}).units);
+}

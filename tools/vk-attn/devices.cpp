@@ -39,7 +39,8 @@ nlohmann::json to_json(const DeviceInfo& d) {
             {"fp16_arithmetic", d.fp16_arithmetic}, {"int8_arithmetic", d.int8_arithmetic},
             {"bf16_shader", d.bf16_shader}, {"bf16_cooperative_matrix", d.bf16_cooperative_matrix},
             {"fp8_shader", d.fp8_shader}, {"fp8_cooperative_matrix", d.fp8_cooperative_matrix},
-            {"cooperative_matrix", shapes}, {"inf_nan_preserve", d.inf_nan_preserve},
+            {"cooperative_matrix", shapes}, {"matrix_units", d.matrix_units}, {"matrix_units_off", d.matrix_units_off},
+            {"inf_nan_preserve", d.inf_nan_preserve},
             {"timestamp_period_ns", d.timestamp_period_ns}, {"heaps", heaps}, {"default_choice", d.default_choice},
             {"rejected", d.rejected}};
 }
@@ -64,8 +65,12 @@ void print_text(const DeviceInfo& d) {
     if (d.cooperative_matrix.empty()) std::cout << "none";
     for (std::size_t i = 0; i < d.cooperative_matrix.size(); ++i)
         std::cout << (i ? ", " : "") << shape_text(d.cooperative_matrix[i]);
-    if (!d.cooperative_matrix.empty())
-        std::cout << " (bf16 " << yes(d.bf16_cooperative_matrix) << ", fp8 " << yes(d.fp8_cooperative_matrix) << ")";
+    if (!d.cooperative_matrix.empty()) {
+        std::cout << " (bf16 " << yes(d.bf16_cooperative_matrix) << ", fp8 " << yes(d.fp8_cooperative_matrix) << ")"
+                  << "\n    the cooperative-matrix kernels: ";
+        if (d.matrix_units) std::cout << "on the matrix units";
+        else std::cout << "portable (" << d.matrix_units_off << ")";
+    }
     std::cout << "\n    memory heaps:";
     for (const auto& h : d.heaps) std::cout << ' ' << (h.bytes >> 20) << " MiB" << (h.device_local ? " (device-local)" : "");
     std::cout << "\n    uuid " << d.uuid << ", vendor 0x" << std::hex << d.vendor_id << ", device 0x" << d.device_id

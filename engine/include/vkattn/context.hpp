@@ -70,6 +70,14 @@ struct DeviceInfo {
     // operands of one of the cooperative-matrix shapes.
     bool bf16_shader = false, bf16_cooperative_matrix = false;
     bool fp8_shader = false, fp8_cooperative_matrix = false;
+    // Whether the cooperative-matrix kernels (FusedKernel::coopmat, GemmKernel::coopmat) run on the
+    // matrix units: VK_KHR_cooperative_matrix enabled with the 16×16×16 f16 × f16 + f32 subgroup
+    // shape they are built for, and this build has their shaders. Else they run their portable
+    // implementation, and matrix_units_off says why (empty where the device has no matrix units).
+    // A context's own device enables the units unless a validation layer older than the extension
+    // is on; a context on the caller's device uses them where its create info enabled them.
+    bool matrix_units = false;
+    std::string matrix_units_off;
     double timestamp_period_ns = 0;  // one timestamp tick
 };
 
