@@ -77,13 +77,16 @@ std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgro
     return 4 + stage_k + scores + t.column_tiles + stage_v + pv;
 }
 
-std::optional<FusedConfig> coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p,
-                                          const VariantOverrides& overrides) {
+void require_f16_operands(const Problem& p, const std::string& kernel, const std::string& instead) {
     for (const DType t : {p.dtype, p.k_dtype, p.v_dtype})
         if (t == DType::bf16)
-            throw InvalidArgument("variant.fused_kernel",
-                                  "the cooperative-matrix kernel multiplies f16 operands, and bf16 values can pass f16's range "
-                                  "(±65,504); use the tile kernel for bf16 storage.");
+            throw InvalidArgument("variant.fused_kernel", kernel + " multiplies f16 operands, and bf16 values can pass f16's range "
+                                                                   "(±65,504); use " + instead + " for bf16 storage.");
+}
+
+std::optional<FusedConfig> coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p,
+                                          const VariantOverrides& overrides) {
+    require_f16_operands(p, "the cooperative-matrix kernel", "the tile kernel");
     std::uint32_t subgroups = 4;
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
     c.subgroups = subgroups;

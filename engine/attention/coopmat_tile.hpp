@@ -36,6 +36,10 @@ struct CoopmatLayout {
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                     const Problem& problem, const VariantOverrides& overrides = {});
 
+// The cooperative-matrix kernels round every operand to f16: InvalidArgument("variant.fused_kernel")
+// naming `kernel` (and `instead`, what to use) where q, k or v is stored as bf16, whose range passes f16's.
+void require_f16_operands(const Problem& problem, const std::string& kernel, const std::string& instead);
+
 // Loop back-edges one key tile of flash_coopmat.comp may take (lavapipe counts them).
 std::int64_t coopmat_loops_per_tile(const CoopmatLayout& layout, std::uint32_t subgroup, std::uint32_t subgroups,
                                     const Problem& problem);

@@ -241,14 +241,36 @@ std::string backward_loads(const BackwardConfig& c, const OperandTypes& types) {
     if (c.texel && !c.texel_words) check_texel_inputs({types.q, types.k, types.v});
     return c.texel_words ? "texel_words_" : c.texel ? "texel_" : "words_";
 }
+
+// flash_bwd_q_coopmat.comp's and flash_bwd_kv_coopmat.comp's constants (the flash family's ids).
+vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, const OperandTypes& types) {
+    enum : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kTile = 2, kDkTiles = 3, kColumnTiles = 4, kDvTiles = 5,
+                           kSubgroups = 6, kQType = 11, kKType = 12, kVType = 13 };
+    const CoopmatBackwardLayout& t = *c.coopmat;
+    return {.shader = (t.units ? "bwd_coopmat_units_" : "bwd_coopmat_") + shader,
+            .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
+                          {.id = kSubgroup, .value = c.subgroup},
+                          {.id = kTile, .value = t.tile},
+                          {.id = kDkTiles, .value = t.dk_tiles},
+                          {.id = kColumnTiles, .value = t.column_tiles},
+                          {.id = kDvTiles, .value = t.dv_tiles},
+                          {.id = kSubgroups, .value = c.subgroups},
+                          {.id = kQType, .value = shader_type_code(types.q)},
+                          {.id = kKType, .value = shader_type_code(types.k)},
+                          {.id = kVType, .value = shader_type_code(types.v)}},
+            .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+}
 }  // namespace
 
 const vk::Kernel& bwd_q_kernel(Runtime& runtime, const BackwardConfig& c, const OperandTypes& types) {
+    if (c.coopmat) return runtime.kernels().get(coopmat_backward_key("q_o" + out_suffix(types.q), c, types));
     return runtime.kernels().get(backward_key("bwd_q_" + backward_loads(c, types) + "o" + out_suffix(types.q), c, c.q_rows,
                                               c.q_keys_per_lane, types));
 }
 
 const vk::Kernel& bwd_kv_kernel(Runtime& runtime, const BackwardConfig& c, const OperandTypes& types) {
+    if (c.coopmat)
+        return runtime.kernels().get(coopmat_backward_key("kv_k" + out_suffix(types.k) + "_v" + out_suffix(types.v), c, types));
     return runtime.kernels().get(backward_key("bwd_kv_" + backward_loads(c, types) + "k" + out_suffix(types.k) + "_v" +
                                                   out_suffix(types.v),
                                               c, c.kv_keys, c.kv_rows_per_lane, types));

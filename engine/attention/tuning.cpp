@@ -142,6 +142,10 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
 }
 
 std::string BackwardConfig::describe() const {
+    if (coopmat)
+        return "backward-coopmat[words sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" +
+               std::to_string(subgroups) + " " + coopmat->describe() +
+               (column_passes > 1 ? " passes=" + std::to_string(column_passes) : "") + "]";
     return std::string("backward[") + (texel_words ? "texel-words" : texel ? "texel" : "words") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x" + std::to_string(subgroups) +
            " dq rows" + std::to_string(q_rows) + " keys" + std::to_string(subgroup * q_keys_per_lane) + " dkv keys" +
            std::to_string(kv_keys) + " rows" + std::to_string(subgroup * kv_rows_per_lane) + " slots" +
@@ -182,6 +186,14 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) &&
                          texel_aligned(v_strides, p.Dv) && texel_aligned(grad_out_strides, p.Dv);
     std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
+    if (overrides.fused_kernel == FusedKernel::coopmat) {  // forced only, as the forward's
+        std::uint32_t subgroups = 4;
+        c.coopmat = choose_coopmat_backward(caps, c.subgroup, subgroups, p);
+        c.subgroups = subgroups;
+        c.q_rows = c.kv_keys = 16;
+        c.texel = c.texel_words = false;
+        c.column_passes = static_cast<std::uint32_t>((std::max(p.Dk, p.Dv) + c.coopmat->columns() - 1) / c.coopmat->columns());
+    }
     return c;
 }
 
@@ -241,12 +253,19 @@ std::int64_t backward_blocks(const vk::DeviceCaps& caps, const BackwardConfig& c
 
 std::int64_t backward_keys_limit(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
+    if (c.coopmat)  // the dQ kernel's key tiles
+        return std::max<std::int64_t>(1, loop_budget(caps) / coopmat_backward_loops_per_key_tile(*c.coopmat, c.subgroup, c.subgroups) - 1) *
+               c.coopmat->tile;
     return backward_blocks(caps, c, p, 1) * c.subgroup * c.q_keys_per_lane;
 }
 
 std::int64_t backward_queries_limit(const vk::DeviceCaps& caps, const BackwardConfig& c, const Problem& p) {
     if (caps.max_loop_iterations == 0) return 0;
     // The dK/dV kernel visits the query blocks once for every query head of the group.
+    if (c.coopmat)
+        return std::max<std::int64_t>(1, loop_budget(caps) / coopmat_backward_loops_per_query_tile(*c.coopmat, c.subgroup, c.subgroups) /
+                                             std::max<std::int64_t>(1, p.group) - 1) *
+               c.coopmat->tile;
     return backward_blocks(caps, c, p, std::max<std::int64_t>(1, p.group)) * c.subgroup * c.kv_rows_per_lane;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "attention/coopmat_backward.hpp"
 #include "attention/coopmat_tile.hpp"
 #include "attention/decode.hpp"
 #include "attention/product_tuning.hpp"
@@ -109,7 +110,11 @@ struct BackwardConfig {
     std::uint32_t kv_rows_per_lane = 8;  // dK/dV: a query block is SG·this
     std::uint32_t slots = 2;           // gradient vec4 columns per lane per pass (at most 4)
     std::uint32_t column_passes = 1;   // ceil(max(Dk, Dv) / (4·SG·slots))
-    std::uint32_t columns_per_pass() const { return 4 * subgroup * slots; }
+    // The kernels on cooperative matrices (flash_bwd_*_coopmat.comp; VariantOverrides::fused_kernel =
+    // coopmat): 16 rows (keys) per subgroup, so q_rows = kv_keys = 16; words from storage buffers;
+    // column passes of coopmat->columns() each.
+    std::optional<CoopmatBackwardLayout> coopmat;
+    std::uint32_t columns_per_pass() const { return coopmat ? coopmat->columns() : 4 * subgroup * slots; }
     // The view through which the texel variants read an operand of type t.
     TexelView view(DType t) const { return texel_words ? TexelView::r32ui : float_view(t); }
     std::string describe() const;

@@ -105,8 +105,11 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     // split path has no backward of its own: the fused one serves it.
     const vk::DeviceCaps& caps = runtime.device().caps();
     std::string why;
+    // A fused kernel forced (coopmat) shapes the fused backward only: three stages asked for never read it.
+    VariantOverrides fused_variant = variant;
+    if (options.impl == Impl::unfused) fused_variant.fused_kernel.reset();
     const std::optional<BackwardConfig> fused =
-        choose_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), variant, &why);
+        choose_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), fused_variant, &why);
     BackwardChoice choice;
     choice.path = options.impl == Impl::unfused ? Impl::unfused : Impl::fused;
     if (options.impl == Impl::automatic && (!fused || !backward_fused_misfit(caps, *fused, p).empty()))

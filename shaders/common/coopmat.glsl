@@ -27,6 +27,8 @@
 // to its tile; A operands and accumulators are copies in registers on both); a CM_STORE's values
 // are visible to the other lanes after subgroupMemoryBarrierShared() and subgroupBarrier() (or a
 // workgroup barrier). Offsets and strides are multiples of 16 bytes, as the units' loads require.
+// One matrix per declaration: glslang 13 drops the use of a second declarator (`CmAcc a[2], b[2];`
+// makes b a matrix of no use, which no assignment converts to).
 // Requires of the includer: CM_SG, the subgroup size the kernel's layout assumes (a constant or a
 // specialization constant; the kernel checks gl_SubgroupSize against it).
 // CM_LOOP marks the loops over a kernel's operands and accumulators: unrolled for the units (each

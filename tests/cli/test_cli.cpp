@@ -1010,6 +1010,11 @@ TEST_CASE("cli check --variants and bench --variant: the catalogue's kernel vari
     INFO(coopmat.out << coopmat.err);
     CHECK(coopmat.status == 0);
     CHECK_THAT(coopmat.out, Catch::Contains("\"impl\":\"fused\"") && Catch::Contains("coopmat["));
+    const Result training = vk_attn("bench --seq 40 --heads 2 --dim 24 --fused-kernel coopmat --backward "
+                                    "--repeat 1 --warmup 0 --validate --json");
+    INFO(training.out << training.err);
+    CHECK(training.status == 0);
+    CHECK_THAT(training.out, Catch::Contains("backward-coopmat["));
     for (const std::string args : {"check --variants nope", "bench --variant nope"}) {
         const Result bad = vk_attn(args);
         CHECK(bad.status == 1);

@@ -114,3 +114,41 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     CHECK_FALSE(fused_for(caps, problem(1, 8, 8, 4096, 4096, 128, 128, DType::f16), {.fused_kernel = FusedKernel::coopmat})->coopmat->units);
     CHECK_FALSE(choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat}).units);
 }
+
+TEST_CASE("coopmat tuning: the backward's layout on every device, forced only", "[unit][tuning][coopmat][backward]") {
+    const std::int64_t dims[] = {1, 24, 64, 100, 128, 256};
+    for (const vk::DeviceCaps& caps : all_devices())
+        for (const std::int64_t dk : dims)
+            for (const std::int64_t dv : dims) {
+                const Problem p = problem(2, 8, 2, 300, 1000, dk, dv);
+                const auto dense_q = bhnd(p.Hq, p.Nq, p.Dk), dense_k = bhnd(p.Hkv, p.Nkv, p.Dk), dense_v = bhnd(p.Hkv, p.Nkv, p.Dv);
+                const auto dense_o = bhnd(p.Hq, p.Nq, p.Dv);
+                INFO(caps.name << " Dk " << dk << " Dv " << dv);
+                CHECK_FALSE(choose_backward(caps, p, dense_q, dense_k, dense_v, dense_o, {}, nullptr)->coopmat);
+                const auto c = choose_backward(caps, p, dense_q, dense_k, dense_v, dense_o, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+                REQUIRE(c);
+                REQUIRE(c->coopmat);
+                const CoopmatBackwardLayout& t = *c->coopmat;
+                INFO(c->describe());
+                CHECK(t.tile % 16 == 0);
+                CHECK(c->q_rows == 16);
+                CHECK(c->kv_keys == 16);
+                CHECK(t.shared_bytes(c->subgroups) <= caps.max_shared_bytes);
+                CHECK(c->subgroups * c->subgroup <= caps.max_workgroup_invocations);
+                CHECK(c->column_passes * c->columns_per_pass() >= std::max(dk, dv));
+                CHECK((c->column_passes - 1) * c->columns_per_pass() < std::max(dk, dv));
+                CHECK(t.units == caps.matrix_units);
+                if (caps.max_loop_iterations > 0) {
+                    CHECK(backward_keys_limit(caps, *c, p) >= t.tile);
+                    CHECK(backward_queries_limit(caps, *c, p) >= t.tile);
+                }
+            }
+    const Problem bf = problem(1, 2, 2, 16, 16, 64, 64, DType::bf16);
+    const auto dense = bhnd(2, 16, 64);
+    try {
+        (void)choose_backward(lavapipe_like(), bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+        FAIL("bf16 taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.fused_kernel");
+    }
+}

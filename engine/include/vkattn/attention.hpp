@@ -49,8 +49,10 @@ enum class LogitsStage : std::uint8_t {
 // lanes per key, K/V read once per group) or the GPU prefill kernel (FlashAttention-2's tiles in
 // shared memory, register micro-tiles), or the cooperative-matrix prefill kernel (issue #33:
 // FlashAttention-2's tiles with S = Q·Kᵀ and O += P·V as 16×16×16 products of f16 operands into fp32,
-// for now in the portable implementation from subgroups and shared memory; forced only, f32, f16 and
-// quantized storage: its products have f16's precision, AttentionReport::f16_products).
+// on the matrix units where DeviceInfo::matrix_units says so, else portably from subgroups and shared
+// memory; forced only; f32, f16 and quantized storage: its products have f16's precision,
+// AttentionReport::f16_products). Forced, it also runs the backward's dQ, dK and dV on cooperative
+// matrices (attention_backward; f32 and f16 storage).
 // docs/design/GPU_KERNELS.md has their cost models.
 enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
 
@@ -59,8 +61,9 @@ enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
 // optionally by shared K-slices (the CPU devices'), or bmm_tile.comp, a GPU SGEMM's tiling: 128×128
 // tiles, 8×8 register micro-tiles, double-buffered shared slices (docs/design/GPU_KERNELS.md); or
 // bmm_coopmat.comp, 16×16×16 cooperative-matrix products with f16 operands and fp32 accumulators
-// (issue #33): for now the GEMM ceiling's only (`bench --gemm --gemm-kernel coopmat`), in the
-// portable implementation from subgroups and shared memory; the attention paths refuse it.
+// (issue #33): for now the GEMM ceiling's only (`bench --gemm --gemm-kernel coopmat`), on the
+// matrix units where DeviceInfo::matrix_units says so, else portable; the three-stage path refuses it
+// (the fused path's cooperative matrices are FusedKernel::coopmat).
 enum class GemmKernel : std::uint8_t { blocks, tile, coopmat };
 
 std::string to_string(Causal causal);
@@ -191,8 +194,8 @@ struct AttentionReport {
     // Where the path and variant came from: "caller" (impl or a knob forced), "tuning" (the context's
     // measured table: vk-attn tune) or "heuristics" (the tuning functions' rules).
     std::string chosen_by;
-    // The products rounded their operands (q, k, v and the probabilities) to f16 before multiplying
-    // into fp32 (the cooperative-matrix kernel): f16's precision whatever the storage.
+    // The products rounded their operands (q, k, v, dO and the probabilities or dS) to f16 before
+    // multiplying into fp32 (the cooperative-matrix kernels): f16's precision whatever the storage.
     bool f16_products = false;
 };
 

@@ -64,6 +64,15 @@ inline Tolerance gradient_tolerance_for(DType dtype) {
     if (dtype == DType::bf16) return Tolerance{4e-3, 8e-3};
     return tolerance_for(dtype);
 }
+// Gradients from products of f16 operands (AttentionReport::f16_products), checked on the rounded
+// inputs: the probabilities and dS are rounded too, and Δ comes from a forward of the same kind, so
+// f16's gradient tolerance at least, whatever the storage.
+inline Tolerance gradient_tolerance_for(DType dtype, bool f16_products) {
+    Tolerance t = gradient_tolerance_for(dtype);
+    if (!f16_products) return t;
+    const Tolerance h = gradient_tolerance_for(DType::f16);
+    return Tolerance{std::max(t.rel, h.rel), std::max(t.abs, h.abs), std::max(t.floor, h.floor)};
+}
 
 struct Comparison {
     bool ok = true;

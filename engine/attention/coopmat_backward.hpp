@@ -1,0 +1,44 @@
+// The backward kernels on cooperative matrices (shaders/flash_bwd_q_coopmat.comp,
+// flash_bwd_kv_coopmat.comp; issue #33): flash_bwd_q.comp's and flash_bwd_kv.comp's contracts with
+// their products on common/coopmat.glsl. A workgroup owns 16 query rows (dQ) or 16 keys (dK, dV) per
+// subgroup, their operands in registers and their gradients as accumulators; the other side's rows
+// pass through one f16 tile in shared memory, the scores through the subgroup's own. Pure (no Vulkan).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "attention/problem.hpp"
+#include "vk/device_caps.hpp"
+
+namespace vkattn::detail {
+
+struct CoopmatBackwardLayout {
+    std::uint32_t tile = 64;         // keys per tile (dQ) and queries per tile (dK, dV): a multiple of 16
+    std::uint32_t dk_tiles = 8;      // ceil(Dk / 16)
+    std::uint32_t dv_tiles = 8;      // ceil(Dv / 16)
+    std::uint32_t column_tiles = 8;  // the gradients' 16-column tiles per pass (at most 8)
+    bool units = false;              // on the matrix units (f16 operands in shared memory), else portable
+    std::uint32_t columns() const { return 16 * column_tiles; }
+    // The larger of the two kernels' shared memory: the other side's tile [max(tile, 16·subgroups)]
+    // [16·max(dk_tiles, dv_tiles) + 8] and, per subgroup, two fp32 score tiles [16][tile + 4] and one
+    // (dQ) or two (dK, dV) operand tiles [16][tile + 8].
+    std::uint32_t shared_bytes(std::uint32_t subgroups) const;
+    std::string describe() const;
+};
+
+// The layout for subgroups of `subgroup` lanes: 4 subgroups and 64-wide tiles where shared memory
+// allows, then 32-wide, fewer subgroups, 16-wide; passes of up to 128 gradient columns. Returns the
+// subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") for bf16 storage (its
+// range passes the f16 operands') and where even the smallest tiles do not fit.
+CoopmatBackwardLayout choose_coopmat_backward(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
+                                              const Problem& problem);
+
+// Loop back-edges of one key tile of the dQ kernel, and of one query tile of the dK/dV kernel (lavapipe
+// counts them; the portable implementation's products loop over their slots).
+std::int64_t coopmat_backward_loops_per_key_tile(const CoopmatBackwardLayout& layout, std::uint32_t subgroup,
+                                                 std::uint32_t subgroups);
+std::int64_t coopmat_backward_loops_per_query_tile(const CoopmatBackwardLayout& layout, std::uint32_t subgroup,
+                                                   std::uint32_t subgroups);
+
+}  // namespace vkattn::detail

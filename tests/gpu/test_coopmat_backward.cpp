@@ -1,0 +1,97 @@
+// The backward pass on cooperative matrices (flash_bwd_q_coopmat.comp, flash_bwd_kv_coopmat.comp;
+// issue #33), forced with VariantOverrides::fused_kernel = coopmat (the forward then runs
+// flash_coopmat.comp), so that lavapipe runs them through common/coopmat.glsl's portable
+// implementation: every feature case the fused backward runs, shapes off every tile, GQA, f16, the
+// same bits on every run, and what they refuse. Gradients are compared with the reference on the
+// f16-rounded operands at f16's gradient tolerance (support/backward_case.hpp).
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "support/backward_case.hpp"
+#include "vkattn/errors.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+
+namespace {
+
+BackwardCase coopmat(BackwardCase c) {
+    c.options.variant.fused_kernel = FusedKernel::coopmat;
+    c.options.variant.texel_loads.reset();  // the coopmat kernels read words
+    return c;
+}
+
+AttentionReport check_coopmat(const BackwardCase& c, std::uint32_t seed) {
+    const AttentionReport r = check_case(c, seed);
+    if (c.options.impl != Impl::unfused) {
+        CHECK_THAT(r.variant, Catch::StartsWith("backward-coopmat["));
+        CHECK(r.f16_products);
+    }
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("coopmat backward: every feature against the reference", "[gpu][backward][coopmat]") {
+    std::uint32_t seed = 6000;
+    for (BackwardCase c : feature_cases()) {
+        c = coopmat(c);
+        if (c.column_passes) {  // 128 gradient columns per pass: 160 take two
+            c.Dk = 160;
+            c.Dv = 136;
+        }
+        check_coopmat(c, seed++);
+    }
+}
+
+TEST_CASE("coopmat backward: shapes off every tile, GQA, f16", "[gpu][backward][coopmat]") {
+    std::uint32_t seed = 6500;
+    for (const std::int64_t n : {1, 17, 70})
+        for (const std::int64_t d : {8, 40, 72}) {
+            BackwardCase c;
+            c.name = "causal bottom-right, GQA 6/2";
+            c.B = 1, c.Hq = 6, c.Hkv = 2, c.Nq = n, c.Nkv = n + 5, c.Dk = d, c.Dv = d + 8;
+            c.options.causal = Causal::bottom_right;
+            check_coopmat(coopmat(c), seed++);
+        }
+    BackwardCase h;
+    h.name = "f16, causal, sinks";
+    h.dtype = DType::f16;
+    h.options.causal = Causal::top_left;
+    h.sinks = true;
+    check_coopmat(coopmat(h), seed++);
+}
+
+TEST_CASE("coopmat backward: the same inputs give the same bits", "[gpu][backward][coopmat][determinism]") {
+    BackwardCase c = coopmat(BackwardCase{});
+    c.name = "determinism";
+    c.Nq = c.Nkv = 150;
+    c.options.causal = Causal::top_left;
+    const Inputs in(c, 6900);
+    Gradients first = gradients_like(in, c), second = gradients_like(in, c);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(first, false), c.options);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(second, false), c.options);
+    CHECK(first.dq.f32 == second.dq.f32);
+    CHECK(first.dk.f32 == second.dk.f32);
+    CHECK(first.dv.f32 == second.dv.f32);
+}
+
+TEST_CASE("coopmat backward: bf16 refused by name, three stages unaffected by the knob", "[gpu][backward][coopmat]") {
+    BackwardCase c = coopmat(BackwardCase{});
+    c.name = "bf16";
+    c.dtype = DType::bf16;
+    const Inputs in(c, 6950);
+    Gradients g = gradients_like(in, c);
+    try {
+        attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(g, false), c.options);
+        FAIL("bf16 taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.fused_kernel");
+        CHECK_THAT(e.what(), Catch::Contains("bf16"));
+    }
+    BackwardCase three = coopmat(BackwardCase{});
+    three.name = "three stages with the knob set";
+    three.options.impl = Impl::unfused;
+    check_coopmat(three, 6960);
+}
