@@ -11,7 +11,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 }  // namespace
 
 std::uint32_t CoopmatBackwardLayout::shared_bytes(std::uint32_t subgroups) const {
-    const std::uint32_t operand = units ? 2 : 4;  // f16 on the units, fp32 holding f16 values portably
+    const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t rows = std::max(tile, 16 * subgroups), pitch = 16 * std::max(dk_tiles, dv_tiles) + 8;
     // The dK/dV kernel's two operand tiles per subgroup are the larger need (the dQ kernel has one).
     return operand * rows * pitch + subgroups * 16 * (2 * 4 * (tile + 4) + 2 * operand * (tile + 8)) + 8;

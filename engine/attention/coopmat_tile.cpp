@@ -11,8 +11,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 }  // namespace
 
 std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
-    // The operands: f16 on the units, fp32 holding f16 values in the portable implementation.
-    const std::uint32_t operand = units ? 2 : 4;
+    const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t kv_rows = std::max(keys, rows(subgroups)), kv_pitch = std::max(16 * dk_tiles, columns()) + 8;
     return operand * kv_rows * kv_pitch + subgroups * 16 * (4 * (keys + 4) + operand * (keys + 8)) + 8;
 }
@@ -84,8 +83,7 @@ void require_f16_operands(const Problem& p, const std::string& kernel, const std
                                                                    "(±65,504); use " + instead + " for bf16 storage.");
 }
 
-std::optional<FusedConfig> coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p,
-                                          const VariantOverrides& overrides) {
+FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
     require_f16_operands(p, "the cooperative-matrix kernel", "the tile kernel");
     std::uint32_t subgroups = 4;
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);

@@ -13,6 +13,10 @@
 
 namespace vkattn::detail {
 
+// Bytes of one operand element in the cooperative-matrix kernels' shared tiles: f16 on the matrix
+// units, fp32 holding f16 values in the portable implementation (common/coopmat.glsl's CM_ELEM).
+inline std::uint32_t coopmat_operand_bytes(bool units) { return units ? 2 : 4; }
+
 struct CoopmatLayout {
     std::uint32_t keys = 64;         // Bc: keys per tile, a multiple of 16
     std::uint32_t dk_tiles = 8;      // Q's and K's 16-dimension tiles: ceil(Dk / 16)

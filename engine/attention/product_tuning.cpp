@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 
+#include "attention/coopmat_tile.hpp"
 #include "attention/device_rules.hpp"
 #include "vkattn/errors.hpp"
 
@@ -86,7 +87,7 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 std::uint64_t BmmConfig::shared_bytes() const {
     // bmm_coopmat.comp: A's 64×24 and B's 16×72 slices (f16 on the units; fp32 holding f16 values in
     // the portable implementation) and C's 64×68 fp32 tile.
-    if (coopmat) return (units ? 2ull : 4ull) * (64 * 24 + 16 * 72) + 4ull * 64 * 68;
+    if (coopmat) return std::uint64_t{coopmat_operand_bytes(units)} * (64 * 24 + 16 * 72) + 4ull * 64 * 68;
     if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
     return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
 }

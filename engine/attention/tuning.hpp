@@ -86,8 +86,8 @@ std::optional<FusedConfig> tile_config(FusedConfig base, const vk::DeviceCaps& c
 // words from storage buffers, as many column passes as its columns need. Throws InvalidArgument
 // ("variant.fused_kernel", or the tile knob it cannot take) where it cannot run: bf16 storage (its
 // operands are f16), or tiles that do not fit the device's shared memory.
-std::optional<FusedConfig> coopmat_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
-                                          const VariantOverrides& overrides);
+FusedConfig coopmat_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
+                           const VariantOverrides& overrides);
 
 // `base` (choose_fused's) turned into the GPU decode kernel's config for this problem
 // (attention/decode.cpp): 4 subgroups where the device allows, rows fitted to the unit's, words

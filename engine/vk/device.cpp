@@ -151,7 +151,7 @@ void Device::describe() {
         compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     caps_.subgroup_size_control = features_.subgroup_size_control;
     // As describe_matrix_units says (vk/device_facts.hpp): the feature on, the shape offered, the shaders built.
-    caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_shape && has_embedded_shader("flash_coopmat_units_o16");
+    caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_shape && matrix_unit_shaders_built();
     caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
     caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;

@@ -168,7 +168,7 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
         info.matrix_units_off = "vulkanMemoryModel or shaderFloat16 is not offered";
     else if (!enabled.cooperative_matrix)
         info.matrix_units_off = why_not_enabled;
-    else if (!has_embedded_shader("flash_coopmat_units_o16"))
+    else if (!matrix_unit_shaders_built())
         info.matrix_units_off = "this build has no matrix units' shaders (VKATTN_COOPMAT_UNITS; shaders/toolchain.txt)";
     else
         info.matrix_units = true;

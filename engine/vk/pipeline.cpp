@@ -24,6 +24,8 @@ bool has_embedded_shader(const std::string& name) {
     return false;
 }
 
+bool matrix_unit_shaders_built() { return has_embedded_shader("flash_coopmat_units_o16"); }
+
 Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key) : name_(key.shader) {
     const VkDevice d = device.get();
     const auto embedded = embedded_shader(key.shader);

@@ -23,8 +23,11 @@ class Device;
 
 // The embedded SPIR-V of a shader variant by name (e.g. "bmm_texel_f32"); throws when absent.
 std::span<const std::uint32_t> embedded_shader(const std::string& name);
-// Whether this build embeds the shader (the matrix units' are built only where their toolchain is).
+// Whether this build embeds the shader.
 bool has_embedded_shader(const std::string& name);
+// Whether this build has the matrix units' shaders (built only where their toolchain is:
+// cmake/VkattnShaders.cmake's VKATTN_COOPMAT_UNITS).
+bool matrix_unit_shaders_built();
 
 struct SpecConstant {
     std::uint32_t id = 0;

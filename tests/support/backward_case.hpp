@@ -159,13 +159,10 @@ inline AttentionReport check_case(const BackwardCase& c, std::uint32_t seed) {
     Context& context = c.loop_limited ? loop_limited_context() : test::gpu_context();
     const AttentionReport report = attention_backward(context, in.in, in.grad_out.view(), views(gpu, c.sinks), c.options);
     INFO(report.variant);
-    // Products of f16 operands are checked on those operands: f32 inputs rounded for the reference
-    // (f16 ones are what such a kernel multiplies; mixed types are not rounded).
-    const bool rounded = report.f16_products && c.dtype == DType::f32 && c.k_dtype.value_or(c.dtype) == DType::f32 &&
-                         c.v_dtype.value_or(c.dtype) == DType::f32;
-    const testing::F16Operands operands = rounded ? testing::f16_operands(in.in) : testing::F16Operands{};
-    const HostTensor grad_out = rounded ? testing::f16_rounded(in.grad_out.view(), {}) : in.grad_out;
-    reference_attention_backward(rounded ? operands.inputs : in.in, grad_out.view(), views(ref, c.sinks), c.options);
+    // Products of f16 operands are checked on those operands (testing::f16_backward_operands).
+    const auto rounded = report.f16_products ? testing::f16_backward_operands(in.in, in.grad_out.view()) : std::nullopt;
+    reference_attention_backward(rounded ? rounded->forward.inputs : in.in, rounded ? rounded->grad_out.view() : in.grad_out.view(),
+                                 views(ref, c.sinks), c.options);
     const std::string messages = test::take_validation_messages(context);
     INFO(messages);
     CHECK(messages.empty());

@@ -41,11 +41,10 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
             std::vector<float> rs = d_sinks;
             AttentionGradients ref{.dq = rq.mutable_view(), .dk = rk.mutable_view(), .dv = rv.mutable_view()};
             if (!rs.empty()) ref.d_sinks = rs.data();
-            // Products of f16 operands are checked on those operands (f32 inputs rounded; f16 ones are them).
-            const bool rounded = f16_products && dtype == DType::f32 && in.k.dtype == DType::f32 && in.v.dtype == DType::f32;
-            const testing::F16Operands operands = rounded ? testing::f16_operands(in) : testing::F16Operands{};
-            const testing::HostTensor g16 = rounded ? testing::f16_rounded(grad_out.view(), {}) : testing::HostTensor{};
-            reference_attention_backward(rounded ? operands.inputs : in, rounded ? g16.view() : grad_out.view(), ref, options);
+            // Products of f16 operands are checked on those operands (testing::f16_backward_operands).
+            const auto rounded = f16_products ? testing::f16_backward_operands(in, grad_out.view()) : std::nullopt;
+            reference_attention_backward(rounded ? rounded->forward.inputs : in, rounded ? rounded->grad_out.view() : grad_out.view(),
+                                         ref, options);
             rel_err = 0.0;
             const testing::Tolerance tol = testing::gradient_tolerance_for(dtype, f16_products);
             for (const auto& [got, want, name] : {std::tuple{&dq, &rq, "dq"}, std::tuple{&dk, &rk, "dk"}, std::tuple{&dv, &rv, "dv"}}) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 
 #include "vkattn/attention.hpp"
@@ -46,6 +47,18 @@ inline F16Operands f16_operands(const AttentionInputs& in) {
     out.inputs.k_scale = {};
     out.inputs.v_scale = {};
     return out;
+}
+
+// The backward's (q, k, v and dO), where q, k and v are all f32: the reference's gradients take their
+// inputs' types, so only all-f32 inputs are replaced (f16 ones are already what such a kernel
+// multiplies; mixed types stay as stored). Empty otherwise.
+struct F16BackwardOperands {
+    F16Operands forward;
+    HostTensor grad_out;
+};
+inline std::optional<F16BackwardOperands> f16_backward_operands(const AttentionInputs& in, const TensorView& grad_out) {
+    if (in.q.dtype != DType::f32 || in.k.dtype != DType::f32 || in.v.dtype != DType::f32) return std::nullopt;
+    return F16BackwardOperands{f16_operands(in), f16_rounded(grad_out, {})};
 }
 
 }  // namespace vkattn::testing
