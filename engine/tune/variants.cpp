@@ -43,7 +43,14 @@ const std::vector<KernelVariant>& kernel_variants() {
         {"split-tile", Impl::split, {.fused_kernel = FusedKernel::tile}, "split-KV over flash_tile.comp"},
         // Issue #33: f16 products, so the tuner times them for f16 storage only (f16_products).
         {"coopmat", Impl::fused, {.fused_kernel = FusedKernel::coopmat},
-         "flash_coopmat.comp: FlashAttention-2's tiles on 16x16x16 cooperative matrices, f16 operands (portable implementation)"},
+         "flash_coopmat.comp: FlashAttention-2's tiles on 16x16x16 cooperative matrices, f16 operands (the matrix units, or their portable implementation)"},
+        // Its other shapes (the default is 64 rows x 64 keys where shared memory allows): 2
+        // subgroups per workgroup fill more SMs and let more workgroups share one; 32-key tiles
+        // halve the scores' tile and the softmax's registers.
+        {"coopmat-32x64", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 32, .tile_keys = 64},
+         "flash_coopmat.comp with 32-row, 64-key tiles"},
+        {"coopmat-64x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 64, .tile_keys = 32},
+         "flash_coopmat.comp with 64-row, 32-key tiles"},
         {"split-coopmat", Impl::split, {.fused_kernel = FusedKernel::coopmat}, "split-KV over flash_coopmat.comp"},
     };
     return all;

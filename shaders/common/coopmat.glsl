@@ -22,6 +22,8 @@
 //   CM_MUL_ELEMENTS(c, d)               c's element (i, j) *= d's (i, j), both accumulators: a
 //                                       per-row rescale is c times a CM_LOAD_ACC of the row factors
 //   CM_STORE(c, tile, offset, stride)   tile[offset + i·stride + j] = c's element (i, j), fp32
+//   CM_ELEM4, CM_TO_ELEM4(v)            4 operand values in registers (f16 on the units), as a
+//                                       kernel holds a tile's loads in flight before it stores them
 // Rules for the kernels: a subgroup's lanes all take part in every operation (uniform control
 // flow); B's tile stays unchanged from its CM_LOAD_B to its last CM_MUL_ADD (the portable B refers
 // to its tile; A operands and accumulators are copies in registers on both); a CM_STORE's values
@@ -50,6 +52,8 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CM_LOOP [[unroll]]
 #define CM_ELEM float16_t
 #define CM_TO_ELEM(value_) float16_t(value_)
+#define CM_ELEM4 f16vec4
+#define CM_TO_ELEM4(value_) f16vec4(value_)
 #define CmA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define CmB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define CmAcc coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
@@ -85,8 +89,22 @@ struct CmAcc {
 };
 #define CM_LOOP [[dont_unroll]]
 #define CM_ELEM float
-// f16's rounding of an fp32 value (nearest even; past f16's range, ±inf), as the units' operands.
-#define CM_TO_ELEM(value_) unpackHalf2x16(packHalf2x16(vec2(float(value_), 0.0))).x
+// f16's rounding of an fp32 value (nearest even; past f16's range, ±inf), as the units' operands,
+// done on the bits: NVIDIA's compiler folds unpackHalf2x16(packHalf2x16(x)) to x, which left the
+// portable operands unrounded on a GPU (session 21). Normal f16 values keep 10 of fp32's 23
+// mantissa bits; below f16's smallest normal (2⁻¹⁴) the step is 2⁻²⁴, and scaling by 2²⁴ is exact.
+float cm_round_f16(float x) {
+    const uint bits = floatBitsToUint(x), magnitude = bits & 0x7fffffffu;
+    if (magnitude >= 0x7f800000u) return x;                                     // inf, NaN
+    if (magnitude < 0x38800000u) return roundEven(x * 16777216.0) * (1.0 / 16777216.0);
+    uint rounded = (magnitude + 0xfffu + ((magnitude >> 13) & 1u)) & ~0x1fffu;  // nearest even
+    if (rounded > 0x477fe000u) rounded = 0x7f800000u;                           // past 65,504: inf
+    return uintBitsToFloat((bits & 0x80000000u) | rounded);
+}
+#define CM_TO_ELEM(value_) cm_round_f16(float(value_))
+#define CM_ELEM4 vec4
+#define CM_TO_ELEM4(value_) \
+    vec4(cm_round_f16((value_).x), cm_round_f16((value_).y), cm_round_f16((value_).z), cm_round_f16((value_).w))
 #define CM_ROW(t_) (gl_SubgroupInvocationID / CM_LPR + (t_) * (CM_SG / CM_LPR))
 #define CM_COL(c_) ((gl_SubgroupInvocationID % CM_LPR) * CM_CPL + (c_))
 #define CM_FILL(c, value)                                             \

@@ -109,6 +109,16 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
         const AttentionReport r = expect_coopmat(c);
         CHECK_THAT(r.variant, Catch::Contains(" rows" + std::to_string(rows) + " keys" + std::to_string(keys) + " "));
     }
+    // The catalogue's shapes, as the tuner forces them.
+    for (const char* name : {"coopmat-32x64", "coopmat-64x32"}) {
+        const VariantOverrides& shape = find_kernel_variant(name)->overrides;
+        Case c = coopmat_case(impl, DType::f32);
+        c.variant = shape;
+        apply_fused_features(c, kFusedFeatureSets - 1);
+        INFO(name);
+        const AttentionReport r = expect_coopmat(c);
+        CHECK_THAT(r.variant, Catch::Contains(" rows" + std::to_string(*shape.tile_rows) + " keys" + std::to_string(*shape.tile_keys) + " "));
+    }
     Case bad = coopmat_case(Impl::fused, DType::f32);
     bad.variant.tile_keys = 24;  // no multiple of 16
     try {
