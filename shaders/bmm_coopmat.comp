@@ -5,9 +5,13 @@
 // rounded to f16 as they are staged; products accumulate in fp32.
 //   - A workgroup of 4 subgroups owns a 64 × 64 tile of C; each subgroup a 32 × 32 quarter as
 //     2 × 2 accumulators.
-//   - K advances 16 at a time: the workgroup stages A's 64 × 16 and B's 16 × 64 slices in shared
-//     memory, row-major ([m][k], [k][n]) whatever the operands' layouts, then each subgroup loads
-//     2 A and 2 B operands and runs 4 products.
+//   - K advances BK at a time (16 in the portable implementation, whose fp32 operands must fit
+//     lavapipe's 32 KiB; 64 on the units): the workgroup stages A's 64 × BK and B's BK × 64 slices
+//     in shared memory, row-major ([m][k], [k][n]) whatever the operands' layouts, then each
+//     subgroup loads 2 A and 2 B operands and runs 4 products per 16 of K.
+//   - Every load of a slice is issued before its first store, and the next slice's loads are in
+//     flight during this slice's products (registers: A_STEPS + B_STEPS chunks of 4), so a slice
+//     waits on memory once, behind the products, not once per chunk.
 //   - C leaves through shared memory (the units' accumulator layout is the driver's), where alpha
 //     and the addend apply as in bmm.comp.
 // A subgroup size other than CM_SG (the pipeline requires it where the device can) writes NaN.
@@ -23,11 +27,13 @@ layout(constant_id = 9) const uint A_TYPE = 0;   // common/storage_types.glsl
 layout(constant_id = 10) const uint B_TYPE = 0;
 layout(constant_id = 11) const bool A_TRANSPOSED = false;  // A stored [K][M]
 layout(constant_id = 12) const uint CM_SG = 32;  // lanes per subgroup
+layout(constant_id = 13) const uint BK = 16u;    // K per slice, a multiple of 16
 
 #include "common/coopmat.glsl"
 
 const uint NSG = 4u, WG = NSG * CM_SG;
-const uint BM = 64u, BN = 64u, BK = 16u;
+const uint BM = 64u, BN = 64u;
+const uint A_STEPS = (BM * BK / 4u + WG - 1u) / WG, B_STEPS = (BK * BN / 4u + WG - 1u) / WG;
 // Row pitches of the slices and of C's tile: 8 elements (16 bytes of f16) past the row, so that
 // rows start on different banks; every pitch and every operand's first element are multiples of
 // 16 bytes, as the units' loads and stores require.
@@ -56,40 +62,52 @@ shared float tile_c[BM * PITCH_C];    // [m][n]
 
 uint b_, h_, hb_, row_begin, row_end, tile_row, tile_col;
 
-// Slice element vec4 e (of BM·BK/4) of A: along K (row e / 4, k 4·(e % 4)), or for Aᵀ along M
-// (k e / 16, rows 4·(e % 16)..+3); zeros past K, M or the chunk.
-void stage_a(uint e, uint k0) {
+// Slice chunk e (of BM·BK/4) of A: 4 elements along K (row e / (BK/4)), or for Aᵀ along M
+// (k e / 16, rows 4·(e % 16)..+3); zeros past K, M, the chunk or the slice. fetch_a loads and
+// rounds them; put_a stores them where fetch_a found them.
+CM_ELEM4 fetch_a(uint e, uint k0) {
+    vec4 v = vec4(0.0);
     if (A_TRANSPOSED) {
-        const uint k = k0 + e / (BM / 4u), m4 = e % (BM / 4u), m = tile_row + 4u * m4;
-        const bool in_range = k < P.K && m < row_end;
-        const vec4 v = load_a4(tensor_index(P.a, b_, h_, in_range ? k : 0u) + (in_range ? m : row_begin),
-                               in_range ? row_end - m : 0u);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c)
-            tile_a[(4u * m4 + c) * PITCH_A + (k - k0)] = CM_TO_ELEM(in_range ? v[c] : 0.0);
-        return;
+        const uint k = k0 + e / (BM / 4u), m = tile_row + 4u * (e % (BM / 4u));
+        if (e < BM * BK / 4u && k < P.K && m < row_end) v = load_a4(tensor_index(P.a, b_, h_, k) + m, row_end - m);
+    } else {
+        const uint m = tile_row + e / (BK / 4u), k = k0 + 4u * (e % (BK / 4u));
+        if (e < BM * BK / 4u && m < row_end && k < P.K) v = load_a4(tensor_index(P.a, b_, h_, m) + k, P.K - k);
     }
-    const uint r = e / (BK / 4u), k4 = e % (BK / 4u), m = tile_row + r, k = k0 + 4u * k4;
-    const bool in_range = m < row_end && k < P.K;
-    const vec4 v = load_a4(tensor_index(P.a, b_, h_, in_range ? m : row_begin) + (in_range ? k : 0u),
-                           in_range ? P.K - k : 0u);
-    [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_a[r * PITCH_A + 4u * k4 + c] = CM_TO_ELEM(in_range ? v[c] : 0.0);
+    return CM_TO_ELEM4(v);
+}
+void put_a(uint e, CM_ELEM4 v) {
+    if (e >= BM * BK / 4u) return;
+    if (A_TRANSPOSED) {
+        const uint k = e / (BM / 4u), m4 = e % (BM / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_a[(4u * m4 + c) * PITCH_A + k] = v[c];
+    } else {
+        const uint r = e / (BK / 4u), k4 = e % (BK / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_a[r * PITCH_A + 4u * k4 + c] = v[c];
+    }
 }
 
-// Slice element vec4 e of B: Bᵀ (stored [N][K]) along K (column e / 4), B along N (k e / 16).
-void stage_b(uint e, uint k0) {
+// Slice chunk e of B: Bᵀ (stored [N][K]) along K (column e / (BK/4)), B along N (k e / 16).
+CM_ELEM4 fetch_b(uint e, uint k0) {
+    vec4 v = vec4(0.0);
     if (B_TRANSPOSED) {
-        const uint n = tile_col + e / (BK / 4u), k4 = e % (BK / 4u), k = k0 + 4u * k4;
-        const bool in_range = n < P.N && k < P.K;
-        const vec4 v = load_b4(tensor_index(P.b, b_, hb_, in_range ? n : 0u) + (in_range ? k : 0u),
-                               in_range ? P.K - k : 0u);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c)
-            tile_b[(4u * k4 + c) * PITCH_B + (n - tile_col)] = CM_TO_ELEM(in_range ? v[c] : 0.0);
-        return;
+        const uint n = tile_col + e / (BK / 4u), k = k0 + 4u * (e % (BK / 4u));
+        if (e < BK * BN / 4u && n < P.N && k < P.K) v = load_b4(tensor_index(P.b, b_, hb_, n) + k, P.K - k);
+    } else {
+        const uint k = k0 + e / (BN / 4u), n = tile_col + 4u * (e % (BN / 4u));
+        if (e < BK * BN / 4u && k < P.K && n < P.N) v = load_b4(tensor_index(P.b, b_, hb_, 0u) + k * P.b.stride.z + n, P.N - n);
     }
-    const uint kr = e / (BN / 4u), n4 = e % (BN / 4u), k = k0 + kr, n = tile_col + 4u * n4;
-    const bool in_range = k < P.K && n < P.N;
-    const vec4 v = load_b4(tensor_index(P.b, b_, hb_, 0u) + (in_range ? k * P.b.stride.z + n : 0u), in_range ? P.N - n : 0u);
-    [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_b[kr * PITCH_B + 4u * n4 + c] = CM_TO_ELEM(in_range ? v[c] : 0.0);
+    return CM_TO_ELEM4(v);
+}
+void put_b(uint e, CM_ELEM4 v) {
+    if (e >= BK * BN / 4u) return;
+    if (B_TRANSPOSED) {
+        const uint n = e / (BK / 4u), k4 = e % (BK / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_b[(4u * k4 + c) * PITCH_B + n] = v[c];
+    } else {
+        const uint kr = e / (BN / 4u), n4 = e % (BN / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_b[kr * PITCH_B + 4u * n4 + c] = v[c];
+    }
 }
 
 void main() {
@@ -110,18 +128,28 @@ void main() {
     [[unroll]] for (uint i = 0u; i < 2u; ++i)
         [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_FILL(acc[i][j], 0.0);
 
-    // The slices: ceil(K / 16), within the loop budget the callers keep (4·budget elements of K).
+    // The slices: ceil(K / BK), within the loop budget the callers keep (4·budget elements of K).
+    CM_ELEM4 a_chunks[A_STEPS];
+    CM_ELEM4 b_chunks[B_STEPS];
+    CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) a_chunks[st] = fetch_a(tid + st * WG, 0u);
+    CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) b_chunks[st] = fetch_b(tid + st * WG, 0u);
     for (uint k0 = 0u; k0 < P.K; k0 += BK) {
         barrier();  // the previous slice's products are done with the tiles
-        for (uint e = tid; e < BM * BK / 4u; e += WG) stage_a(e, k0);
-        for (uint e = tid; e < BK * BN / 4u; e += WG) stage_b(e, k0);
+        CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) put_a(tid + st * WG, a_chunks[st]);
+        CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) put_b(tid + st * WG, b_chunks[st]);
         barrier();
-        CmA a[2];
-        CmB b[2];
-        [[unroll]] for (uint i = 0u; i < 2u; ++i) CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A, PITCH_A);
-        [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_LOAD_B(b[j], tile_b, sub_col + 16u * j, PITCH_B);
-        [[unroll]] for (uint i = 0u; i < 2u; ++i)
-            [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_MUL_ADD(acc[i][j], a[i], b[j], tile_b);
+        if (k0 + BK < P.K) {  // the next slice's loads, in flight during these products
+            CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) a_chunks[st] = fetch_a(tid + st * WG, k0 + BK);
+            CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) b_chunks[st] = fetch_b(tid + st * WG, k0 + BK);
+        }
+        CM_LOOP for (uint kk = 0u; kk < BK; kk += 16u) {
+            CmA a[2];
+            CmB b[2];
+            [[unroll]] for (uint i = 0u; i < 2u; ++i) CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A + kk, PITCH_A);
+            [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_LOAD_B(b[j], tile_b, kk * PITCH_B + sub_col + 16u * j, PITCH_B);
+            [[unroll]] for (uint i = 0u; i < 2u; ++i)
+                [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_MUL_ADD(acc[i][j], a[i], b[j], tile_b);
+        }
     }
 
     [[unroll]] for (uint i = 0u; i < 2u; ++i)

@@ -11,7 +11,8 @@ namespace {
 // bmm.comp's constant_ids (bmm_tile.comp shares those it has).
 enum BmmConstant : std::uint32_t {
     kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType, kATransposed,
-    kCoopmatSubgroup  // bmm_coopmat.comp's CM_SG
+    kCoopmatSubgroup,  // bmm_coopmat.comp's CM_SG
+    kCoopmatDepth      // and its K per slice
 };
 
 // An output's storage in a variant's name: "32", "16", "bf16".
@@ -59,7 +60,8 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form,
                           {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
                           {.id = kAType, .value = shader_type_code(a)},
                           {.id = kBType, .value = shader_type_code(b)},
-                          {.id = kCoopmatSubgroup, .value = c.subgroup}},
+                          {.id = kCoopmatSubgroup, .value = c.subgroup},
+                          {.id = kCoopmatDepth, .value = c.coopmat_depth()}},
             .required_subgroup_size = c.require_subgroup ? c.subgroup : 0};
         return runtime.kernels().get(key);
     }

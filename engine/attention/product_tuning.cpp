@@ -85,16 +85,19 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 }
 
 std::uint64_t BmmConfig::shared_bytes() const {
-    // bmm_coopmat.comp: A's 64×24 and B's 16×72 slices (f16 on the units; fp32 holding f16 values in
-    // the portable implementation) and C's 64×68 fp32 tile.
-    if (coopmat) return std::uint64_t{coopmat_operand_bytes(units)} * (64 * 24 + 16 * 72) + 4ull * 64 * 68;
+    // bmm_coopmat.comp: A's 64×(BK+8) and B's BK×72 slices (f16 on the units; fp32 holding f16
+    // values in the portable implementation) and C's 64×68 fp32 tile.
+    if (coopmat) {
+        const std::uint64_t depth = coopmat_depth();
+        return std::uint64_t{coopmat_operand_bytes(units)} * (64 * (depth + 8) + depth * 72) + 4ull * 64 * 68;
+    }
     if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
     return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
 }
 
 std::string BmmConfig::describe() const {
     if (coopmat)
-        return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 64x64 f16->f32]";
+        return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 64x64x" + std::to_string(coopmat_depth()) + " f16->f32]";
     if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
     return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);

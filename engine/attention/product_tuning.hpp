@@ -23,6 +23,10 @@ struct BmmConfig {
     // operands, fp32 accumulators. The fields below other than these are then unused.
     bool coopmat = false;
     bool units = false;  // coopmat on the matrix units (DeviceCaps::matrix_units), else portable
+    // bmm_coopmat.comp's K per slice: 64 on the units (a quarter of the barriers and four times the
+    // loads in flight of 16); 16 in the portable implementation, whose fp32 operands in shared
+    // memory must fit lavapipe's 32 KiB.
+    std::uint32_t coopmat_depth() const { return units ? 64 : 16; }
     std::uint32_t subgroup = 0;
     bool require_subgroup = false;
     bool texel = false;         // texel-buffer vec4 loads (else scalar SSBO loads)

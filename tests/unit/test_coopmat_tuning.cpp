@@ -130,7 +130,11 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     CHECK(wide->coopmat->keys == 32);
     CHECK(wide->coopmat->shared_bytes(wide->subgroups) <= 49152);
     // The GEMM ceiling's products run there too.
-    CHECK(choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat}).units);
+    const BmmConfig gemm = choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat});
+    CHECK(gemm.units);
+    // 64-deep slices of f16: 2·(64·72 + 64·72) bytes of operands and C's 64·68 floats.
+    CHECK(gemm.coopmat_depth() == 64);
+    CHECK(gemm.shared_bytes() == 35840);
     caps.matrix_units = false;
     CHECK_FALSE(fused_for(caps, problem(1, 8, 8, 4096, 4096, 128, 128, DType::f16), {.fused_kernel = FusedKernel::coopmat})->coopmat->units);
     CHECK_FALSE(choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat}).units);
