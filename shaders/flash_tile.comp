@@ -62,6 +62,9 @@ const float LN2 = 0.6931471805599453;
 // the unpadded [d][row] layout hit 4 (8-way conflicts). Rows stay 16-byte aligned for vec4 reads.
 const uint PITCH_Q = BR + 4u, PITCH_K = BC + 4u;
 const uint LANES_PER_ROW = DC >= 8u ? 2u : 1u;  // of DC/4 vec4s per row (1 where DC shrank to 4)
+// Each invocation's loads of a chunk of Q, K and V: vec4s, WG a step.
+const uint Q_STEPS = (BR * DC / 4u + WG - 1u) / WG, K_STEPS = (BC * DC / 4u + WG - 1u) / WG;
+const uint V_STEPS = (BC * VC / 4u + WG - 1u) / WG;
 shared float q_tile[DC * PITCH_Q];  // [d][row]
 shared float k_tile[DC * PITCH_K];  // [d][key]
 shared float p_tile[BC * BR];   // [key][row]
@@ -152,21 +155,32 @@ void main() {
         [[unroll]] for (uint r = 0u; r < TR; ++r)
             [[unroll]] for (uint c = 0u; c < TC; ++c) s[r][c] = 0.0;
         for (uint d0 = 0u; d0 < Dk; d0 += DC) {
-            barrier();  // every lane is done with the previous chunk's (and tile's) tiles
-            for (uint e = inv; e < BR * DC / 4u; e += WG) {
-                const uint rest = e / LANES_PER_ROW, row = rest % BR;
+            // The chunk's Q and K loads, all issued (while other lanes finish the previous chunk)
+            // before the first store: a chunk waits on memory once, not once per step.
+            vec4 qx[Q_STEPS], kx[K_STEPS];
+            for (uint st = 0u; st < Q_STEPS; ++st) {
+                const uint e = inv + st * WG, rest = e / LANES_PER_ROW, row = rest % BR;
                 const uint d = d0 + 4u * (LANES_PER_ROW * (rest / BR) + e % LANES_PER_ROW);
                 const uint rho = min(block_rho + row, rows_end - 1u);
                 const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
-                const vec4 x = d < Dk ? load_q4(tensor_index(P.q, b, h, min(q0 + i, q_last)) + d, Dk - d) : vec4(0.0);
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) q_tile[(d - d0 + c) * PITCH_Q + row] = x[c];
+                qx[st] = e < BR * DC / 4u && d < Dk ? load_q4(tensor_index(P.q, b, h, min(q0 + i, q_last)) + d, Dk - d) : vec4(0.0);
             }
-            for (uint e = inv; e < BC * DC / 4u; e += WG) {
-                const uint rest = e / LANES_PER_ROW, key = rest % BC;
+            for (uint st = 0u; st < K_STEPS; ++st) {
+                const uint e = inv + st * WG, rest = e / LANES_PER_ROW, key = rest % BC;
                 const uint d = d0 + 4u * (LANES_PER_ROW * (rest / BC) + e % LANES_PER_ROW);
                 const uvec2 at = K_ROW(min(kb + key, key_last));
-                const vec4 x = d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) k_tile[(d - d0 + c) * PITCH_K + key] = x[c];
+                kx[st] = e < BC * DC / 4u && d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
+            }
+            barrier();  // every lane is done with the previous chunk's (and tile's) tiles
+            for (uint st = 0u; st < Q_STEPS; ++st) {
+                const uint e = inv + st * WG, rest = e / LANES_PER_ROW, row = rest % BR;
+                const uint d = 4u * (LANES_PER_ROW * (rest / BR) + e % LANES_PER_ROW);
+                if (e < BR * DC / 4u) [[unroll]] for (uint c = 0u; c < 4u; ++c) q_tile[(d + c) * PITCH_Q + row] = qx[st][c];
+            }
+            for (uint st = 0u; st < K_STEPS; ++st) {
+                const uint e = inv + st * WG, rest = e / LANES_PER_ROW, key = rest % BC;
+                const uint d = 4u * (LANES_PER_ROW * (rest / BC) + e % LANES_PER_ROW);
+                if (e < BC * DC / 4u) [[unroll]] for (uint c = 0u; c < 4u; ++c) k_tile[(d + c) * PITCH_K + key] = kx[st][c];
             }
             barrier();
             for (uint d = 0u; d < DC; ++d) {
@@ -220,12 +234,16 @@ void main() {
         // O += P·V, VC columns at a time.
         [[unroll]] for (uint vc = 0u; vc < VCHUNKS; ++vc) {
             const uint c0 = col_base + vc * VC;
-            barrier();  // P is written; the previous chunk's V is read
-            for (uint e = inv; e < BC * VC / 4u; e += WG) {
-                const uint key = e / (VC / 4u), col = c0 + 4u * (e % (VC / 4u));
+            vec4 vx[V_STEPS];  // the chunk's V loads, all issued before the first store
+            for (uint st = 0u; st < V_STEPS; ++st) {
+                const uint e = inv + st * WG, key = e / (VC / 4u), col = c0 + 4u * (e % (VC / 4u));
                 const uvec2 at = V_ROW(min(kb + key, key_last));
-                const vec4 x = col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) v_tile[key * VC + col - c0 + c] = x[c];
+                vx[st] = e < BC * VC / 4u && col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
+            }
+            barrier();  // P is written; the previous chunk's V is read
+            for (uint st = 0u; st < V_STEPS; ++st) {
+                const uint e = inv + st * WG, key = e / (VC / 4u), col = 4u * (e % (VC / 4u));
+                if (e < BC * VC / 4u) [[unroll]] for (uint c = 0u; c < 4u; ++c) v_tile[key * VC + col + c] = vx[st][c];
             }
             barrier();
             if (c0 < Dv)  // uniform: a pass's last chunks may lie past Dv
