@@ -166,7 +166,14 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     const F16Operands rounded = f16_products ? f16_operands(in) : F16Operands{};
     const ReferenceStages stages = reference_stages(f16_products ? rounded.inputs : in, options, c.weights);
 
-    const Tolerance tol = tolerance_for(c.dtype, c.Nkv, f16_products);
+    // The scores' bound for with_score_rounding (an fp8 K's values are its elements times its scale).
+    double max_q = 0.0, max_k = 0.0, k_scale_max = 1.0;
+    for (const double x : q.doubles()) max_q = std::max(max_q, std::abs(x));
+    for (const double x : k.doubles()) max_k = std::max(max_k, std::abs(x));
+    for (const float s : k_scale) k_scale_max = std::max(k_scale_max, static_cast<double>(s));
+    const double scale = std::abs(c.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.Dk))));
+    const Tolerance tol = with_score_rounding(tolerance_for(c.dtype, c.Nkv, f16_products),
+                                              scale * static_cast<double>(c.Dk) * max_q * max_k * k_scale_max);
     std::vector<double> got, want;
     for (std::int64_t b = 0; b < c.B; ++b)
         for (std::int64_t h = 0; h < c.Hq; ++h)
