@@ -96,26 +96,15 @@ shared float dp_tile[NSG * 16u * PITCH_S];
 shared CM_ELEM w_tile[NSG * 16u * PITCH_P];
 shared CM_ELEM ds_tile[NSG * 16u * PITCH_P];
 
-// The query rows [i0, i0 + BR) of head h into t_tile: q's (dO = false) or dO's, in chunks of 4
-// elements, WG a step; every load is issued before the first store, so a staging waits on memory
-// once rather than once a step.
-const uint T_STEPS = (BR * (DKP > DVP ? DKP : DVP) / 4u + WG - 1u) / WG;
+// The query rows [i0, i0 + BR) of head h into t_tile: q's (dO = false) or dO's.
 void stage_rows(uint b, uint h, uint i0, uint i_end, bool d_out) {
     const uint D = d_out ? P.shape.Dv : P.shape.Dk, DP = d_out ? DVP : DKP;
-    CM_ELEM4 chunks[T_STEPS];
-    CM_LOOP for (uint st = 0u; st < T_STEPS; ++st) {
-        const uint e = gl_LocalInvocationIndex + st * WG;
+    for (uint e = gl_LocalInvocationIndex; e < BR * DP / 4u; e += WG) {
         const uint row = e / (DP / 4u), d = 4u * (e % (DP / 4u));
         const uint i = min(i0 + row, i_end - 1u);
         vec4 x = vec4(0.0);
-        if (e < BR * DP / 4u && d < D)
-            x = d_out ? load_g4(tensor_index(P.grad_out, b, h, i) + d, D - d) : load_q4(tensor_index(P.q, b, h, i) + d, D - d);
-        chunks[st] = CM_TO_ELEM4(x);
-    }
-    CM_LOOP for (uint st = 0u; st < T_STEPS; ++st) {
-        const uint e = gl_LocalInvocationIndex + st * WG;
-        const uint row = e / (DP / 4u), d = 4u * (e % (DP / 4u));
-        if (e < BR * DP / 4u) [[unroll]] for (uint c = 0u; c < 4u; ++c) t_tile[row * PITCH_T + d + c] = chunks[st][c];
+        if (d < D) x = d_out ? load_g4(tensor_index(P.grad_out, b, h, i) + d, D - d) : load_q4(tensor_index(P.q, b, h, i) + d, D - d);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) t_tile[row * PITCH_T + d + c] = CM_TO_ELEM(x[c]);
     }
 }
 

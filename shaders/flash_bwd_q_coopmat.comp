@@ -81,24 +81,6 @@ layout(std430, set = 0, binding = 11) readonly buffer Delta { float delta[]; };
 const uint KV_ROWS = BC > BR ? BC : BR;
 const uint PITCH_KV = (DKP > DVP ? DKP : DVP) + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
-// A key tile's V (or K) rows into kv_tile, in chunks of 4 elements, WG a step: every load is issued
-// before the first store, so a staging waits on memory once rather than once a step.
-const uint KV_STEPS = (BC * (DKP > DVP ? DKP : DVP) / 4u + WG - 1u) / WG;
-#define STAGE_KEYS(load4_, tensor_, DP_, D_)                                                                    \
-    {                                                                                                           \
-        CM_ELEM4 chunks[KV_STEPS];                                                                              \
-        CM_LOOP for (uint st = 0u; st < KV_STEPS; ++st) {                                                       \
-            const uint e = inv + st * WG, key = e / ((DP_) / 4u), d = 4u * (e % ((DP_) / 4u));                  \
-            vec4 x = vec4(0.0);                                                                                 \
-            if (e < BC * (DP_) / 4u && d < (D_))                                                                \
-                x = load4_(tensor_index(tensor_, b, hk, min(kb + key, key_last)) + d, (D_) - d);                \
-            chunks[st] = CM_TO_ELEM4(x);                                                                        \
-        }                                                                                                       \
-        CM_LOOP for (uint st = 0u; st < KV_STEPS; ++st) {                                                       \
-            const uint e = inv + st * WG, key = e / ((DP_) / 4u), d = 4u * (e % ((DP_) / 4u));                  \
-            if (e < BC * (DP_) / 4u) [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = chunks[st][c]; \
-        }                                                                                                       \
-    }
 shared CM_ELEM kv_tile[KV_ROWS * PITCH_KV];
 shared float s_tile[NSG * 16u * PITCH_S];   // S, then dQ's tiles at the end
 shared float dp_tile[NSG * 16u * PITCH_S];
@@ -187,7 +169,11 @@ void main() {
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
         // dP = dO·Vᵀ.
         barrier();  // every subgroup is done with the previous tile's K (and the start's staging)
-        STAGE_KEYS(load_v4, P.v, DVP, Dv)
+        for (uint e = inv; e < BC * DVP / 4u; e += WG) {
+            const uint key = e / (DVP / 4u), d = 4u * (e % (DVP / 4u));
+            const vec4 x = d < Dv ? load_v4(tensor_index(P.v, b, hk, min(kb + key, key_last)) + d, Dv - d) : vec4(0.0);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        }
         barrier();
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
             CmAcc acc;
@@ -201,7 +187,11 @@ void main() {
         }
         // S = Q·Kᵀ, K staged where V was.
         barrier();
-        STAGE_KEYS(load_k4, P.k, DKP, Dk)
+        for (uint e = inv; e < BC * DKP / 4u; e += WG) {
+            const uint key = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
+            const vec4 x = d < Dk ? load_k4(tensor_index(P.k, b, hk, min(kb + key, key_last)) + d, Dk - d) : vec4(0.0);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        }
         barrier();
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
             CmAcc acc;

@@ -64,11 +64,6 @@ const float LN2 = 0.6931471805599453;
 // K's and V's tile (and Q's at the start): rows of max(DKP, OC) elements and 8 more, so rows start
 // 16 bytes apart on different banks. S (fp32) and P (f16 operands) per subgroup, 16 rows each.
 const uint KV_ROWS = BC > BR ? BC : BR;
-// K and V move in chunks of 4 elements, WG chunks a step: every load of a tile is issued before its
-// first store, so a tile waits on memory once rather than once a step, and the next tile's K is
-// loaded while this tile's P·V runs (registers: K_STEPS + V_STEPS chunks, f16 on the units).
-const uint K_CHUNKS = BC * DKP / 4u, V_CHUNKS = BC * OC / 4u;
-const uint K_STEPS = (K_CHUNKS + WG - 1u) / WG, V_STEPS = (V_CHUNKS + WG - 1u) / WG;
 const uint PITCH_KV = (DKP > OC ? DKP : OC) + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
 shared CM_ELEM kv_tile[KV_ROWS * PITCH_KV];  // [key or row][d or column]
@@ -166,27 +161,15 @@ void main() {
     CmAcc o[OT];
     CM_LOOP for (uint ot = 0u; ot < OT; ++ot) CM_FILL(o[ot], 0.0);
 
-    // A tile's K chunks into registers (every load in flight), then into K's tile.
-    CM_ELEM4 k_chunks[K_STEPS];
-#define FETCH_K(kb_)                                                                              \
-    {                                                                                             \
-        CM_LOOP for (uint st = 0u; st < K_STEPS; ++st) {                                          \
-            const uint e = inv + st * WG, key = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));        \
-            const uvec2 at = K_ROW(min((kb_) + key, key_last));                                   \
-            const vec4 x = e < K_CHUNKS && d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0); \
-            k_chunks[st] = CM_TO_ELEM4(x);                                                        \
-        }                                                                                         \
-    }
-    if (k_begin < k_end) FETCH_K(k_begin)
-
     // Key tiles; the outer loop keeps every trip count far below lavapipe's 65,535.
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * BC)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
         barrier();  // every subgroup is done with the previous tile's V (and Q's staging)
-        CM_LOOP for (uint st = 0u; st < K_STEPS; ++st) {
-            const uint e = inv + st * WG, key = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
-            if (e < K_CHUNKS)
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = k_chunks[st][c];
+        for (uint e = inv; e < BC * DKP / 4u; e += WG) {
+            const uint key = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
+            const uvec2 at = K_ROW(min(kb + key, key_last));
+            const vec4 x = d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
         }
         barrier();
         // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile.
@@ -258,23 +241,15 @@ void main() {
             CM_LOOP for (uint ot = 0u; ot < OT; ++ot) CM_MUL_ELEMENTS(o[ot], factors);
         }
 
-        // O += P·V for this pass's columns, V staged where K was (its loads in flight while the
-        // other subgroups finish their softmax), and the next tile's K loads in flight meanwhile.
-        CM_ELEM4 v_chunks[V_STEPS];
-        CM_LOOP for (uint st = 0u; st < V_STEPS; ++st) {
-            const uint e = inv + st * WG, key = e / (OC / 4u), col = col_base + 4u * (e % (OC / 4u));
-            const uvec2 at = V_ROW(min(kb + key, key_last));
-            const vec4 x = e < V_CHUNKS && col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
-            v_chunks[st] = CM_TO_ELEM4(x);
-        }
+        // O += P·V for this pass's columns, V staged where K was.
         barrier();  // every subgroup is done with K; P is written
-        CM_LOOP for (uint st = 0u; st < V_STEPS; ++st) {
-            const uint e = inv + st * WG, key = e / (OC / 4u), col = 4u * (e % (OC / 4u));
-            if (e < V_CHUNKS)
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + col + c] = v_chunks[st][c];
+        for (uint e = inv; e < BC * OC / 4u; e += WG) {
+            const uint key = e / (OC / 4u), col = col_base + 4u * (e % (OC / 4u));
+            const uvec2 at = V_ROW(min(kb + key, key_last));
+            const vec4 x = col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + col - col_base + c] = CM_TO_ELEM(x[c]);
         }
         barrier();
-        if (kb + BC < k_end) FETCH_K(kb + BC)
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
             CmA p_op;
             CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);

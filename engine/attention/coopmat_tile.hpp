@@ -44,13 +44,6 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 // naming `kernel` (and `instead`, what to use) where q, k or v is stored as bf16, whose range passes f16's.
 void require_f16_operands(const Problem& problem, const std::string& kernel, const std::string& instead);
 
-// Whether the tuning's heuristics choose the cooperative-matrix kernels unforced: on the device's
-// matrix units (never their portable implementation) and for f16 storage of q, k and v, whose
-// products then multiply exactly the stored values (only P and the backward's dS round to f16, as
-// FlashAttention's do). Measured on an H200 (session 21, docs/PERFORMANCE.md): the forward ran
-// 5-10x flash_tile.comp and the backward 2.3x the register kernels at N = 4096.
-bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& problem);
-
 // Loop back-edges one key tile of flash_coopmat.comp may take (lavapipe counts them).
 std::int64_t coopmat_loops_per_tile(const CoopmatLayout& layout, std::uint32_t subgroup, std::uint32_t subgroups,
                                     const Problem& problem);

@@ -116,30 +116,22 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
     std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
     // GPUs decode with flash_decode.comp where a unit's rows fit one workgroup (a step's query heads
-    // of one K/V head) and run everything else through flash_coopmat.comp on the matrix units where
-    // the storage is f16 (coopmat_by_default: measured on an H200), else flash_tile.comp
-    // (FlashAttention-2's partition); CPU devices keep flash.comp's streamed layout, which
-    // LAVAPIPE.md measured. A caller who forces flash.comp's staging or texel loads gets flash.comp.
+    // of one K/V head) and run everything else through flash_tile.comp (FlashAttention-2's
+    // partition); CPU devices keep flash.comp's streamed layout, which LAVAPIPE.md measured. A caller
+    // who forces flash.comp's staging or texel loads gets flash.comp. The GPU choices follow the cost
+    // model (docs/design/GPU_KERNELS.md), unmeasured.
     const bool flash_forced = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
-    const FusedKernel chosen = is_cpu(caps) || flash_forced   ? FusedKernel::flash
-                               : p.group * p.Nq <= 8          ? FusedKernel::decode
-                               : coopmat_by_default(caps, p) ? FusedKernel::coopmat
-                                                              : FusedKernel::tile;
-    FusedKernel kernel = overrides.fused_kernel.value_or(chosen);
+    const FusedKernel chosen = is_cpu(caps) || flash_forced ? FusedKernel::flash
+                               : p.group * p.Nq <= 8        ? FusedKernel::decode
+                                                            : FusedKernel::tile;
+    const FusedKernel kernel = overrides.fused_kernel.value_or(chosen);
     if (kernel == FusedKernel::decode) {
         std::string why_not;
         auto decode = decode_config(c, caps, p, overrides, &why_not);
         if (decode) return decode;
         if (overrides.fused_kernel == FusedKernel::decode) return refuse(why_not);
     }
-    if (kernel == FusedKernel::coopmat) {
-        if (overrides.fused_kernel == FusedKernel::coopmat) return coopmat_config(c, caps, p, overrides);
-        try {
-            return coopmat_config(c, caps, p, overrides);
-        } catch (const InvalidArgument&) {
-            kernel = FusedKernel::tile;  // chosen, not forced: a head too wide for its tile takes the tile kernel
-        }
-    }
+    if (kernel == FusedKernel::coopmat) return coopmat_config(c, caps, p, overrides);  // forced only
     if (kernel == FusedKernel::tile) {
         std::string why_not;
         auto tile = tile_config(c, caps, p, overrides, &why_not);
@@ -194,19 +186,9 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) &&
                          texel_aligned(v_strides, p.Dv) && texel_aligned(grad_out_strides, p.Dv);
     std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
-    // On the matrix units for f16 storage, as the forward (coopmat_by_default), unless the caller
-    // forces another kernel or flash.comp's loads.
-    const bool register_kernels_forced = overrides.fused_kernel.has_value() || overrides.shared_tiles.has_value() ||
-                                         overrides.texel_loads.has_value();
-    const bool forced = overrides.fused_kernel == FusedKernel::coopmat;
-    if (forced || (!register_kernels_forced && coopmat_by_default(caps, p))) {
+    if (overrides.fused_kernel == FusedKernel::coopmat) {  // forced only, as the forward's
         std::uint32_t subgroups = 4;
-        try {
-            c.coopmat = choose_coopmat_backward(caps, c.subgroup, subgroups, p);
-        } catch (const InvalidArgument&) {
-            if (forced) throw;
-            return c;  // chosen, not forced: heads too wide for its tiles take the register kernels
-        }
+        c.coopmat = choose_coopmat_backward(caps, c.subgroup, subgroups, p);
         c.subgroups = subgroups;
         c.q_rows = c.kv_keys = 16;
         c.texel = c.texel_words = false;
