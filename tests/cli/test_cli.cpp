@@ -966,6 +966,25 @@ TEST_CASE("cli check: passes on this device", "[cli]") {
     const Result bad = vk_attn("check --impl auto");
     CHECK(bad.status == 1);
     CHECK_THAT(bad.err, Catch::Contains("--impl"));
+    // --json: a line per case (streamed, so a time-boxed run keeps the cases it finished), then the totals.
+    const Result lines = vk_attn("check --impl split --dtype f32 --json");
+    INFO(lines.out << lines.err);
+    CHECK(lines.status == 0);
+    int cases = 0;
+    nlohmann::json last;
+    std::istringstream in(lines.out);
+    for (std::string line; std::getline(in, line);) {
+        if (line.empty() || line[0] != '{') continue;
+        last = nlohmann::json::parse(line);
+        if (last.contains("case")) {
+            ++cases;
+            CHECK(last["result"] == "pass");
+            CHECK(last["impl"] == "split");
+        }
+    }
+    CHECK(cases > 0);
+    CHECK(last["passed"] == cases);
+    CHECK(last["failed"] == 0);
 }
 
 TEST_CASE("cli tune: the winners written beside the pipeline cache, then chosen by bench", "[cli][tuner]") {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
 #include "output_table.hpp"
 #include "parse_impl.hpp"
@@ -62,6 +64,7 @@ struct CheckFlags {
     std::vector<std::string> impls{"unfused", "fused", "split"};
     std::vector<std::string> dtypes;  // empty: every dtype the device stores
     std::vector<std::string> variants;  // empty: the tuned runs and each knob forced
+    bool json = false;  // a JSON line per case as it finishes (a time-boxed run keeps what it did)
 };
 
 // The runs of the default check: per path, the tuning's choice and each knob forced alone (those a
@@ -131,7 +134,7 @@ int check(const CheckFlags& flags) {
     for (const std::string& i : flags.impls) impls.push_back(parse_impl(i));
     const std::vector<Variant> variants =
         flags.variants.empty() ? knob_variants(impls, cpu) : catalogue_variants(impls, flags.variants);
-    Printer printer(std::cout, Format::table);
+    Printer printer(std::cout, flags.json ? Format::json : Format::table);
     int failures = 0, total = 0;
     unsigned seed = 1;
     for (const Variant& variant : variants)
@@ -171,7 +174,8 @@ int check(const CheckFlags& flags) {
                 printer.print(r);
             }
     printer.finish();
-    std::cout << total - failures << " passed, " << failures << " failed\n";
+    if (flags.json) std::cout << nlohmann::ordered_json{{"passed", total - failures}, {"failed", failures}}.dump() << '\n';
+    else std::cout << total - failures << " passed, " << failures << " failed\n";
     return failures == 0 ? 0 : 1;
 }
 
@@ -191,6 +195,8 @@ Action add_check(CLI::App& app) {
                    "Check the catalogue's kernel variants forced instead of the tuning's choices: all (those of the "
                    "paths --impl names), or names (comma-separated): " + kernel_variant_names())
         ->delimiter(',');
+    app.add_flag("--json", flags->json,
+                 "One JSON object per case on stdout as it finishes, then the totals (the table waits for the end)");
     return [flags] { return check(*flags); };
 }
 
