@@ -3,6 +3,7 @@
 // force nothing; a table of another device or driver, or VKATTN_TUNING=off, leaves the heuristics.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "support/gpu_context.hpp"
 #include "vkattn/testing/attention_case.hpp"
+#include "vkattn/errors.hpp"
 #include "vkattn/tune.hpp"
 #include "vkattn/variants.hpp"
 
@@ -131,4 +133,40 @@ TEST_CASE("tuner: variants with f16 products are timed for f16 storage only", "[
     const TuneReport f16 = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
     REQUIRE(f16.results.size() == 1);
     CHECK(f16.results[0].timings.size() == 2);
+}
+
+TEST_CASE("tuner: a variant whose output leaves the heuristics' choice's is never the winner", "[gpu][tuner]") {
+    // Every candidate runs on the same random inputs as the heuristics' choice and must agree with
+    // it (TuneOptions::agreement). At the default bound every kernel here agrees. At a bound below
+    // fp32's own rounding only a kernel bit-identical to the heuristics' may: the three-stage path,
+    // which sums in another order than any fused kernel, is rejected with its (tiny) distance, and a
+    // candidate list with no agreeing kernel is refused.
+    const CacheDir dir;
+    Context ctx(options_in(dir));
+    const TuneShape prefill{.B = 1, .Hq = 2, .Hkv = 2, .Nq = 40, .Nkv = 70, .D = 32, .causal = true};
+    const std::vector<std::string> offered{"flash-streamed", "tile", "unfused-registers"};
+    const TuneReport usual = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
+    REQUIRE(usual.results.size() == 1);
+    CHECK(usual.results[0].rejected.empty());
+    CHECK(usual.results[0].timings.size() == 3);
+
+    try {
+        const TuneReport strict =
+            tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false, .agreement = 1e-30});
+        REQUIRE(strict.results.size() == 1);
+        const TuneResult& r = strict.results[0];
+        REQUIRE_FALSE(r.rejected.empty());
+        for (const auto& [name, distance] : r.rejected) {
+            INFO(name);
+            CHECK(name != r.winner);
+            CHECK(distance > 0.0);
+            CHECK(distance < 1e-5);  // right, only not bit-identical
+        }
+        CHECK(std::any_of(r.rejected.begin(), r.rejected.end(), [](const auto& x) { return x.first == "unfused-registers"; }));
+    } catch (const vkattn::Error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("agrees"));  // no fused variant here matched the heuristics' bits
+    }
+    CHECK_THROWS_WITH(tune(ctx, {.shapes = {prefill}, .variants = {"unfused-registers"}, .warmup = 0, .repeat = 1,
+                                 .save = false, .agreement = 1e-30}),
+                      Catch::Contains("agrees"));
 }

@@ -1,7 +1,7 @@
 // vk-attn tune: times every catalogued kernel variant over a grid of shapes on the user's device,
 // keeps the fastest per bucket of problems and writes them beside the pipeline cache, where every
 // later context on this device and driver finds them (vkattn/tune.hpp). One row per shape and
-// variant; the winners marked.
+// variant; the winners marked, and any variant whose output disagreed with the heuristics' choice.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -47,6 +47,11 @@ int tune_command(const TuneFlags& flags) {
             row.add("variant", variant);
             row.add("median_ms", ms);
             row.add("winner", variant == r.winner ? "*" : "");
+            // A variant whose output left the heuristics' choice's: its distance, never the winner.
+            std::string agrees = "yes";
+            for (const auto& [name, distance] : r.rejected)
+                if (name == variant) agrees = "no (" + format_value(distance) + ")";
+            row.add("agrees", agrees);
             printer.print(row);
         }
     printer.finish();

@@ -1,5 +1,6 @@
 // The tuner (issue #32): times every catalogued variant (vkattn/variants.hpp) that can run each shape
-// of a grid on this context's device, keeps the fastest per bucket of problems, writes the winners
+// of a grid on this context's device, on random inputs, checks each one's output against the
+// heuristics' choice on the same inputs, keeps the fastest that agrees per bucket of problems, writes the winners
 // beside the pipeline cache (one table per device UUID and driver) and uses them from then on: a call
 // that forces nothing runs its bucket's winner, and its report says chosen_by "tuning". Another
 // device's or driver's table is ignored; VKATTN_TUNING=off ignores every table (the heuristics
@@ -33,12 +34,19 @@ struct TuneOptions {
     std::vector<std::string> variants;  // the catalogued variants to time (empty: all of them)
     int warmup = 2, repeat = 5;     // untimed runs, then timed ones (the median counts)
     bool save = true;               // write the table (merged into this device's) and use it from now on
+    // How far (relative L2) a candidate's output may lie from the heuristics' choice on the same
+    // random inputs before it is rejected, never a winner however fast; 0: the default for the
+    // storage type (fp32 1e-4; f16 3e-3 and bf16 4e-3, their rounding; f16 products at least 3e-3).
+    double agreement = 0;
 };
 
 struct TuneResult {
     TuneShape shape;
     std::string bucket;  // the problems that share its winner
     std::vector<std::pair<std::string, double>> timings;  // variant, median GPU ms (those that ran)
+    // Variants whose output disagreed with the heuristics' choice (TuneOptions::agreement), with
+    // their relative L2 distance from it: timed, listed, never the winner.
+    std::vector<std::pair<std::string, double>> rejected;
     std::string winner;
 };
 
