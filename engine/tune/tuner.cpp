@@ -126,6 +126,7 @@ std::vector<TuneShape> default_tune_grid(const Context& context) {
 TuneReport tune(Context& context, const TuneOptions& options) {
     if (options.repeat < 1) throw InvalidArgument("repeat", "at least one timed run is needed.");
     if (options.warmup < 0) throw InvalidArgument("warmup", "must not be negative.");
+    if (!(options.agreement >= 0)) throw InvalidArgument("agreement", "must be a relative distance ≥ 0 (0: the storage type's default).");
     detail::ContextState& state = detail::ContextAccess::state(context);
     const std::vector<TuneShape> shapes = options.shapes.empty() ? default_tune_grid(context) : options.shapes;
     std::vector<const KernelVariant*> candidates;

@@ -115,6 +115,7 @@ TEST_CASE("tuner: a table of another driver is ignored, and bad requests are ref
     CHECK(run_decode(ctx).chosen_by == "heuristics");
     CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .variants = {"nope"}}), Catch::Contains("variants"));
     CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .repeat = 0}), Catch::Contains("repeat"));
+    CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .agreement = -1}), Catch::Contains("agreement"));
 }
 
 TEST_CASE("tuner: variants with f16 products are timed for f16 storage only", "[gpu][tuner][coopmat]") {
