@@ -3,17 +3,19 @@
 // chunks of rows, GQA indexing) on cooperative 16 × 16 × 16 products (common/coopmat.glsl): the
 // matrix units' where CM_KHR is defined, the portable implementation otherwise. Operands are
 // rounded to f16 as they are staged; products accumulate in fp32.
-//   - A workgroup of 4 subgroups owns a 64 × 64 tile of C; each subgroup a 32 × 32 quarter as
-//     2 × 2 accumulators.
+//   - A workgroup of 4 subgroups owns a (2·SUB) × (2·SUB) tile of C; each subgroup a SUB × SUB
+//     quarter as TT × TT accumulators (SUB = 16·TT; TT = 4 on the units, so that every operand a
+//     subgroup loads feeds 4 products, 2 in the portable implementation).
 //   - K advances BK at a time (16 in the portable implementation, whose fp32 operands must fit
-//     lavapipe's 32 KiB; 64 on the units): the workgroup stages A's 64 × BK and B's BK × 64 slices
-//     in shared memory, row-major ([m][k], [k][n]) whatever the operands' layouts, then each
-//     subgroup loads 2 A and 2 B operands and runs 4 products per 16 of K.
+//     lavapipe's 32 KiB; 32 on the units): the workgroup stages A's 2·SUB × BK and B's BK × 2·SUB
+//     slices in shared memory, row-major ([m][k], [k][n]) whatever the operands' layouts, then per
+//     16 of K each subgroup loads TT A operands and, one at a time, TT B operands, and runs TT²
+//     products.
 //   - Every load of a slice is issued before its first store, and the next slice's loads are in
 //     flight during this slice's products (registers: A_STEPS + B_STEPS chunks of 4), so a slice
 //     waits on memory once, behind the products, not once per chunk.
-//   - C leaves through shared memory (the units' accumulator layout is the driver's), where alpha
-//     and the addend apply as in bmm.comp.
+//   - C leaves through a 16 × 16 staging tile per subgroup, one accumulator at a time (the units'
+//     accumulator layout is the driver's), where alpha and the addend apply as in bmm.comp.
 // A subgroup size other than CM_SG (the pipeline requires it where the device can) writes NaN.
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : require
@@ -28,16 +30,17 @@ layout(constant_id = 10) const uint B_TYPE = 0;
 layout(constant_id = 11) const bool A_TRANSPOSED = false;  // A stored [K][M]
 layout(constant_id = 12) const uint CM_SG = 32;  // lanes per subgroup
 layout(constant_id = 13) const uint BK = 16u;    // K per slice, a multiple of 16
+layout(constant_id = 14) const uint TT = 2u;     // accumulators per side of a subgroup's square of C
 
 #include "common/coopmat.glsl"
 
 const uint NSG = 4u, WG = NSG * CM_SG;
-const uint BM = 64u, BN = 64u;
+const uint SUB = 16u * TT, BM = 2u * SUB, BN = 2u * SUB;
 const uint A_STEPS = (BM * BK / 4u + WG - 1u) / WG, B_STEPS = (BK * BN / 4u + WG - 1u) / WG;
 // Row pitches of the slices and of C's tile: 8 elements (16 bytes of f16) past the row, so that
 // rows start on different banks; every pitch and every operand's first element are multiples of
 // 16 bytes, as the units' loads and stores require.
-const uint PITCH_A = BK + 8u, PITCH_B = BN + 8u, PITCH_C = BN + 4u;
+const uint PITCH_A = BK + 8u, PITCH_B = BN + 8u, PITCH_C = 16u + 4u;
 
 layout(std430, set = 0, binding = 5) readonly buffer Scales { float scales[]; };
 float b_scale = 1.0;  // an fp8 B's head's, set once in main
@@ -58,7 +61,7 @@ layout(std430, set = 0, binding = 4) readonly buffer Addend { float addend[]; };
 
 shared CM_ELEM tile_a[BM * PITCH_A];  // [m][k]
 shared CM_ELEM tile_b[BK * PITCH_B];  // [k][n]
-shared float tile_c[BM * PITCH_C];    // [m][n]
+shared float tile_c[NSG * 16u * PITCH_C];  // [subgroup][16 rows][16 columns]: one accumulator leaving
 
 uint b_, h_, hb_, row_begin, row_end, tile_row, tile_col;
 
@@ -122,11 +125,10 @@ void main() {
     tile_row = row_begin + gl_WorkGroupID.y * BM;
     tile_col = gl_WorkGroupID.x * BN;
     if (is_fp8(B_TYPE)) b_scale = scales[P.b_scale_at + hb_];
-    const uint sub_row = (sg / 2u) * 32u, sub_col = (sg % 2u) * 32u;  // this subgroup's quarter
+    const uint sub_row = (sg / 2u) * SUB, sub_col = (sg % 2u) * SUB;  // this subgroup's quarter
 
-    CmAcc acc[2][2];
-    [[unroll]] for (uint i = 0u; i < 2u; ++i)
-        [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_FILL(acc[i][j], 0.0);
+    CmAcc acc[TT * TT];  // acc[i·TT + j]: rows sub_row + 16i, columns sub_col + 16j
+    [[unroll]] for (uint t = 0u; t < TT * TT; ++t) CM_FILL(acc[t], 0.0);
 
     // The slices: ceil(K / BK), within the loop budget the callers keep (4·budget elements of K).
     CM_ELEM4 a_chunks[A_STEPS];
@@ -143,27 +145,32 @@ void main() {
             CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) b_chunks[st] = fetch_b(tid + st * WG, k0 + BK);
         }
         CM_LOOP for (uint kk = 0u; kk < BK; kk += 16u) {
-            CmA a[2];
-            CmB b[2];
-            [[unroll]] for (uint i = 0u; i < 2u; ++i) CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A + kk, PITCH_A);
-            [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_LOAD_B(b[j], tile_b, kk * PITCH_B + sub_col + 16u * j, PITCH_B);
-            [[unroll]] for (uint i = 0u; i < 2u; ++i)
-                [[unroll]] for (uint j = 0u; j < 2u; ++j) CM_MUL_ADD(acc[i][j], a[i], b[j], tile_b);
+            CmA a[TT];
+            CM_LOOP for (uint i = 0u; i < TT; ++i) CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A + kk, PITCH_A);
+            CM_LOOP for (uint j = 0u; j < TT; ++j) {
+                CmB b;
+                CM_LOAD_B(b, tile_b, kk * PITCH_B + sub_col + 16u * j, PITCH_B);
+                CM_LOOP for (uint i = 0u; i < TT; ++i) CM_MUL_ADD(acc[i * TT + j], a[i], b, tile_b);
+            }
         }
     }
 
-    [[unroll]] for (uint i = 0u; i < 2u; ++i)
-        [[unroll]] for (uint j = 0u; j < 2u; ++j)
-            CM_STORE(acc[i][j], tile_c, (sub_row + 16u * i) * PITCH_C + sub_col + 16u * j, PITCH_C);
-    barrier();
-
+    // C, one accumulator at a time through the subgroup's staging tile.
     const float alpha = P.alpha;
     const bool layout_ok = gl_SubgroupSize == CM_SG && gl_NumSubgroups == NSG;
-    for (uint e = tid; e < BM * BN; e += WG) {
-        const uint r = e / BN, col = tile_col + e % BN, row = tile_row + r;
-        if (row >= row_end || row >= P.M || col >= P.N) continue;
-        const uint c_row = tensor_index(P.c, b_, h_, row);
-        const float add = ADD == 1u ? addend[col] : ADD == 2u ? addend[tensor_index(P.residual, b_, h_, row) + col] : 0.0;
-        store_out(c_row + col, layout_ok ? alpha * tile_c[r * PITCH_C + e % BN] + add : uintBitsToFloat(0x7fc00000u));
+    const uint lane = gl_SubgroupInvocationID, c_base = min(sg, NSG - 1u) * 16u * PITCH_C;  // (in bounds on any layout)
+    CM_LOOP for (uint t = 0u; t < TT * TT; ++t) {
+        subgroupBarrier();  // every lane has read the previous accumulator
+        CM_STORE(acc[t], tile_c, c_base, PITCH_C);
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        for (uint e = lane; e < 256u; e += CM_SG) {
+            const uint r = e / 16u, c = e % 16u;
+            const uint row = tile_row + sub_row + 16u * (t / TT) + r, col = tile_col + sub_col + 16u * (t % TT) + c;
+            if (row >= row_end || row >= P.M || col >= P.N) continue;
+            const uint c_row = tensor_index(P.c, b_, h_, row);
+            const float add = ADD == 1u ? addend[col] : ADD == 2u ? addend[tensor_index(P.residual, b_, h_, row) + col] : 0.0;
+            store_out(c_row + col, layout_ok ? alpha * tile_c[c_base + r * PITCH_C + c] + add : uintBitsToFloat(0x7fc00000u));
+        }
     }
 }

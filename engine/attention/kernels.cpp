@@ -12,7 +12,8 @@ namespace {
 enum BmmConstant : std::uint32_t {
     kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType, kATransposed,
     kCoopmatSubgroup,  // bmm_coopmat.comp's CM_SG
-    kCoopmatDepth      // and its K per slice
+    kCoopmatDepth,     // and its K per slice
+    kCoopmatTiles      // and its accumulators per side of a subgroup's square
 };
 
 // An output's storage in a variant's name: "32", "16", "bf16".
@@ -61,7 +62,8 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form,
                           {.id = kAType, .value = shader_type_code(a)},
                           {.id = kBType, .value = shader_type_code(b)},
                           {.id = kCoopmatSubgroup, .value = c.subgroup},
-                          {.id = kCoopmatDepth, .value = c.coopmat_depth()}},
+                          {.id = kCoopmatDepth, .value = c.coopmat_depth},
+                          {.id = kCoopmatTiles, .value = c.coopmat_tiles}},
             .required_subgroup_size = c.require_subgroup ? c.subgroup : 0};
         return runtime.kernels().get(key);
     }

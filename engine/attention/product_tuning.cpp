@@ -85,11 +85,11 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 }
 
 std::uint64_t BmmConfig::shared_bytes() const {
-    // bmm_coopmat.comp: A's 64×(BK+8) and B's BK×72 slices (f16 on the units; fp32 holding f16
-    // values in the portable implementation) and C's 64×68 fp32 tile.
+    // bmm_coopmat.comp: A's BM×(BK+8) and B's BK×(BN+8) slices (f16 on the units; fp32 holding
+    // f16 values in the portable implementation) and 4 subgroups' 16×20 fp32 staging tiles for C.
     if (coopmat) {
-        const std::uint64_t depth = coopmat_depth();
-        return std::uint64_t{coopmat_operand_bytes(units)} * (64 * (depth + 8) + depth * 72) + 4ull * 64 * 68;
+        const std::uint64_t depth = coopmat_depth, side = block_rows();
+        return std::uint64_t{coopmat_operand_bytes(units)} * (side * (depth + 8) + depth * (side + 8)) + 4ull * 4 * 16 * 20;
     }
     if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
     return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
@@ -97,7 +97,8 @@ std::uint64_t BmmConfig::shared_bytes() const {
 
 std::string BmmConfig::describe() const {
     if (coopmat)
-        return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 64x64x" + std::to_string(coopmat_depth()) + " f16->f32]";
+        return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 " + std::to_string(block_rows()) + "x" + std::to_string(block_cols()) + "x" +
+               std::to_string(coopmat_depth) + " f16->f32]";
     if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
     return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);
@@ -179,6 +180,8 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         BmmConfig c;
         c.coopmat = true;
         c.units = caps.matrix_units;
+        c.coopmat_tiles = c.units ? 4 : 2;
+        c.coopmat_depth = c.units ? 32 : 16;
         std::tie(c.subgroup, c.require_subgroup) = *subgroup;
         if (4 * c.subgroup > caps.max_workgroup_invocations || c.shared_bytes() > caps.max_shared_bytes)
             throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products need 4 subgroups of " +

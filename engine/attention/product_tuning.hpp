@@ -23,10 +23,11 @@ struct BmmConfig {
     // operands, fp32 accumulators. The fields below other than these are then unused.
     bool coopmat = false;
     bool units = false;  // coopmat on the matrix units (DeviceCaps::matrix_units), else portable
-    // bmm_coopmat.comp's K per slice: 64 on the units (a quarter of the barriers and four times the
-    // loads in flight of 16); 16 in the portable implementation, whose fp32 operands in shared
-    // memory must fit lavapipe's 32 KiB.
-    std::uint32_t coopmat_depth() const { return units ? 64 : 16; }
+    // bmm_coopmat.comp's shape: each subgroup owns coopmat_tiles² accumulators (a square of C
+    // 16·coopmat_tiles wide; the workgroup 2 × 2 of them), and K advances coopmat_depth a slice.
+    // choose_gemm: 4 and 32 on the units (each operand loaded feeds 4 products), 2 and 16 in the
+    // portable implementation (fp32 operands in lavapipe's 32 KiB; its registers).
+    std::uint32_t coopmat_tiles = 2, coopmat_depth = 16;
     std::uint32_t subgroup = 0;
     bool require_subgroup = false;
     bool texel = false;         // texel-buffer vec4 loads (else scalar SSBO loads)
@@ -34,8 +35,8 @@ struct BmmConfig {
     std::uint32_t wg_m = 8, wg_n = 8;  // invocations per workgroup along rows and columns
     std::uint32_t tm = 4, tn4 = 1;     // register block: tm rows × 4·tn4 columns per invocation
     std::uint32_t ks4 = 4;             // vec4s of K per shared tile
-    std::uint32_t block_rows() const { return coopmat ? 64 : wg_m * tm; }
-    std::uint32_t block_cols() const { return coopmat ? 64 : wg_n * 4 * tn4; }
+    std::uint32_t block_rows() const { return coopmat ? 32 * coopmat_tiles : wg_m * tm; }
+    std::uint32_t block_cols() const { return coopmat ? 32 * coopmat_tiles : wg_n * 4 * tn4; }
     // Shared memory the kernel declares: bmm_tile.comp's two buffers of 4·ks4 k-rows of A's and
     // B's tiles, each row block/4 + 1 vec4s (the pitch that keeps its transposing stores off bank
     // conflicts); bmm.comp's one K-slice of both tiles, or none.

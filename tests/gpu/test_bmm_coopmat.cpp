@@ -23,8 +23,8 @@ detail::BmmConfig coopmat_config() {
 
 TEST_CASE("bmm coopmat: every form at sizes off the tiles and slices", "[gpu][bmm][coopmat]") {
     const detail::BmmConfig config = coopmat_config();
-    CHECK(config.block_rows() == 64);
-    CHECK(config.block_cols() == 64);
+    CHECK(config.block_rows() == 32 * config.coopmat_tiles);
+    CHECK(config.block_cols() == 32 * config.coopmat_tiles);
     const detail::BmmForm form = GENERATE(detail::BmmForm::a_bt, detail::BmmForm::a_b, detail::BmmForm::at_b);
     check_product(config, {.form = form, .B = 1, .H = 2, .M = 70, .N = 81, .K = 37});
     check_product(config, {.form = form, .M = 1, .N = 1, .K = 1});
@@ -42,4 +42,23 @@ TEST_CASE("bmm coopmat: GQA heads, a chunk of rows, alpha, the addends and the t
                                .a = k == DType::bf16 ? DType::bf16 : DType::f16, .b = k});
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 64, .K = 27, .b = DType::q5_1, .out = DType::f16});
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 32, .K = 27, .b = DType::fp8_e5m2, .out = DType::bf16});
+}
+
+TEST_CASE("bmm coopmat: the units' shapes (4 x 4 accumulators per subgroup, several 16-deep steps per slice)", "[gpu][bmm][coopmat]") {
+    // choose_gemm gives the units 4 × 4 accumulators and 32-deep slices; here each shape runs on
+    // whatever implementation this device has, within its shared memory.
+    const detail::BmmConfig chosen = coopmat_config();
+    const std::uint64_t shared = detail::ContextAccess::runtime(gpu_context()).device().caps().max_shared_bytes;
+    const detail::BmmForm form = GENERATE(detail::BmmForm::a_bt, detail::BmmForm::a_b, detail::BmmForm::at_b);
+    for (const auto [tiles, depth] : {std::pair{4u, 16u}, std::pair{2u, 32u}, std::pair{4u, 32u}}) {
+        detail::BmmConfig config = chosen;
+        config.coopmat_tiles = tiles;
+        config.coopmat_depth = depth;
+        if (config.shared_bytes() > shared) continue;  // fp32 operands on lavapipe: 4 × 32 does not fit
+        INFO(config.describe());
+        CHECK(config.block_rows() == 32 * tiles);
+        check_product(config, {.form = form, .B = 1, .H = 2, .M = 150, .N = 131, .K = 77});
+        check_product(config, {.form = form, .H = 2, .group = 2, .M = 37, .N = 70, .K = 40, .add = detail::BmmAdd::residual,
+                               .first_row = 5, .rows = 20, .alpha = 0.5f});
+    }
 }
