@@ -7,7 +7,8 @@
 #
 #   1. the unsplit causal D = 128 fault on the matrix units: which of GQA, N, D, the tile shape,
 #      the mask and a second run (a race would differ) it needs;
-#   2. the units' forward against the tile kernel, a long point first so the clocks have ramped;
+#   2. the units' forward against the tile kernel, a long point first so the clocks have ramped,
+#      and the GEMM ceiling's new shape;
 #   3. decode: the attention alone against the decode loop's step.
 # Results: $OUT (else /tmp/gpu-out): vkattn.jsonl (every point), log.txt (stderr).
 set -u
@@ -46,6 +47,10 @@ for k in coopmat tile; do
   pt 60 bench --batch 1 --heads 32 --seq 4096,16384 --dim 64,128 --dtype f16 --impl fused --fused-kernel $k --repeat 5 --warmup 3
 done
 pt 40 bench --batch 1 --heads 32 --seq 4096,16384 --dim 128 --dtype f16 --variant coopmat-64x32 --repeat 5 --warmup 3
+
+el "GEMM 8192^3 on the units: 4 x 4 accumulators per subgroup, 32-deep (session 21's 2 x 2, 64-deep: 51.9 TFLOP/s)"
+pt 40 bench --batch 1 --heads 1 --seq 16 --dim 64 --dtype f16 --gemm --gemm-size 1000 --gemm-kernel coopmat --validate --repeat 1
+pt 40 bench --batch 1 --heads 1 --seq 16 --dim 64 --dtype f16 --gemm --gemm-size 8192 --gemm-kernel coopmat --repeat 3
 
 el "3. decode, Hq 32, Hkv 8, D 128, f16: the attention alone, then the loop's step"
 for n in 4096 32768; do
