@@ -66,7 +66,7 @@ shared float tile_c[NSG * 16u * PITCH_C];  // [subgroup][16 rows][16 columns]: o
 uint b_, h_, hb_, row_begin, row_end, tile_row, tile_col;
 
 // Slice chunk e (of BM·BK/4) of A: 4 elements along K (row e / (BK/4)), or for Aᵀ along M
-// (k e / 16, rows 4·(e % 16)..+3); zeros past K, M, the chunk or the slice. fetch_a loads and
+// (k e / (BM/4), rows 4·(e % (BM/4))..+3); zeros past K, M, the chunk or the slice. fetch_a loads and
 // rounds them; put_a stores them where fetch_a found them.
 CM_ELEM4 fetch_a(uint e, uint k0) {
     vec4 v = vec4(0.0);
@@ -90,7 +90,7 @@ void put_a(uint e, CM_ELEM4 v) {
     }
 }
 
-// Slice chunk e of B: Bᵀ (stored [N][K]) along K (column e / (BK/4)), B along N (k e / 16).
+// Slice chunk e of B: Bᵀ (stored [N][K]) along K (column e / (BK/4)), B along N (k e / (BN/4)).
 CM_ELEM4 fetch_b(uint e, uint k0) {
     vec4 v = vec4(0.0);
     if (B_TRANSPOSED) {
