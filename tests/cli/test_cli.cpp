@@ -967,7 +967,7 @@ TEST_CASE("cli check: passes on this device", "[cli]") {
     CHECK(bad.status == 1);
     CHECK_THAT(bad.err, Catch::Contains("--impl"));
     // --json: a line per case (streamed, so a time-boxed run keeps the cases it finished), then the totals.
-    const Result lines = vk_attn("check --impl split --dtype f32 --json");
+    const Result lines = vk_attn("check --variants split-flash-streamed --dtype f32 --json");
     INFO(lines.out << lines.err);
     CHECK(lines.status == 0);
     int cases = 0;
