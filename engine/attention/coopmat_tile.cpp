@@ -2,13 +2,11 @@
 
 #include <algorithm>
 
+#include "attention/ceil_div.hpp"
 #include "attention/tuning.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
-namespace {
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-}  // namespace
 
 std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
     const std::uint32_t operand = coopmat_operand_bytes(units);

@@ -1,5 +1,6 @@
 #include "attention/decode.hpp"
 
+#include "attention/ceil_div.hpp"
 #include "attention/tuning.hpp"
 #include "vkattn/errors.hpp"
 
@@ -10,7 +11,6 @@
 namespace vkattn::detail {
 namespace {
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-std::uint32_t ceil_div(std::int64_t a, std::int64_t b) { return u32((a + b - 1) / b); }
 // 4-element vec4s per chunk.
 std::uint32_t chunk4(DType t) { return decode_chunk_elements(t) / 4; }
 }  // namespace
@@ -45,8 +45,8 @@ DecodeLayout choose_decode_layout(std::uint32_t subgroup, std::uint32_t rows, co
     // Two keys per key slot: with D = 128 f16, 4 uvec4 loads of K and V per key, 8 in flight per lane
     // (128 bytes; 16 KiB per workgroup of 128).
     d.keys_per_lane = 2;
-    d.k_chunks = ceil_div(p.Dk, std::int64_t{d.lanes_per_key} * decode_chunk_elements(p.k_dtype));
-    d.v_chunks = ceil_div(p.Dv, std::int64_t{d.lanes_per_key} * decode_chunk_elements(p.v_dtype));
+    d.k_chunks = u32(ceil_div(p.Dk, std::int64_t{d.lanes_per_key} * decode_chunk_elements(p.k_dtype)));
+    d.v_chunks = u32(ceil_div(p.Dv, std::int64_t{d.lanes_per_key} * decode_chunk_elements(p.v_dtype)));
     return d;
 }
 

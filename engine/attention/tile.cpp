@@ -1,5 +1,6 @@
 #include "attention/tile.hpp"
 
+#include "attention/ceil_div.hpp"
 #include "attention/tuning.hpp"
 #include "vkattn/errors.hpp"
 
@@ -8,9 +9,6 @@
 #include <optional>
 
 namespace vkattn::detail {
-namespace {
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-}  // namespace
 
 std::uint32_t TileLayout::shared_bytes(std::uint32_t subgroup, std::uint32_t subgroups) const {
     const std::uint32_t br = rows(subgroup, subgroups), bc = keys();

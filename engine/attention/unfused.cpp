@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "attention/ceil_div.hpp"
 #include "attention/dispatch.hpp"
 #include "attention/io.hpp"
 #include "attention/kernels.hpp"
@@ -20,7 +21,6 @@ namespace vkattn::detail {
 namespace {
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-std::uint32_t ceil_div(std::int64_t a, std::int64_t b) { return u32((a + b - 1) / b); }
 
 std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
@@ -228,8 +228,8 @@ public:
                 stage1.bindings = {bind(1, *d.q, s.q, float_view(p.dtype)), bind(2, *d.k, keys[i].k, float_view(p.k_dtype)),
                                    bind(3, scores, keys[i].scores_bmm), bind(4, *no_addend, whole(16)),
                                    bind(5, *d.head_terms, whole(d.head_terms_bytes))};
-                stage1.groups = {ceil_div(cut.slices[i].length, config_.scores.block_cols()),
-                                 ceil_div(c.rows, config_.scores.block_rows()), u32(c.units)};
+                stage1.groups = {u32(ceil_div(cut.slices[i].length, config_.scores.block_cols())),
+                                 u32(ceil_div(c.rows, config_.scores.block_rows())), u32(c.units)};
                 r.dispatch(stage1);
             }
             r.barrier();
@@ -293,8 +293,8 @@ public:
                                    last ? bind(3, *d.o, s.o) : bind(3, into, acc),
                                    first ? bind(4, *no_addend, whole(16)) : bind(4, from, acc),
                                    bind(5, *d.head_terms, whole(d.head_terms_bytes))};
-                stage3.groups = {ceil_div(p.Dv, config_.output.block_cols()),
-                                 ceil_div(c.rows, config_.output.block_rows()), u32(c.units)};
+                stage3.groups = {u32(ceil_div(p.Dv, config_.output.block_cols())),
+                                 u32(ceil_div(c.rows, config_.output.block_rows())), u32(c.units)};
                 r.dispatch(stage3);
                 r.barrier();  // the next slice reads this one's sum; the next chunk reuses the scratch
             }

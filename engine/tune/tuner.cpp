@@ -21,19 +21,18 @@ namespace {
 
 std::array<std::int64_t, 4> dense(const std::array<std::int64_t, 4>& s) { return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1}; }
 
-std::size_t elements(const std::array<std::int64_t, 4>& s) { return static_cast<std::size_t>(s[0] * s[1] * s[2] * s[3]); }
-
 // A device tensor of seeded uniform values in [-1, 1]: varied inputs, so that a candidate's output
 // can be told from another's (zeros made every kernel's output the same average of V's zeros).
 DeviceTensor random_values(Context& context, DType dtype, const std::array<std::int64_t, 4>& shape, std::mt19937& rng) {
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    const auto elements = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]);
     std::vector<float> f32;
     std::vector<std::uint16_t> bits;
     if (dtype == DType::f32) {
-        f32.resize(elements(shape));
+        f32.resize(elements);
         for (float& x : f32) x = value(rng);
     } else if (dtype == DType::f16 || dtype == DType::bf16) {
-        bits.resize(elements(shape));
+        bits.resize(elements);
         for (std::uint16_t& x : bits) x = dtype == DType::f16 ? float_to_half(value(rng)) : float_to_bf16(value(rng));
     } else {
         throw InvalidArgument("shapes", "the tuner's shapes store q, k and v as f32, f16 or bf16, not " + to_string(dtype) + ".");
@@ -45,7 +44,7 @@ DeviceTensor random_values(Context& context, DType dtype, const std::array<std::
 // A device tensor's values (f32, f16 or bf16) as doubles.
 std::vector<double> values_of(const DeviceTensor& t) {
     const std::array<std::int64_t, 4> shape = t.shape();
-    std::vector<double> out(elements(shape));
+    std::vector<double> out(static_cast<std::size_t>(t.elements()));
     if (t.dtype() == DType::f32) {
         std::vector<float> host(out.size());
         t.download(make_view(static_cast<void*>(host.data()), DType::f32, Layout::bhnd, shape));
