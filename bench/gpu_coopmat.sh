@@ -39,6 +39,9 @@ pt 30 bench --dtype f16 --validate --repeat 1 --warmup 0 --impl fused --fused-ke
 pt 30 $V --heads 4 --kv-heads 2 --dim 112,144 --causal             # other widths, unsplit
 pt 30 $V --heads 4 --kv-heads 2 --dim 128 --window 300,0           # a band without the causal flag
 pt 30 $V --heads 4 --kv-heads 2 --dim 128 --causal-offset 50       # the diagonal moved
+pt 30 bench --dtype f16 --validate --repeat 1 --warmup 0 --impl fused --fused-kernel coopmat --seq 128 --heads 1 --dim 128 --causal  # the smallest
+pt 30 $V --heads 4 --kv-heads 2 --dim 64,96 --causal               # narrower, unsplit
+pt 30 $V --heads 4 --kv-heads 2 --dim 128 --alibi-max-bias 8       # the elementwise path without a causal mask
 pt 30 bench --dtype f32 --validate --repeat 1 --warmup 0 --impl fused --fused-kernel coopmat --seq 1000 --heads 4 --kv-heads 2 --dim 128 --causal  # f32 storage
 
 el "2. forward, B 1, H 32, f16: a long warm-up point, then coopmat against tile"

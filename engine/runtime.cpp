@@ -25,6 +25,12 @@ bool env_flag(const char* name) {
     return !v.empty() && v != "0" && v != "false" && v != "off";
 }
 
+// Whether $name turns something off (set to 0, false or off).
+bool env_off(const char* name) {
+    const std::string v = env(name);
+    return v == "0" || v == "false" || v == "off";
+}
+
 // The directory of the pipeline cache and the tuning table (empty: none).
 std::filesystem::path cache_dir(const std::string& dir_option) {
     std::string dir = dir_option.empty() ? env("VKATTN_PIPELINE_CACHE") : dir_option;
@@ -62,6 +68,7 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     options_.validation = options.validation || env_flag("VKATTN_VALIDATION");
     options_.force_staging = options.force_staging || env_flag("VKATTN_FORCE_STAGING");
     poison_ = options.poison_outputs || env_flag("VKATTN_POISON");
+    options_.kernel_statistics = options.kernel_statistics || env_flag("VKATTN_KERNEL_STATISTICS");
     if (options_.device.empty()) options_.device = env("VKATTN_DEVICE");
 
     instance_ = std::make_unique<vk::Instance>(options_.validation);
@@ -69,9 +76,15 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     const std::uint32_t index = vk::select_device(devices, options_.device);
     info_ = devices[index];
     const bool layer_knows = !instance_->validation() || instance_->validation_layer_version() >= kCooperativeMatrixHeaderVersion;
+    const bool layer_knows_reconvergence =
+        !instance_->validation() || instance_->validation_layer_version() >= kMaximalReconvergenceHeaderVersion;
     device_ = std::make_unique<vk::Device>(
         instance_->physical_devices()[index],
-        vk::DeviceOptions{.newer_structures = layer_knows, .f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix)});
+        vk::DeviceOptions{.newer_structures = layer_knows,
+                          .f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
+                          .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
+                          .kernel_statistics = options_.kernel_statistics});
+    info_.maximal_reconvergence = device_->features().maximal_reconvergence;
     vk::describe_matrix_units(info_, device_->available(), device_->features(), matrix_units_not_enabled(*instance_));
     start();
 }
@@ -130,6 +143,7 @@ void check_caller_device(const VulkanDevice& caller, const ContextOptions& optio
 Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : options_(options) {
     check_caller_device(caller, options);
     options_.force_staging = options.force_staging || env_flag("VKATTN_FORCE_STAGING");
+    options_.kernel_statistics = options.kernel_statistics || env_flag("VKATTN_KERNEL_STATISTICS");
     poison_ = options.poison_outputs || env_flag("VKATTN_POISON");
     instance_ = vk::Instance::adopt(caller.instance);
     const auto physicals = instance_->physical_devices();
@@ -144,7 +158,10 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     info_.int8_arithmetic = enabled.int8;
     device_ = std::make_unique<vk::Device>(caller.physical_device, caller.device, caller.queue_family,
                                            caller.queue_index, enabled,
-                                           vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix)});
+                                           vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
+                                                             .maximal_reconvergence = !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
+                                                             .kernel_statistics = options_.kernel_statistics});
+    info_.maximal_reconvergence = device_->features().maximal_reconvergence;
     info_.features_not_enabled = vk::features_not_enabled(device_->available(), enabled);
     vk::describe_matrix_units(info_, device_->available(), enabled,
                               "the caller's device was created without VK_KHR_cooperative_matrix's cooperativeMatrix, vulkanMemoryModel and shaderFloat16");

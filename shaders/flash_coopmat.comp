@@ -134,11 +134,15 @@ void main() {
     CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(q_ops[dt], kv_tile, sg * 16u * PITCH_KV + 16u * dt, PITCH_KV);
 
     const uint k_begin = wg_first, k_end = wg_end;
-    uint lo_all = k_end, hi_all = k_begin;  // every lane's rows: for the test-free tiles
+    // The keys every row of the subgroup sees: tiles inside them skip the range test. Subgroup-wide,
+    // so that the test-free path is uniform and the softmax below branches on no lane's own rows.
+    uint lo_all = k_end, hi_all = k_begin;
     [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
         hi_all = max(hi_all, first[t]);
         lo_all = min(lo_all, limit[t]);
     }
+    hi_all = subgroupMax(hi_all);
+    lo_all = subgroupMin(lo_all);
     const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
     const bool capped = P.mask.softcap > 0.0;
     const bool dropout = P.mask.drop_threshold != 0u;
@@ -187,6 +191,9 @@ void main() {
         subgroupBarrier();
 
         // Scale into log2 units, mask (flash.comp's rules), online softmax; P into the subgroup's tile.
+        // Per-lane choices are selects (mix with a bool), not branches: the shuffles and the
+        // subgroup maximum below then follow no divergent code (docs/design/GPU_KERNELS.md,
+        // "Reconvergence"); only key_terms' lookups branch, where masks are elementwise.
         const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
         float alpha[SROWS];
         bool moved = false;
@@ -206,24 +213,25 @@ void main() {
                 float v = capped ? softcap(score * scale) * LOG2E : score * scale2;
                 if (elementwise) {
                     float terms;
-                    v = key_terms(mask, key, terms) ? v + terms * LOG2E : MASKED;
-                } else if (!whole && (key < first[t] || key >= limit[t])) {
-                    v = MASKED;
+                    const bool visible = key_terms(mask, key, terms);
+                    v = mix(MASKED, v + terms * LOG2E, visible);
+                } else if (!whole) {
+                    v = mix(v, MASKED, any(bvec2(key < first[t], key >= limit[t])));
                 }
                 x[c] = v;
                 tile_max = max(tile_max, v);
             }
             [[unroll]] for (uint sh = 1u; sh < SLANES; sh *= 2u) tile_max = max(tile_max, subgroupShuffleXor(tile_max, sh));
             const float m_new = max(m[t], tile_max);
-            alpha[t] = m[t] == MASKED ? 0.0 : exp2(m[t] - m_new);
+            alpha[t] = mix(exp2(m[t] - m_new), 0.0, m[t] == MASKED);
             moved = moved || alpha[t] != 1.0;
             m[t] = m_new;
             l[t] *= alpha[t];
             [[unroll]] for (uint c = 0u; c < SKEYS; ++c) {
                 const uint key_local = c * SLANES + part;
-                float p = x[c] == MASKED ? 0.0 : exp2(x[c] - m_new);
+                float p = mix(exp2(x[c] - m_new), 0.0, x[c] == MASKED);
                 l[t] += p;
-                if (dropout) p = dropout_keeps(b, h, i, kb + key_local) ? p * keep_scale : 0.0;
+                if (dropout) p = mix(0.0, p * keep_scale, dropout_keeps(b, h, i, kb + key_local));
                 p_tile[p_base + local_row[t] * PITCH_P + key_local] = CM_TO_ELEM(p);
             }
         }

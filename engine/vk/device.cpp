@@ -48,6 +48,8 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     available_ = available_features(physical);
     features_ = available_;
     features_.cooperative_matrix = available_.cooperative_matrix && options.newer_structures && options.f16_matrix_shape;
+    features_.maximal_reconvergence = available_.maximal_reconvergence && options.maximal_reconvergence;
+    features_.pipeline_statistics = available_.pipeline_statistics && options.kernel_statistics;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features want12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     want11.pNext = &want12;
@@ -69,6 +71,19 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
         want_matrices.pNext = want12.pNext;
         want12.pNext = &want_matrices;
     }
+    VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR want_reconvergence{VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR};
+    if (features_.maximal_reconvergence) {
+        want_reconvergence.shaderMaximalReconvergence = VK_TRUE;
+        want_reconvergence.pNext = want12.pNext;
+        want12.pNext = &want_reconvergence;
+    }
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR want_executables{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+    if (features_.pipeline_statistics) {
+        want_executables.pipelineExecutableInfo = VK_TRUE;
+        want_executables.pNext = want12.pNext;
+        want12.pNext = &want_executables;
+    }
     VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     want.pNext = &want11;
     want.features.shaderInt64 = features_.int64;
@@ -84,6 +99,8 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     if (features_.portability_subset) extensions.push_back("VK_KHR_portability_subset");
     if (features_.subgroup_size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     if (features_.cooperative_matrix) extensions.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (features_.maximal_reconvergence) extensions.push_back(VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME);
+    if (features_.pipeline_statistics) extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
 
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &want;
@@ -108,6 +125,8 @@ Device::Device(VkPhysicalDevice physical, VkDevice device, std::uint32_t queue_f
                const DeviceFeatures& enabled, const DeviceOptions& options)
     : physical_(physical), device_(device, {}), queue_family_(queue_family), features_(enabled),
       available_(available_features(physical)), options_(options), adopted_(true) {
+    features_.maximal_reconvergence = features_.maximal_reconvergence && options.maximal_reconvergence;
+    features_.pipeline_statistics = features_.pipeline_statistics && options.kernel_statistics;
     vkGetDeviceQueue(device, queue_family_, queue_index, &queue_);
     describe();
 }
@@ -141,6 +160,8 @@ void Device::describe() {
     }
     caps_.vendor_id = props.properties.vendorID;
     caps_.preserve_inf_nan_f32 = float_controls.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
+    caps_.maximal_reconvergence = features_.maximal_reconvergence;
+    caps_.kernel_statistics = features_.pipeline_statistics;
     if (std::string(props.properties.deviceName).find("llvmpipe") != std::string::npos) caps_.max_loop_iterations = 65535;
     caps_.subgroup_size = subgroup.subgroupSize;
     caps_.compute_units = compute_units(physical).count;

@@ -22,6 +22,12 @@ struct DeviceOptions {
     // Whether the matrix units take 16×16×16 f16 × f16 + f32 products at subgroup scope (the
     // cooperative-matrix shapes DeviceInfo lists).
     bool f16_matrix_shape = false;
+    // Whether VK_KHR_shader_maximal_reconvergence's feature structure may be chained (a validation
+    // layer older than it reports it as an error) and the shaders patched with it where offered
+    // ($VKATTN_MAXIMAL_RECONVERGENCE=0 turns it off, to compare).
+    bool maximal_reconvergence = true;
+    // Whether to enable pipelineExecutableInfo (where offered) and capture each kernel's statistics.
+    bool kernel_statistics = false;
 };
 
 class Device {

@@ -53,6 +53,8 @@ struct DeviceCaps {
     // shaderSignedZeroInfNanPreserveFloat32: shaders may be told to keep IEEE ±∞ and NaN
     // (vk/spirv_float_controls.hpp); without it NaN/∞ inputs have no guaranteed effect.
     bool preserve_inf_nan_f32 = false;
+    bool maximal_reconvergence = false;  // every pipeline gets MaximallyReconvergesKHR (vk/spirv_patch.hpp)
+    bool kernel_statistics = false;      // every pipeline captures its statistics (vk/pipeline_statistics.hpp)
     // The most loop iterations one invocation may run before the driver ends its loops silently (0:
     // no such limit). Mesa's llvmpipe (lavapipe) stops after 65,535 back-edges, counted across the
     // loops nested in one invocation (docs/LAVAPIPE.md); kernels whose trip

@@ -142,6 +142,7 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
 
     // What a context's own device gets (no validation layer older than the extension on).
     const DeviceFeatures available = available_features(physical);
+    info.maximal_reconvergence = available.maximal_reconvergence;
     describe_matrix_units(info, available, available, "");
 
     const ComputeUnits units = compute_units(physical, exts);

@@ -58,12 +58,28 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
     // structure itself is not queried (an older validation layer rejects it: newer_extensions.hpp).
     out.cooperative_matrix = offers(extensions, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) && f12.vulkanMemoryModel == VK_TRUE &&
                              out.float16;
+    if (offers(extensions, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
+        VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+        g.pNext = &executables;
+        vkGetPhysicalDeviceFeatures2(physical, &g);
+        out.pipeline_statistics = executables.pipelineExecutableInfo == VK_TRUE;
+    }
+    if (offers(extensions, VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME)) {
+        VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR reconvergence{VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+        g.pNext = &reconvergence;
+        vkGetPhysicalDeviceFeatures2(physical, &g);
+        out.maximal_reconvergence = reconvergence.shaderMaximalReconvergence == VK_TRUE;
+    }
     return out;
 }
 
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
-    bool size_control = false, full_subgroups = false, matrices = false, memory_model = false;
+    bool size_control = false, full_subgroups = false, matrices = false, memory_model = false, reconvergence = false;
+    bool executables = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -104,6 +120,10 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                 full_subgroups |= f->computeFullSubgroups == VK_TRUE;
                 break;
             }
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR:
+                executables |= reinterpret_cast<const VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR*>(s)
+                                   ->pipelineExecutableInfo == VK_TRUE;
+                break;
 #ifdef VK_API_VERSION_1_3
             case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES: {
                 auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan13Features*>(s);
@@ -115,16 +135,23 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
             default:
                 if (s->sType == VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR)
                     matrices |= reinterpret_cast<const VkPhysicalDeviceCooperativeMatrixFeaturesKHR*>(s)->cooperativeMatrix == VK_TRUE;
+                if (s->sType == VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR)
+                    reconvergence |= reinterpret_cast<const VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR*>(s)
+                                         ->shaderMaximalReconvergence == VK_TRUE;
                 break;
         }
     }
-    bool size_extension = false, matrix_extension = false;
+    bool size_extension = false, matrix_extension = false, reconvergence_extension = false, executables_extension = false;
     for (std::uint32_t i = 0; i < info.enabledExtensionCount; ++i) {
         const char* name = info.ppEnabledExtensionNames[i];
         if (std::strcmp(name, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) size_extension = true;
         if (std::strcmp(name, "VK_KHR_portability_subset") == 0) out.portability_subset = true;
         if (std::strcmp(name, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) matrix_extension = true;
+        if (std::strcmp(name, VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME) == 0) reconvergence_extension = true;
+        if (std::strcmp(name, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) executables_extension = true;
     }
+    out.pipeline_statistics = executables_extension && executables;
+    out.maximal_reconvergence = reconvergence_extension && reconvergence;
     out.cooperative_matrix = matrix_extension && matrices && memory_model && out.float16;
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
@@ -151,6 +178,9 @@ std::vector<std::string> features_not_enabled(const DeviceFeatures& available, c
     note(available.cooperative_matrix, enabled.cooperative_matrix,
          "cooperativeMatrix (VK_KHR_cooperative_matrix) with vulkanMemoryModel and shaderFloat16: the cooperative-matrix "
          "kernels run their portable implementation, not the matrix units");
+    note(available.maximal_reconvergence, enabled.maximal_reconvergence,
+         "shaderMaximalReconvergence (VK_KHR_shader_maximal_reconvergence): subgroup operations after a per-lane branch "
+         "rely on the driver reconverging there, which the core rules do not promise");
     return out;
 }
 

@@ -25,6 +25,13 @@ struct DeviceFeatures {
     // units' shaders use the Vulkan memory model and f16 matrices): the matrix units' kernels (issue #33). Whether a shape they take is
     // offered is DeviceInfo::cooperative_matrix's to say.
     bool cooperative_matrix = false;
+    // VK_KHR_shader_maximal_reconvergence's shaderMaximalReconvergence: every pipeline's SPIR-V then
+    // gets MaximallyReconvergesKHR (vk/spirv_patch.hpp), so subgroup operations after a per-lane
+    // branch see the whole subgroup.
+    bool maximal_reconvergence = false;
+    // VK_KHR_pipeline_executable_properties's pipelineExecutableInfo: the compiler's statistics per
+    // kernel (vkattn/kernel_statistics.hpp); enabled only when a context asks for them.
+    bool pipeline_statistics = false;
 };
 
 // What the physical device offers.

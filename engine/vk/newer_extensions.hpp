@@ -63,6 +63,21 @@ typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
 // older layer reports its feature structure in a pNext chain as an error.
 constexpr std::uint32_t kCooperativeMatrixHeaderVersion = VK_MAKE_API_VERSION(0, 1, 3, 255);
 
+// VK_KHR_shader_maximal_reconvergence (Vulkan 1.3.277): its feature structure, and the first headers
+// (and so validation layer) that know it.
+#ifndef VK_KHR_shader_maximal_reconvergence
+#define VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME "VK_KHR_shader_maximal_reconvergence"
+typedef struct VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR {
+    VkStructureType sType;
+    void* pNext;
+    VkBool32 shaderMaximalReconvergence;
+} VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR;
+#define VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR static_cast<VkStructureType>(1000434000)
+#else
+#define VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_MAXIMAL_RECONVERGENCE_FEATURES_KHR
+#endif
+constexpr std::uint32_t kMaximalReconvergenceHeaderVersion = VK_MAKE_API_VERSION(0, 1, 3, 277);
+
 // Component types added by later extensions, as plain values (the enum of older headers lacks them).
 constexpr int kVkComponentTypeBfloat16 = 1000141000;    // VK_KHR_shader_bfloat16
 constexpr int kVkComponentTypeSint8PackedNv = 1000491000;  // VK_NV_cooperative_vector

@@ -6,7 +6,7 @@
 
 #include "vk/check.hpp"
 #include "vk/device.hpp"
-#include "vk/spirv_float_controls.hpp"
+#include "vk/spirv_patch.hpp"
 #include "vkattn/errors.hpp"
 #include "shaders/embedded_shaders.hpp"
 
@@ -32,8 +32,11 @@ Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key
     bindings_ = reflect_bindings(embedded);
     // Where the device can keep IEEE infinities and NaN, say so: NaN inputs then propagate as
     // documented (docs/SEMANTICS.md) instead of as the compiler pleases.
+    // And where it can reconverge subgroups after a per-lane branch, ask it to (vk/spirv_patch.hpp).
+    const SpirvPatch patch{.preserve_inf_nan_f32 = device.caps().preserve_inf_nan_f32,
+                           .maximal_reconvergence = device.caps().maximal_reconvergence};
     std::vector<std::uint32_t> patched;
-    if (device.caps().preserve_inf_nan_f32) patched = preserve_inf_nan_f32(embedded);
+    if (patch.any()) patched = patch_spirv(embedded, patch);
     const std::span<const std::uint32_t> spirv = patched.empty() ? embedded : std::span<const std::uint32_t>(patched);
 
     VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
@@ -88,9 +91,11 @@ Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key
         info.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT;
     }
     info.layout = layout;
+    if (device.caps().kernel_statistics) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     VkPipeline pipeline = VK_NULL_HANDLE;
     VKATTN_CHECK(vkCreateComputePipelines(d, cache, 1, &info, nullptr, &pipeline), "building pipeline " + name_);
     pipeline_ = Handle<VkPipeline>(pipeline, [d](VkPipeline p) { vkDestroyPipeline(d, p, nullptr); });
+    if (device.caps().kernel_statistics) statistics_ = read_pipeline_statistics(d, pipeline);
 }
 
 KernelCache::KernelCache(const Device& device, std::filesystem::path file)
@@ -123,6 +128,13 @@ const Kernel& KernelCache::get(const KernelKey& key) {
     if (it == kernels_.end())
         it = kernels_.emplace(key, std::make_unique<Kernel>(*device_, cache_.get(), key)).first;
     return *it->second;
+}
+
+std::vector<std::pair<KernelKey, const Kernel*>> KernelCache::built() {
+    std::lock_guard lock(mutex_);
+    std::vector<std::pair<KernelKey, const Kernel*>> out;
+    for (const auto& [key, kernel] : kernels_) out.emplace_back(key, kernel.get());
+    return out;
 }
 
 void KernelCache::save() const {

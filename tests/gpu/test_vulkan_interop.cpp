@@ -120,7 +120,12 @@ void run_in_callers_commands(OwnVulkan& own, Context& ctx, Record&& record) {
 TEST_CASE("the caller's device: attention recorded into its command buffer matches the reference", "[gpu][vulkan]") {
     OwnVulkan own;
     Context ctx(own.handles(), interop_options());
-    CHECK(ctx.device().features_not_enabled.empty());  // the test device enables what the device offers
+    // The test device enables what the device offers, but for the newer extensions' features
+    // (cooperative matrices, maximal reconvergence), which it leaves to the engine's own device.
+    for (const auto& f : ctx.device().features_not_enabled) {
+        INFO(f);
+        CHECK((f.find("cooperativeMatrix") != std::string::npos || f.find("shaderMaximalReconvergence") != std::string::npos));
+    }
     const DType dtype = GENERATE(DType::f32, DType::f16);
     const Impl impl = GENERATE(Impl::automatic, Impl::fused, Impl::split, Impl::unfused);
     std::mt19937 rng(71);

@@ -2,10 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <string>
 
 #include "attention/slicing.hpp"
 #include "vk/pipeline.hpp"
-#include "vk/spirv_float_controls.hpp"
+#include "vk/spirv_patch.hpp"
 #include "vkattn/errors.hpp"
 
 using namespace vkattn;
@@ -59,7 +60,7 @@ TEST_CASE("slicing: every indexing mode lands on the elements the box and keys n
 
 TEST_CASE("SPIR-V: SignedZeroInfNanPreserve is added once, after the capabilities and entry point", "[unit][spirv]") {
     const auto original = vk::embedded_shader("flash_texel_o32");
-    const auto patched = vk::preserve_inf_nan_f32(original);
+    const auto patched = vk::patch_spirv(original, {.preserve_inf_nan_f32 = true});
     CHECK(patched.size() == original.size() + 2 + 4);
     std::size_t capabilities = 0, modes = 0;
     bool past_capabilities = false, capability_in_order = true;
@@ -77,5 +78,32 @@ TEST_CASE("SPIR-V: SignedZeroInfNanPreserve is added once, after the capabilitie
     CHECK(capabilities == 1);
     CHECK(modes == 1);
     const std::vector<std::uint32_t> junk{1, 2, 3};
-    CHECK_THROWS_AS(vk::preserve_inf_nan_f32(junk), Error);
+    CHECK_THROWS_AS(vk::patch_spirv(junk, {.preserve_inf_nan_f32 = true}), Error);
+}
+
+TEST_CASE("SPIR-V: MaximallyReconvergesKHR comes with its extension, beside SignedZeroInfNanPreserve", "[unit][spirv]") {
+    const auto original = vk::embedded_shader("flash_texel_o32");
+    const auto patched = vk::patch_spirv(original, {.preserve_inf_nan_f32 = true, .maximal_reconvergence = true});
+    // "SPV_KHR_maximal_reconvergence" is 29 bytes: 8 words with its NUL, 9 with the opcode.
+    CHECK(patched.size() == original.size() + 2 + 9 + 4 + 3);
+    std::size_t extensions = 0, reconvergence_modes = 0, float_modes = 0;
+    bool past_preamble = false, extension_in_order = true;
+    for (std::size_t at = 5; at < patched.size(); at += patched[at] >> 16) {
+        const std::uint32_t opcode = patched[at] & 0xffff, words = patched[at] >> 16;
+        if (opcode == 10) {
+            const std::string name(reinterpret_cast<const char*>(&patched[at + 1]));
+            extension_in_order = extension_in_order && !past_preamble;
+            extensions += name == "SPV_KHR_maximal_reconvergence" && name.size() / 4 + 2 == words;
+        } else if (opcode != 17) {
+            past_preamble = true;
+        }
+        if (opcode == 16 && patched[at + 2] == 6023) reconvergence_modes += words == 3;
+        if (opcode == 16 && patched[at + 2] == 4461) ++float_modes;
+    }
+    CHECK(extension_in_order);
+    CHECK(extensions == 1);
+    CHECK(reconvergence_modes == 1);
+    CHECK(float_modes == 1);
+    // The reconvergence mode alone leaves the float controls out.
+    CHECK(vk::patch_spirv(original, {.maximal_reconvergence = true}).size() == original.size() + 9 + 3);
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "kernel_statistics_output.hpp"
 #include "context_parallel.hpp"
 #include "device_set.hpp"
 #include "features.hpp"
@@ -80,6 +81,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
 
     ContextOptions copts;
     copts.device = o.device;
+    copts.kernel_statistics = o.kernel_statistics;
     Context context(copts);
     std::cerr << "device: " << context.device().name << " (" << context.device().type << ", "
               << context.device().driver << ")\n";
@@ -235,6 +237,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     if (tty && points.size() > 1) std::cerr << '\n';
     printer.finish();
     if (!o.plot.empty()) plot_gflops(plotted, o.plot, ceiling);
+    if (o.kernel_statistics) print_kernel_statistics(context, o.json ? Format::json : Format::table, std::cout);
     return all_ok ? 0 : 1;
 }
 
@@ -306,6 +309,9 @@ Action add_bench(CLI::App& app) {
                                             "2·(3·Dk + 2·Dv) per visible pair; --validate compares the gradients with the "
                                             "reference");
     app.add_option("--plot", o->plot, "Draw GFLOP/s against sequence length to this PNG (needs python3-matplotlib)");
+    app.add_flag("--kernel-statistics", o->kernel_statistics,
+                 "After the points, what the driver's compiler reports for every kernel the run built (registers, "
+                 "spills, shared memory: VK_KHR_pipeline_executable_properties), one line or JSON object per kernel");
     auto* json = app.add_flag("--json", o->json, "One JSON object per point on stdout");
     app.add_flag("--csv", o->csv, "CSV on stdout")->excludes(json);
     return [o, sweeps] { return run_bench(*o, *sweeps); };

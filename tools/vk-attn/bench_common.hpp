@@ -36,6 +36,7 @@ struct BenchOptions {
     bool backward = false;  // time the backward pass (and forward + backward)
     bool context_parallel = false, zigzag = false;  // one rank of an MPI job: ring attention
     bool json = false, csv = false;
+    bool kernel_statistics = false;  // print the compiler's statistics of every kernel built, at the end
     std::string plot;
     FeatureFlags features;
 };

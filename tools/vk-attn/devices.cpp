@@ -40,7 +40,7 @@ nlohmann::json to_json(const DeviceInfo& d) {
             {"bf16_shader", d.bf16_shader}, {"bf16_cooperative_matrix", d.bf16_cooperative_matrix},
             {"fp8_shader", d.fp8_shader}, {"fp8_cooperative_matrix", d.fp8_cooperative_matrix},
             {"cooperative_matrix", shapes}, {"matrix_units", d.matrix_units}, {"matrix_units_off", d.matrix_units_off},
-            {"inf_nan_preserve", d.inf_nan_preserve},
+            {"inf_nan_preserve", d.inf_nan_preserve}, {"maximal_reconvergence", d.maximal_reconvergence},
             {"timestamp_period_ns", d.timestamp_period_ns}, {"heaps", heaps}, {"default_choice", d.default_choice},
             {"rejected", d.rejected}};
 }
@@ -60,7 +60,8 @@ void print_text(const DeviceInfo& d) {
               << d.max_storage_buffer_range << " B, timestamp period " << d.timestamp_period_ns << " ns\n"
               << "    fp16 storage " << yes(d.fp16_storage) << ", fp16 arithmetic " << yes(d.fp16_arithmetic)
               << ", int8 arithmetic " << yes(d.int8_arithmetic) << ", bf16 in shaders " << yes(d.bf16_shader)
-              << ", fp8 in shaders " << yes(d.fp8_shader) << ", IEEE NaN/inf kept " << yes(d.inf_nan_preserve) << "\n"
+              << ", fp8 in shaders " << yes(d.fp8_shader) << ", IEEE NaN/inf kept " << yes(d.inf_nan_preserve)
+              << ", maximal reconvergence " << yes(d.maximal_reconvergence) << "\n"
               << "    cooperative matrices: ";
     if (d.cooperative_matrix.empty()) std::cout << "none";
     for (std::size_t i = 0; i < d.cooperative_matrix.size(); ++i)

@@ -77,6 +77,10 @@ struct DeviceInfo {
     // A context's own device enables the units unless a validation layer older than the extension
     // is on; a context on the caller's device uses them where its create info enabled them.
     bool matrix_units = false;
+    // Whether the kernels run with maximal reconvergence (VK_KHR_shader_maximal_reconvergence, where
+    // offered and enabled; $VKATTN_MAXIMAL_RECONVERGENCE=0 turns it off): subgroup operations after a
+    // per-lane branch then see the whole subgroup (docs/design/GPU_KERNELS.md, "Reconvergence").
+    bool maximal_reconvergence = false;
     std::string matrix_units_off;
     double timestamp_period_ns = 0;  // one timestamp tick
 };
@@ -106,6 +110,10 @@ struct ContextOptions {
     // Fill every output with NaN on the device before each run (also $VKATTN_POISON=1), so an element
     // a kernel fails to write cannot pass a test.
     bool poison_outputs = false;
+    // Keep what the driver's compiler reports about each kernel (registers, spills, shared memory:
+    // vkattn/kernel_statistics.hpp), where the device offers VK_KHR_pipeline_executable_properties;
+    // also on when $VKATTN_KERNEL_STATISTICS=1. Off by default: a driver may compile more slowly.
+    bool kernel_statistics = false;
     // How long one submission may run before it is reported as a hang (DeviceLost; the context then
     // refuses further work). Generous by default: a CPU device (lavapipe) takes minutes on long
     // sequences, and a real hang on a GPU is usually ended sooner by the driver's own watchdog.

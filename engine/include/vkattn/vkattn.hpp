@@ -15,5 +15,6 @@
 #include "vkattn/quantize.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/tensor.hpp"
+#include "vkattn/kernel_statistics.hpp"
 #include "vkattn/tune.hpp"
 #include "vkattn/variants.hpp"
