@@ -176,8 +176,10 @@ void main() {
             [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
         }
         barrier();
-        // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile.
-        CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
+        // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile. The key blocks stay a loop
+        // (only the operand arrays' loops unroll): unrolled, NVIDIA's compiler hoisted every
+        // block's K operands and ran out of registers (255 and spills; session 22's statistics).
+        [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmAcc s;
             CM_FILL(s, 0.0);
             CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) {
@@ -205,11 +207,13 @@ void main() {
                 mask = row_mask(b, h, i);
                 mask.limit = limit[t];
             }
-            float x[SKEYS];
+            // The masked logits go back over the scores in the lane's own entries of the tile (no
+            // barrier: each lane rereads only what it wrote) rather than into SKEYS registers.
             float tile_max = MASKED;
-            [[unroll]] for (uint c = 0u; c < SKEYS; ++c) {
+            for (uint c = 0u; c < SKEYS; ++c) {
                 const uint key_local = c * SLANES + part, key = kb + key_local;
-                const float score = s_tile[s_base + local_row[t] * PITCH_S + key_local];
+                const uint at = s_base + local_row[t] * PITCH_S + key_local;
+                const float score = s_tile[at];
                 float v = capped ? softcap(score * scale) * LOG2E : score * scale2;
                 if (elementwise) {
                     float terms;
@@ -218,7 +222,7 @@ void main() {
                 } else if (!whole) {
                     v = mix(v, MASKED, any(bvec2(key < first[t], key >= limit[t])));
                 }
-                x[c] = v;
+                s_tile[at] = v;
                 tile_max = max(tile_max, v);
             }
             [[unroll]] for (uint sh = 1u; sh < SLANES; sh *= 2u) tile_max = max(tile_max, subgroupShuffleXor(tile_max, sh));
@@ -227,9 +231,10 @@ void main() {
             moved = moved || alpha[t] != 1.0;
             m[t] = m_new;
             l[t] *= alpha[t];
-            [[unroll]] for (uint c = 0u; c < SKEYS; ++c) {
+            for (uint c = 0u; c < SKEYS; ++c) {
                 const uint key_local = c * SLANES + part;
-                float p = mix(exp2(x[c] - m_new), 0.0, x[c] == MASKED);
+                const float x = s_tile[s_base + local_row[t] * PITCH_S + key_local];
+                float p = mix(exp2(x - m_new), 0.0, x == MASKED);
                 l[t] += p;
                 if (dropout) p = mix(0.0, p * keep_scale, dropout_keeps(b, h, i, kb + key_local));
                 p_tile[p_base + local_row[t] * PITCH_P + key_local] = CM_TO_ELEM(p);
@@ -258,7 +263,7 @@ void main() {
             [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + col - col_base + c] = CM_TO_ELEM(x[c]);
         }
         barrier();
-        CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
+        [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmA p_op;
             CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);
             CM_LOOP for (uint ot = 0u; ot < OT; ++ot) {
