@@ -6,8 +6,9 @@
 #
 #   bash bench/gpu_ab.sh SECONDS POINTS NAME...
 #
-# POINTS: a file of vk-attn argument lines ('#' comments; "stats: ARGS" also prints the compiler's
-# statistics of the kernels ARGS builds). Results: $OUT (else /tmp/gpu-out)/ab.jsonl, each line
+# POINTS: a file of vk-attn argument lines, each run with --json ('#' comments; "stats: ARGS" also
+# prints the compiler's statistics of the kernels ARGS builds): bench points, or check runs. With
+# one NAME it is a time-boxed run of one build. Results: $OUT (else /tmp/gpu-out)/ab.jsonl, each line
 # with "kit"; log.txt (stderr).
 set -u
 budget=$1; points=$2; shift 2; O=${OUT:-/tmp/gpu-out}; mkdir -p "$O"; J=$O/ab.jsonl; : > "$J"
@@ -30,8 +31,9 @@ for l in sys.stdin:
         lm = s.get('Local Memory Size')
         if lm is not None and lm >= 2 ** 36: s['Local Memory Size'] = lm - 2 ** 36  # NVIDIA 580 reports 2^36 + bytes
         print(r['kit'], r['kernel'], r['constants'], json.dumps(s)); continue
-    print(r['kit'], json.dumps({k: r[k] for k in ('impl', 'seq_q', 'seq_kv', 'heads', 'kv_heads', 'dim', 'causal', 'median_ms',
-                                                  'gflops', 'rel_l2_err', 'valid', 'variant') if k in r}))"; }
+    keys = ('impl', 'seq_q', 'seq_kv', 'heads', 'kv_heads', 'dim', 'causal', 'median_ms', 'gflops', 'rel_l2_err', 'valid', 'variant')
+    # bench's points in short; anything else (check's cases and totals) whole
+    print(r['kit'], json.dumps({k: r[k] for k in keys if k in r}) if 'median_ms' in r else l.strip()[:400])"; }
 "$kit/build/vk-attn" devices 2>&1 | grep -E '^\*|matrix|reconvergence'
 "$kit/build/vk-attn" bench --batch 1 --heads 32 --seq 16384 --dim 128 --dtype f16 --impl fused --fused-kernel tile \
   --repeat 1 --warmup 1 >/dev/null 2>&1   # the clocks ramp from idle

@@ -74,6 +74,11 @@ std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgro
     return 4 + stage_k + scores + t.column_tiles + stage_v + pv;
 }
 
+bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
+    return caps.matrix_units && caps.maximal_reconvergence && p.dtype == DType::f16 && p.k_dtype == DType::f16 &&
+           p.v_dtype == DType::f16;
+}
+
 void require_f16_operands(const Problem& p, const std::string& kernel, const std::string& instead) {
     for (const DType t : {p.dtype, p.k_dtype, p.v_dtype})
         if (t == DType::bf16)

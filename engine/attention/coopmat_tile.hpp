@@ -44,6 +44,16 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 // naming `kernel` (and `instead`, what to use) where q, k or v is stored as bf16, whose range passes f16's.
 void require_f16_operands(const Problem& problem, const std::string& kernel, const std::string& instead);
 
+// Whether the tuning's heuristics choose flash_coopmat.comp unforced for the forward: on the
+// device's matrix units (never their portable implementation), for f16 storage of q, k and v (whose
+// products then multiply exactly the stored values; only P rounds to f16, as FlashAttention's
+// does), and where the kernels run with maximal reconvergence (vk/spirv_patch.hpp), so that no
+// driver's reconvergence rules can reach the units' operations. Measured on an H200 (sessions
+// 21-22, docs/PERFORMANCE.md): 5-7x flash_tile.comp, and correct at every mask the bisect tried
+// once its softmax chose by selects. The backward stays forced (or tuned) until its causal runs
+// are checked on the units.
+bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& problem);
+
 // Loop back-edges one key tile of flash_coopmat.comp may take (lavapipe counts them).
 std::int64_t coopmat_loops_per_tile(const CoopmatLayout& layout, std::uint32_t subgroup, std::uint32_t subgroups,
                                     const Problem& problem);

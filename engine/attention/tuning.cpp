@@ -116,22 +116,30 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     const bool aligned = texel_aligned(q_strides, p.Dk) && texel_aligned(k_strides, p.Dk) && texel_aligned(v_strides, p.Dv);
     std::tie(c.texel, c.texel_words) = flash_loads(caps, p, aligned, overrides);
     // GPUs decode with flash_decode.comp where a unit's rows fit one workgroup (a step's query heads
-    // of one K/V head) and run everything else through flash_tile.comp (FlashAttention-2's
-    // partition); CPU devices keep flash.comp's streamed layout, which LAVAPIPE.md measured. A caller
-    // who forces flash.comp's staging or texel loads gets flash.comp. The GPU choices follow the cost
-    // model (docs/design/GPU_KERNELS.md), unmeasured.
+    // of one K/V head) and run everything else through flash_coopmat.comp on the matrix units where
+    // the storage is f16 (coopmat_by_default: measured on an H200), else flash_tile.comp
+    // (FlashAttention-2's partition); CPU devices keep flash.comp's streamed layout, which
+    // LAVAPIPE.md measured. A caller who forces flash.comp's staging or texel loads gets flash.comp.
     const bool flash_forced = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
-    const FusedKernel chosen = is_cpu(caps) || flash_forced ? FusedKernel::flash
-                               : p.group * p.Nq <= 8        ? FusedKernel::decode
-                                                            : FusedKernel::tile;
-    const FusedKernel kernel = overrides.fused_kernel.value_or(chosen);
+    const FusedKernel chosen = is_cpu(caps) || flash_forced   ? FusedKernel::flash
+                               : p.group * p.Nq <= 8          ? FusedKernel::decode
+                               : coopmat_by_default(caps, p) ? FusedKernel::coopmat
+                                                              : FusedKernel::tile;
+    FusedKernel kernel = overrides.fused_kernel.value_or(chosen);
     if (kernel == FusedKernel::decode) {
         std::string why_not;
         auto decode = decode_config(c, caps, p, overrides, &why_not);
         if (decode) return decode;
         if (overrides.fused_kernel == FusedKernel::decode) return refuse(why_not);
     }
-    if (kernel == FusedKernel::coopmat) return coopmat_config(c, caps, p, overrides);  // forced only
+    if (kernel == FusedKernel::coopmat) {
+        if (overrides.fused_kernel == FusedKernel::coopmat) return coopmat_config(c, caps, p, overrides);
+        try {
+            return coopmat_config(c, caps, p, overrides);
+        } catch (const InvalidArgument&) {
+            kernel = FusedKernel::tile;  // chosen, not forced: a head too wide for its tile takes the tile kernel
+        }
+    }
     if (kernel == FusedKernel::tile) {
         std::string why_not;
         auto tile = tile_config(c, caps, p, overrides, &why_not);

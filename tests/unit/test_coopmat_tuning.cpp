@@ -1,7 +1,10 @@
-// The cooperative-matrix prefill kernel's tuning (attention/coopmat_tile.hpp): forced only, its layout
+// The cooperative-matrix prefill kernel's tuning (attention/coopmat_tile.hpp): chosen for the forward
+// on the matrix units for f16 storage where the kernels run with maximal reconvergence, forced
+// anywhere; its layout
 // on every made-up device and head size, its shared memory and loop budget, and its refusals.
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <string>
 
 #include "attention/coopmat_tile.hpp"
@@ -13,15 +16,46 @@ using namespace vkattn;
 using namespace vkattn::detail;
 using namespace vkattn::detail::fake;
 
-TEST_CASE("coopmat tuning: never chosen, forced on every device", "[unit][tuning][coopmat]") {
-    for (const vk::DeviceCaps& caps : all_devices())
-        for (const std::int64_t nq : {9, 4096}) {
-            const Problem p = problem(1, 8, 8, nq, 4096, 128, 128, DType::f16);
-            INFO(caps.name << " Nq=" << nq);
-            CHECK_FALSE(fused_for(caps, p)->coopmat);
-            CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->coopmat);
-            CHECK_FALSE(fused_for(caps, p, {.fused_kernel = FusedKernel::tile})->coopmat);
-        }
+TEST_CASE("coopmat tuning: the forward's choice on the units for f16 storage with maximal reconvergence, forced on every device",
+          "[unit][tuning][coopmat]") {
+    for (vk::DeviceCaps caps : all_devices())
+        for (const bool units : {false, true})
+            for (const bool reconverges : {false, true})
+                for (const std::int64_t nq : {9, 4096}) {
+                    caps.matrix_units = units && caps.kind != vk::DeviceKind::cpu;
+                    caps.maximal_reconvergence = reconverges;
+                    const bool chosen = caps.matrix_units && reconverges;
+                    Problem p = problem(1, 8, 8, nq, 4096, 128, 128, DType::f16);
+                    p.k_dtype = p.v_dtype = DType::f16;
+                    INFO(caps.name << " units " << caps.matrix_units << " reconverges " << reconverges << " Nq=" << nq);
+                    CHECK(fused_for(caps, p)->coopmat.has_value() == chosen);
+                    CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->coopmat);
+                    CHECK_FALSE(fused_for(caps, p, {.fused_kernel = FusedKernel::tile})->coopmat);
+                    // Not for f32 storage (nothing measured hands it f16 products), bf16 (its range
+                    // passes f16's), nor f16 Q with other K/V types; nor where flash.comp's loads
+                    // are forced.
+                    CHECK_FALSE(fused_for(caps, problem(1, 8, 8, nq, 4096, 128, 128))->coopmat);
+                    CHECK_FALSE(fused_for(caps, problem(1, 8, 8, nq, 4096, 128, 128, DType::bf16))->coopmat);
+                    Problem mixed = p;
+                    mixed.k_dtype = mixed.v_dtype = DType::f32;
+                    CHECK_FALSE(fused_for(caps, mixed)->coopmat);
+                    CHECK_FALSE(fused_for(caps, p, {.texel_loads = true})->coopmat);
+                    // Decoding keeps the decode kernel.
+                    Problem step = p;
+                    step.Nq = 1;
+                    if (chosen) CHECK(fused_for(caps, step)->decode);
+                    // A head too wide for the units' tile is no error: another kernel (or path) takes it.
+                    if (chosen) {
+                        Problem wide = problem(1, 8, 8, nq, 4096, 2048, 2048, DType::f16);  // K's tile alone passes 48 KiB
+                        wide.k_dtype = wide.v_dtype = DType::f16;
+                        std::optional<FusedConfig> config;
+                        CHECK_NOTHROW(config = fused_for(caps, wide));
+                        CHECK_FALSE((config && config->coopmat));
+                    }
+                    // The backward stays on the register kernels unless forced.
+                    const auto dense_q = bhnd(8, nq, 128), dense_k = bhnd(8, 4096, 128);
+                    CHECK_FALSE(choose_backward(caps, p, dense_q, dense_k, dense_k, dense_q, {}, nullptr)->coopmat);
+                }
 }
 
 TEST_CASE("coopmat tuning: a layout every device runs, for head sizes up to 256", "[unit][tuning][coopmat]") {

@@ -50,8 +50,10 @@ enum class LogitsStage : std::uint8_t {
 // shared memory, register micro-tiles), or the cooperative-matrix prefill kernel (issue #33:
 // FlashAttention-2's tiles with S = Q·Kᵀ and O += P·V as 16×16×16 products of f16 operands into fp32,
 // on the matrix units where DeviceInfo::matrix_units says so, else portably from subgroups and shared
-// memory; forced only; f32, f16 and quantized storage: its products have f16's precision,
-// AttentionReport::f16_products). Forced, it also runs the backward's dQ, dK and dV on cooperative
+// memory; f32, f16 and quantized storage: its products have f16's precision,
+// AttentionReport::f16_products). Chosen unforced for the forward only on the matrix units, for f16
+// q, k and v, where the kernels run with maximal reconvergence (DeviceInfo::maximal_reconvergence);
+// elsewhere forced or tuned. Forced, it also runs the backward's dQ, dK and dV on cooperative
 // matrices (attention_backward; f32 and f16 storage).
 // docs/design/GPU_KERNELS.md has their cost models.
 enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
