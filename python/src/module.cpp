@@ -32,6 +32,7 @@ nb::dict device_dict(const vkattn::DeviceInfo& d) {
     out["fp16_storage"] = d.fp16_storage;
     out["fp16_arithmetic"] = d.fp16_arithmetic;
     out["inf_nan_preserve"] = d.inf_nan_preserve;
+    out["maximal_reconvergence"] = d.maximal_reconvergence;
     nb::list heaps;
     for (const vkattn::MemoryHeap& h : d.heaps) {
         nb::dict heap;

@@ -50,7 +50,7 @@ TEST_CASE("bmm coopmat: the units' shapes (4 x 4 accumulators per subgroup, seve
     const detail::BmmConfig chosen = coopmat_config();
     const std::uint64_t shared = detail::ContextAccess::runtime(gpu_context()).device().caps().max_shared_bytes;
     const detail::BmmForm form = GENERATE(detail::BmmForm::a_bt, detail::BmmForm::a_b, detail::BmmForm::at_b);
-    for (const auto [tiles, depth] : {std::pair{4u, 16u}, std::pair{2u, 32u}, std::pair{4u, 32u}}) {
+    for (const auto& [tiles, depth] : {std::pair{4u, 16u}, std::pair{2u, 32u}, std::pair{4u, 32u}}) {
         detail::BmmConfig config = chosen;
         config.coopmat_tiles = tiles;
         config.coopmat_depth = depth;
