@@ -11,29 +11,14 @@
 # one NAME it is a time-boxed run of one build. Results: $OUT (else /tmp/gpu-out)/ab.jsonl, each line
 # with "kit"; log.txt (stderr).
 set -u
-budget=$1; points=$2; shift 2; O=${OUT:-/tmp/gpu-out}; mkdir -p "$O"; J=$O/ab.jsonl; : > "$J"
-T0=$(date +%s); left() { echo $(( budget - ($(date +%s) - T0) )); }
+budget=$1; points=$2; shift 2; O=${OUT:-/tmp/gpu-out}; mkdir -p "$O"
 for name in "$@"; do
   mkdir -p ".gpu/ab/$name" && tar -xJf ".gpu/pack/$name.tar.xz" -C ".gpu/ab/$name" || exit 1
   # The kit's CTest files and run scripts name its own path; only vk-attn is used here.
 done
 kit=$(pwd)/.gpu/ab/$1/kit
-for d in "$kit"/debs/*.deb; do dpkg -x "$d" /; done; ldconfig
-export XDG_RUNTIME_DIR=/tmp VK_LAYER_PATH=$kit/layers
-for icd in /usr/share/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
-  [[ -f $icd ]] && { export VK_DRIVER_FILES=$icd; break; }; done
-short() { python3 -c "
-import sys, json
-for l in sys.stdin:
-    r = json.loads(l)
-    if 'statistics' in r:
-        s = r['statistics']
-        lm = s.get('Local Memory Size')
-        if lm is not None and lm >= 2 ** 36: s['Local Memory Size'] = lm - 2 ** 36  # NVIDIA 580 reports 2^36 + bytes
-        print(r['kit'], r['kernel'], r['constants'], json.dumps(s)); continue
-    keys = ('impl', 'seq_q', 'seq_kv', 'heads', 'kv_heads', 'dim', 'causal', 'median_ms', 'gflops', 'rel_l2_err', 'valid', 'variant')
-    # bench's points in short; anything else (check's cases and totals) whole
-    print(r['kit'], json.dumps({k: r[k] for k in keys if k in r}) if 'median_ms' in r else l.strip()[:400])"; }
+source bench/gpu_kit_env.sh  # the first kit's loader and layer; left, short
+: > "$O/ab.jsonl"
 "$kit/build/vk-attn" devices 2>&1 | grep -E '^\*|matrix|reconvergence'
 "$kit/build/vk-attn" bench --batch 1 --heads 32 --seq 16384 --dim 128 --dtype f16 --impl fused --fused-kernel tile \
   --repeat 1 --warmup 1 >/dev/null 2>&1   # the clocks ramp from idle
@@ -42,8 +27,8 @@ grep -v '^\s*#' "$points" | grep -v '^\s*$' | while read -r line; do
   for name in "$@"; do
     (( $(left) > 10 )) || break 2
     # shellcheck disable=SC2086
-    timeout 90 ".gpu/ab/$name/kit/build/vk-attn" $line --json "${extra[@]}" 2>>"$O/log.txt" | grep '^{' |
-      python3 -c "import sys, json; [print(json.dumps({'kit': '$name', **json.loads(l)})) for l in sys.stdin]" | tee -a "$J" | short
+    timeout "$(left)" ".gpu/ab/$name/kit/build/vk-attn" $line --json "${extra[@]}" 2>>"$O/log.txt" | grep '^{' |
+      python3 -c "import sys, json; [print(json.dumps({'kit': '$name', **json.loads(l)})) for l in sys.stdin]" | tee -a "$O/ab.jsonl" | short
   done
 done
 echo "[$(( $(date +%s) - T0 ))s] done"

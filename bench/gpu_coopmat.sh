@@ -12,22 +12,8 @@
 #   3. decode: the attention alone against the decode loop's step.
 # Results: $OUT (else /tmp/gpu-out): vkattn.jsonl (every point), log.txt (stderr).
 set -u
-kit=$(pwd)/.gpu/kit; O=${OUT:-/tmp/gpu-out}; budget=${1:-240}; mkdir -p "$O"
-for d in "$kit"/debs/*.deb; do dpkg -x "$d" /; done; ldconfig
-export XDG_RUNTIME_DIR=/tmp VK_LAYER_PATH=$kit/layers
-for icd in /usr/share/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
-  [[ -f $icd ]] && { export VK_DRIVER_FILES=$icd; break; }; done
-B=$kit/build/vk-attn; T0=$(date +%s); J=$O/vkattn.jsonl; : > "$J"
-el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
-left() { echo $(( budget - ($(date +%s) - T0) )); }
-short() { python3 -c "
-import sys, json
-for l in sys.stdin:
-    if l.startswith('{'):
-        r = json.loads(l)
-        print(json.dumps({k: r[k] for k in ('impl', 'seq_q', 'seq_kv', 'heads', 'kv_heads', 'dim', 'causal', 'median_ms',
-                                           'gflops', 'rel_l2_err', 'valid', 'variant', 'gpu_ms_per_step') if k in r}))"; }
-pt() { (( $(left) > 10 )) || return 0; timeout "$1" "$B" "${@:2}" --json 2>>"$O/log.txt" | grep '^{' | tee -a "$J" | short; }
+kit=$(pwd)/.gpu/kit; O=${OUT:-/tmp/gpu-out}; budget=${1:-240}
+source bench/gpu_kit_env.sh
 "$B" devices 2>&1 | grep -E '^\*|matrix'
 
 el "1. the fused causal fault at D = 128 (f16, --validate; f16's bar 3e-3)"

@@ -13,26 +13,8 @@
 #   3. what maximal reconvergence costs: the forward, decode and tile points with and without it.
 # Results: $OUT (else /tmp/gpu-out): vkattn.jsonl (every point), kernels.jsonl, log.txt (stderr).
 set -u
-kit=$(pwd)/.gpu/kit; O=${OUT:-/tmp/gpu-out}; budget=${1:-300}; mkdir -p "$O"
-for d in "$kit"/debs/*.deb; do dpkg -x "$d" /; done; ldconfig
-export XDG_RUNTIME_DIR=/tmp VK_LAYER_PATH=$kit/layers
-for icd in /usr/share/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
-  [[ -f $icd ]] && { export VK_DRIVER_FILES=$icd; break; }; done
-B=$kit/build/vk-attn; T0=$(date +%s); J=$O/vkattn.jsonl; K=$O/kernels.jsonl; : > "$J"; : > "$K"
-el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
-left() { echo $(( budget - ($(date +%s) - T0) )); }
-short() { python3 -c "
-import sys, json
-for l in sys.stdin:
-    if l.startswith('{'):
-        r = json.loads(l)
-        if 'statistics' in r:
-            print(r['kernel'], r['constants'], json.dumps(r['statistics']))
-            continue
-        print(json.dumps({k: r[k] for k in ('impl', 'seq_q', 'seq_kv', 'heads', 'kv_heads', 'dim', 'causal', 'median_ms',
-                                           'gflops', 'rel_l2_err', 'valid', 'variant', 'gpu_ms_per_step') if k in r}))"; }
-pt() { (( $(left) > 10 )) || return 0; timeout "$1" "$B" "${@:2}" --json 2>>"$O/log.txt" | grep '^{' | tee -a "$J" | short; }
-ks() { (( $(left) > 10 )) || return 0; timeout "$1" "$B" "${@:2}" --json --kernel-statistics 2>>"$O/log.txt" | grep '^{' | tee -a "$K" | short; }
+kit=$(pwd)/.gpu/kit; O=${OUT:-/tmp/gpu-out}; budget=${1:-300}
+source bench/gpu_kit_env.sh
 "$B" devices 2>&1 | grep -E '^\*|matrix|reconvergence'
 
 V="bench --dtype f16 --validate --repeat 1 --warmup 0 --impl fused --fused-kernel coopmat --seq 1000 --heads 4 --kv-heads 2"
