@@ -61,6 +61,15 @@ const float LN2 = 0.6931471805599453;
 
 #include "common/tile_operands.glsl"
 
+// The softmax's loops over a lane's keys: unrolled in the portable implementation, whose loop budget
+// (lavapipe's; coopmat_loops_per_tile) counts them as unrolled; the compiler's choice on the units,
+// where unrolled they held 32 more registers (session 22's statistics).
+#ifdef CM_KHR
+#define SOFTMAX_LOOP
+#else
+#define SOFTMAX_LOOP [[unroll]]
+#endif
+
 // K's and V's tile (and Q's at the start): rows of max(DKP, OC) elements and 8 more, so rows start
 // 16 bytes apart on different banks. S (fp32) and P (f16 operands) per subgroup, 16 rows each.
 const uint KV_ROWS = BC > BR ? BC : BR;
@@ -210,7 +219,7 @@ void main() {
             // The masked logits go back over the scores in the lane's own entries of the tile (no
             // barrier: each lane rereads only what it wrote) rather than into SKEYS registers.
             float tile_max = MASKED;
-            for (uint c = 0u; c < SKEYS; ++c) {
+            SOFTMAX_LOOP for (uint c = 0u; c < SKEYS; ++c) {
                 const uint key_local = c * SLANES + part, key = kb + key_local;
                 const uint at = s_base + local_row[t] * PITCH_S + key_local;
                 const float score = s_tile[at];
@@ -231,7 +240,7 @@ void main() {
             moved = moved || alpha[t] != 1.0;
             m[t] = m_new;
             l[t] *= alpha[t];
-            for (uint c = 0u; c < SKEYS; ++c) {
+            SOFTMAX_LOOP for (uint c = 0u; c < SKEYS; ++c) {
                 const uint key_local = c * SLANES + part;
                 const float x = s_tile[s_base + local_row[t] * PITCH_S + key_local];
                 float p = mix(exp2(x - m_new), 0.0, x == MASKED);
