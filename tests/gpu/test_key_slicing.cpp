@@ -185,3 +185,26 @@ TEST_CASE("key slicing: one head of 600,000 keys past a 128 MiB binding limit", 
     CHECK_THAT(r.report.variant, Catch::Contains("key-slices="));
     CHECK(take_validation_messages(ctx).empty());
 }
+
+TEST_CASE("key slicing: the forced GPU kernels keep lavapipe's loop budget over 40,000 keys", "[gpu][slicing][keys]") {
+    // lavapipe ends a shader's loops silently once an invocation has taken 65,535 back-edges
+    // (docs/LAVAPIPE.md): each kernel's loops per key tile (e.g. coopmat_loops_per_tile) must count
+    // every loop its shader keeps, or a long head runs past the budget with wrong results. 40,000
+    // keys of 32-key tiles take ~1,250 tiles: several budgets' worth on lavapipe. (A GPU has no such
+    // budget; the case is cheap there.)
+    const FusedKernel kernel = GENERATE(FusedKernel::tile, FusedKernel::coopmat);
+    const DType dtype = GENERATE(DType::f32, DType::f16);
+    Case c;
+    c.Nq = 16;
+    c.Nkv = 40000;
+    c.Dk = c.Dv = 16;
+    c.dtype = dtype;
+    c.impl = Impl::fused;
+    c.weights = false;
+    c.variant.fused_kernel = kernel;
+    const CaseResult r = run_case(gpu_context(), c, 40000);
+    INFO(to_string(kernel) << " " << r.message << " " << r.report.variant);
+    CHECK(r.ok);
+    CHECK_THAT(r.report.variant, Catch::StartsWith(to_string(kernel) + "["));
+    CHECK(take_validation_messages(gpu_context()).empty());
+}
