@@ -427,6 +427,26 @@ TEST_CASE("the caller's device: enabled features are read from every structure o
     model.pNext = &half;
     info.enabledExtensionCount = 0;  // nor without the extension
     CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).cooperative_matrix);
+
+    // Maximal reconvergence (every module then gets MaximallyReconvergesKHR) and the pipelines'
+    // statistics: each its extension and its feature structure, both.
+    VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR reconvergence{VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR};
+    reconvergence.shaderMaximalReconvergence = VK_TRUE;
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+    executables.pipelineExecutableInfo = VK_TRUE;
+    reconvergence.pNext = &executables;
+    info.pNext = &reconvergence;
+    const char* both[] = {VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME};
+    info.enabledExtensionCount = 2;
+    info.ppEnabledExtensionNames = both;
+    const vk::DeviceFeatures newer = vk::enabled_features(own.physical, info, VK_API_VERSION_1_2);
+    CHECK((newer.maximal_reconvergence && newer.pipeline_statistics && !newer.cooperative_matrix));
+    info.enabledExtensionCount = 1;  // the statistics' extension missing
+    const vk::DeviceFeatures reconverging = vk::enabled_features(own.physical, info, VK_API_VERSION_1_2);
+    CHECK((reconverging.maximal_reconvergence && !reconverging.pipeline_statistics));
+    reconvergence.shaderMaximalReconvergence = VK_FALSE;  // the extension without its feature
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).maximal_reconvergence);
 }
 
 TEST_CASE("the matrix units: used where the device enables them with their shape and this build has their shaders",
