@@ -191,7 +191,8 @@ void main() {
             subgroupBarrier();
 
             // Wᵀ and dSᵀ per element (flash_bwd_kv.comp's rules), per query's row mask (a loop: the
-            // mask model unrolled BR times would swell every pipeline).
+            // mask model unrolled BR times would swell every pipeline). Per-lane choices are selects
+            // (mix with a bool): the units' operations below follow no per-lane branch.
             for (uint c = 0u; c < SQ; ++c) {
                 const uint q_local = c * SLANES + part, i = qb + q_local;
                 const uint ic = min(i, queries.y - 1u);
@@ -204,12 +205,17 @@ void main() {
                     const float scaled = s_tile[s_base + at] * P.scale;
                     const float x = capped ? softcap(scaled) : scaled;
                     float terms = 0.0;
-                    bool visible = i < queries.y && key < wg_key_end;
-                    if (elementwise) visible = visible && key_terms(mask, key, terms);
-                    else visible = visible && key >= mask.first && key < mask.limit;
-                    const float p = visible ? exp2((x + terms - lse_i) * LOG2E) : 0.0;
+                    const bool inside = all(bvec2(i < queries.y, key < wg_key_end));
+                    bool visible;
+                    if (elementwise) {
+                        const bool kept = key_terms(mask, key, terms);  // false past the row's keys
+                        visible = all(bvec2(inside, kept));
+                    } else {
+                        visible = all(bvec3(inside, key >= mask.first, key < mask.limit));
+                    }
+                    const float p = mix(0.0, exp2((x + terms - lse_i) * LOG2E), visible);
                     float kappa = 1.0;
-                    if (dropout) kappa = dropout_keeps(b, h, ic, key) ? keep_scale : 0.0;
+                    if (dropout) kappa = mix(0.0, keep_scale, dropout_keeps(b, h, ic, key));
                     float d = p * (kappa * dp_tile[s_base + at] - delta_i);
                     if (capped) {
                         const float th = x * P.mask.inv_softcap;  // tanh(scaled / c)

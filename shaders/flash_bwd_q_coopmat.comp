@@ -150,11 +150,15 @@ void main() {
     CM_LOOP for (uint vt = 0u; vt < DVT; ++vt) CM_LOAD_A(g_ops[vt], kv_tile, sg * 16u * PITCH_KV + 16u * vt, PITCH_KV);
 
     const uint k_begin = wg_first, k_end = wg_end;
+    // The keys every row of the subgroup sees, subgroup-wide: the test-free tiles are then uniform
+    // (docs/design/GPU_KERNELS.md, "Reconvergence").
     uint lo_all = k_end, hi_all = k_begin;
     [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
         hi_all = max(hi_all, first[t]);
         lo_all = min(lo_all, limit[t]);
     }
+    hi_all = subgroupMax(hi_all);
+    lo_all = subgroupMin(lo_all);
     const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
     const bool capped = P.mask.softcap > 0.0;
     const bool dropout = P.mask.drop_threshold != 0u;
@@ -206,7 +210,8 @@ void main() {
         subgroupMemoryBarrierShared();
         subgroupBarrier();
 
-        // dS per element (flash_bwd_q.comp's rules), into the subgroup's f16 tile.
+        // dS per element (flash_bwd_q.comp's rules), into the subgroup's f16 tile. Per-lane choices
+        // are selects (mix with a bool): the units' operations below follow no per-lane branch.
         const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
         [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
             const uint rho = min(block_rho + sg * 16u + local_row[t], rows_end - 1u);
@@ -220,11 +225,15 @@ void main() {
                 const float x = capped ? softcap(scaled) : scaled;
                 float terms = 0.0;
                 bool visible;
-                if (elementwise) visible = key < Nkv && key_terms(mask, key, terms);
-                else visible = whole || (key >= first[t] && key < limit[t]);
-                const float p = visible ? exp2((x + terms - lse_row[t]) * LOG2E) : 0.0;
+                if (elementwise) {
+                    const bool kept = key_terms(mask, key, terms);  // false past the row's keys, Nkv included
+                    visible = all(bvec2(key < Nkv, kept));
+                } else {
+                    visible = any(bvec2(whole, all(bvec2(key >= first[t], key < limit[t]))));
+                }
+                const float p = mix(0.0, exp2((x + terms - lse_row[t]) * LOG2E), visible);
                 float dpk = dp_tile[s_base + at];
-                if (dropout) dpk = dropout_keeps(b, h, i, key) ? dpk * keep_scale : 0.0;
+                if (dropout) dpk = mix(0.0, dpk * keep_scale, dropout_keeps(b, h, i, key));
                 float ds = p * (dpk - delta_row[t]);
                 if (capped) {
                     const float th = x * P.mask.inv_softcap;  // tanh(scaled / c)
