@@ -84,7 +84,6 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
                           .f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
                           .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                           .kernel_statistics = options_.kernel_statistics});
-    info_.maximal_reconvergence = device_->features().maximal_reconvergence;
     vk::describe_matrix_units(info_, device_->available(), device_->features(), matrix_units_not_enabled(*instance_));
     start();
 }
@@ -161,7 +160,6 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                                            vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
                                                              .maximal_reconvergence = !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                                                              .kernel_statistics = options_.kernel_statistics});
-    info_.maximal_reconvergence = device_->features().maximal_reconvergence;
     info_.features_not_enabled = vk::features_not_enabled(device_->available(), enabled);
     vk::describe_matrix_units(info_, device_->available(), enabled,
                               "the caller's device was created without VK_KHR_cooperative_matrix's cooperativeMatrix, vulkanMemoryModel and shaderFloat16");
@@ -170,6 +168,7 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
 }
 
 void Runtime::start() {
+    info_.maximal_reconvergence = device_->features().maximal_reconvergence;
     device_->lower_loop_limit(options_.max_loop_iterations);
     kernels_ = std::make_unique<vk::KernelCache>(*device_, cache_file(options_.pipeline_cache_dir, *device_));
     ring_ = std::make_unique<CommandRing>(*device_);

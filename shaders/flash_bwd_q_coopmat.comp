@@ -226,7 +226,7 @@ void main() {
                 float terms = 0.0;
                 bool visible;
                 if (elementwise) {
-                    const bool kept = key_terms(mask, key, terms);  // false past the row's keys, Nkv included
+                    const bool kept = key_terms(mask, key, terms);  // false past the row's keys
                     visible = all(bvec2(key < Nkv, kept));
                 } else {
                     visible = any(bvec2(whole, all(bvec2(key >= first[t], key < limit[t]))));

@@ -133,10 +133,10 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
         if (overrides.fused_kernel == FusedKernel::decode) return refuse(why_not);
     }
     if (kernel == FusedKernel::coopmat) {
-        if (overrides.fused_kernel == FusedKernel::coopmat) return coopmat_config(c, caps, p, overrides);
         try {
             return coopmat_config(c, caps, p, overrides);
         } catch (const InvalidArgument&) {
+            if (overrides.fused_kernel == FusedKernel::coopmat) throw;
             kernel = FusedKernel::tile;  // chosen, not forced: a head too wide for its tile takes the tile kernel
         }
     }

@@ -95,7 +95,14 @@ Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key
     VkPipeline pipeline = VK_NULL_HANDLE;
     VKATTN_CHECK(vkCreateComputePipelines(d, cache, 1, &info, nullptr, &pipeline), "building pipeline " + name_);
     pipeline_ = Handle<VkPipeline>(pipeline, [d](VkPipeline p) { vkDestroyPipeline(d, p, nullptr); });
-    if (device.caps().kernel_statistics) statistics_ = read_pipeline_statistics(d, pipeline);
+    if (device.caps().kernel_statistics) {
+        std::string constants;
+        for (const auto& c : key.constants) {
+            if (!constants.empty()) constants += ' ';
+            constants += std::to_string(c.id) + "=" + std::to_string(c.value);
+        }
+        statistics_ = read_pipeline_statistics(d, pipeline, key.shader, constants);
+    }
 }
 
 KernelCache::KernelCache(const Device& device, std::filesystem::path file)
@@ -130,10 +137,10 @@ const Kernel& KernelCache::get(const KernelKey& key) {
     return *it->second;
 }
 
-std::vector<std::pair<KernelKey, const Kernel*>> KernelCache::built() {
+std::vector<const Kernel*> KernelCache::built() {
     std::lock_guard lock(mutex_);
-    std::vector<std::pair<KernelKey, const Kernel*>> out;
-    for (const auto& [key, kernel] : kernels_) out.emplace_back(key, kernel.get());
+    std::vector<const Kernel*> out;
+    for (const auto& entry : kernels_) out.push_back(entry.second.get());
     return out;
 }
 

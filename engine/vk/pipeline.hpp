@@ -10,7 +10,6 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <vulkan/vulkan.h>
@@ -53,11 +52,11 @@ public:
     const std::vector<ReflectedBinding>& bindings() const { return bindings_; }
     const std::string& name() const { return name_; }
     // The driver's statistics, where the device captures them (DeviceCaps::kernel_statistics).
-    const std::vector<ExecutableStatistics>& statistics() const { return statistics_; }
+    const std::vector<KernelStatistics>& statistics() const { return statistics_; }
 
 private:
     std::string name_;
-    std::vector<ExecutableStatistics> statistics_;
+    std::vector<KernelStatistics> statistics_;
     std::vector<ReflectedBinding> bindings_;
     Handle<VkShaderModule> module_;
     Handle<VkDescriptorSetLayout> set_layout_;
@@ -75,8 +74,8 @@ public:
 
     const Kernel& get(const KernelKey& key);
     void save() const;  // writes the cache file atomically; errors are ignored (a cache is optional)
-    // Every kernel built so far with its key, in key order.
-    std::vector<std::pair<KernelKey, const Kernel*>> built();
+    // Every kernel built so far, in key order.
+    std::vector<const Kernel*> built();
 
 private:
     const Device* device_;

@@ -2,7 +2,8 @@
 
 namespace vkattn::vk {
 
-std::vector<ExecutableStatistics> read_pipeline_statistics(VkDevice device, VkPipeline pipeline) {
+std::vector<KernelStatistics> read_pipeline_statistics(VkDevice device, VkPipeline pipeline, const std::string& kernel,
+                                                       const std::string& constants) {
     // Extension entry points: the loader exports only core ones.
     const auto properties_of = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
         vkGetDeviceProcAddr(device, "vkGetPipelineExecutablePropertiesKHR"));
@@ -17,7 +18,7 @@ std::vector<ExecutableStatistics> read_pipeline_statistics(VkDevice device, VkPi
     std::vector<VkPipelineExecutablePropertiesKHR> executables(count, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR});
     if (properties_of(device, &info, &count, executables.data()) != VK_SUCCESS) return {};
 
-    std::vector<ExecutableStatistics> out;
+    std::vector<KernelStatistics> out;
     for (std::uint32_t e = 0; e < count; ++e) {
         VkPipelineExecutableInfoKHR which{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
         which.pipeline = pipeline;
@@ -26,7 +27,8 @@ std::vector<ExecutableStatistics> read_pipeline_statistics(VkDevice device, VkPi
         if (statistics_of(device, &which, &n, nullptr) != VK_SUCCESS) continue;
         std::vector<VkPipelineExecutableStatisticKHR> stats(n, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
         if (statistics_of(device, &which, &n, stats.data()) != VK_SUCCESS) continue;
-        ExecutableStatistics executable{.executable = executables[e].name, .subgroup_size = executables[e].subgroupSize};
+        KernelStatistics executable{.kernel = kernel, .constants = constants, .executable = executables[e].name,
+                                    .subgroup_size = executables[e].subgroupSize};
         for (std::uint32_t s = 0; s < n; ++s) {
             double value = 0;
             switch (stats[s].format) {

@@ -2,7 +2,6 @@
 // read once, right after the pipeline is built with VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,13 +11,9 @@
 
 namespace vkattn::vk {
 
-struct ExecutableStatistics {
-    std::string executable;
-    std::uint32_t subgroup_size = 0;
-    std::vector<KernelStatistic> values;
-};
-
-// Every executable of `pipeline` with its statistics; empty where the driver reports none.
-std::vector<ExecutableStatistics> read_pipeline_statistics(VkDevice device, VkPipeline pipeline);
+// Every executable of `pipeline` with its statistics, named `kernel` with `constants`; empty where
+// the driver reports none.
+std::vector<KernelStatistics> read_pipeline_statistics(VkDevice device, VkPipeline pipeline, const std::string& kernel,
+                                                       const std::string& constants);
 
 }  // namespace vkattn::vk
