@@ -64,11 +64,15 @@ std::string matrix_units_not_enabled(const vk::Instance& instance) {
 
 }  // namespace
 
+void Runtime::read_environment() {
+    options_.force_staging = options_.force_staging || env_flag("VKATTN_FORCE_STAGING");
+    options_.kernel_statistics = options_.kernel_statistics || env_flag("VKATTN_KERNEL_STATISTICS");
+    poison_ = options_.poison_outputs || env_flag("VKATTN_POISON");
+}
+
 Runtime::Runtime(const ContextOptions& options) : options_(options) {
+    read_environment();
     options_.validation = options.validation || env_flag("VKATTN_VALIDATION");
-    options_.force_staging = options.force_staging || env_flag("VKATTN_FORCE_STAGING");
-    poison_ = options.poison_outputs || env_flag("VKATTN_POISON");
-    options_.kernel_statistics = options.kernel_statistics || env_flag("VKATTN_KERNEL_STATISTICS");
     if (options_.device.empty()) options_.device = env("VKATTN_DEVICE");
 
     instance_ = std::make_unique<vk::Instance>(options_.validation);
@@ -141,9 +145,7 @@ void check_caller_device(const VulkanDevice& caller, const ContextOptions& optio
 
 Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : options_(options) {
     check_caller_device(caller, options);
-    options_.force_staging = options.force_staging || env_flag("VKATTN_FORCE_STAGING");
-    options_.kernel_statistics = options.kernel_statistics || env_flag("VKATTN_KERNEL_STATISTICS");
-    poison_ = options.poison_outputs || env_flag("VKATTN_POISON");
+    read_environment();
     instance_ = vk::Instance::adopt(caller.instance);
     const auto physicals = instance_->physical_devices();
     const auto found = std::find(physicals.begin(), physicals.end(), caller.physical_device);

@@ -72,6 +72,8 @@ private:
     // Guards vkQueueSubmit: our own, or the caller's when it shares its queue with other threads.
     std::mutex own_queue_mutex_;
     std::mutex* queue_mutex_ = &own_queue_mutex_;
+    // What both constructors take from the environment (over options_), before the device.
+    void read_environment();
     // What both constructors make once the device is known.
     void start();
     std::atomic<std::uint64_t> submissions_{0};  // counted for options().simulate_timeout_on_submission
