@@ -90,21 +90,26 @@ layout(std430, set = 0, binding = 11) readonly buffer Delta { float delta[]; };
 const uint T_ROWS = BR > BK ? BR : BK;
 const uint PITCH_T = (DKP > DVP ? DKP : DVP) + 8u;
 const uint PITCH_S = BR + 4u, PITCH_P = BR + 8u;
-shared CM_ELEM t_tile[T_ROWS * PITCH_T];
-shared float s_tile[NSG * 16u * PITCH_S];   // Sᵀ, then dK's and dV's tiles at the end
-shared float dp_tile[NSG * 16u * PITCH_S];
-shared CM_ELEM w_tile[NSG * 16u * PITCH_P];
-shared CM_ELEM ds_tile[NSG * 16u * PITCH_P];
+CM_OPERAND_TILE(t_tile, T_ROWS * PITCH_T);
+CM_ACC_TILE_SCALAR(s_tile, NSG * 16u * PITCH_S);   // Sᵀ, then dK's and dV's tiles at the end
+CM_ACC_TILE_SCALAR(dp_tile, NSG * 16u * PITCH_S);
+CM_OPERAND_TILE_SCALAR(w_tile, NSG * 16u * PITCH_P);
+CM_OPERAND_TILE_SCALAR(ds_tile, NSG * 16u * PITCH_P);
 
 // The query rows [i0, i0 + BR) of head h into t_tile: q's (dO = false) or dO's.
 void stage_rows(uint b, uint h, uint i0, uint i_end, bool d_out) {
     const uint D = d_out ? P.shape.Dv : P.shape.Dk, DP = d_out ? DVP : DKP;
-    for (uint e = gl_LocalInvocationIndex; e < BR * DP / 4u; e += WG) {
-        const uint row = e / (DP / 4u), d = 4u * (e % (DP / 4u));
+    for (uint e = gl_LocalInvocationIndex; e < BR * DP / 8u; e += WG) {
+        const uint row = e / (DP / 8u), d = 8u * (e % (DP / 8u));
         const uint i = min(i0 + row, i_end - 1u);
-        vec4 x = vec4(0.0);
-        if (d < D) x = d_out ? load_g4(tensor_index(P.grad_out, b, h, i) + d, D - d) : load_q4(tensor_index(P.q, b, h, i) + d, D - d);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) t_tile[row * PITCH_T + d + c] = CM_TO_ELEM(x[c]);
+        const uint at = (d_out ? tensor_index(P.grad_out, b, h, i) : tensor_index(P.q, b, h, i)) + d;
+        vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
+        [[unroll]] for (uint half_ = 0u; half_ < 2u; ++half_)
+            if (d + 4u * half_ < D) {
+                const uint index = at + 4u * half_, valid = D - d - 4u * half_;
+                x[half_] = d_out ? load_g4(index, valid) : load_q4(index, valid);
+            }
+        CM_PUT8(t_tile, row * PITCH_T + d, CM_TO_ELEM4(x[0]), CM_TO_ELEM4(x[1]));
     }
 }
 
@@ -120,21 +125,23 @@ void main() {
     const uint s_base = sg * 16u * PITCH_S, p_base = sg * 16u * PITCH_P;
 
     // K's rows, then V's, through the tile into registers.
-    for (uint e = inv; e < BK * DKP / 4u; e += WG) {
-        const uint row = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
-        const uint key = min(wg_key0 + row, Nkv - 1u);
-        const vec4 x = d < Dk ? load_k4(tensor_index(P.k, b, hk, key) + d, Dk - d) : vec4(0.0);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) t_tile[row * PITCH_T + d + c] = CM_TO_ELEM(x[c]);
+    for (uint e = inv; e < BK * DKP / 8u; e += WG) {
+        const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
+        const uint at = tensor_index(P.k, b, hk, min(wg_key0 + row, Nkv - 1u)) + d;
+        const vec4 lo = d < Dk ? load_k4(at, Dk - d) : vec4(0.0);
+        const vec4 hi = d + 4u < Dk ? load_k4(at + 4u, Dk - d - 4u) : vec4(0.0);
+        CM_PUT8(t_tile, row * PITCH_T + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
     }
     barrier();
     CmA k_ops[DKT];
     CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(k_ops[dt], t_tile, sg * 16u * PITCH_T + 16u * dt, PITCH_T);
     barrier();
-    for (uint e = inv; e < BK * DVP / 4u; e += WG) {
-        const uint row = e / (DVP / 4u), d = 4u * (e % (DVP / 4u));
-        const uint key = min(wg_key0 + row, Nkv - 1u);
-        const vec4 x = d < Dv ? load_v4(tensor_index(P.v, b, hk, key) + d, Dv - d) : vec4(0.0);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) t_tile[row * PITCH_T + d + c] = CM_TO_ELEM(x[c]);
+    for (uint e = inv; e < BK * DVP / 8u; e += WG) {
+        const uint row = e / (DVP / 8u), d = 8u * (e % (DVP / 8u));
+        const uint at = tensor_index(P.v, b, hk, min(wg_key0 + row, Nkv - 1u)) + d;
+        const vec4 lo = d < Dv ? load_v4(at, Dv - d) : vec4(0.0);
+        const vec4 hi = d + 4u < Dv ? load_v4(at + 4u, Dv - d - 4u) : vec4(0.0);
+        CM_PUT8(t_tile, row * PITCH_T + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
     }
     barrier();
     CmA v_ops[DVT];

@@ -81,10 +81,10 @@ layout(std430, set = 0, binding = 11) readonly buffer Delta { float delta[]; };
 const uint KV_ROWS = BC > BR ? BC : BR;
 const uint PITCH_KV = (DKP > DVP ? DKP : DVP) + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
-shared CM_ELEM kv_tile[KV_ROWS * PITCH_KV];
-shared float s_tile[NSG * 16u * PITCH_S];   // S, then dQ's tiles at the end
-shared float dp_tile[NSG * 16u * PITCH_S];
-shared CM_ELEM ds_tile[NSG * 16u * PITCH_P];
+CM_OPERAND_TILE(kv_tile, KV_ROWS * PITCH_KV);
+CM_ACC_TILE_SCALAR(s_tile, NSG * 16u * PITCH_S);   // S, then dQ's tiles at the end
+CM_ACC_TILE_SCALAR(dp_tile, NSG * 16u * PITCH_S);
+CM_OPERAND_TILE_SCALAR(ds_tile, NSG * 16u * PITCH_P);
 shared uint wg_first, wg_end;
 
 void main() {
@@ -127,23 +127,27 @@ void main() {
         atomicMax(wg_end, hi_limit);
     }
     // Q's rows, then dO's, through the K/V tile into registers.
-    for (uint e = inv; e < BR * DKP / 4u; e += WG) {
-        const uint row = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
+    for (uint e = inv; e < BR * DKP / 8u; e += WG) {
+        const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
         const uint rho = min(block_rho + row, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = rho % Nq;
-        const vec4 x = d < Dk ? load_q4(tensor_index(P.q, b, h, i) + d, Dk - d) : vec4(0.0);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[row * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        const uint at = tensor_index(P.q, b, h, i) + d;
+        const vec4 lo = d < Dk ? load_q4(at, Dk - d) : vec4(0.0);
+        const vec4 hi = d + 4u < Dk ? load_q4(at + 4u, Dk - d - 4u) : vec4(0.0);
+        CM_PUT8(kv_tile, row * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
     }
     barrier();
     CmA q_ops[DKT];
     CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(q_ops[dt], kv_tile, sg * 16u * PITCH_KV + 16u * dt, PITCH_KV);
     barrier();
-    for (uint e = inv; e < BR * DVP / 4u; e += WG) {
-        const uint row = e / (DVP / 4u), d = 4u * (e % (DVP / 4u));
+    for (uint e = inv; e < BR * DVP / 8u; e += WG) {
+        const uint row = e / (DVP / 8u), d = 8u * (e % (DVP / 8u));
         const uint rho = min(block_rho + row, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = rho % Nq;
-        const vec4 x = d < Dv ? load_g4(tensor_index(P.grad_out, b, h, i) + d, Dv - d) : vec4(0.0);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[row * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        const uint at = tensor_index(P.grad_out, b, h, i) + d;
+        const vec4 lo = d < Dv ? load_g4(at, Dv - d) : vec4(0.0);
+        const vec4 hi = d + 4u < Dv ? load_g4(at + 4u, Dv - d - 4u) : vec4(0.0);
+        CM_PUT8(kv_tile, row * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
     }
     barrier();
     CmA g_ops[DVT];
@@ -173,10 +177,12 @@ void main() {
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
         // dP = dO·Vᵀ.
         barrier();  // every subgroup is done with the previous tile's K (and the start's staging)
-        for (uint e = inv; e < BC * DVP / 4u; e += WG) {
-            const uint key = e / (DVP / 4u), d = 4u * (e % (DVP / 4u));
-            const vec4 x = d < Dv ? load_v4(tensor_index(P.v, b, hk, min(kb + key, key_last)) + d, Dv - d) : vec4(0.0);
-            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        for (uint e = inv; e < BC * DVP / 8u; e += WG) {
+            const uint key = e / (DVP / 8u), d = 8u * (e % (DVP / 8u));
+            const uint at = tensor_index(P.v, b, hk, min(kb + key, key_last)) + d;
+            const vec4 lo = d < Dv ? load_v4(at, Dv - d) : vec4(0.0);
+            const vec4 hi = d + 4u < Dv ? load_v4(at + 4u, Dv - d - 4u) : vec4(0.0);
+            CM_PUT8(kv_tile, key * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
         }
         barrier();
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
@@ -191,10 +197,12 @@ void main() {
         }
         // S = Q·Kᵀ, K staged where V was.
         barrier();
-        for (uint e = inv; e < BC * DKP / 4u; e += WG) {
-            const uint key = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
-            const vec4 x = d < Dk ? load_k4(tensor_index(P.k, b, hk, min(kb + key, key_last)) + d, Dk - d) : vec4(0.0);
-            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        for (uint e = inv; e < BC * DKP / 8u; e += WG) {
+            const uint key = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
+            const uint at = tensor_index(P.k, b, hk, min(kb + key, key_last)) + d;
+            const vec4 lo = d < Dk ? load_k4(at, Dk - d) : vec4(0.0);
+            const vec4 hi = d + 4u < Dk ? load_k4(at + 4u, Dk - d - 4u) : vec4(0.0);
+            CM_PUT8(kv_tile, key * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
         }
         barrier();
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {

@@ -55,6 +55,9 @@ const uint WG = NSG * SG;
 const uint SLANES = SG >= 16u ? SG / 16u : 1u;  // softmax lanes per row
 const uint SROWS = SG >= 16u ? 1u : 16u / SG;   // softmax rows per lane
 const uint SKEYS = BC / SLANES;                 // a softmax lane's keys of a row
+// A softmax lane's key c of its row: pairs of adjacent keys, the row's SLANES lanes taking turns
+// (so that P goes out two f16 at a time).
+#define KEY_LOCAL(c) ((((c) / 2u) * SLANES + part) * 2u + (c) % 2u)
 const uint SCOLS = 16u / SLANES;                // a lane's columns of a row in a 16-column tile
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
@@ -71,13 +74,14 @@ const float LN2 = 0.6931471805599453;
 #endif
 
 // K's and V's tile (and Q's at the start): rows of max(DKP, OC) elements and 8 more, so rows start
-// 16 bytes apart on different banks. S (fp32) and P (f16 operands) per subgroup, 16 rows each.
+// 16 bytes apart on different banks, staged 8 elements (16 bytes on the units) per store. S (fp32)
+// and P (f16 operands, written in pairs of keys) per subgroup, 16 rows each.
 const uint KV_ROWS = BC > BR ? BC : BR;
 const uint PITCH_KV = (DKP > OC ? DKP : OC) + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
-shared CM_ELEM kv_tile[KV_ROWS * PITCH_KV];  // [key or row][d or column]
-shared float s_tile[NSG * 16u * PITCH_S];     // [subgroup][row][key]
-shared CM_ELEM p_tile[NSG * 16u * PITCH_P];   // [subgroup][row][key]
+CM_OPERAND_TILE(kv_tile, KV_ROWS * PITCH_KV);  // [key or row][d or column]
+CM_ACC_TILE(s_tile, NSG * 16u * PITCH_S);       // [subgroup][row][key]
+CM_OPERAND_TILE(p_tile, NSG * 16u * PITCH_P);   // [subgroup][row][key]
 shared uint wg_first, wg_end;                 // the workgroup's key range
 
 void main() {
@@ -131,12 +135,14 @@ void main() {
         atomicMax(wg_end, hi_limit);
     }
     // Q's rows through K's tile, then into registers: each subgroup's DKT operands.
-    for (uint e = inv; e < BR * DKP / 4u; e += WG) {
-        const uint row = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
+    for (uint e = inv; e < BR * DKP / 8u; e += WG) {
+        const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
         const uint rho = min(block_rho + row, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
-        const vec4 x = d < Dk ? load_q4(tensor_index(P.q, b, h, min(q0 + i, q_last)) + d, Dk - d) : vec4(0.0);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[row * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+        const uint at = tensor_index(P.q, b, h, min(q0 + i, q_last)) + d;
+        const vec4 lo = d < Dk ? load_q4(at, Dk - d) : vec4(0.0);
+        const vec4 hi = d + 4u < Dk ? load_q4(at + 4u, Dk - d - 4u) : vec4(0.0);
+        CM_PUT8(kv_tile, row * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
     }
     barrier();
     CmA q_ops[DKT];
@@ -178,11 +184,12 @@ void main() {
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * BC)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
         barrier();  // every subgroup is done with the previous tile's V (and Q's staging)
-        for (uint e = inv; e < BC * DKP / 4u; e += WG) {
-            const uint key = e / (DKP / 4u), d = 4u * (e % (DKP / 4u));
+        for (uint e = inv; e < BC * DKP / 8u; e += WG) {
+            const uint key = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
             const uvec2 at = K_ROW(min(kb + key, key_last));
-            const vec4 x = d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
-            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + d + c] = CM_TO_ELEM(x[c]);
+            const vec4 lo = d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
+            const vec4 hi = d + 4u < Dk ? load_k4(at.x, at.y + d + 4u, Dk - d - 4u) : vec4(0.0);
+            CM_PUT8(kv_tile, key * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
         }
         barrier();
         // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile. The key blocks stay a loop
@@ -220,9 +227,9 @@ void main() {
             // barrier: each lane rereads only what it wrote) rather than into SKEYS registers.
             float tile_max = MASKED;
             SOFTMAX_LOOP for (uint c = 0u; c < SKEYS; ++c) {
-                const uint key_local = c * SLANES + part, key = kb + key_local;
+                const uint key_local = KEY_LOCAL(c), key = kb + key_local;
                 const uint at = s_base + local_row[t] * PITCH_S + key_local;
-                const float score = s_tile[at];
+                const float score = CM_AT(s_tile, at);
                 float v = capped ? softcap(score * scale) * LOG2E : score * scale2;
                 if (elementwise) {
                     float terms;
@@ -231,7 +238,7 @@ void main() {
                 } else if (!whole) {
                     v = mix(v, MASKED, any(bvec2(key < first[t], key >= limit[t])));
                 }
-                s_tile[at] = v;
+                CM_AT(s_tile, at) = v;
                 tile_max = max(tile_max, v);
             }
             [[unroll]] for (uint sh = 1u; sh < SLANES; sh *= 2u) tile_max = max(tile_max, subgroupShuffleXor(tile_max, sh));
@@ -240,13 +247,16 @@ void main() {
             moved = moved || alpha[t] != 1.0;
             m[t] = m_new;
             l[t] *= alpha[t];
-            SOFTMAX_LOOP for (uint c = 0u; c < SKEYS; ++c) {
-                const uint key_local = c * SLANES + part;
-                const float x = s_tile[s_base + local_row[t] * PITCH_S + key_local];
-                float p = mix(exp2(x - m_new), 0.0, x == MASKED);
-                l[t] += p;
-                if (dropout) p = mix(0.0, p * keep_scale, dropout_keeps(b, h, i, kb + key_local));
-                p_tile[p_base + local_row[t] * PITCH_P + key_local] = CM_TO_ELEM(p);
+            SOFTMAX_LOOP for (uint c = 0u; c < SKEYS; c += 2u) {
+                const uint key_local = KEY_LOCAL(c);  // and key_local + 1
+                float p[2];
+                [[unroll]] for (uint j = 0u; j < 2u; ++j) {
+                    const float x = CM_AT(s_tile, s_base + local_row[t] * PITCH_S + key_local + j);
+                    p[j] = mix(exp2(x - m_new), 0.0, x == MASKED);
+                    l[t] += p[j];
+                    if (dropout) p[j] = mix(0.0, p[j] * keep_scale, dropout_keeps(b, h, i, kb + key_local + j));
+                }
+                CM_PUT2(p_tile, p_base + local_row[t] * PITCH_P + key_local, p[0], p[1]);
             }
         }
         // Rescale O where a row's maximum moved (α ≠ 1): the factors as a 16 × 16 tile, row i's in
@@ -255,7 +265,7 @@ void main() {
             subgroupBarrier();  // every lane has read its scores: the tile is free
             [[unroll]] for (uint t = 0u; t < SROWS; ++t)
                 [[unroll]] for (uint c = 0u; c < SCOLS; ++c)
-                    s_tile[s_base + local_row[t] * PITCH_S + part * SCOLS + c] = alpha[t];
+                    CM_AT(s_tile, s_base + local_row[t] * PITCH_S + part * SCOLS + c) = alpha[t];
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             CmAcc factors;
@@ -265,11 +275,12 @@ void main() {
 
         // O += P·V for this pass's columns, V staged where K was.
         barrier();  // every subgroup is done with K; P is written
-        for (uint e = inv; e < BC * OC / 4u; e += WG) {
-            const uint key = e / (OC / 4u), col = col_base + 4u * (e % (OC / 4u));
+        for (uint e = inv; e < BC * OC / 8u; e += WG) {
+            const uint key = e / (OC / 8u), col = col_base + 8u * (e % (OC / 8u));
             const uvec2 at = V_ROW(min(kb + key, key_last));
-            const vec4 x = col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
-            [[unroll]] for (uint c = 0u; c < 4u; ++c) kv_tile[key * PITCH_KV + col - col_base + c] = CM_TO_ELEM(x[c]);
+            const vec4 lo = col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
+            const vec4 hi = col + 4u < Dv ? load_v4(at.x, at.y + col + 4u, Dv - col - 4u) : vec4(0.0);
+            CM_PUT8(kv_tile, key * PITCH_KV + col - col_base, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
         }
         barrier();
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
@@ -326,7 +337,7 @@ void main() {
                 const uint col = col_base + 16u * ot + part * SCOLS + c;
                 if (row_stored[t] && col < Dv)
                     store_out(o_row[t] + col, row_loud[t] ? quiet_nan()
-                                                          : s_tile[s_base + local_row[t] * PITCH_S + part * SCOLS + c] * row_factor[t]);
+                                                          : CM_AT(s_tile, s_base + local_row[t] * PITCH_S + part * SCOLS + c) * row_factor[t]);
             }
     }
 }

@@ -2,17 +2,31 @@
 // is written once and runs on a GPU's matrix units or, portably, on any device (lavapipe included):
 //   CM_KHR defined: GL_KHR_cooperative_matrix, subgroup scope, f16 operands, fp32 accumulators;
 //   otherwise:      the portable implementation, from the subgroup's invocations and shared memory.
-// A subgroup owns each matrix. Operands come from tiles in shared memory, which the includer
-// declares as arrays of CM_ELEM (float16_t for the matrix units; fp32 holding values rounded to
-// f16 in the portable implementation, so that both round operands alike) and fills with
-// CM_TO_ELEM(x). Accumulators live in registers; their elements reach the kernel only through a
-// store into an fp32 shared array (the matrix units spread them over the lanes in an order
-// Vulkan does not define), and come back from one with CM_LOAD_ACC.
+// A subgroup owns each matrix. Operands come from tiles in shared memory; accumulators live in
+// registers, and their elements reach the kernel only through a store into an fp32 tile (the
+// matrix units spread them over the lanes in an order Vulkan does not define), and come back from
+// one with CM_LOAD_ACC.
+//
+// The tiles (declared with these macros at global scope; every offset and stride below counts
+// elements, f16 operands or fp32 values, whatever the tile's declared type):
+//   CM_OPERAND_TILE(name, n)    n f16 operands (n a multiple of 8) as 16-byte words on the units
+//                               (uvec4): every matrix load is then provably 16-byte aligned, which
+//                               NVIDIA's compiler needs for its wide shared loads (session 23);
+//                               written 8 (CM_PUT8) or 2 (CM_PUT2) elements at a time
+//   CM_OPERAND_TILE_SCALAR(name, n)  n f16 operands as f16 scalars, written one at a time with
+//                               name[i] = CM_TO_ELEM(x) (the backward's transposed writes)
+//   CM_ACC_TILE(name, n)        n fp32 values as vec4 (n a multiple of 4) on the units; elements
+//                               read and written with CM_AT(name, i)
+//   CM_ACC_TILE_SCALAR(name, n) n fp32 values as floats, indexed directly
+// In the portable implementation every tile is an fp32 array (operands hold f16-rounded values, so
+// that both implementations round operands alike) and the macros index it directly.
 //
 // The operations (macros: GLSL cannot pass a shared array to a function):
 //   CmA a; CmB b; CmAcc c;              the types: A 16×16 (rows × k), B 16×16 (k × columns), C
 //   CM_FILL(c, value)                   every element of c = value
 //   CM_LOAD_A(a, tile, offset, stride)  A's element (i, k) = tile[offset + i·stride + k] (row-major)
+//   CM_LOAD_AT(a, tile, offset, stride) A's element (i, k) = tile[offset + k·stride + i] (A stored
+//                                       transposed, as a GEMM's Aᵀ operand)
 //   CM_LOAD_B(b, tile, offset, stride)  B's element (k, j) = tile[offset + k·stride + j] (row-major)
 //   CM_LOAD_BT(b, tile, offset, stride) B's element (k, j) = tile[offset + j·stride + k] (B stored
 //                                       transposed, as K's rows are for S = Q·Kᵀ)
@@ -22,13 +36,18 @@
 //   CM_MUL_ELEMENTS(c, d)               c's element (i, j) *= d's (i, j), both accumulators: a
 //                                       per-row rescale is c times a CM_LOAD_ACC of the row factors
 //   CM_STORE(c, tile, offset, stride)   tile[offset + i·stride + j] = c's element (i, j), fp32
+//   CM_PUT8(tile, i, lo, hi)            an operand tile's elements i..i+7 (i a multiple of 8) = lo
+//                                       and hi, two CM_ELEM4 (already rounded by CM_TO_ELEM4)
+//   CM_PUT2(tile, i, x, y)              an operand tile's elements i, i+1 (i even) = x, y, rounded
+//   CM_AT(tile, i)                      an fp32 tile's element i (an lvalue)
 //   CM_ELEM4, CM_TO_ELEM4(v)            4 operand values in registers (f16 on the units), as a
 //                                       kernel holds a tile's loads in flight before it stores them
 // Rules for the kernels: a subgroup's lanes all take part in every operation (uniform control
 // flow); B's tile stays unchanged from its CM_LOAD_B to its last CM_MUL_ADD (the portable B refers
 // to its tile; A operands and accumulators are copies in registers on both); a CM_STORE's values
 // are visible to the other lanes after subgroupMemoryBarrierShared() and subgroupBarrier() (or a
-// workgroup barrier). Offsets and strides are multiples of 16 bytes, as the units' loads require.
+// workgroup barrier). Offsets and strides are multiples of 16 bytes, as the units' loads require
+// (8 operands, 4 fp32 values).
 // One matrix per declaration: glslang 13 drops the use of a second declarator (`CmAcc a[2], b[2];`
 // makes b a matrix of no use, which no assignment converts to).
 // Requires of the includer: CM_SG, the subgroup size the kernel's layout assumes (a constant or a
@@ -57,15 +76,35 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CmA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define CmB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define CmAcc coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+// A tile's elements per declared element: the loads' offsets and strides count declared elements.
+#define CM_OPERAND_TILE(name, n) \
+    shared uvec4 name[(n) / 8u]; \
+    const uint name##_unit = 8u
+#define CM_OPERAND_TILE_SCALAR(name, n) \
+    shared float16_t name[n];           \
+    const uint name##_unit = 1u
+#define CM_ACC_TILE(name, n)    \
+    shared vec4 name[(n) / 4u]; \
+    const uint name##_unit = 4u
+#define CM_ACC_TILE_SCALAR(name, n) \
+    shared float name[n];           \
+    const uint name##_unit = 1u
 #define CM_FILL(c, value) c = CmAcc(value)
-#define CM_LOAD_A(a, tile, offset, stride) coopMatLoad(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define CM_LOAD_B(b, tile, offset, stride) coopMatLoad(b, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define CM_LOAD_BT(b, tile, offset, stride) coopMatLoad(b, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
-#define CM_LOAD_ACC(c, tile, offset, stride) coopMatLoad(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
+#define CM_LOAD_A(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_LOAD_AT(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define CM_LOAD_B(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_LOAD_BT(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define CM_LOAD_ACC(c, tile, offset, stride) CM_LOAD_(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_MUL_ADD(c, a, b, tile_b) c = coopMatMulAdd(a, b, c)
 #define CM_SCALE(c, s) c = c * float(s)
 #define CM_MUL_ELEMENTS(c, d) c = c * (d)
-#define CM_STORE(c, tile, offset, stride) coopMatStore(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_STORE(c, tile, offset, stride) \
+    coopMatStore(c, tile, (offset) / tile##_unit, (stride) / tile##_unit, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_PUT8(tile, i, lo, hi) \
+    tile[(i) / 8u] = uvec4(packFloat2x16((lo).xy), packFloat2x16((lo).zw), packFloat2x16((hi).xy), packFloat2x16((hi).zw))
+#define CM_PUT2(tile, i, x, y) tile[(i) / 8u][((i) / 2u) % 4u] = packHalf2x16(vec2(x, y))
+#define CM_AT(tile, i) tile[(i) / 4u][(i) % 4u]
 
 #else  // the portable implementation
 
@@ -105,6 +144,21 @@ float cm_round_f16(float x) {
 #define CM_ELEM4 vec4
 #define CM_TO_ELEM4(value_) \
     vec4(cm_round_f16((value_).x), cm_round_f16((value_).y), cm_round_f16((value_).z), cm_round_f16((value_).w))
+#define CM_OPERAND_TILE(name, n) shared float name[n]
+#define CM_OPERAND_TILE_SCALAR(name, n) shared float name[n]
+#define CM_ACC_TILE(name, n) shared float name[n]
+#define CM_ACC_TILE_SCALAR(name, n) shared float name[n]
+#define CM_PUT8(tile, i, lo, hi)                         \
+    [[unroll]] for (uint cm_c = 0u; cm_c < 4u; ++cm_c) { \
+        tile[(i) + cm_c] = (lo)[cm_c];                   \
+        tile[(i) + 4u + cm_c] = (hi)[cm_c];              \
+    }
+#define CM_PUT2(tile, i, x, y)              \
+    {                                       \
+        tile[i] = cm_round_f16(float(x));   \
+        tile[(i) + 1u] = cm_round_f16(float(y)); \
+    }
+#define CM_AT(tile, i) tile[i]
 #define CM_ROW(t_) (gl_SubgroupInvocationID / CM_LPR + (t_) * (CM_SG / CM_LPR))
 #define CM_COL(c_) ((gl_SubgroupInvocationID % CM_LPR) * CM_CPL + (c_))
 #define CM_FILL(c, value)                                             \
@@ -113,6 +167,10 @@ float cm_round_f16(float x) {
     [[unroll]] for (uint cm_t = 0u; cm_t < CM_RPL; ++cm_t)                                                  \
         [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
             a.v[cm_t * CM_DIM + cm_k] = float(tile[(offset_) + CM_ROW(cm_t) * (stride_) + cm_k])
+#define CM_LOAD_AT(a, tile, offset_, stride_)                                                      \
+    [[unroll]] for (uint cm_t = 0u; cm_t < CM_RPL; ++cm_t)                                         \
+        [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
+            a.v[cm_t * CM_DIM + cm_k] = float(tile[(offset_) + cm_k * (stride_) + CM_ROW(cm_t)])
 #define CM_LOAD_B(b, tile, offset_, stride_) b = CmB(offset_, stride_, 1u)
 #define CM_LOAD_BT(b, tile, offset_, stride_) b = CmB(offset_, 1u, stride_)
 #define CM_LOAD_ACC(c, tile, offset_, stride_)                                                     \
