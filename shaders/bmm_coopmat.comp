@@ -8,12 +8,11 @@
 //     subgroup loads feeds 4 products, 2 in the portable implementation).
 //   - K advances BK at a time (16 in the portable implementation, whose fp32 operands must fit
 //     lavapipe's 32 KiB; 32 on the units): the workgroup stages A's 2·SUB × BK and B's BK × 2·SUB
-//     slices in shared memory as the operands lie ([m][k] or, for Aᵀ, [k][m]; [k][n] or, for Bᵀ,
-//     [n][k]), 8 consecutive elements per store (one 16-byte word on the units), and the products
-//     load the transposed ones column-major. Per 16 of K each subgroup loads TT A operands and, one
-//     at a time, TT B operands, and runs TT² products.
+//     slices in shared memory, row-major ([m][k], [k][n]) whatever the operands' layouts, then per
+//     16 of K each subgroup loads TT A operands and, one at a time, TT B operands, and runs TT²
+//     products.
 //   - Every load of a slice is issued before its first store, and the next slice's loads are in
-//     flight during this slice's products (registers: A_STEPS + B_STEPS chunks of 8), so a slice
+//     flight during this slice's products (registers: A_STEPS + B_STEPS chunks of 4), so a slice
 //     waits on memory once, behind the products, not once per chunk.
 //   - C leaves through a 16 × 16 staging tile per subgroup, one accumulator at a time (the units'
 //     accumulator layout is the driver's), where alpha and the addend apply as in bmm.comp.
@@ -37,15 +36,11 @@ layout(constant_id = 14) const uint TT = 2u;     // accumulators per side of a s
 
 const uint NSG = 4u, WG = NSG * CM_SG;
 const uint SUB = 16u * TT, BM = 2u * SUB, BN = 2u * SUB;
-// A slice's rows as staged: along K (A, Bᵀ: BK elements each) or across it (Aᵀ: BM, B: BN).
-const uint A_RUN = A_TRANSPOSED ? BM : BK, B_RUN = B_TRANSPOSED ? BK : BN;
-const uint A_CHUNKS = BM * BK / 8u, B_CHUNKS = BK * BN / 8u;  // 8-element chunks per slice
-const uint A_STEPS = (A_CHUNKS + WG - 1u) / WG, B_STEPS = (B_CHUNKS + WG - 1u) / WG;
-// Row pitches: 8 elements (16 bytes of f16) past the row, so that rows start on different banks;
-// every pitch and every operand's first element are multiples of 16 bytes, as the units' loads
-// and stores require. The tiles hold either layout (the larger of the two).
-const uint PITCH_A = A_RUN + 8u, PITCH_B = B_RUN + 8u, PITCH_C = 16u + 4u;
-const uint SLICE_ELEMENTS = BM * (BK + 8u) > BK * (BM + 8u) ? BM * (BK + 8u) : BK * (BM + 8u);
+const uint A_STEPS = (BM * BK / 4u + WG - 1u) / WG, B_STEPS = (BK * BN / 4u + WG - 1u) / WG;
+// Row pitches of the slices and of C's tile: 8 elements (16 bytes of f16) past the row, so that
+// rows start on different banks; every pitch and every operand's first element are multiples of
+// 16 bytes, as the units' loads and stores require.
+const uint PITCH_A = BK + 8u, PITCH_B = BN + 8u, PITCH_C = 16u + 4u;
 
 layout(std430, set = 0, binding = 5) readonly buffer Scales { float scales[]; };
 float b_scale = 1.0;  // an fp8 B's head's, set once in main
@@ -64,64 +59,60 @@ float b_scale = 1.0;  // an fp8 B's head's, set once in main
 
 layout(std430, set = 0, binding = 4) readonly buffer Addend { float addend[]; };  // fp32 bias or residual
 
-CM_OPERAND_TILE(tile_a, SLICE_ELEMENTS);   // A [m][k], Aᵀ [k][m]
-CM_OPERAND_TILE(tile_b, SLICE_ELEMENTS);   // B [k][n], Bᵀ [n][k]
-CM_ACC_TILE(tile_c, NSG * 16u * PITCH_C);  // [subgroup][16 rows][16 columns]: one accumulator leaving
+// Scalar f16 tiles: as 16-byte words (CM_OPERAND_TILE) this kernel ran 10% slower on an H100 (81
+// against 90 TFLOP/s at 8,192³; session 23), unlike flash_coopmat.comp.
+CM_OPERAND_TILE_SCALAR(tile_a, BM * PITCH_A);       // [m][k]
+CM_OPERAND_TILE_SCALAR(tile_b, BK * PITCH_B);       // [k][n]
+CM_ACC_TILE_SCALAR(tile_c, NSG * 16u * PITCH_C);  // [subgroup][16 rows][16 columns]: one accumulator leaving
 
 uint b_, h_, hb_, row_begin, row_end, tile_row, tile_col;
 
-// 4 elements of a row from `index`, `valid` of them real (the rest zero), rounded.
-CM_ELEM4 fetch4_a(uint index, uint valid) { return CM_TO_ELEM4(valid > 0u ? load_a4(index, min(valid, 4u)) : vec4(0.0)); }
-CM_ELEM4 fetch4_b(uint index, uint valid) { return CM_TO_ELEM4(valid > 0u ? load_b4(index, min(valid, 4u)) : vec4(0.0)); }
-
-// Slice chunk e (of A_CHUNKS): 8 elements of a staged row, row e / (A_RUN/8), from element
-// 8·(e % (A_RUN/8)); zeros past K, M, the chunk count or the slice. fetch_a loads them as lo and hi;
-// put_a stores them where fetch_a found them.
-void fetch_a(uint e, uint k0, out CM_ELEM4 lo, out CM_ELEM4 hi) {
-    const uint r = e / (A_RUN / 8u), x = 8u * (e % (A_RUN / 8u));
-    uint index = 0u, valid = 0u;  // the first element, and how many of the 8 exist
-    if (A_TRANSPOSED) {  // row k, columns m
-        const uint k = k0 + r, m = tile_row + x;
-        if (e < A_CHUNKS && k < P.K && m < row_end) {
-            index = tensor_index(P.a, b_, h_, k) + m;
-            valid = row_end - m;
-        }
-    } else {  // row m, columns k
-        const uint m = tile_row + r, k = k0 + x;
-        if (e < A_CHUNKS && m < row_end && k < P.K) {
-            index = tensor_index(P.a, b_, h_, m) + k;
-            valid = P.K - k;
-        }
-    }
-    lo = fetch4_a(index, valid);
-    hi = fetch4_a(index + 4u, valid > 4u ? valid - 4u : 0u);
-}
-void put_a(uint e, CM_ELEM4 lo, CM_ELEM4 hi) {
-    if (e < A_CHUNKS) CM_PUT8(tile_a, (e / (A_RUN / 8u)) * PITCH_A + 8u * (e % (A_RUN / 8u)), lo, hi);
-}
-
-// Slice chunk e of B: Bᵀ (stored [N][K]) rows n along K, B rows k along N.
-void fetch_b(uint e, uint k0, out CM_ELEM4 lo, out CM_ELEM4 hi) {
-    const uint r = e / (B_RUN / 8u), x = 8u * (e % (B_RUN / 8u));
-    uint index = 0u, valid = 0u;
-    if (B_TRANSPOSED) {
-        const uint n = tile_col + r, k = k0 + x;
-        if (e < B_CHUNKS && n < P.N && k < P.K) {
-            index = tensor_index(P.b, b_, hb_, n) + k;
-            valid = P.K - k;
-        }
+// Slice chunk e (of BM·BK/4) of A: 4 elements along K (row e / (BK/4)), or for Aᵀ along M
+// (k e / (BM/4), rows 4·(e % (BM/4))..+3); zeros past K, M, the chunk or the slice. fetch_a loads and
+// rounds them; put_a stores them where fetch_a found them.
+CM_ELEM4 fetch_a(uint e, uint k0) {
+    vec4 v = vec4(0.0);
+    if (A_TRANSPOSED) {
+        const uint k = k0 + e / (BM / 4u), m = tile_row + 4u * (e % (BM / 4u));
+        if (e < BM * BK / 4u && k < P.K && m < row_end) v = load_a4(tensor_index(P.a, b_, h_, k) + m, row_end - m);
     } else {
-        const uint k = k0 + r, n = tile_col + x;
-        if (e < B_CHUNKS && k < P.K && n < P.N) {
-            index = tensor_index(P.b, b_, hb_, 0u) + k * P.b.stride.z + n;
-            valid = P.N - n;
-        }
+        const uint m = tile_row + e / (BK / 4u), k = k0 + 4u * (e % (BK / 4u));
+        if (e < BM * BK / 4u && m < row_end && k < P.K) v = load_a4(tensor_index(P.a, b_, h_, m) + k, P.K - k);
     }
-    lo = fetch4_b(index, valid);
-    hi = fetch4_b(index + 4u, valid > 4u ? valid - 4u : 0u);
+    return CM_TO_ELEM4(v);
 }
-void put_b(uint e, CM_ELEM4 lo, CM_ELEM4 hi) {
-    if (e < B_CHUNKS) CM_PUT8(tile_b, (e / (B_RUN / 8u)) * PITCH_B + 8u * (e % (B_RUN / 8u)), lo, hi);
+void put_a(uint e, CM_ELEM4 v) {
+    if (e >= BM * BK / 4u) return;
+    if (A_TRANSPOSED) {
+        const uint k = e / (BM / 4u), m4 = e % (BM / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_a[(4u * m4 + c) * PITCH_A + k] = v[c];
+    } else {
+        const uint r = e / (BK / 4u), k4 = e % (BK / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_a[r * PITCH_A + 4u * k4 + c] = v[c];
+    }
+}
+
+// Slice chunk e of B: Bᵀ (stored [N][K]) along K (column e / (BK/4)), B along N (k e / (BN/4)).
+CM_ELEM4 fetch_b(uint e, uint k0) {
+    vec4 v = vec4(0.0);
+    if (B_TRANSPOSED) {
+        const uint n = tile_col + e / (BK / 4u), k = k0 + 4u * (e % (BK / 4u));
+        if (e < BK * BN / 4u && n < P.N && k < P.K) v = load_b4(tensor_index(P.b, b_, hb_, n) + k, P.K - k);
+    } else {
+        const uint k = k0 + e / (BN / 4u), n = tile_col + 4u * (e % (BN / 4u));
+        if (e < BK * BN / 4u && k < P.K && n < P.N) v = load_b4(tensor_index(P.b, b_, hb_, 0u) + k * P.b.stride.z + n, P.N - n);
+    }
+    return CM_TO_ELEM4(v);
+}
+void put_b(uint e, CM_ELEM4 v) {
+    if (e >= BK * BN / 4u) return;
+    if (B_TRANSPOSED) {
+        const uint n = e / (BK / 4u), k4 = e % (BK / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_b[(4u * k4 + c) * PITCH_B + n] = v[c];
+    } else {
+        const uint kr = e / (BN / 4u), n4 = e % (BN / 4u);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) tile_b[kr * PITCH_B + 4u * n4 + c] = v[c];
+    }
 }
 
 void main() {
@@ -142,31 +133,25 @@ void main() {
     [[unroll]] for (uint t = 0u; t < TT * TT; ++t) CM_FILL(acc[t], 0.0);
 
     // The slices: ceil(K / BK), within the loop budget the callers keep (4·budget elements of K).
-    CM_ELEM4 a_lo[A_STEPS];
-    CM_ELEM4 a_hi[A_STEPS];
-    CM_ELEM4 b_lo[B_STEPS];
-    CM_ELEM4 b_hi[B_STEPS];
-    CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) fetch_a(tid + st * WG, 0u, a_lo[st], a_hi[st]);
-    CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) fetch_b(tid + st * WG, 0u, b_lo[st], b_hi[st]);
+    CM_ELEM4 a_chunks[A_STEPS];
+    CM_ELEM4 b_chunks[B_STEPS];
+    CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) a_chunks[st] = fetch_a(tid + st * WG, 0u);
+    CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) b_chunks[st] = fetch_b(tid + st * WG, 0u);
     for (uint k0 = 0u; k0 < P.K; k0 += BK) {
         barrier();  // the previous slice's products are done with the tiles
-        CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) put_a(tid + st * WG, a_lo[st], a_hi[st]);
-        CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) put_b(tid + st * WG, b_lo[st], b_hi[st]);
+        CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) put_a(tid + st * WG, a_chunks[st]);
+        CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) put_b(tid + st * WG, b_chunks[st]);
         barrier();
         if (k0 + BK < P.K) {  // the next slice's loads, in flight during these products
-            CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) fetch_a(tid + st * WG, k0 + BK, a_lo[st], a_hi[st]);
-            CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) fetch_b(tid + st * WG, k0 + BK, b_lo[st], b_hi[st]);
+            CM_LOOP for (uint st = 0u; st < A_STEPS; ++st) a_chunks[st] = fetch_a(tid + st * WG, k0 + BK);
+            CM_LOOP for (uint st = 0u; st < B_STEPS; ++st) b_chunks[st] = fetch_b(tid + st * WG, k0 + BK);
         }
         CM_LOOP for (uint kk = 0u; kk < BK; kk += 16u) {
             CmA a[TT];
-            CM_LOOP for (uint i = 0u; i < TT; ++i) {
-                if (A_TRANSPOSED) CM_LOAD_AT(a[i], tile_a, kk * PITCH_A + sub_row + 16u * i, PITCH_A);
-                else CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A + kk, PITCH_A);
-            }
+            CM_LOOP for (uint i = 0u; i < TT; ++i) CM_LOAD_A(a[i], tile_a, (sub_row + 16u * i) * PITCH_A + kk, PITCH_A);
             CM_LOOP for (uint j = 0u; j < TT; ++j) {
                 CmB b;
-                if (B_TRANSPOSED) CM_LOAD_BT(b, tile_b, (sub_col + 16u * j) * PITCH_B + kk, PITCH_B);
-                else CM_LOAD_B(b, tile_b, kk * PITCH_B + sub_col + 16u * j, PITCH_B);
+                CM_LOAD_B(b, tile_b, kk * PITCH_B + sub_col + 16u * j, PITCH_B);
                 CM_LOOP for (uint i = 0u; i < TT; ++i) CM_MUL_ADD(acc[i * TT + j], a[i], b, tile_b);
             }
         }
@@ -187,7 +172,7 @@ void main() {
             if (row >= row_end || row >= P.M || col >= P.N) continue;
             const uint c_row = tensor_index(P.c, b_, h_, row);
             const float add = ADD == 1u ? addend[col] : ADD == 2u ? addend[tensor_index(P.residual, b_, h_, row) + col] : 0.0;
-            store_out(c_row + col, layout_ok ? alpha * CM_AT(tile_c, c_base + r * PITCH_C + c) + add : uintBitsToFloat(0x7fc00000u));
+            store_out(c_row + col, layout_ok ? alpha * tile_c[c_base + r * PITCH_C + c] + add : uintBitsToFloat(0x7fc00000u));
         }
     }
 }

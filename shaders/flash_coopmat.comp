@@ -10,8 +10,10 @@
 //   workgroup = NSG subgroups of SG lanes; each subgroup owns 16 query rows (Br = 16·NSG, ρ as
 //   flash.comp's) and, in registers, their Q as DKT operands (read once) and their O as OT
 //   accumulators of 16 columns (OC = 16·OT per column pass).
-//   Per key tile of BC keys: the workgroup stages K [key][d] as f16; each subgroup multiplies its Q
-//   by BC/16 column blocks of Kᵀ and stores S to its own fp32 tile in shared memory, where its
+//   Per key tile of BC keys: the workgroup stages K [key][d] as f16 from registers loaded a phase
+//   earlier (during the previous tile's P·V; V's during S and the softmax: STEPS chunks of 8 per
+//   invocation, one uvec4 each where WIDE); each subgroup multiplies its Q by BC/16 column blocks
+//   of Kᵀ (two chains of products, even and odd d-tiles) and stores S to its own fp32 tile, where its
 //   lanes (SLANES per row, or SROWS rows per lane) apply scale, softcap, masks, ALiBi and dropout
 //   and the online softmax, writing P as f16. Rows whose maximum moved rescale O: their factors
 //   go to shared memory as a 16 × 16 tile (a row's factor in every column), come back as an
@@ -44,6 +46,7 @@ layout(constant_id = 10) const uint POOLS = 1;
 layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
+layout(constant_id = 14) const bool WIDE = false;  // f16 K/V, dense, every row on 16 bytes: a chunk is one uvec4
 
 #include "common/coopmat.glsl"
 
@@ -63,6 +66,9 @@ const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 
 #include "common/tile_operands.glsl"
+// K's and V's bindings again as 16-byte words, for the WIDE loads (Vulkan lets variables alias a binding).
+layout(std430, set = 0, binding = 2) readonly buffer KWords4 { uvec4 k_words4[]; };
+layout(std430, set = 0, binding = 3) readonly buffer VWords4 { uvec4 v_words4[]; };
 
 // The softmax's loops over a lane's keys: unrolled in the portable implementation, whose loop budget
 // (lavapipe's; coopmat_loops_per_tile) counts them as unrolled; the compiler's choice on the units,
@@ -83,6 +89,24 @@ CM_OPERAND_TILE(kv_tile, KV_ROWS * PITCH_KV);  // [key or row][d or column]
 CM_ACC_TILE(s_tile, NSG * 16u * PITCH_S);       // [subgroup][row][key]
 CM_OPERAND_TILE(p_tile, NSG * 16u * PITCH_P);   // [subgroup][row][key]
 shared uint wg_first, wg_end;                 // the workgroup's key range
+
+// A K/V tile's staging: chunks of 8 elements (a row's d or columns 8c..8c+7), STEPS per invocation,
+// every chunk of a tile loaded into registers before the first is stored, a tile ahead (K's loads
+// in flight during the previous tile's P·V, V's during S and the softmax).
+const uint K_CHUNKS = BC * DKP / 8u, V_CHUNKS = BC * OC / 8u;
+const uint STEPS = ((K_CHUNKS > V_CHUNKS ? K_CHUNKS : V_CHUNKS) + WG - 1u) / WG;
+CM_ELEM4 stage_lo[STEPS];
+CM_ELEM4 stage_hi[STEPS];
+// 8 f16 values of a 16-byte word as two operand vectors.
+void wide_values(uvec4 w, out CM_ELEM4 lo, out CM_ELEM4 hi) {
+#ifdef CM_KHR
+    lo = f16vec4(unpackFloat2x16(w.x), unpackFloat2x16(w.y));
+    hi = f16vec4(unpackFloat2x16(w.z), unpackFloat2x16(w.w));
+#else
+    lo = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+    hi = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+#endif
+}
 
 void main() {
     const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID, inv = gl_LocalInvocationIndex;
@@ -172,6 +196,32 @@ void main() {
     const uint v_head = tensor_index(P.v, b, hk, k0_row), v_stride = P.v.stride.z;
     const uint col_base = P.first_column;
 
+    // A tile's K (or V) chunks into the staging registers: 16-byte words where WIDE, else 4 elements
+    // at a time through the typed loaders (any type, any alignment, paged pools); zeros past Dk (Dv).
+#define FETCH_K(kb_)                                                                                      \
+    CM_LOOP for (uint st = 0u; st < STEPS; ++st) {                                                        \
+        const uint e = min(inv + st * WG, K_CHUNKS - 1u), key = e / (DKP / 8u), d = 8u * (e % (DKP / 8u)); \
+        const uvec2 at = K_ROW(min((kb_) + key, key_last));                                               \
+        if (WIDE) {                                                                                       \
+            wide_values(d < Dk ? k_words4[(at.y + d) / 8u] : uvec4(0u), stage_lo[st], stage_hi[st]);     \
+        } else {                                                                                          \
+            stage_lo[st] = CM_TO_ELEM4(d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0));             \
+            stage_hi[st] = CM_TO_ELEM4(d + 4u < Dk ? load_k4(at.x, at.y + d + 4u, Dk - d - 4u) : vec4(0.0)); \
+        }                                                                                                 \
+    }
+#define FETCH_V(kb_)                                                                                       \
+    CM_LOOP for (uint st = 0u; st < STEPS; ++st) {                                                         \
+        const uint e = min(inv + st * WG, V_CHUNKS - 1u), key = e / (OC / 8u), col = col_base + 8u * (e % (OC / 8u)); \
+        const uvec2 at = V_ROW(min((kb_) + key, key_last));                                                \
+        if (WIDE) {                                                                                        \
+            wide_values(col < Dv ? v_words4[(at.y + col) / 8u] : uvec4(0u), stage_lo[st], stage_hi[st]);  \
+        } else {                                                                                           \
+            stage_lo[st] = CM_TO_ELEM4(col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0));        \
+            stage_hi[st] = CM_TO_ELEM4(col + 4u < Dv ? load_v4(at.x, at.y + col + 4u, Dv - col - 4u) : vec4(0.0)); \
+        }                                                                                                  \
+    }
+    if (k_begin < k_end) FETCH_K(k_begin);
+
     float m[SROWS], l[SROWS];
     [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
         m[t] = MASKED;
@@ -184,25 +234,32 @@ void main() {
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * BC)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
         barrier();  // every subgroup is done with the previous tile's V (and Q's staging)
-        for (uint e = inv; e < BC * DKP / 8u; e += WG) {
-            const uint key = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
-            const uvec2 at = K_ROW(min(kb + key, key_last));
-            const vec4 lo = d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0);
-            const vec4 hi = d + 4u < Dk ? load_k4(at.x, at.y + d + 4u, Dk - d - 4u) : vec4(0.0);
-            CM_PUT8(kv_tile, key * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+        CM_LOOP for (uint st = 0u; st < STEPS; ++st) {
+            const uint e = inv + st * WG;
+            if (e < K_CHUNKS) CM_PUT8(kv_tile, (e / (DKP / 8u)) * PITCH_KV + 8u * (e % (DKP / 8u)), stage_lo[st], stage_hi[st]);
         }
         barrier();
+        FETCH_V(kb);
         // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile. The key blocks stay a loop
         // (only the operand arrays' loops unroll): unrolled, NVIDIA's compiler hoisted every
         // block's K operands and ran out of registers (255 and spills; session 22's statistics).
+        // Two accumulators, even and odd d-tiles, so that two chains of products are in flight.
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmAcc s;
             CM_FILL(s, 0.0);
-            CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) {
+            CmAcc s_odd;
+            CM_FILL(s_odd, 0.0);
+            CM_LOOP for (uint dt = 0u; dt < DKT; dt += 2u) {
                 CmB k_op;
                 CM_LOAD_BT(k_op, kv_tile, 16u * kt * PITCH_KV + 16u * dt, PITCH_KV);
                 CM_MUL_ADD(s, q_ops[dt], k_op, kv_tile);
+                if (dt + 1u < DKT) {
+                    CmB k_op_odd;
+                    CM_LOAD_BT(k_op_odd, kv_tile, 16u * kt * PITCH_KV + 16u * (dt + 1u), PITCH_KV);
+                    CM_MUL_ADD(s_odd, q_ops[dt + 1u], k_op_odd, kv_tile);
+                }
             }
+            CM_ADD(s, s_odd);
             CM_STORE(s, s_tile, s_base + 16u * kt, PITCH_S);
         }
         subgroupMemoryBarrierShared();
@@ -273,16 +330,14 @@ void main() {
             CM_LOOP for (uint ot = 0u; ot < OT; ++ot) CM_MUL_ELEMENTS(o[ot], factors);
         }
 
-        // O += P·V for this pass's columns, V staged where K was.
+        // O += P·V for this pass's columns, V staged where K was; the next tile's K loads meanwhile.
         barrier();  // every subgroup is done with K; P is written
-        for (uint e = inv; e < BC * OC / 8u; e += WG) {
-            const uint key = e / (OC / 8u), col = col_base + 8u * (e % (OC / 8u));
-            const uvec2 at = V_ROW(min(kb + key, key_last));
-            const vec4 lo = col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0);
-            const vec4 hi = col + 4u < Dv ? load_v4(at.x, at.y + col + 4u, Dv - col - 4u) : vec4(0.0);
-            CM_PUT8(kv_tile, key * PITCH_KV + col - col_base, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+        CM_LOOP for (uint st = 0u; st < STEPS; ++st) {
+            const uint e = inv + st * WG;
+            if (e < V_CHUNKS) CM_PUT8(kv_tile, (e / (OC / 8u)) * PITCH_KV + 8u * (e % (OC / 8u)), stage_lo[st], stage_hi[st]);
         }
         barrier();
+        if (kb + BC < k_end) FETCH_K(kb + BC);
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmA p_op;
             CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);

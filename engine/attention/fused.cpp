@@ -43,7 +43,12 @@ public:
         if (keys.split_mode())
             report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
         if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
-        if (config.decode && !operands.paged) {
+        // The decode kernel's loads of every type, and the cooperative-matrix kernel's of f16 K/V
+        // (its 16-byte chunks are 8 f16 elements; CoopmatLayout::wide_loads), come as single uvec4s
+        // where every row allows.
+        const bool wide_type = config.decode || (config.coopmat && config.coopmat->wide_loads() && p.k_dtype == DType::f16 &&
+                                                 p.v_dtype == DType::f16);
+        if (wide_type && !operands.paged) {
             // Every binding's rows start where the whole tensor's do, modulo the chunk (slices begin
             // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
             const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
@@ -72,7 +77,7 @@ public:
         const vk::Kernel& flash =
             config_.decode ? flash_decode_kernel(runtime_, config_, operand_types(p), wide_loads(d), pools)
             : config_.tile    ? flash_tile_kernel(runtime_, config_, operand_types(p), split, pools)
-            : config_.coopmat ? flash_coopmat_kernel(runtime_, config_, operand_types(p), split, pools)
+            : config_.coopmat ? flash_coopmat_kernel(runtime_, config_, operand_types(p), split, pools, wide_dense_)
                               : flash_kernel(runtime_, config_, operand_types(p), split, pools);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
@@ -201,7 +206,7 @@ private:
     FusedConfig config_;
     FusedPlanner planner_;
     FusedPlanner::Plan plan_;
-    bool wide_dense_ = false;  // decode: every dense K and V row on 16 bytes (wide_loads)
+    bool wide_dense_ = false;  // decode, coopmat (f16): every dense K and V row on 16 bytes (wide_loads)
 };
 
 }  // namespace

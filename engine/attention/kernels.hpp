@@ -42,9 +42,10 @@ const vk::Kernel& flash_decode_kernel(Runtime& runtime, const FusedConfig& confi
 // flash_tile.comp (config.tile set): O as q's type, or fp32 partials for combine.comp (`split`).
 const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
                                     std::uint32_t paged_pools = 0);
-// flash_coopmat.comp (config.coopmat set): O as q's type, or fp32 partials (`split`).
+// flash_coopmat.comp (config.coopmat set): O as q's type, or fp32 partials (`split`); `wide`: f16 K
+// and V whose rows all start on 16 bytes and hold whole 8-element chunks (one uvec4 load each).
 const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& config, const OperandTypes& types, bool split,
-                                       std::uint32_t paged_pools = 0);
+                                       std::uint32_t paged_pools = 0, bool wide = false);
 const vk::Kernel& combine_kernel(Runtime& runtime, DType dtype);
 // The backward kernels (docs/design/TRAINING.md): Δ over o and dO of `o` dtype; the sinks'
 // gradient; dQ stored as q's type; dK and dV as k's and v's.

@@ -85,13 +85,11 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 }
 
 std::uint64_t BmmConfig::shared_bytes() const {
-    // bmm_coopmat.comp: A's and B's slices, each sized for either layout (BM×(BK+8) as the
-    // operand lies along K, BK×(BM+8) across it; f16 on the units, fp32 holding f16 values in the
-    // portable implementation), and 4 subgroups' 16×20 fp32 staging tiles for C.
+    // bmm_coopmat.comp: A's BM×(BK+8) and B's BK×(BN+8) slices (f16 on the units; fp32 holding
+    // f16 values in the portable implementation) and 4 subgroups' 16×20 fp32 staging tiles for C.
     if (coopmat) {
         const std::uint64_t depth = coopmat_depth, side = block_rows();
-        const std::uint64_t slice = std::max(side * (depth + 8), depth * (side + 8));
-        return std::uint64_t{coopmat_operand_bytes(units)} * 2 * slice + 4ull * 4 * 16 * 20;
+        return std::uint64_t{coopmat_operand_bytes(units)} * (side * (depth + 8) + depth * (side + 8)) + 4ull * 4 * 16 * 20;
     }
     if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
     return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;

@@ -10,11 +10,13 @@
 // The tiles (declared with these macros at global scope; every offset and stride below counts
 // elements, f16 operands or fp32 values, whatever the tile's declared type):
 //   CM_OPERAND_TILE(name, n)    n f16 operands (n a multiple of 8) as 16-byte words on the units
-//                               (uvec4): every matrix load is then provably 16-byte aligned, which
-//                               NVIDIA's compiler needs for its wide shared loads (session 23);
-//                               written 8 (CM_PUT8) or 2 (CM_PUT2) elements at a time
+//                               (uvec4), so that every matrix load is 16-byte aligned by its type,
+//                               as NVIDIA's own sample declares its tiles; written 8 (CM_PUT8) or 2
+//                               (CM_PUT2) elements at a time. flash_coopmat.comp ran 15-25% faster
+//                               so on an H100 (session 23), bmm_coopmat.comp 10% slower.
 //   CM_OPERAND_TILE_SCALAR(name, n)  n f16 operands as f16 scalars, written one at a time with
-//                               name[i] = CM_TO_ELEM(x) (the backward's transposed writes)
+//                               name[i] = CM_TO_ELEM(x) (the GEMM's; the backward's transposed W
+//                               and dS)
 //   CM_ACC_TILE(name, n)        n fp32 values as vec4 (n a multiple of 4) on the units; elements
 //                               read and written with CM_AT(name, i)
 //   CM_ACC_TILE_SCALAR(name, n) n fp32 values as floats, indexed directly
@@ -25,8 +27,6 @@
 //   CmA a; CmB b; CmAcc c;              the types: A 16×16 (rows × k), B 16×16 (k × columns), C
 //   CM_FILL(c, value)                   every element of c = value
 //   CM_LOAD_A(a, tile, offset, stride)  A's element (i, k) = tile[offset + i·stride + k] (row-major)
-//   CM_LOAD_AT(a, tile, offset, stride) A's element (i, k) = tile[offset + k·stride + i] (A stored
-//                                       transposed, as a GEMM's Aᵀ operand)
 //   CM_LOAD_B(b, tile, offset, stride)  B's element (k, j) = tile[offset + k·stride + j] (row-major)
 //   CM_LOAD_BT(b, tile, offset, stride) B's element (k, j) = tile[offset + j·stride + k] (B stored
 //                                       transposed, as K's rows are for S = Q·Kᵀ)
@@ -35,6 +35,7 @@
 //   CM_SCALE(c, s)                      c *= s (a uniform scalar)
 //   CM_MUL_ELEMENTS(c, d)               c's element (i, j) *= d's (i, j), both accumulators: a
 //                                       per-row rescale is c times a CM_LOAD_ACC of the row factors
+//   CM_ADD(c, d)                        c += d, both accumulators
 //   CM_STORE(c, tile, offset, stride)   tile[offset + i·stride + j] = c's element (i, j), fp32
 //   CM_PUT8(tile, i, lo, hi)            an operand tile's elements i..i+7 (i a multiple of 8) = lo
 //                                       and hi, two CM_ELEM4 (already rounded by CM_TO_ELEM4)
@@ -92,13 +93,13 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CM_FILL(c, value) c = CmAcc(value)
 #define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
 #define CM_LOAD_A(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define CM_LOAD_AT(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
 #define CM_LOAD_B(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_BT(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
 #define CM_LOAD_ACC(c, tile, offset, stride) CM_LOAD_(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_MUL_ADD(c, a, b, tile_b) c = coopMatMulAdd(a, b, c)
 #define CM_SCALE(c, s) c = c * float(s)
 #define CM_MUL_ELEMENTS(c, d) c = c * (d)
+#define CM_ADD(c, d) c = c + (d)
 #define CM_STORE(c, tile, offset, stride) \
     coopMatStore(c, tile, (offset) / tile##_unit, (stride) / tile##_unit, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_PUT8(tile, i, lo, hi) \
@@ -167,10 +168,6 @@ float cm_round_f16(float x) {
     [[unroll]] for (uint cm_t = 0u; cm_t < CM_RPL; ++cm_t)                                                  \
         [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
             a.v[cm_t * CM_DIM + cm_k] = float(tile[(offset_) + CM_ROW(cm_t) * (stride_) + cm_k])
-#define CM_LOAD_AT(a, tile, offset_, stride_)                                                      \
-    [[unroll]] for (uint cm_t = 0u; cm_t < CM_RPL; ++cm_t)                                         \
-        [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
-            a.v[cm_t * CM_DIM + cm_k] = float(tile[(offset_) + cm_k * (stride_) + CM_ROW(cm_t)])
 #define CM_LOAD_B(b, tile, offset_, stride_) b = CmB(offset_, stride_, 1u)
 #define CM_LOAD_BT(b, tile, offset_, stride_) b = CmB(offset_, 1u, stride_)
 #define CM_LOAD_ACC(c, tile, offset_, stride_)                                                     \
@@ -191,6 +188,8 @@ float cm_round_f16(float x) {
     [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) c.v[cm_s] *= float(s)
 #define CM_MUL_ELEMENTS(c, d)                                         \
     [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) c.v[cm_s] *= d.v[cm_s]
+#define CM_ADD(c, d)                                                  \
+    [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s) c.v[cm_s] += d.v[cm_s]
 #define CM_STORE(c, tile, offset_, stride_)                                                        \
     [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s)                                       \
         tile[(offset_) + CM_ROW(cm_s / CM_CPL) * (stride_) + CM_COL(cm_s % CM_CPL)] = c.v[cm_s]

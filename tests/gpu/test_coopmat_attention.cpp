@@ -128,3 +128,25 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
         CHECK(e.argument() == "variant.tile_keys");
     }
 }
+
+TEST_CASE("coopmat kernel: f16 K/V rows on 16 bytes load a uvec4 per 8 elements, others 4 at a time", "[gpu][coopmat][wide]") {
+    if (!device_caps().fp16_storage) return;  // f16 storage is what it loads
+    // Several key tiles, so that every tile's K comes from the loads issued during the previous
+    // tile's P·V (the case the units got wrong at 7-8 d-tiles with uvec4 loads); GQA and a causal
+    // diagonal on the way. D 64 and 96: whole chunks on 16 bytes; D 100: rows of 200 bytes.
+    const std::int64_t d = GENERATE(64, 96, 100);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    Case c = coopmat_case(impl, DType::f16);
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 70;
+    c.Nkv = 333;
+    c.Dk = c.Dv = d;
+    c.causal = Causal::bottom_right;
+    INFO("D " << d);
+    const AttentionReport r = expect_coopmat(c);
+    const detail::FusedConfig config = fused_config(c);
+    REQUIRE(config.coopmat);
+    const bool wide = d % 8 == 0 && config.coopmat->wide_loads();
+    CHECK_THAT(r.variant, Catch::Contains(wide ? " loads=16B" : " loads=words"));
+}

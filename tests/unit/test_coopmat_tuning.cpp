@@ -136,12 +136,26 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     CHECK(c->coopmat->keys == 64);
     CHECK(c->coopmat->shared_bytes(c->subgroups) == 44040);
     CHECK_THAT(c->describe(), Catch::Contains(" units"));
-    // D = 256 still fits, with 32-key tiles.
-    const auto wide = fused_for(caps, problem(1, 8, 8, 4096, 4096, 256, 256, DType::f16), {.fused_kernel = FusedKernel::coopmat});
-    REQUIRE(wide);
-    CHECK(wide->rows_per_workgroup() == 64);
-    CHECK(wide->coopmat->keys == 32);
-    CHECK(wide->coopmat->shared_bytes(wide->subgroups) <= 49152);
+    // 16-byte K/V loads up to 6 d-tiles and column tiles (CoopmatLayout::wide_loads).
+    CHECK_FALSE(c->coopmat->wide_loads());
+    CHECK(fused_for(caps, problem(1, 8, 8, 4096, 4096, 96, 96, DType::f16), {.fused_kernel = FusedKernel::coopmat})->coopmat->wide_loads());
+    // Heads past 128 are refused there (wrong on NVIDIA's driver), by name; unforced they take the
+    // tile kernel.
+    try {
+        (void)fused_for(caps, problem(1, 8, 8, 4096, 4096, 256, 256, DType::f16), {.fused_kernel = FusedKernel::coopmat});
+        FAIL("D = 256 on the units was taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.fused_kernel");
+        CHECK_THAT(e.what(), Catch::Contains("up to 128") && Catch::Contains("Dk = 256"));
+    }
+    caps.maximal_reconvergence = true;
+    Problem d256 = problem(1, 8, 8, 4096, 4096, 256, 256, DType::f16);
+    d256.k_dtype = d256.v_dtype = DType::f16;
+    const auto unforced = fused_for(caps, d256, {});
+    REQUIRE(unforced);
+    CHECK_FALSE(unforced->coopmat);
+    CHECK(unforced->tile);
+    caps.maximal_reconvergence = false;
     // The GEMM ceiling's products run there too.
     const BmmConfig gemm = choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat});
     CHECK(gemm.units);
