@@ -23,6 +23,7 @@ std::string CoopmatBackwardLayout::describe() const {
 CoopmatBackwardLayout choose_coopmat_backward(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                               const Problem& p) {
     require_f16_operands(p, "the cooperative-matrix backward", "the default kernels");
+    refuse_wide_heads_on_units(caps, p, "the cooperative-matrix backward", "the default kernels");
     CoopmatBackwardLayout t;
     t.units = caps.matrix_units;
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
@@ -55,7 +56,7 @@ std::int64_t products(std::int64_t tiles, std::int64_t inner, std::uint32_t subg
 
 std::int64_t coopmat_backward_loops_per_key_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
     const std::int64_t lanes = std::int64_t{subgroup} * subgroups, tiles = t.tile / 16;
-    const std::int64_t stage = ceil_div(t.tile * 16 * t.dv_tiles / 4, lanes) + ceil_div(t.tile * 16 * t.dk_tiles / 4, lanes);
+    const std::int64_t stage = ceil_div(t.tile * 16 * t.dv_tiles / 8, lanes) + ceil_div(t.tile * 16 * t.dk_tiles / 8, lanes);
     const std::int64_t elementwise = std::max<std::int64_t>(1, 16 / subgroup) * t.tile / std::max<std::uint32_t>(1, subgroup / 16);
     return 4 + stage + products(tiles, t.dv_tiles, subgroup) + products(tiles, t.dk_tiles, subgroup) + elementwise +
            products(tiles, t.column_tiles, subgroup);

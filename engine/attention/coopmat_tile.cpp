@@ -82,6 +82,13 @@ bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
            p.v_dtype == DType::f16;
 }
 
+void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, const std::string& kernel, const std::string& instead) {
+    if (caps.matrix_units && (p.Dk > 128 || p.Dv > 128))
+        throw InvalidArgument("variant.fused_kernel", "on the matrix units " + kernel + " takes heads up to 128 wide (Dk = " +
+                                                          std::to_string(p.Dk) + ", Dv = " + std::to_string(p.Dv) +
+                                                          "): wider ones gave wrong results on NVIDIA's driver; use " + instead + ".");
+}
+
 void require_f16_operands(const Problem& p, const std::string& kernel, const std::string& instead) {
     for (const DType t : {p.dtype, p.k_dtype, p.v_dtype})
         if (t == DType::bf16)
@@ -93,14 +100,7 @@ FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Prob
     require_f16_operands(p, "the cooperative-matrix kernel", "the tile kernel");
     std::uint32_t subgroups = 4;
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
-    // Heads past 128 (Dk, or Dv's one column pass) gave wrong results on the units: check's D = 256
-    // case, 16% error on NVIDIA's 580 driver (H100 and H200, session 23), with the kernel before and
-    // after that session's changes; the portable implementation passes it. Not yet understood, so
-    // refused there: the tile kernel serves them.
-    if (c.coopmat->units && (p.Dk > 128 || p.Dv > 128))
-        throw InvalidArgument("variant.fused_kernel", "on the matrix units the cooperative-matrix kernel takes heads up to 128 "
-                                                      "wide (Dk = " + std::to_string(p.Dk) + ", Dv = " + std::to_string(p.Dv) +
-                                                      "): wider ones gave wrong results on NVIDIA's driver; use the tile kernel.");
+    refuse_wide_heads_on_units(caps, p, "the cooperative-matrix kernel", "the tile kernel");
     c.subgroups = subgroups;
     c.rows = 16;
     c.staged = false;

@@ -77,19 +77,15 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CmA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define CmB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define CmAcc coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-// A tile's elements per declared element: the loads' offsets and strides count declared elements.
-#define CM_OPERAND_TILE(name, n) \
-    shared uvec4 name[(n) / 8u]; \
-    const uint name##_unit = 8u
-#define CM_OPERAND_TILE_SCALAR(name, n) \
-    shared float16_t name[n];           \
-    const uint name##_unit = 1u
-#define CM_ACC_TILE(name, n)    \
-    shared vec4 name[(n) / 4u]; \
-    const uint name##_unit = 4u
-#define CM_ACC_TILE_SCALAR(name, n) \
-    shared float name[n];           \
-    const uint name##_unit = 1u
+// A tile of n elements declared as `type`, `unit` elements each: the loads' offsets and strides
+// count declared elements, name##_unit converts.
+#define CM_TILE_(type, name, n, unit) \
+    shared type name[(n) / (unit)];   \
+    const uint name##_unit = unit
+#define CM_OPERAND_TILE(name, n) CM_TILE_(uvec4, name, n, 8u)
+#define CM_OPERAND_TILE_SCALAR(name, n) CM_TILE_(float16_t, name, n, 1u)
+#define CM_ACC_TILE(name, n) CM_TILE_(vec4, name, n, 4u)
+#define CM_ACC_TILE_SCALAR(name, n) CM_TILE_(float, name, n, 1u)
 #define CM_FILL(c, value) c = CmAcc(value)
 #define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
 #define CM_LOAD_A(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)

@@ -148,6 +148,16 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
         CHECK(e.argument() == "variant.fused_kernel");
         CHECK_THAT(e.what(), Catch::Contains("up to 128") && Catch::Contains("Dk = 256"));
     }
+    // The backward's, forced, alike.
+    try {
+        const auto q256 = bhnd(8, 4096, 256);
+        (void)choose_backward(caps, problem(1, 8, 8, 4096, 4096, 256, 256, DType::f16), q256, q256, q256, q256,
+                              {.fused_kernel = FusedKernel::coopmat}, nullptr);
+        FAIL("the backward at D = 256 on the units was taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.fused_kernel");
+        CHECK_THAT(e.what(), Catch::Contains("backward") && Catch::Contains("up to 128"));
+    }
     caps.maximal_reconvergence = true;
     Problem d256 = problem(1, 8, 8, 4096, 4096, 256, 256, DType::f16);
     d256.k_dtype = d256.v_dtype = DType::f16;
