@@ -100,7 +100,7 @@ const uint CM_DIM = 16u;  // M = N = K
     coopMatStore(c, tile, (offset) / tile##_unit, (stride) / tile##_unit, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_PUT8(tile, i, lo, hi) \
     tile[(i) / 8u] = uvec4(packFloat2x16((lo).xy), packFloat2x16((lo).zw), packFloat2x16((hi).xy), packFloat2x16((hi).zw))
-#define CM_PUT2(tile, i, x, y) tile[(i) / 8u][((i) / 2u) % 4u] = packHalf2x16(vec2(x, y))
+#define CM_PUT2(tile, i, x, y) tile[(i) / 8u][((i) / 2u) % 4u] = packFloat2x16(f16vec2(CM_TO_ELEM(x), CM_TO_ELEM(y)))
 #define CM_AT(tile, i) tile[(i) / 4u][(i) % 4u]
 
 #else  // the portable implementation
