@@ -10,9 +10,9 @@
 //   workgroup = NSG subgroups of SG lanes; each subgroup owns 16 query rows (Br = 16·NSG, ρ as
 //   flash.comp's) and, in registers, their Q as DKT operands (read once) and their O as OT
 //   accumulators of 16 columns (OC = 16·OT per column pass).
-//   Per key tile of BC keys: the workgroup stages K [key][d] as f16 from registers loaded a phase
-//   earlier (during the previous tile's P·V; V's during S and the softmax: STEPS chunks of 8 per
-//   invocation, one uvec4 each where WIDE); each subgroup multiplies its Q by BC/16 column blocks
+//   Per key tile of BC keys: the workgroup stages K [key][d] as f16, with AHEAD from registers loaded
+//   a phase earlier (during the previous tile's P·V; V's during S and the softmax: STEPS chunks of 8
+//   per invocation, one uvec4 each where WIDE); each subgroup multiplies its Q by BC/16 column blocks
 //   of Kᵀ (two chains of products, even and odd d-tiles) and stores S to its own fp32 tile, where its
 //   lanes (SLANES per row, or SROWS rows per lane) apply scale, softcap, masks, ALiBi and dropout
 //   and the online softmax, writing P as f16. Rows whose maximum moved rescale O: their factors
@@ -47,6 +47,7 @@ layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
 layout(constant_id = 14) const bool WIDE = false;  // f16 K/V, dense, every row on 16 bytes: a chunk is one uvec4
+layout(constant_id = 15) const bool AHEAD = true;  // K/V a phase ahead in registers (CoopmatLayout::staged_ahead)
 
 #include "common/coopmat.glsl"
 
@@ -90,9 +91,9 @@ CM_ACC_TILE(s_tile, NSG * 16u * PITCH_S);       // [subgroup][row][key]
 CM_OPERAND_TILE(p_tile, NSG * 16u * PITCH_P);   // [subgroup][row][key]
 shared uint wg_first, wg_end;                 // the workgroup's key range
 
-// A K/V tile's staging: chunks of 8 elements (a row's d or columns 8c..8c+7), STEPS per invocation,
-// every chunk of a tile loaded into registers before the first is stored, a tile ahead (K's loads
-// in flight during the previous tile's P·V, V's during S and the softmax).
+// A K/V tile's staging: chunks of 8 elements (a row's d or columns 8c..8c+7). With AHEAD, STEPS per
+// invocation, every chunk of a tile loaded into registers a phase before it is stored (K's loads in
+// flight during the previous tile's P·V, V's during S and the softmax).
 const uint K_CHUNKS = BC * DKP / 8u, V_CHUNKS = BC * OC / 8u;
 const uint STEPS = ((K_CHUNKS > V_CHUNKS ? K_CHUNKS : V_CHUNKS) + WG - 1u) / WG;
 CM_ELEM4 stage_lo[STEPS];
@@ -196,31 +197,49 @@ void main() {
     const uint v_head = tensor_index(P.v, b, hk, k0_row), v_stride = P.v.stride.z;
     const uint col_base = P.first_column;
 
-    // A tile's K (or V) chunks into the staging registers: 16-byte words where WIDE, else 4 elements
-    // at a time through the typed loaders (any type, any alignment, paged pools); zeros past Dk (Dv).
-#define FETCH_K(kb_)                                                                                      \
-    CM_LOOP for (uint st = 0u; st < STEPS; ++st) {                                                        \
-        const uint e = min(inv + st * WG, K_CHUNKS - 1u), key = e / (DKP / 8u), d = 8u * (e % (DKP / 8u)); \
+    // Chunk e_ of the K (or V) tile at key kb_ into lo_, hi_: a 16-byte word where WIDE, else 4
+    // elements at a time through the typed loaders (any type, any alignment, paged pools); zeros
+    // past Dk (Dv).
+#define LOAD_K(e_, kb_, lo_, hi_)                                                                          \
+    {                                                                                                     \
+        const uint key = (e_) / (DKP / 8u), d = 8u * ((e_) % (DKP / 8u));                                 \
         const uvec2 at = K_ROW(min((kb_) + key, key_last));                                               \
         if (WIDE) {                                                                                       \
-            wide_values(d < Dk ? k_words4[(at.y + d) / 8u] : uvec4(0u), stage_lo[st], stage_hi[st]);     \
+            wide_values(d < Dk ? k_words4[(at.y + d) / 8u] : uvec4(0u), lo_, hi_);                        \
         } else {                                                                                          \
-            stage_lo[st] = CM_TO_ELEM4(d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0));             \
-            stage_hi[st] = CM_TO_ELEM4(d + 4u < Dk ? load_k4(at.x, at.y + d + 4u, Dk - d - 4u) : vec4(0.0)); \
+            lo_ = CM_TO_ELEM4(d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0));                      \
+            hi_ = CM_TO_ELEM4(d + 4u < Dk ? load_k4(at.x, at.y + d + 4u, Dk - d - 4u) : vec4(0.0));       \
         }                                                                                                 \
     }
-#define FETCH_V(kb_)                                                                                       \
-    CM_LOOP for (uint st = 0u; st < STEPS; ++st) {                                                         \
-        const uint e = min(inv + st * WG, V_CHUNKS - 1u), key = e / (OC / 8u), col = col_base + 8u * (e % (OC / 8u)); \
-        const uvec2 at = V_ROW(min((kb_) + key, key_last));                                                \
-        if (WIDE) {                                                                                        \
-            wide_values(col < Dv ? v_words4[(at.y + col) / 8u] : uvec4(0u), stage_lo[st], stage_hi[st]);  \
-        } else {                                                                                           \
-            stage_lo[st] = CM_TO_ELEM4(col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0));        \
-            stage_hi[st] = CM_TO_ELEM4(col + 4u < Dv ? load_v4(at.x, at.y + col + 4u, Dv - col - 4u) : vec4(0.0)); \
-        }                                                                                                  \
+#define LOAD_V(e_, kb_, lo_, hi_)                                                                          \
+    {                                                                                                     \
+        const uint key = (e_) / (OC / 8u), col = col_base + 8u * ((e_) % (OC / 8u));                       \
+        const uvec2 at = V_ROW(min((kb_) + key, key_last));                                               \
+        if (WIDE) {                                                                                       \
+            wide_values(col < Dv ? v_words4[(at.y + col) / 8u] : uvec4(0u), lo_, hi_);                    \
+        } else {                                                                                          \
+            lo_ = CM_TO_ELEM4(col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0));                \
+            hi_ = CM_TO_ELEM4(col + 4u < Dv ? load_v4(at.x, at.y + col + 4u, Dv - col - 4u) : vec4(0.0)); \
+        }                                                                                                 \
     }
-    if (k_begin < k_end) FETCH_K(k_begin);
+    // AHEAD: a tile's chunks into the staging registers a phase early; else loaded and stored chunk by
+    // chunk (STAGE: the tile's chunks into kv_tile).
+#define FETCH(LOAD, chunks, kb_) \
+    CM_LOOP for (uint st = 0u; st < STEPS; ++st) LOAD(min(inv + st * WG, (chunks) - 1u), kb_, stage_lo[st], stage_hi[st])
+#define STAGE(LOAD, chunks, kb_, run)                                                                                 \
+    if (AHEAD) {                                                                                                   \
+        CM_LOOP for (uint st = 0u; st < STEPS; ++st) {                                                             \
+            const uint e = inv + st * WG;                                                                          \
+            if (e < (chunks)) CM_PUT8(kv_tile, (e / ((run) / 8u)) * PITCH_KV + 8u * (e % ((run) / 8u)), stage_lo[st], stage_hi[st]); \
+        }                                                                                                          \
+    } else {                                                                                                       \
+        for (uint e = inv; e < (chunks); e += WG) {                                                                \
+            CM_ELEM4 lo, hi;                                                                                       \
+            LOAD(e, kb_, lo, hi);                                                                                  \
+            CM_PUT8(kv_tile, (e / ((run) / 8u)) * PITCH_KV + 8u * (e % ((run) / 8u)), lo, hi);                     \
+        }                                                                                                          \
+    }
+    if (AHEAD && k_begin < k_end) FETCH(LOAD_K, K_CHUNKS, k_begin);
 
     float m[SROWS], l[SROWS];
     [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
@@ -234,12 +253,9 @@ void main() {
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * BC)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
         barrier();  // every subgroup is done with the previous tile's V (and Q's staging)
-        CM_LOOP for (uint st = 0u; st < STEPS; ++st) {
-            const uint e = inv + st * WG;
-            if (e < K_CHUNKS) CM_PUT8(kv_tile, (e / (DKP / 8u)) * PITCH_KV + 8u * (e % (DKP / 8u)), stage_lo[st], stage_hi[st]);
-        }
+        STAGE(LOAD_K, K_CHUNKS, kb, DKP)
         barrier();
-        FETCH_V(kb);
+        if (AHEAD) FETCH(LOAD_V, V_CHUNKS, kb);
         // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile. The key blocks stay a loop
         // (only the operand arrays' loops unroll): unrolled, NVIDIA's compiler hoisted every
         // block's K operands and ran out of registers (255 and spills; session 22's statistics).
@@ -332,12 +348,9 @@ void main() {
 
         // O += P·V for this pass's columns, V staged where K was; the next tile's K loads meanwhile.
         barrier();  // every subgroup is done with K; P is written
-        CM_LOOP for (uint st = 0u; st < STEPS; ++st) {
-            const uint e = inv + st * WG;
-            if (e < V_CHUNKS) CM_PUT8(kv_tile, (e / (OC / 8u)) * PITCH_KV + 8u * (e % (OC / 8u)), stage_lo[st], stage_hi[st]);
-        }
+        STAGE(LOAD_V, V_CHUNKS, kb, OC)
         barrier();
-        if (kb + BC < k_end) FETCH_K(kb + BC);
+        if (AHEAD && kb + BC < k_end) FETCH(LOAD_K, K_CHUNKS, kb + BC);
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmA p_op;
             CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);

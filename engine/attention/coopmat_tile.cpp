@@ -14,11 +14,11 @@ std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
     return operand * kv_rows * kv_pitch + subgroups * 16 * (4 * (keys + 4) + operand * (keys + 8)) + 8;
 }
 
-bool CoopmatLayout::wide_loads() const { return !units || (dk_tiles <= 6 && column_tiles <= 6); }
+bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles <= 6; }
 
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
-           (units ? " units" : " portable");
+           (staged_ahead() ? " ahead" : "") + (units ? " units" : " portable");
 }
 
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,

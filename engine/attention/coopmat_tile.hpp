@@ -28,11 +28,13 @@ struct CoopmatLayout {
     // per subgroup S [16][Bc + 4] (fp32) and P [16][Bc + 8]; operands f16 on the units, 4-byte floats
     // in the portable implementation; and the workgroup's key range.
     std::uint32_t shared_bytes(std::uint32_t subgroups) const;
-    // Whether flash_coopmat.comp may fetch f16 K/V rows on 16 bytes as uvec4s (WIDE) with this
-    // layout. On the units only up to 6 d-tiles and 6 column tiles (heads ≤ 96): at 7 and 8 the
-    // 16-byte loads gave wrong results on NVIDIA's 580 driver (H200, session 23: D 112, 120, 128;
-    // the same kernel's 4-element loads passed at D 124), not yet understood.
-    bool wide_loads() const;
+    // Whether flash_coopmat.comp holds a tile's K or V in registers a phase ahead (AHEAD) and may
+    // fetch f16 rows on 16 bytes as uvec4s (WIDE) with this layout: up to 6 d-tiles and 6 column
+    // tiles (heads ≤ 96, measured 1.4× faster and right on the units). At 7 and 8 the 16-byte loads
+    // gave wrong results on NVIDIA's 580 driver (H200, session 23: D 112, 120, 128; 4-element loads
+    // passed once, at D 124), not yet understood, so wider heads keep the staging chunk by chunk,
+    // validated there at D 128. The same rule in the portable implementation, which so tests both.
+    bool staged_ahead() const;
     std::string describe() const;
 };
 

@@ -44,15 +44,15 @@ public:
             report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
         if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
         // The decode kernel's loads of every type, and the cooperative-matrix kernel's of f16 K/V
-        // (its 16-byte chunks are 8 f16 elements; CoopmatLayout::wide_loads), come as single uvec4s
-        // where every row allows.
-        const bool wide_type = config.decode || (config.coopmat && config.coopmat->wide_loads() && p.k_dtype == DType::f16 &&
-                                                 p.v_dtype == DType::f16);
-        if (wide_type && !operands.paged) {
+        // (its 16-byte chunks are 8 f16 elements) where it stages ahead (CoopmatLayout::staged_ahead),
+        // come as single uvec4s where every row allows.
+        const bool coopmat_f16 = config.coopmat && p.k_dtype == DType::f16 && p.v_dtype == DType::f16;
+        if ((config.decode || coopmat_f16) && !operands.paged) {
             // Every binding's rows start where the whole tensor's do, modulo the chunk (slices begin
             // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
             const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
-            wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv);
+            wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv) &&
+                          (!config.coopmat || config.coopmat->staged_ahead());
             report.variant += wide_dense_ ? " loads=16B" : " loads=words";
         }
         report.slices = static_cast<std::uint32_t>(plan_.chunks.size() * keys.bindings());

@@ -129,12 +129,13 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
     }
 }
 
-TEST_CASE("coopmat kernel: f16 K/V rows on 16 bytes load a uvec4 per 8 elements, others 4 at a time", "[gpu][coopmat][wide]") {
+TEST_CASE("coopmat kernel: the tile-ahead staging with 16-byte or 4-element loads, and chunk by chunk", "[gpu][coopmat][wide]") {
     if (!device_caps().fp16_storage) return;  // f16 storage is what it loads
     // Several key tiles, so that every tile's K comes from the loads issued during the previous
     // tile's P·V (the case the units got wrong at 7-8 d-tiles with uvec4 loads); GQA and a causal
-    // diagonal on the way. D 64 and 96: whole chunks on 16 bytes; D 100: rows of 200 bytes.
-    const std::int64_t d = GENERATE(64, 96, 100);
+    // diagonal on the way. D 64 and 96: ahead, whole chunks on 16 bytes; D 92: ahead, rows of 184
+    // bytes; D 128: 8 d-tiles, staged chunk by chunk (CoopmatLayout::staged_ahead).
+    const std::int64_t d = GENERATE(64, 92, 96, 128);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     Case c = coopmat_case(impl, DType::f16);
     c.Hq = 4;
@@ -147,6 +148,8 @@ TEST_CASE("coopmat kernel: f16 K/V rows on 16 bytes load a uvec4 per 8 elements,
     const AttentionReport r = expect_coopmat(c);
     const detail::FusedConfig config = fused_config(c);
     REQUIRE(config.coopmat);
-    const bool wide = d % 8 == 0 && config.coopmat->wide_loads();
-    CHECK_THAT(r.variant, Catch::Contains(wide ? " loads=16B" : " loads=words"));
+    const bool ahead = d <= 96;
+    CHECK(config.coopmat->staged_ahead() == ahead);
+    CHECK_THAT(r.variant, Catch::Contains(ahead ? " ahead " : " portable"));
+    CHECK_THAT(r.variant, Catch::Contains(ahead && d % 8 == 0 ? " loads=16B" : " loads=words"));
 }

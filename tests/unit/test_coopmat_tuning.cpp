@@ -136,9 +136,13 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     CHECK(c->coopmat->keys == 64);
     CHECK(c->coopmat->shared_bytes(c->subgroups) == 44040);
     CHECK_THAT(c->describe(), Catch::Contains(" units"));
-    // 16-byte K/V loads up to 6 d-tiles and column tiles (CoopmatLayout::wide_loads).
-    CHECK_FALSE(c->coopmat->wide_loads());
-    CHECK(fused_for(caps, problem(1, 8, 8, 4096, 4096, 96, 96, DType::f16), {.fused_kernel = FusedKernel::coopmat})->coopmat->wide_loads());
+    // The tile-ahead staging and 16-byte K/V loads up to 6 d-tiles and column tiles
+    // (CoopmatLayout::staged_ahead), the variant says so.
+    CHECK_FALSE(c->coopmat->staged_ahead());
+    CHECK_THAT(c->describe(), !Catch::Contains(" ahead"));
+    const auto narrow = fused_for(caps, problem(1, 8, 8, 4096, 4096, 96, 96, DType::f16), {.fused_kernel = FusedKernel::coopmat});
+    CHECK(narrow->coopmat->staged_ahead());
+    CHECK_THAT(narrow->describe(), Catch::Contains(" ahead units"));
     // Heads past 128 are refused there (wrong on NVIDIA's driver), by name; unforced they take the
     // tile kernel.
     try {
