@@ -102,14 +102,15 @@ void stage_rows(uint b, uint h, uint i0, uint i_end, bool d_out) {
     for (uint e = gl_LocalInvocationIndex; e < BR * DP / 8u; e += WG) {
         const uint row = e / (DP / 8u), d = 8u * (e % (DP / 8u));
         const uint i = min(i0 + row, i_end - 1u);
-        const uint at = (d_out ? tensor_index(P.grad_out, b, h, i) : tensor_index(P.q, b, h, i)) + d;
-        vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
-        [[unroll]] for (uint half_ = 0u; half_ < 2u; ++half_)
-            if (d + 4u * half_ < D) {
-                const uint index = at + 4u * half_, valid = D - d - 4u * half_;
-                x[half_] = d_out ? load_g4(index, valid) : load_q4(index, valid);
-            }
-        CM_PUT8(t_tile, row * PITCH_T + d, CM_TO_ELEM4(x[0]), CM_TO_ELEM4(x[1]));
+        CM_ELEM4 lo, hi;
+        if (d_out) {
+            const uint at = tensor_index(P.grad_out, b, h, i) + d;
+            CM_FETCH8(load_g4, at, d, D, lo, hi);
+        } else {
+            const uint at = tensor_index(P.q, b, h, i) + d;
+            CM_FETCH8(load_q4, at, d, D, lo, hi);
+        }
+        CM_PUT8(t_tile, row * PITCH_T + d, lo, hi);
     }
 }
 
@@ -128,9 +129,9 @@ void main() {
     for (uint e = inv; e < BK * DKP / 8u; e += WG) {
         const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
         const uint at = tensor_index(P.k, b, hk, min(wg_key0 + row, Nkv - 1u)) + d;
-        const vec4 lo = d < Dk ? load_k4(at, Dk - d) : vec4(0.0);
-        const vec4 hi = d + 4u < Dk ? load_k4(at + 4u, Dk - d - 4u) : vec4(0.0);
-        CM_PUT8(t_tile, row * PITCH_T + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+        CM_ELEM4 lo, hi;
+        CM_FETCH8(load_k4, at, d, Dk, lo, hi);
+        CM_PUT8(t_tile, row * PITCH_T + d, lo, hi);
     }
     barrier();
     CmA k_ops[DKT];
@@ -139,9 +140,9 @@ void main() {
     for (uint e = inv; e < BK * DVP / 8u; e += WG) {
         const uint row = e / (DVP / 8u), d = 8u * (e % (DVP / 8u));
         const uint at = tensor_index(P.v, b, hk, min(wg_key0 + row, Nkv - 1u)) + d;
-        const vec4 lo = d < Dv ? load_v4(at, Dv - d) : vec4(0.0);
-        const vec4 hi = d + 4u < Dv ? load_v4(at + 4u, Dv - d - 4u) : vec4(0.0);
-        CM_PUT8(t_tile, row * PITCH_T + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+        CM_ELEM4 lo, hi;
+        CM_FETCH8(load_v4, at, d, Dv, lo, hi);
+        CM_PUT8(t_tile, row * PITCH_T + d, lo, hi);
     }
     barrier();
     CmA v_ops[DVT];

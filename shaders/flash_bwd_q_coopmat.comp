@@ -132,9 +132,9 @@ void main() {
         const uint rho = min(block_rho + row, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = rho % Nq;
         const uint at = tensor_index(P.q, b, h, i) + d;
-        const vec4 lo = d < Dk ? load_q4(at, Dk - d) : vec4(0.0);
-        const vec4 hi = d + 4u < Dk ? load_q4(at + 4u, Dk - d - 4u) : vec4(0.0);
-        CM_PUT8(kv_tile, row * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+        CM_ELEM4 lo, hi;
+        CM_FETCH8(load_q4, at, d, Dk, lo, hi);
+        CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
     }
     barrier();
     CmA q_ops[DKT];
@@ -145,9 +145,9 @@ void main() {
         const uint rho = min(block_rho + row, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = rho % Nq;
         const uint at = tensor_index(P.grad_out, b, h, i) + d;
-        const vec4 lo = d < Dv ? load_g4(at, Dv - d) : vec4(0.0);
-        const vec4 hi = d + 4u < Dv ? load_g4(at + 4u, Dv - d - 4u) : vec4(0.0);
-        CM_PUT8(kv_tile, row * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+        CM_ELEM4 lo, hi;
+        CM_FETCH8(load_g4, at, d, Dv, lo, hi);
+        CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
     }
     barrier();
     CmA g_ops[DVT];
@@ -180,9 +180,9 @@ void main() {
         for (uint e = inv; e < BC * DVP / 8u; e += WG) {
             const uint key = e / (DVP / 8u), d = 8u * (e % (DVP / 8u));
             const uint at = tensor_index(P.v, b, hk, min(kb + key, key_last)) + d;
-            const vec4 lo = d < Dv ? load_v4(at, Dv - d) : vec4(0.0);
-            const vec4 hi = d + 4u < Dv ? load_v4(at + 4u, Dv - d - 4u) : vec4(0.0);
-            CM_PUT8(kv_tile, key * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+            CM_ELEM4 lo, hi;
+            CM_FETCH8(load_v4, at, d, Dv, lo, hi);
+            CM_PUT8(kv_tile, key * PITCH_KV + d, lo, hi);
         }
         barrier();
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
@@ -200,9 +200,9 @@ void main() {
         for (uint e = inv; e < BC * DKP / 8u; e += WG) {
             const uint key = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
             const uint at = tensor_index(P.k, b, hk, min(kb + key, key_last)) + d;
-            const vec4 lo = d < Dk ? load_k4(at, Dk - d) : vec4(0.0);
-            const vec4 hi = d + 4u < Dk ? load_k4(at + 4u, Dk - d - 4u) : vec4(0.0);
-            CM_PUT8(kv_tile, key * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+            CM_ELEM4 lo, hi;
+            CM_FETCH8(load_k4, at, d, Dk, lo, hi);
+            CM_PUT8(kv_tile, key * PITCH_KV + d, lo, hi);
         }
         barrier();
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {

@@ -149,9 +149,9 @@ void main() {
         const uint rho = min(block_rho + row, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
         const uint at = tensor_index(P.q, b, h, min(q0 + i, q_last)) + d;
-        const vec4 lo = d < Dk ? load_q4(at, Dk - d) : vec4(0.0);
-        const vec4 hi = d + 4u < Dk ? load_q4(at + 4u, Dk - d - 4u) : vec4(0.0);
-        CM_PUT8(kv_tile, row * PITCH_KV + d, CM_TO_ELEM4(lo), CM_TO_ELEM4(hi));
+        CM_ELEM4 lo, hi;
+        CM_FETCH8(load_q4, at, d, Dk, lo, hi);
+        CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
     }
     barrier();
     CmA q_ops[DKT];

@@ -46,7 +46,8 @@ std::int64_t decode_loops_per_step(const DecodeLayout& layout, std::uint32_t row
 
 // Whether every row of a dense operand (t's desc as bound) starts on 16 bytes and holds whole
 // chunks, so that flash_decode.comp loads a chunk as one uvec4 (block types: always, they load
-// words). `row_length` is Dk or Dv.
+// words); flash_coopmat.comp's WIDE loads of f16 K/V ask the same of their 8-element chunks.
+// `row_length` is Dk or Dv.
 bool decode_wide_rows(const TensorDesc& desc, DType t, std::int64_t row_length);
 // The same for a paged pool's rows: (block·block_units + r·row_units)·D + head·stride.y + origin.w
 // from a binding at `pool_offset` bytes.

@@ -43,6 +43,9 @@
 //   CM_AT(tile, i)                      an fp32 tile's element i (an lvalue)
 //   CM_ELEM4, CM_TO_ELEM4(v)            4 operand values in registers (f16 on the units), as a
 //                                       kernel holds a tile's loads in flight before it stores them
+//   CM_FETCH8(load4, at, d, D, lo, hi)  lo, hi (CM_ELEM4) = a row's elements d..d+7 through a
+//                                       4-element loader load4(index, valid), `at` the index of
+//                                       element d; zeros from element D on (nothing loaded there)
 // Rules for the kernels: a subgroup's lanes all take part in every operation (uniform control
 // flow); B's tile stays unchanged from its CM_LOAD_B to its last CM_MUL_ADD (the portable B refers
 // to its tile; A operands and accumulators are copies in registers on both); a CM_STORE's values
@@ -191,5 +194,11 @@ float cm_round_f16(float x) {
         tile[(offset_) + CM_ROW(cm_s / CM_CPL) * (stride_) + CM_COL(cm_s % CM_CPL)] = c.v[cm_s]
 
 #endif  // CM_KHR
+
+#define CM_FETCH8(load4, at, d, D, lo, hi)                                                 \
+    {                                                                                      \
+        lo = CM_TO_ELEM4((d) < (D) ? load4(at, (D) - (d)) : vec4(0.0));                    \
+        hi = CM_TO_ELEM4((d) + 4u < (D) ? load4((at) + 4u, (D) - (d) - 4u) : vec4(0.0));   \
+    }
 
 #endif  // VKATTN_COOPMAT_GLSL

@@ -23,30 +23,19 @@ void wide_values(uvec4 w, out CM_ELEM4 lo, out CM_ELEM4 hi) {
 }
 
 // Chunk e_ of the K (or V) tile at key kb_ into lo_, hi_: a 16-byte word where WIDE, else 4
-// elements at a time through the typed loaders (any type, any alignment, paged pools); zeros
-// past Dk (Dv).
-#define LOAD_K(e_, kb_, lo_, hi_)                                                                          \
-    {                                                                                                     \
-        const uint key = (e_) / (DKP / 8u), d = 8u * ((e_) % (DKP / 8u));                                 \
-        const uvec2 at = K_ROW(min((kb_) + key, key_last));                                               \
-        if (WIDE) {                                                                                       \
-            wide_values(d < Dk ? k_words4[(at.y + d) / 8u] : uvec4(0u), lo_, hi_);                        \
-        } else {                                                                                          \
-            lo_ = CM_TO_ELEM4(d < Dk ? load_k4(at.x, at.y + d, Dk - d) : vec4(0.0));                      \
-            hi_ = CM_TO_ELEM4(d + 4u < Dk ? load_k4(at.x, at.y + d + 4u, Dk - d - 4u) : vec4(0.0));       \
-        }                                                                                                 \
+// elements at a time through the typed loaders (any type, any alignment, paged pools: the pool
+// K_ROW or V_ROW gives); zeros past Dk (Dv). A row's chunks run over `run` elements from `first`.
+#define LOAD_CHUNK(ROW, words4, pooled_load4, run, first, D, e_, kb_, lo_, hi_)                 \
+    {                                                                                       \
+        const uint key = (e_) / ((run) / 8u), d = (first) + 8u * ((e_) % ((run) / 8u));     \
+        const uvec2 at = ROW(min((kb_) + key, key_last));                                   \
+        if (WIDE) wide_values(d < (D) ? words4[(at.y + d) / 8u] : uvec4(0u), lo_, hi_);     \
+        else CM_FETCH8(pooled_load4, at.y + d, d, D, lo_, hi_);                             \
     }
-#define LOAD_V(e_, kb_, lo_, hi_)                                                                          \
-    {                                                                                                     \
-        const uint key = (e_) / (OC / 8u), col = col_base + 8u * ((e_) % (OC / 8u));                       \
-        const uvec2 at = V_ROW(min((kb_) + key, key_last));                                               \
-        if (WIDE) {                                                                                       \
-            wide_values(col < Dv ? v_words4[(at.y + col) / 8u] : uvec4(0u), lo_, hi_);                    \
-        } else {                                                                                          \
-            lo_ = CM_TO_ELEM4(col < Dv ? load_v4(at.x, at.y + col, Dv - col) : vec4(0.0));                \
-            hi_ = CM_TO_ELEM4(col + 4u < Dv ? load_v4(at.x, at.y + col + 4u, Dv - col - 4u) : vec4(0.0)); \
-        }                                                                                                 \
-    }
+#define K_POOL_LOAD4(index, valid) load_k4(at.x, index, valid)
+#define V_POOL_LOAD4(index, valid) load_v4(at.x, index, valid)
+#define LOAD_K(e_, kb_, lo_, hi_) LOAD_CHUNK(K_ROW, k_words4, K_POOL_LOAD4, DKP, 0u, Dk, e_, kb_, lo_, hi_)
+#define LOAD_V(e_, kb_, lo_, hi_) LOAD_CHUNK(V_ROW, v_words4, V_POOL_LOAD4, OC, col_base, Dv, e_, kb_, lo_, hi_)
 // AHEAD: a tile's chunks into the staging registers a phase early; else loaded and stored chunk by
 // chunk (STAGE: the tile's chunks into kv_tile).
 #define FETCH(LOAD, chunks, kb_) \
