@@ -62,8 +62,14 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
-    const auto bytes = [](std::int64_t a, std::int64_t b) { return static_cast<std::uint64_t>(a * b) * 4; };
-    for (auto [what, size] : {std::pair{"A", bytes(m, k)}, std::pair{"B", bytes(k, n)}, std::pair{"C", bytes(m, n)}})
+    const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, overrides);
+    // The cooperative-matrix ceiling reads f16 operands, as cuBLAS hgemm does (its products multiply
+    // f16 values anyway); the others read fp32. C is fp32 either way.
+    const DType operand = config.coopmat ? DType::f16 : DType::f32;
+    const std::int64_t operand_bytes = operand == DType::f16 ? 2 : 4;
+    const auto bytes = [](std::int64_t a, std::int64_t b, std::int64_t each) { return static_cast<std::uint64_t>(a * b * each); };
+    for (auto [what, size] : {std::pair{"A", bytes(m, k, operand_bytes)}, std::pair{"B", bytes(k, n, operand_bytes)},
+                              std::pair{"C", bytes(m, n, 4)}})
         if (size > runtime.max_binding_bytes())
             throw ResourceLimit(std::string("gemm: ") + what + " needs " + std::to_string(size) +
                                 " bytes in one binding; the device allows " +
@@ -74,14 +80,22 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
     for (auto& x : a) x = dist(rng);
     for (auto& x : b) x = dist(rng);
+    // f16 operands: their bits for the device, and the reference multiplies the same rounded values.
+    std::vector<std::uint16_t> a16, b16;
+    if (operand == DType::f16)
+        for (auto [values, bits] : {std::pair{&a, &a16}, std::pair{&b, &b16}})
+            for (float& x : *values) {
+                bits->push_back(float_to_half(x));
+                x = half_to_float(bits->back());
+            }
 
-    const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, overrides);
-    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, DType::f32, DType::f32, DType::f32);
-    auto flat = [&](std::int64_t count, const std::string& what) {
-        return detail::own_dense(runtime, DType::f32, {1, 1, 1, count}, what);
+    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, operand, operand, DType::f32);
+    auto flat = [&](DType dtype, std::int64_t count, const std::string& what) {
+        return detail::own_dense(runtime, dtype, {1, 1, 1, count}, what);
     };
-    const DeviceTensor ta = flat(m * k, "gemm A"), tb = flat(k * n, "gemm B"), tc = flat(m * n, "gemm C");
-    const DeviceTensor no_bias_tensor = flat(4, "an unused bias binding");
+    const DeviceTensor ta = flat(operand, m * k, "gemm A"), tb = flat(operand, k * n, "gemm B"),
+                       tc = flat(DType::f32, m * n, "gemm C");
+    const DeviceTensor no_bias_tensor = flat(DType::f32, 4, "an unused bias binding");
     auto buffer = [](const DeviceTensor& t) -> const vk::Buffer& { return detail::TensorAccess::storage(t)->buffer; };
     const vk::Buffer &da = buffer(ta), &db = buffer(tb), &dc = buffer(tc), &no_bias = buffer(no_bias_tensor);
 
@@ -108,8 +122,8 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     const std::vector<double> samples = timed_runs(
         runtime, warmup, repeat,
         [&](detail::BatchState& state) {
-            detail::write_fresh(state, ta, a.data());
-            detail::write_fresh(state, tb, b.data());
+            detail::write_fresh(state, ta, operand == DType::f16 ? static_cast<const void*>(a16.data()) : a.data());
+            detail::write_fresh(state, tb, operand == DType::f16 ? static_cast<const void*>(b16.data()) : b.data());
         },
         [&](VkCommandBuffer commands) { program.replay(commands); },
         [&](detail::BatchState& state) {
@@ -124,7 +138,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     result.time = summarize(samples);
     result.gflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
                     (result.time.median_ms * 1e6);
-    result.variant = "gemm " + config.describe();
+    result.variant = "gemm " + config.describe() + (operand == DType::f16 ? " f16 operands" : "");
     if (validate) {
         double diff2 = 0, ref2 = 0;
         for (std::int64_t i = 0; i < m; i += std::max<std::int64_t>(1, m / 16))

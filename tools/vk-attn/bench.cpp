@@ -287,8 +287,8 @@ Action add_bench(CLI::App& app) {
                    "Force the matrix products' kernel (the three-stage path, the backward's products and --gemm): "
                    "blocks (bmm.comp's register blocks, the CPU devices') or tile (bmm_tile.comp, 128x128 tiles "
                    "and 8x8 micro-tiles, the GPUs'); or let the tuning choose (auto). coopmat: --gemm's ceiling on "
-                   "16x16x16 cooperative matrices (f16 operands, fp32 accumulators; the points keep the tuning's "
-                   "products)")
+                   "16x16x16 cooperative matrices (A and B stored as f16, as cuBLAS hgemm reads them; fp32 accumulators "
+                   "and C; the points keep the tuning's products)")
         ->check(CLI::IsMember({"auto", "blocks", "tile", "coopmat"}))
         ->capture_default_str();
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");

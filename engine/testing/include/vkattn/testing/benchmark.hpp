@@ -31,8 +31,10 @@ struct GemmResult {
     double rel_l2_err = -1;  // ‖C − ref‖₂ / ‖ref‖₂ over sampled rows of a double-precision product; -1 if not validated
 };
 
-// C[m×n] = A[m×k] · B[k×n] in fp32 on random data, with the products' kernel the tuning's or the
-// one `overrides` asks for (gemm_kernel, or bmm.comp's knobs).
+// C[m×n] = A[m×k] · B[k×n] on random data, with the products' kernel the tuning's or the one
+// `overrides` asks for (gemm_kernel, or bmm.comp's knobs). A and B are fp32, or f16 for the
+// cooperative-matrix kernel (as cuBLAS hgemm reads them; rounded on the host, so that the
+// reference multiplies the same values); C is fp32.
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup,
                           int repeat, bool validate, const VariantOverrides& overrides = {});
 
