@@ -66,10 +66,9 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     // The cooperative-matrix ceiling reads f16 operands, as cuBLAS hgemm does (its products multiply
     // f16 values anyway); the others read fp32. C is fp32 either way.
     const DType operand = config.coopmat ? DType::f16 : DType::f32;
-    const std::int64_t operand_bytes = operand == DType::f16 ? 2 : 4;
-    const auto bytes = [](std::int64_t a, std::int64_t b, std::int64_t each) { return static_cast<std::uint64_t>(a * b * each); };
-    for (auto [what, size] : {std::pair{"A", bytes(m, k, operand_bytes)}, std::pair{"B", bytes(k, n, operand_bytes)},
-                              std::pair{"C", bytes(m, n, 4)}})
+    const auto bytes = [](std::int64_t a, std::int64_t b, DType dtype) { return static_cast<std::uint64_t>(a * b) * size_of(dtype); };
+    for (auto [what, size] : {std::pair{"A", bytes(m, k, operand)}, std::pair{"B", bytes(k, n, operand)},
+                              std::pair{"C", bytes(m, n, DType::f32)}})
         if (size > runtime.max_binding_bytes())
             throw ResourceLimit(std::string("gemm: ") + what + " needs " + std::to_string(size) +
                                 " bytes in one binding; the device allows " +
@@ -88,6 +87,8 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
                 bits->push_back(float_to_half(x));
                 x = half_to_float(bits->back());
             }
+    const void* a_host = operand == DType::f16 ? static_cast<const void*>(a16.data()) : a.data();
+    const void* b_host = operand == DType::f16 ? static_cast<const void*>(b16.data()) : b.data();
 
     const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, operand, operand, DType::f32);
     auto flat = [&](DType dtype, std::int64_t count, const std::string& what) {
@@ -122,8 +123,8 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     const std::vector<double> samples = timed_runs(
         runtime, warmup, repeat,
         [&](detail::BatchState& state) {
-            detail::write_fresh(state, ta, operand == DType::f16 ? static_cast<const void*>(a16.data()) : a.data());
-            detail::write_fresh(state, tb, operand == DType::f16 ? static_cast<const void*>(b16.data()) : b.data());
+            detail::write_fresh(state, ta, a_host);
+            detail::write_fresh(state, tb, b_host);
         },
         [&](VkCommandBuffer commands) { program.replay(commands); },
         [&](detail::BatchState& state) {
