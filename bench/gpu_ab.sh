@@ -7,7 +7,9 @@
 #   bash bench/gpu_ab.sh SECONDS POINTS NAME...
 #
 # POINTS: a file of vk-attn argument lines, each run with --json ('#' comments; "stats: ARGS" also
-# prints the compiler's statistics of the kernels ARGS builds): bench points, or check runs. With
+# prints the compiler's statistics of the kernels ARGS builds; "tests: TAGS" runs the kit's GPU test
+# binary on those Catch2 tags with VKATTN_TEST_LAYER=off, so that the [coopmat] cases take the
+# matrix units, and records its summary): bench points, or check runs. With
 # one NAME it is a time-boxed run of one build. Results: $OUT (else /tmp/gpu-out)/ab.jsonl, each line
 # with "kit"; log.txt (stderr).
 set -u
@@ -26,6 +28,13 @@ grep -v '^\s*#' "$points" | grep -v '^\s*$' | while read -r line; do
   extra=(); [[ $line == stats:* ]] && { line=${line#stats:}; extra=(--kernel-statistics); }
   for name in "$@"; do
     (( $(left) > 10 )) || break 2
+    if [[ $line == tests:* ]]; then
+      tags=${line#tests:}; tags=${tags# }; log=$O/tests-$name.log
+      VKATTN_TEST_LAYER=off timeout "$(left)" ".gpu/ab/$name/kit/build/tests/vkattn_gpu_tests" "$tags" > "$log" 2>&1
+      python3 -c "import sys, json; print(json.dumps({'kit': '$name', 'tests': sys.argv[1], 'rc': int(sys.argv[2]), 'summary': open(sys.argv[3]).read()[-600:]}))" \
+        "$tags" "$?" "$log" | tee -a "$O/ab.jsonl"
+      continue
+    fi
     # shellcheck disable=SC2086
     timeout "$(left)" ".gpu/ab/$name/kit/build/vk-attn" $line --json "${extra[@]}" 2>>"$O/log.txt" | grep '^{' |
       python3 -c "import sys, json; [print(json.dumps({'kit': '$name', **json.loads(l)})) for l in sys.stdin]" | tee -a "$O/ab.jsonl" | short

@@ -16,7 +16,10 @@ set -euo pipefail
 [[ -z $(git status --porcelain --untracked-files=no) ]] || { echo "commit or stash first: the kits must differ by their arguments alone"; exit 1; }
 root=$(pwd); kit_tool=$(cd ../shared/tools && pwd)/gpu-kit
 mkdir -p .gpu/pack
-pack() { tar -cf - -C "$2/.gpu" kit | xz -T"$(nproc)" -6 > "$root/.gpu/pack/$1.tar.xz"; echo "packed $1: $(du -h "$root/.gpu/pack/$1.tar.xz" | cut -f1)"; }
+# An A/B runs vk-attn and the GPU tests (gpu_ab.sh's "tests:"); the kit's other tests (CPU-only, or
+# needing the source tree: 65 MB, more than carry's 64 MiB for several kits) stay here.
+pack() { tar -cf - -C "$2/.gpu" --exclude='kit/build/tests/install-*' --exclude=kit/build/tests/vkattn_unit_tests \
+  --exclude=kit/build/tests/vkattn_instance_churn --exclude=kit/build/tests/vkattn_io_tests --exclude=kit/build/tests/vkattn_cli_tests kit | xz -T"$(nproc)" -6 > "$root/.gpu/pack/$1.tar.xz"; echo "packed $1: $(du -h "$root/.gpu/pack/$1.tar.xz" | cut -f1)"; }
 "$kit_tool" prepare >/dev/null && pack base "$root"
 for pair in "$@"; do
   name=${pair%%=*}; what=${pair#*=}

@@ -48,6 +48,7 @@ layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
 layout(constant_id = 14) const bool WIDE = false;  // f16 K/V, dense, every row on 16 bytes: a chunk is one uvec4
 layout(constant_id = 15) const bool AHEAD = true;  // K/V a phase ahead in registers (CoopmatLayout::staged_ahead)
+layout(constant_id = 16) const bool O_NAMED = false;  // O as named accumulators (CoopmatLayout::named_accumulators)
 
 #include "common/coopmat.glsl"
 
@@ -65,6 +66,17 @@ const uint SKEYS = BC / SLANES;                 // a softmax lane's keys of a ro
 const uint SCOLS = 16u / SLANES;                // a lane's columns of a row in a 16-column tile
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
+
+// X(acc, n) for each of O's OT accumulators: elements of an array, or with O_NAMED the first OT of
+// eight named matrices, which no driver can index at run time. NVIDIA's compiler kept the array in
+// local memory (exactly its size, at every head size and register count measured); named, O stays
+// in registers (H200, session 25). X's body tests n < OT itself (a constant).
+#define O_TILES(X)                                                                       \
+    if (O_NAMED) {                                                                       \
+        X(o0, 0u) X(o1, 1u) X(o2, 2u) X(o3, 3u) X(o4, 4u) X(o5, 5u) X(o6, 6u) X(o7, 7u) \
+    } else {                                                                             \
+        CM_LOOP for (uint ot = 0u; ot < OT; ++ot) { X(o[ot], ot) }                       \
+    }
 
 #include "common/tile_operands.glsl"
 // K's and V's bindings again as 16-byte words, for the WIDE loads (Vulkan lets variables alias a binding).
@@ -189,7 +201,18 @@ void main() {
         l[t] = 0.0;
     }
     CmAcc o[OT];
-    CM_LOOP for (uint ot = 0u; ot < OT; ++ot) CM_FILL(o[ot], 0.0);
+    // One declaration each: glslang 13 gives later declarators of a coopmat type no matrix use.
+    CmAcc o0;
+    CmAcc o1;
+    CmAcc o2;
+    CmAcc o3;
+    CmAcc o4;
+    CmAcc o5;
+    CmAcc o6;
+    CmAcc o7;
+#define O_FILL(acc, n) \
+    if (n < OT) CM_FILL(acc, 0.0);
+    O_TILES(O_FILL)
 
     // Key tiles; the outer loop keeps every trip count far below lavapipe's 65,535.
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * BC)
@@ -285,7 +308,9 @@ void main() {
             subgroupBarrier();
             CmAcc factors;
             CM_LOAD_ACC(factors, s_tile, s_base, PITCH_S);
-            CM_LOOP for (uint ot = 0u; ot < OT; ++ot) CM_MUL_ELEMENTS(o[ot], factors);
+#define O_RESCALE(acc, n) \
+    if (n < OT) CM_MUL_ELEMENTS(acc, factors);
+            O_TILES(O_RESCALE)
         }
 
         // O += P·V for this pass's columns, V staged where K was; the next tile's K loads meanwhile.
@@ -296,12 +321,14 @@ void main() {
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmA p_op;
             CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);
-            CM_LOOP for (uint ot = 0u; ot < OT; ++ot) {
-                if (col_base + 16u * ot >= Dv) continue;  // uniform: a pass's last tiles may lie past Dv
-                CmB v_op;
-                CM_LOAD_B(v_op, kv_tile, 16u * kt * PITCH_KV + 16u * ot, PITCH_KV);
-                CM_MUL_ADD(o[ot], p_op, v_op, kv_tile);
-            }
+            // Uniform: a pass's last tiles may lie past Dv.
+#define O_PV(acc, n)                                                       \
+    if (n < OT && col_base + 16u * n < Dv) {                               \
+        CmB v_op;                                                          \
+        CM_LOAD_B(v_op, kv_tile, 16u * kt * PITCH_KV + 16u * n, PITCH_KV); \
+        CM_MUL_ADD(acc, p_op, v_op, kv_tile);                              \
+    }
+            O_TILES(O_PV)
         }
     }
 
@@ -336,18 +363,21 @@ void main() {
             lse[tensor_index(P.lse, b, h, row) + split_index * P.lse_split_stride] =
                 poisoned ? quiet_nan() : m_row == MASKED ? (SPLIT ? MASKED : negative_infinity()) : (m_row + log2(l_row)) * LN2;
     }
-    CM_LOOP for (uint ot = 0u; ot < OT; ++ot) {
-        if (col_base + 16u * ot >= Dv) continue;  // uniform
-        subgroupBarrier();  // every lane has read the previous tile (and its last scores)
-        CM_STORE(o[ot], s_tile, s_base, PITCH_S);
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-        [[unroll]] for (uint t = 0u; t < SROWS; ++t)
-            [[unroll]] for (uint c = 0u; c < SCOLS; ++c) {
-                const uint col = col_base + 16u * ot + part * SCOLS + c;
-                if (row_stored[t] && col < Dv)
-                    store_out(o_row[t] + col, row_loud[t] ? quiet_nan()
-                                                          : CM_AT(s_tile, s_base + local_row[t] * PITCH_S + part * SCOLS + c) * row_factor[t]);
-            }
+    // Each tile: every lane has read the previous one (and the last scores) before it is stored.
+#define O_OUT(acc, n)                                                                                      \
+    if (n < OT && col_base + 16u * n < Dv) {                                                               \
+        subgroupBarrier();                                                                                 \
+        CM_STORE(acc, s_tile, s_base, PITCH_S);                                                            \
+        subgroupMemoryBarrierShared();                                                                     \
+        subgroupBarrier();                                                                                 \
+        [[unroll]] for (uint t = 0u; t < SROWS; ++t)                                                       \
+            [[unroll]] for (uint c = 0u; c < SCOLS; ++c) {                                                 \
+                const uint col = col_base + 16u * n + part * SCOLS + c;                                    \
+                if (row_stored[t] && col < Dv)                                                             \
+                    store_out(o_row[t] + col,                                                              \
+                              row_loud[t] ? quiet_nan()                                                    \
+                                          : CM_AT(s_tile, s_base + local_row[t] * PITCH_S + part * SCOLS + c) * row_factor[t]); \
+            }                                                                                              \
     }
+    O_TILES(O_OUT)
 }

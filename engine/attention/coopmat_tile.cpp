@@ -16,8 +16,11 @@ std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
 
 bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles <= 6; }
 
+bool CoopmatLayout::named_accumulators() const { return column_tiles <= 8 && dk_tiles + column_tiles <= 15; }
+
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
+           (named_accumulators() ? " named" : "") +
            (staged_ahead() ? " ahead" : "") + (units ? " units" : " portable");
 }
 

@@ -35,6 +35,15 @@ struct CoopmatLayout {
     // passed once, at D 124), not yet understood, so wider heads keep the staging chunk by chunk,
     // validated there at D 128. The same rule in the portable implementation, which so tests both.
     bool staged_ahead() const;
+    // Whether flash_coopmat.comp holds O as named accumulators (O_NAMED) rather than an array: where
+    // d-tiles and column tiles number 15 at most. NVIDIA's compiler kept the array in local memory
+    // (exactly O's size at every head size measured); named, O stayed in registers and the forward
+    // ran faster (H200, session 25: 16% at D 64, N 4,096 and 8,192; 1-14% at D 40-112, N 1,000). At 8
+    // d-tiles and 8 column tiles (D 120, 128; 244 registers) the named form gave wrong results
+    // there (0.19 relative), as other kernels near the 255-register cap have; Dk 128 with Dv 64
+    // and Dk 64 with Dv 128 passed. So D 120 and 128 keep the array. The same rule in the portable
+    // implementation, which so tests both forms.
+    bool named_accumulators() const;
     std::string describe() const;
 };
 

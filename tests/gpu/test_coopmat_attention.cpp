@@ -129,13 +129,15 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
     }
 }
 
-TEST_CASE("coopmat kernel: the tile-ahead staging with 16-byte or 4-element loads, and chunk by chunk", "[gpu][coopmat][wide]") {
+TEST_CASE("coopmat kernel: the tile-ahead staging with 16-byte or 4-element loads, and chunk by chunk; O named or an array",
+          "[gpu][coopmat][wide]") {
     if (!device_caps().fp16_storage) return;  // f16 storage is what it loads
     // Several key tiles, so that every tile's K comes from the loads issued during the previous
     // tile's P·V (the case the units got wrong at 7-8 d-tiles with uvec4 loads); GQA and a causal
     // diagonal on the way. D 64 and 96: ahead, whole chunks on 16 bytes; D 92: ahead, rows of 184
-    // bytes; D 128: 8 d-tiles, staged chunk by chunk (CoopmatLayout::staged_ahead).
-    const std::int64_t d = GENERATE(64, 92, 96, 128);
+    // bytes; D 112 and 128: 7 and 8 d-tiles, staged chunk by chunk (CoopmatLayout::staged_ahead). O
+    // as named accumulators up to D 112, an array at D 128 (CoopmatLayout::named_accumulators).
+    const std::int64_t d = GENERATE(64, 92, 96, 112, 128);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     Case c = coopmat_case(impl, DType::f16);
     c.Hq = 4;
@@ -150,6 +152,11 @@ TEST_CASE("coopmat kernel: the tile-ahead staging with 16-byte or 4-element load
     REQUIRE(config.coopmat);
     const bool ahead = d <= 96;
     CHECK(config.coopmat->staged_ahead() == ahead);
-    CHECK_THAT(r.variant, Catch::Contains(ahead ? " ahead " : " portable"));
+    if (ahead) CHECK_THAT(r.variant, Catch::Contains(" ahead "));
+    else CHECK_THAT(r.variant, !Catch::Contains(" ahead"));
     CHECK_THAT(r.variant, Catch::Contains(ahead && d % 8 == 0 ? " loads=16B" : " loads=words"));
+    const bool named = d <= 112;
+    CHECK(config.coopmat->named_accumulators() == named);
+    if (named) CHECK_THAT(r.variant, Catch::Contains(" named "));
+    else CHECK_THAT(r.variant, !Catch::Contains(" named"));
 }

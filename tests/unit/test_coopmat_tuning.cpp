@@ -143,6 +143,20 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     const auto narrow = fused_for(caps, problem(1, 8, 8, 4096, 4096, 96, 96, DType::f16), {.fused_kernel = FusedKernel::coopmat});
     CHECK(narrow->coopmat->staged_ahead());
     CHECK_THAT(narrow->describe(), Catch::Contains(" ahead units"));
+    // O as named accumulators where d-tiles and column tiles number 15 at most
+    // (CoopmatLayout::named_accumulators): D 96, and Dk 128 with Dv 64 (and back), not D 120 or 128.
+    CHECK_FALSE(c->coopmat->named_accumulators());
+    CHECK_THAT(c->describe(), !Catch::Contains(" named"));
+    CHECK(narrow->coopmat->named_accumulators());
+    CHECK_THAT(narrow->describe(), Catch::Contains(" named ahead units"));
+    struct Heads {
+        int dk, dv;
+        bool named;
+    };
+    for (const Heads h : {Heads{128, 64, true}, Heads{64, 128, true}, Heads{112, 112, true}, Heads{120, 120, false}}) {
+        const auto n = fused_for(caps, problem(1, 8, 8, 4096, 4096, h.dk, h.dv, DType::f16), {.fused_kernel = FusedKernel::coopmat});
+        CHECK(n->coopmat->named_accumulators() == h.named);
+    }
     // Heads past 128 are refused there (wrong on NVIDIA's driver), by name; unforced they take the
     // tile kernel.
     try {
