@@ -16,11 +16,11 @@ std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
 
 bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles <= 6; }
 
-bool CoopmatLayout::named_accumulators() const { return column_tiles <= 8 && dk_tiles + column_tiles <= 15; }
+bool CoopmatLayout::named_by_default() const { return column_tiles <= 8 && dk_tiles + column_tiles <= 15; }
 
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
-           (named_accumulators() ? " named" : "") +
+           (named ? " named" : "") +
            (staged_ahead() ? " ahead" : "") + (units ? " units" : " portable");
 }
 
@@ -64,6 +64,13 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
         throw InvalidArgument(overrides.tile_rows ? "variant.tile_rows" : overrides.tile_keys ? "variant.tile_keys" : "variant.fused_kernel",
                               "the cooperative-matrix kernel: " + need);
     }
+    t.named = overrides.named_accumulators.value_or(t.named_by_default());
+    if (t.named && t.units && !t.named_by_default())
+        throw InvalidArgument("variant.named_accumulators",
+                              "O as named accumulators at " + std::to_string(t.dk_tiles) + " d-tiles and " + std::to_string(t.column_tiles) +
+                                  " column tiles (Dk = " + std::to_string(p.Dk) + ", Dv = " + std::to_string(p.Dv) +
+                                  "): on the matrix units the named form takes 15 of them at most (heads up to 112 wide); "
+                                  "wider ones gave wrong results on NVIDIA's driver.");
     return t;
 }
 

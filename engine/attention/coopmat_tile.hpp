@@ -22,6 +22,7 @@ struct CoopmatLayout {
     std::uint32_t dk_tiles = 8;      // Q's and K's 16-dimension tiles: ceil(Dk / 16)
     std::uint32_t column_tiles = 8;  // O's 16-column tiles per pass (OC = 16 of them at most 8)
     bool units = false;              // on the matrix units (f16 operands in shared memory), else portable
+    bool named = false;              // O as named matrices (O_NAMED), else an array: named_by_default
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
     // flash_coopmat.comp's shared memory: the K/V tile [max(Bc, Br)][max(16·dk_tiles, OC) + 8] and
@@ -35,15 +36,15 @@ struct CoopmatLayout {
     // passed once, at D 124), not yet understood, so wider heads keep the staging chunk by chunk,
     // validated there at D 128. The same rule in the portable implementation, which so tests both.
     bool staged_ahead() const;
-    // Whether flash_coopmat.comp holds O as named accumulators (O_NAMED) rather than an array: where
-    // d-tiles and column tiles number 15 at most. NVIDIA's compiler kept the array in local memory
-    // (exactly O's size at every head size measured); named, O stayed in registers and the forward
-    // ran faster (H200, session 25: 16% at D 64, N 4,096 and 8,192; 1-14% at D 40-112, N 1,000). At 8
-    // d-tiles and 8 column tiles (D 120, 128; 244 registers) the named form gave wrong results
-    // there (0.19 relative), as other kernels near the 255-register cap have; Dk 128 with Dv 64
-    // and Dk 64 with Dv 128 passed. So D 120 and 128 keep the array. The same rule in the portable
-    // implementation, which so tests both forms.
-    bool named_accumulators() const;
+    // Whether flash_coopmat.comp holds O as named accumulators (O_NAMED) rather than an array, unless
+    // forced (VariantOverrides::named_accumulators): where d-tiles and column tiles number 15 at
+    // most. NVIDIA's compiler kept the array in local memory (exactly O's size at every head size
+    // measured); named, O stayed in registers and the forward ran faster (H200, session 25: 16% at
+    // D 64, N 4,096 and 8,192; 1-14% at D 40-112, N 1,000). At 8 d-tiles and 8 column tiles (D 120,
+    // 128; 244 registers) the named form gave wrong results there (0.19 relative), as other kernels
+    // near the 255-register cap have; Dk 128 with Dv 64 and Dk 64 with Dv 128 passed. So D 120 and
+    // 128 keep the array. The same rule in the portable implementation, which so tests both forms.
+    bool named_by_default() const;
     std::string describe() const;
 };
 
@@ -51,8 +52,10 @@ struct CoopmatLayout {
 // where the device's invocations allow, 64-key tiles, O in passes
 // of up to 128 columns; smaller tiles, then fewer subgroups, then narrower passes where shared
 // memory is short. overrides.tile_rows and tile_keys force Br and Bc (InvalidArgument naming them
-// where the device cannot take them). Returns the subgroups through `subgroups`. Throws
-// InvalidArgument("variant.fused_kernel") where even the smallest tiles do not fit.
+// where the device cannot take them); overrides.named_accumulators forces O's form
+// (InvalidArgument naming it where named on the units goes past named_by_default). Returns the
+// subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") where even the
+// smallest tiles do not fit.
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                     const Problem& problem, const VariantOverrides& overrides = {});
 

@@ -23,7 +23,8 @@ namespace {
 bool nothing_forced(const AttentionOptions& o) {
     const VariantOverrides& v = o.variant;
     return o.impl == Impl::automatic && o.splits == 0 && !v.texel_loads && !v.shared_tiles && !v.subgroup_ops &&
-           !v.fused_kernel && !v.gemm_kernel && !v.tile_rows && !v.tile_keys && !v.decode_lanes_per_key;
+           !v.fused_kernel && !v.gemm_kernel && !v.tile_rows && !v.tile_keys && !v.decode_lanes_per_key &&
+           !v.named_accumulators;
 }
 }  // namespace
 

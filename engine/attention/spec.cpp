@@ -79,7 +79,8 @@ std::string AttentionSpec::key() const {
     put(opt.dropout);
     put(opt.seed);
     put(opt.impl);
-    for (const auto* variant : {&opt.variant.texel_loads, &opt.variant.shared_tiles, &opt.variant.subgroup_ops}) {
+    for (const auto* variant : {&opt.variant.texel_loads, &opt.variant.shared_tiles, &opt.variant.subgroup_ops,
+                                &opt.variant.named_accumulators}) {
         put(variant->has_value());
         put(variant->value_or(false));
     }

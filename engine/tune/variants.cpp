@@ -51,6 +51,12 @@ const std::vector<KernelVariant>& kernel_variants() {
          "flash_coopmat.comp with 32-row, 64-key tiles"},
         {"coopmat-64x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 64, .tile_keys = 32},
          "flash_coopmat.comp with 64-row, 32-key tiles"},
+        // O's two forms (CoopmatLayout::named_by_default chooses): the array, which NVIDIA's
+        // compiler kept in local memory, and named matrices (refused on the units past 112-wide heads).
+        {"coopmat-array", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .named_accumulators = false},
+         "flash_coopmat.comp with O as an array of accumulators"},
+        {"coopmat-named", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .named_accumulators = true},
+         "flash_coopmat.comp with O as named accumulators"},
         {"split-coopmat", Impl::split, {.fused_kernel = FusedKernel::coopmat}, "split-KV over flash_coopmat.comp"},
     };
     return all;

@@ -144,10 +144,10 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     CHECK(narrow->coopmat->staged_ahead());
     CHECK_THAT(narrow->describe(), Catch::Contains(" ahead units"));
     // O as named accumulators where d-tiles and column tiles number 15 at most
-    // (CoopmatLayout::named_accumulators): D 96, and Dk 128 with Dv 64 (and back), not D 120 or 128.
-    CHECK_FALSE(c->coopmat->named_accumulators());
+    // (CoopmatLayout::named_by_default): D 96, and Dk 128 with Dv 64 (and back), not D 120 or 128.
+    CHECK_FALSE(c->coopmat->named);
     CHECK_THAT(c->describe(), !Catch::Contains(" named"));
-    CHECK(narrow->coopmat->named_accumulators());
+    CHECK(narrow->coopmat->named);
     CHECK_THAT(narrow->describe(), Catch::Contains(" named ahead units"));
     struct Heads {
         int dk, dv;
@@ -155,7 +155,20 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     };
     for (const Heads h : {Heads{128, 64, true}, Heads{64, 128, true}, Heads{112, 112, true}, Heads{120, 120, false}}) {
         const auto n = fused_for(caps, problem(1, 8, 8, 4096, 4096, h.dk, h.dv, DType::f16), {.fused_kernel = FusedKernel::coopmat});
-        CHECK(n->coopmat->named_accumulators() == h.named);
+        CHECK(n->coopmat->named == h.named);
+    }
+    // Forced: the array anywhere; named past the rule refused on the units, by name.
+    const auto array = fused_for(caps, problem(1, 8, 8, 4096, 4096, 64, 64, DType::f16),
+                                 {.fused_kernel = FusedKernel::coopmat, .named_accumulators = false});
+    CHECK_FALSE(array->coopmat->named);
+    CHECK_THAT(array->describe(), !Catch::Contains(" named"));
+    try {
+        (void)fused_for(caps, problem(1, 8, 8, 4096, 4096, 128, 128, DType::f16),
+                        {.fused_kernel = FusedKernel::coopmat, .named_accumulators = true});
+        FAIL("named O at D = 128 on the units was taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.named_accumulators");
+        CHECK_THAT(e.what(), Catch::Contains("15 of them at most") && Catch::Contains("Dk = 128"));
     }
     // Heads past 128 are refused there (wrong on NVIDIA's driver), by name; unforced they take the
     // tile kernel.

@@ -137,6 +137,11 @@ struct VariantOverrides {
     //   decode_lanes_per_key: flash_decode.comp's lanes per key, a power of two up to the subgroup.
     //   Chosen: about 16 elements of a row per lane (8 at D = 128 with up to 4 rows).
     std::optional<std::uint32_t> decode_lanes_per_key;
+    //   named_accumulators: the cooperative-matrix kernel's O as named matrices (true) or an array
+    //   (false). Chosen: named where Q's and O's 16-wide tiles number 15 at most (heads up to 112
+    //   wide), which NVIDIA's compiler keeps in registers where it puts the array in local memory;
+    //   forced named past that on the matrix units is refused (wrong results on NVIDIA's driver).
+    std::optional<bool> named_accumulators;
 };
 
 // A sliding window around the (aligned) diagonal: query i sees key j when
