@@ -21,6 +21,19 @@ namespace {
 
 Case coopmat_case(Impl impl, DType dtype) { return forced_kernel_case(FusedKernel::coopmat, impl, dtype); }
 
+// f16 heads of width d over several key tiles (70 queries, 333 keys), GQA 4/2, a causal diagonal:
+// where the units' staging and accumulator faults showed.
+Case several_key_tiles_case(Impl impl, std::int64_t d) {
+    Case c = coopmat_case(impl, DType::f16);
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 70;
+    c.Nkv = 333;
+    c.Dk = c.Dv = d;
+    c.causal = Causal::bottom_right;
+    return c;
+}
+
 AttentionReport expect_coopmat(const Case& c) {
     const AttentionReport r = expect_kernel(c);
     CHECK(r.f16_products);
@@ -139,13 +152,7 @@ TEST_CASE("coopmat kernel: the tile-ahead staging with 16-byte or 4-element load
     // as named accumulators up to D 112, an array at D 128 (CoopmatLayout::named_by_default).
     const std::int64_t d = GENERATE(64, 92, 96, 112, 128);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
-    Case c = coopmat_case(impl, DType::f16);
-    c.Hq = 4;
-    c.Hkv = 2;
-    c.Nq = 70;
-    c.Nkv = 333;
-    c.Dk = c.Dv = d;
-    c.causal = Causal::bottom_right;
+    const Case c = several_key_tiles_case(impl, d);
     INFO("D " << d);
     const AttentionReport r = expect_coopmat(c);
     const detail::FusedConfig config = fused_config(c);
@@ -168,14 +175,8 @@ TEST_CASE("coopmat kernel: O forced as an array or as named accumulators", "[gpu
     // implementation and is refused by name on the units (wrong there on NVIDIA's driver).
     const std::int64_t d = GENERATE(64, 128);
     const char* name = GENERATE("coopmat-array", "coopmat-named");
-    Case c = coopmat_case(Impl::fused, DType::f16);
+    Case c = several_key_tiles_case(Impl::fused, d);
     c.variant = find_kernel_variant(name)->overrides;
-    c.Hq = 4;
-    c.Hkv = 2;
-    c.Nq = 70;
-    c.Nkv = 333;
-    c.Dk = c.Dv = d;
-    c.causal = Causal::bottom_right;
     INFO(name << ", D " << d);
     const bool named = *c.variant.named_accumulators;
     if (named && d == 128 && device_caps().matrix_units) {
