@@ -30,8 +30,9 @@ grep -v '^\s*#' "$points" | grep -v '^\s*$' | while read -r line; do
     (( $(left) > 10 )) || break 2
     if [[ $line == tests:* ]]; then
       tags=${line#tests:}; tags=${tags# }; log=$O/tests-$name.log
-      VKATTN_TEST_LAYER=off timeout "$(left)" ".gpu/ab/$name/kit/build/tests/vkattn_gpu_tests" "$tags" > "$log" 2>&1
-      python3 -c "import sys, json; print(json.dumps({'kit': '$name', 'tests': sys.argv[1], 'rc': int(sys.argv[2]), 'summary': open(sys.argv[3]).read()[-600:]}))" \
+      # Line-buffered and compact (a line per failure), so that a run the time box cuts keeps its failures.
+      VKATTN_TEST_LAYER=off timeout "$(( $(left) - 5 ))" stdbuf -oL ".gpu/ab/$name/kit/build/tests/vkattn_gpu_tests" -r compact "$tags" > "$log" 2>&1
+      python3 -c "import sys, json; print(json.dumps({'kit': '$name', 'tests': sys.argv[1], 'rc': int(sys.argv[2]), 'summary': open(sys.argv[3]).read()[-1500:]}))" \
         "$tags" "$?" "$log" | tee -a "$O/ab.jsonl"
       continue
     fi
