@@ -16,12 +16,14 @@ std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
 
 bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles <= 6; }
 
+bool CoopmatLayout::ahead_with(bool wide_loads) const { return staged_ahead() && (wide_loads || dk_tiles + column_tiles <= 8); }
+
 bool CoopmatLayout::named_by_default() const { return column_tiles <= 8 && dk_tiles + column_tiles <= 15; }
 
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
            (named ? " named" : "") +
-           (staged_ahead() ? " ahead" : "") + (units ? " units" : " portable");
+           (ahead ? " ahead" : "") + (units ? " units" : " portable");
 }
 
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
@@ -64,6 +66,7 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
         throw InvalidArgument(overrides.tile_rows ? "variant.tile_rows" : overrides.tile_keys ? "variant.tile_keys" : "variant.fused_kernel",
                               "the cooperative-matrix kernel: " + need);
     }
+    t.ahead = t.ahead_with(p.k_dtype == DType::f16 && p.v_dtype == DType::f16 && p.Dk % 8 == 0 && p.Dv % 8 == 0);
     t.named = overrides.named_accumulators.value_or(t.named_by_default());
     if (t.named && t.units && !t.named_by_default())
         throw InvalidArgument("variant.named_accumulators",

@@ -23,6 +23,7 @@ struct CoopmatLayout {
     std::uint32_t column_tiles = 8;  // O's 16-column tiles per pass (OC = 16 of them at most 8)
     bool units = false;              // on the matrix units (f16 operands in shared memory), else portable
     bool named = false;              // O as named matrices (O_NAMED), else an array: named_by_default
+    bool ahead = false;              // K/V a phase ahead in registers (AHEAD): ahead_with
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
     // flash_coopmat.comp's shared memory: the K/V tile [max(Bc, Br)][max(16·dk_tiles, OC) + 8] and
@@ -36,6 +37,12 @@ struct CoopmatLayout {
     // passed once, at D 124), not yet understood, so wider heads keep the staging chunk by chunk,
     // validated there at D 128. The same rule in the portable implementation, which so tests both.
     bool staged_ahead() const;
+    // Whether the kernel stages ahead (`ahead`) with K/V whose chunks come as 16-byte words or not
+    // (`wide_loads`): staged_ahead, and with the typed loaders' chunks up to 8 d-tiles and column
+    // tiles in all. Past that, ahead through the typed loaders gave wrong results on NVIDIA's 580
+    // driver (H200, session 26: D 92, 0.17 relative, with O named) where D 96's 16-byte loads and
+    // D 64's typed ones passed, and 12 tiles staged chunk by chunk passed (Dk 128 with Dv 64).
+    bool ahead_with(bool wide_loads) const;
     // Whether flash_coopmat.comp holds O as named accumulators (O_NAMED) rather than an array, unless
     // forced (VariantOverrides::named_accumulators): where d-tiles and column tiles number 15 at
     // most. NVIDIA's compiler kept the array in local memory (exactly O's size at every head size
@@ -55,7 +62,8 @@ struct CoopmatLayout {
 // where the device cannot take them); overrides.named_accumulators forces O's form
 // (InvalidArgument naming it where named on the units goes past named_by_default). Returns the
 // subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") where even the
-// smallest tiles do not fit.
+// smallest tiles do not fit. `ahead` assumes 16-byte loads wherever K and V are f16 with rows of a
+// multiple of 8 elements; the run settles it on the tensors' strides (ahead_with).
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                     const Problem& problem, const VariantOverrides& overrides = {});
 

@@ -37,24 +37,27 @@ public:
         : runtime_(runtime), p_(p), config_(config), planner_(runtime, p, operands, config_, splits),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         const KeyPlan& keys = plan_.keys;
-        report.path = splits > 0 ? Impl::split : Impl::fused;
-        report.variant = config.describe();
-        report.f16_products = config.coopmat.has_value();
-        if (keys.split_mode())
-            report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
-        if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
         // The decode kernel's loads of every type, and the cooperative-matrix kernel's of f16 K/V
-        // (its 16-byte chunks are 8 f16 elements) where it stages ahead (CoopmatLayout::staged_ahead),
-        // come as single uvec4s where every row allows.
+        // (its 16-byte chunks are 8 f16 elements) where its layout allows (CoopmatLayout::staged_ahead),
+        // come as single uvec4s where every row allows; the latter then settles its staging
+        // (CoopmatLayout::ahead_with).
         const bool coopmat_f16 = config.coopmat && p.k_dtype == DType::f16 && p.v_dtype == DType::f16;
-        if ((config.decode || coopmat_f16) && !operands.paged) {
+        const bool wide_candidate = (config.decode || coopmat_f16) && !operands.paged;
+        if (wide_candidate) {
             // Every binding's rows start where the whole tensor's do, modulo the chunk (slices begin
             // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
             const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
             wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv) &&
                           (!config.coopmat || config.coopmat->staged_ahead());
-            report.variant += wide_dense_ ? " loads=16B" : " loads=words";
         }
+        if (config_.coopmat) config_.coopmat->ahead = config_.coopmat->ahead_with(wide_dense_);
+        report.path = splits > 0 ? Impl::split : Impl::fused;
+        report.variant = config_.describe();
+        report.f16_products = config.coopmat.has_value();
+        if (keys.split_mode())
+            report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
+        if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
+        if (wide_candidate) report.variant += wide_dense_ ? " loads=16B" : " loads=words";
         report.slices = static_cast<std::uint32_t>(plan_.chunks.size() * keys.bindings());
         report.flops = p.flops();
     }

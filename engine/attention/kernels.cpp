@@ -195,7 +195,7 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
                                                {.id = kColumnTiles, .value = t.column_tiles},
                                                {.id = kSplit, .value = split ? 1u : 0u},
                                                {.id = kWide, .value = wide ? 1u : 0u},
-                                               {.id = kAhead, .value = t.staged_ahead() ? 1u : 0u},
+                                               {.id = kAhead, .value = t.ahead ? 1u : 0u},
                                                {.id = kNamedO, .value = t.named ? 1u : 0u}});
     return runtime.kernels().get(key);
 }

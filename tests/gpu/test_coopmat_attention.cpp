@@ -1,7 +1,8 @@
 // The cooperative-matrix prefill kernel (flash_coopmat.comp, issue #33), forced on the suite's device
 // so that lavapipe runs it through common/coopmat.glsl's portable implementation: shapes that are
 // not multiples of 16 or of its key tiles, Dk ≠ Dv, D up to 256, GQA, column passes, every mask and
-// feature on the fused and split paths, every storage type it takes. Outputs are NaN-poisoned and
+// feature on the fused and split paths, every storage type it takes (heads past 128 are refused by
+// name on the matrix units, where the storage types run at D = 128). Outputs are NaN-poisoned and
 // compared by run_case with the CPU reference on the operands it multiplied (rounded to f16), within
 // f16's tolerance. Paged K/V, varlen and key slices run it in their own tests.
 #include <catch2/catch.hpp>
@@ -51,13 +52,19 @@ TEST_CASE("coopmat kernel: head shapes and every feature, fused and split", "[gp
     const DType dtype = GENERATE(DType::f32, DType::f16);
     Case c = coopmat_case(impl, dtype);
     if (dtype == DType::f16 && !device_caps().fp16_storage) c.dtype = DType::f32;
+    if (dk > 128 || dv > 128) {  // refused on the matrix units
+        Case wide = c;
+        wide.Dk = dk;
+        wide.Dv = dv;
+        if (!wide_heads_run_here([&] { testing::run_case(gpu_context(), wide, fresh_seed()); })) return;
+    }
     expect_every_feature(c, dk, dv, 128);
 }
 
-TEST_CASE("coopmat kernel: every K/V storage type it takes, D = 256", "[gpu][coopmat][storage_types]") {
+TEST_CASE("coopmat kernel: every K/V storage type it takes, D = 256 (128 on the matrix units)", "[gpu][coopmat][storage_types]") {
     const DType kv = GENERATE(DType::q8_0, DType::q4_1, DType::q5_0, DType::iq4_nl, DType::fp8_e4m3, DType::fp8_e5m2);
     Case c = coopmat_case(Impl::fused, DType::f32);
-    c.Dk = c.Dv = 256;
+    c.Dk = c.Dv = device_caps().matrix_units ? 128 : 256;  // the widest heads each takes
     c.Nq = 21;
     c.k_dtype = c.v_dtype = kv;
     c.kv_scales = is_fp8(kv);
@@ -147,21 +154,23 @@ TEST_CASE("coopmat kernel: the tile-ahead staging with 16-byte or 4-element load
     if (!device_caps().fp16_storage) return;  // f16 storage is what it loads
     // Several key tiles, so that every tile's K comes from the loads issued during the previous
     // tile's P·V (the case the units got wrong at 7-8 d-tiles with uvec4 loads); GQA and a causal
-    // diagonal on the way. D 64 and 96: ahead, whole chunks on 16 bytes; D 92: ahead, rows of 184
-    // bytes; D 112 and 128: 7 and 8 d-tiles, staged chunk by chunk (CoopmatLayout::staged_ahead). O
-    // as named accumulators up to D 112, an array at D 128 (CoopmatLayout::named_by_default).
-    const std::int64_t d = GENERATE(64, 92, 96, 112, 128);
+    // diagonal on the way. D 64 and 96: ahead, whole chunks on 16 bytes; D 60: ahead through the
+    // typed loaders (rows of 120 bytes); D 92: chunk by chunk, as its 12 tiles through the typed
+    // loaders (CoopmatLayout::ahead_with); D 112 and 128: 7 and 8 d-tiles, chunk by chunk
+    // (CoopmatLayout::staged_ahead). O as named accumulators up to D 112, an array at D 128
+    // (CoopmatLayout::named_by_default).
+    const std::int64_t d = GENERATE(60, 64, 92, 96, 112, 128);
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     const Case c = several_key_tiles_case(impl, d);
     INFO("D " << d);
     const AttentionReport r = expect_coopmat(c);
     const detail::FusedConfig config = fused_config(c);
     REQUIRE(config.coopmat);
-    const bool ahead = d <= 96;
-    CHECK(config.coopmat->staged_ahead() == ahead);
+    const bool wide = d <= 96 && d % 8 == 0, ahead = wide || d <= 64;
+    CHECK(config.coopmat->ahead == ahead);
     if (ahead) CHECK_THAT(r.variant, Catch::Contains(" ahead "));
     else CHECK_THAT(r.variant, !Catch::Contains(" ahead"));
-    CHECK_THAT(r.variant, Catch::Contains(ahead && d % 8 == 0 ? " loads=16B" : " loads=words"));
+    CHECK_THAT(r.variant, Catch::Contains(wide ? " loads=16B" : " loads=words"));
     const bool named = d <= 112;
     CHECK(config.coopmat->named == named);
     if (named) CHECK_THAT(r.variant, Catch::Contains(" named "));

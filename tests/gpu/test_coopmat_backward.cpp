@@ -9,6 +9,7 @@
 #include <string>
 
 #include "support/backward_case.hpp"
+#include "support/device_tuning.hpp"
 #include "vkattn/errors.hpp"
 
 using namespace vkattn;
@@ -37,9 +38,13 @@ TEST_CASE("coopmat backward: every feature against the reference", "[gpu][backwa
     std::uint32_t seed = 6000;
     for (BackwardCase c : feature_cases()) {
         c = coopmat(c);
-        if (c.column_passes) {  // 128 gradient columns per pass: 160 take two
+        if (c.column_passes) {  // 128 gradient columns per pass: 160 take two (refused on the matrix units)
             c.Dk = 160;
             c.Dv = 136;
+            if (!wide_heads_run_here([&] { check_case(c, seed); })) {
+                ++seed;
+                continue;
+            }
         }
         check_coopmat(c, seed++);
     }

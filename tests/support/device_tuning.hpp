@@ -11,12 +11,30 @@
 #include "attention/problem.hpp"
 #include "attention/tuning.hpp"
 #include "runtime.hpp"
+#include "vkattn/errors.hpp"
 #include "support/gpu_context.hpp"
 #include "vkattn/testing/attention_case.hpp"
 
 namespace vkattn::test {
 
 inline const vk::DeviceCaps& device_caps() { return detail::ContextAccess::runtime(gpu_context()).device().caps(); }
+
+// Heads past 128 (Dk or Dv) for the cooperative-matrix kernels, which on the device's matrix units
+// refuse them by name (detail::refuse_wide_heads_on_units): there `run` must throw that refusal and
+// the function returns false; elsewhere (their portable implementation) it returns true, and the
+// caller runs its case.
+template <class Run>
+bool wide_heads_run_here(Run&& run) {
+    if (!device_caps().matrix_units) return true;
+    try {
+        run();
+        FAIL("heads past 128 taken on the matrix units");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.fused_kernel");
+        CHECK_THAT(e.what(), Catch::Contains("heads up to 128 wide"));
+    }
+    return false;
+}
 
 // The fused (and split) kernel's configuration for case c on the suite's device, from its shapes,
 // types and variant overrides; dense tensors, whose strides decide only the loads, never the layout.

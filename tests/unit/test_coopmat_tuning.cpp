@@ -137,12 +137,31 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     CHECK(c->coopmat->shared_bytes(c->subgroups) == 44040);
     CHECK_THAT(c->describe(), Catch::Contains(" units"));
     // The tile-ahead staging and 16-byte K/V loads up to 6 d-tiles and column tiles
-    // (CoopmatLayout::staged_ahead), the variant says so.
+    // (CoopmatLayout::staged_ahead), the variant says so; through the typed loaders (rows not of 8
+    // f16 elements, or other types) up to 8 tiles in all (CoopmatLayout::ahead_with).
     CHECK_FALSE(c->coopmat->staged_ahead());
+    CHECK_FALSE(c->coopmat->ahead);
     CHECK_THAT(c->describe(), !Catch::Contains(" ahead"));
-    const auto narrow = fused_for(caps, problem(1, 8, 8, 4096, 4096, 96, 96, DType::f16), {.fused_kernel = FusedKernel::coopmat});
+    Problem f16_kv = problem(1, 8, 8, 4096, 4096, 96, 96, DType::f16);
+    f16_kv.k_dtype = f16_kv.v_dtype = DType::f16;  // rows of 8 f16 elements: 16-byte loads
+    const auto narrow = fused_for(caps, f16_kv, {.fused_kernel = FusedKernel::coopmat});
     CHECK(narrow->coopmat->staged_ahead());
+    CHECK(narrow->coopmat->ahead);
     CHECK_THAT(narrow->describe(), Catch::Contains(" ahead units"));
+    CHECK(narrow->coopmat->ahead_with(false) == false);
+    struct Staging {
+        int d;
+        DType kv;
+        bool ahead;
+    };
+    for (const Staging s : {Staging{92, DType::f16, false}, Staging{96, DType::q8_0, false}, Staging{64, DType::q8_0, true},
+                            Staging{44, DType::f16, true}, Staging{72, DType::f16, true}, Staging{68, DType::f16, false}}) {
+        Problem p = problem(1, 8, 8, 4096, 4096, s.d, s.d, DType::f16);
+        p.k_dtype = p.v_dtype = s.kv;
+        const auto staged = fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat});
+        INFO("D " << s.d << " " << to_string(s.kv));
+        CHECK(staged->coopmat->ahead == s.ahead);
+    }
     // O as named accumulators where d-tiles and column tiles number 15 at most
     // (CoopmatLayout::named_by_default): D 96, and Dk 128 with Dv 64 (and back), not D 120 or 128.
     CHECK_FALSE(c->coopmat->named);

@@ -173,8 +173,8 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     for (const double x : k.doubles()) max_k = std::max(max_k, std::abs(x));
     for (const float s : k_scale) k_scale_max = std::max(k_scale_max, static_cast<double>(s));
     const double scale = std::abs(c.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.Dk))));
-    const Tolerance tol = with_score_rounding(tolerance_for(c.dtype, c.Nkv, f16_products),
-                                              scale * static_cast<double>(c.Dk) * max_q * max_k * k_scale_max);
+    const double score_bound = scale * static_cast<double>(c.Dk) * max_q * max_k * k_scale_max;
+    const Tolerance tol = with_score_rounding(tolerance_for(c.dtype, c.Nkv, f16_products), score_bound);
     std::vector<double> got, want;
     for (std::int64_t b = 0; b < c.B; ++b)
         for (std::int64_t h = 0; h < c.Hq; ++h)
@@ -202,7 +202,7 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
               tolerance_for(DType::f32));
     }
     if (c.lse) {
-        const Comparison cmp = compare_lse({lse.begin(), lse.end()}, stages.lse);
+        const Comparison cmp = compare_lse({lse.begin(), lse.end()}, stages.lse, score_rounding(score_bound));
         if (!cmp.ok) {
             result.ok = false;
             failures << "lse: " << cmp.message << "\n";
