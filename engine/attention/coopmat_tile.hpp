@@ -85,8 +85,9 @@ void require_f16_operands(const Problem& problem, const std::string& kernel, con
 // does), and where the kernels run with maximal reconvergence (vk/spirv_patch.hpp), so that no
 // driver's reconvergence rules can reach the units' operations. Measured on an H200 (sessions
 // 21-22, docs/PERFORMANCE.md): 5-7x flash_tile.comp, and correct at every mask the bisect tried
-// once its softmax chose by selects. The backward stays forced (or tuned) until its causal runs
-// are checked on the units.
+// once its softmax chose by selects. The backward's kernels follow the same rule (choose_backward)
+// since their causal runs and every [backward][coopmat] case matched the reference on the units
+// (session 26).
 bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& problem);
 
 // Loop back-edges one key tile of flash_coopmat.comp may take (lavapipe counts them).

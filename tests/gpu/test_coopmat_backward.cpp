@@ -100,3 +100,19 @@ TEST_CASE("coopmat backward: bf16 refused by name, three stages unaffected by th
     three.options.impl = Impl::unfused;
     check_coopmat(three, 6960);
 }
+
+TEST_CASE("coopmat backward: chosen unforced for f16 where the forward's is", "[gpu][backward][coopmat]") {
+    // The tuning's rule (detail::choose_backward): on the matrix units with maximal reconvergence,
+    // f16 storage takes the cooperative-matrix kernels unforced; elsewhere (lavapipe) the register
+    // kernels. Either way the gradients match the reference.
+    const vk::DeviceCaps& caps = device_caps();
+    const bool chosen = caps.matrix_units && caps.maximal_reconvergence;
+    BackwardCase c;
+    c.name = "f16, unforced, causal, GQA 6/2";
+    c.dtype = DType::f16;
+    c.B = 1, c.Hq = 6, c.Hkv = 2, c.Nq = 70, c.Nkv = 75, c.Dk = c.Dv = 64;
+    c.options.causal = Causal::bottom_right;
+    const AttentionReport r = check_case(c, 6980);
+    CHECK_THAT(r.variant, Catch::StartsWith(chosen ? "backward-coopmat[" : "backward["));
+    CHECK(r.f16_products == chosen);
+}

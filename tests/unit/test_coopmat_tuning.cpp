@@ -52,9 +52,19 @@ TEST_CASE("coopmat tuning: the forward's choice on the units for f16 storage wit
                         CHECK_NOTHROW(config = fused_for(caps, wide));
                         CHECK_FALSE((config && config->coopmat));
                     }
-                    // The backward stays on the register kernels unless forced.
+                    // The backward by the same rule, for heads the units take (≤ 128); the register
+                    // kernels where their knobs are forced, or the heads are wider.
                     const auto dense_q = bhnd(8, nq, 128), dense_k = bhnd(8, 4096, 128);
-                    CHECK_FALSE(choose_backward(caps, p, dense_q, dense_k, dense_k, dense_q, {}, nullptr)->coopmat);
+                    CHECK(choose_backward(caps, p, dense_q, dense_k, dense_k, dense_q, {}, nullptr)->coopmat.has_value() == chosen);
+                    CHECK_FALSE(choose_backward(caps, p, dense_q, dense_k, dense_k, dense_q, {.texel_loads = true}, nullptr)->coopmat);
+                    CHECK_FALSE(choose_backward(caps, p, dense_q, dense_k, dense_k, dense_q, {.fused_kernel = FusedKernel::tile}, nullptr)->coopmat);
+                    CHECK_FALSE(choose_backward(caps, problem(1, 8, 8, nq, 4096, 128, 128), dense_q, dense_k, dense_k, dense_q, {}, nullptr)->coopmat);
+                    Problem wide_backward = problem(1, 8, 8, nq, 4096, 160, 160, DType::f16);
+                    wide_backward.k_dtype = wide_backward.v_dtype = DType::f16;
+                    const auto dense_q160 = bhnd(8, nq, 160), dense_k160 = bhnd(8, 4096, 160);
+                    std::optional<BackwardConfig> backward;
+                    CHECK_NOTHROW(backward = choose_backward(caps, wide_backward, dense_q160, dense_k160, dense_k160, dense_q160, {}, nullptr));
+                    CHECK((backward && !backward->coopmat));
                 }
 }
 
@@ -230,7 +240,7 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     CHECK_FALSE(choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat}).units);
 }
 
-TEST_CASE("coopmat tuning: the backward's layout on every device, forced only", "[unit][tuning][coopmat][backward]") {
+TEST_CASE("coopmat tuning: the backward's layout on every device, forced for f32 storage", "[unit][tuning][coopmat][backward]") {
     const std::int64_t dims[] = {1, 24, 64, 100, 128, 256};
     for (const vk::DeviceCaps& caps : all_devices())
         for (const std::int64_t dk : dims)

@@ -51,10 +51,10 @@ enum class LogitsStage : std::uint8_t {
 // FlashAttention-2's tiles with S = Q·Kᵀ and O += P·V as 16×16×16 products of f16 operands into fp32,
 // on the matrix units where DeviceInfo::matrix_units says so, else portably from subgroups and shared
 // memory; f32, f16 and quantized storage: its products have f16's precision,
-// AttentionReport::f16_products). Chosen unforced for the forward only on the matrix units, for f16
-// q, k and v, where the kernels run with maximal reconvergence (DeviceInfo::maximal_reconvergence);
-// elsewhere forced or tuned. Forced, it also runs the backward's dQ, dK and dV on cooperative
-// matrices (attention_backward; f32 and f16 storage).
+// AttentionReport::f16_products). Chosen unforced only on the matrix units, for f16 q, k and v, where
+// the kernels run with maximal reconvergence (DeviceInfo::maximal_reconvergence): for the forward,
+// and for the backward's dQ, dK and dV on cooperative matrices (attention_backward; heads up to 128
+// wide there); elsewhere forced (f32 and f16 storage in the backward) or tuned.
 // docs/design/GPU_KERNELS.md has their cost models.
 enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
 
