@@ -18,15 +18,12 @@ void check_score_rows_path(const Problem& problem, Impl impl) {
                                           " exist only in the three-stage path; use auto or unfused to get them.");
 }
 
-namespace {
-// Whether the caller left every choice to the engine: no path, split count or knob forced.
 bool nothing_forced(const AttentionOptions& o) {
     const VariantOverrides& v = o.variant;
     return o.impl == Impl::automatic && o.splits == 0 && !v.texel_loads && !v.shared_tiles && !v.subgroup_ops &&
            !v.fused_kernel && !v.gemm_kernel && !v.tile_rows && !v.tile_keys && !v.decode_lanes_per_key &&
            !v.named_accumulators;
 }
-}  // namespace
 
 PathChoice choose_path(const Runtime& runtime, const TuningTable* table, const Problem& problem,
                        const std::array<std::int64_t, 4>& q_strides, const std::array<std::int64_t, 4>& k_strides,

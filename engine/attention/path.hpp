@@ -47,6 +47,10 @@ struct PathChoice {
 // rule choose_path applies, for callers that check before they have a device (the ring).
 void check_score_rows_path(const Problem& problem, Impl impl);
 
+// Whether the caller left every choice to the engine: no path, split count or knob forced (the
+// tuner's winners apply only then, to the forward and to the backward).
+bool nothing_forced(const AttentionOptions& options);
+
 // The path options.impl asks for (or `auto` chooses: the tuner's winner from `tuning` where it has
 // one for the problem's bucket and the caller forced nothing, else the heuristics); a `paged` K/V
 // needs a fused one. Throws InvalidArgument when it cannot run on this device.

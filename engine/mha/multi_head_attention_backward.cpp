@@ -54,7 +54,7 @@ MhaGradients MultiHeadAttention::backward(Context& context, const MhaInputs& inp
     }
 
     const auto layer = std::make_shared<const detail::MhaLayerState>(context, *this, dtype);
-    Batch batch = detail::BatchAccess::make(runtime);
+    Batch batch(context);  // with the context's tuner winners (attention_backward reads them)
     detail::BatchState& state = detail::BatchAccess::state(batch);
     auto rows = [&](std::int64_t r, std::int64_t features, const float* host, const std::string& what) {
         DeviceTensor t = detail::own_dense(runtime, dtype, {1, 1, r, features}, what);

@@ -7,14 +7,17 @@
 
 #include "attention/backward.hpp"
 #include "attention/params.hpp"
+#include "attention/path.hpp"
 #include "plan/plan_state.hpp"
 #include "plan/program.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
 #include "submit/host_copy.hpp"
 #include "tensor/storage.hpp"
+#include "tune/table.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/plan.hpp"
+#include "vkattn/variants.hpp"
 
 namespace vkattn {
 namespace detail {
@@ -36,6 +39,42 @@ std::shared_ptr<Storage> constants(Runtime& runtime, BatchState& batch, const st
     batch.upload(TensorAccess::make(storage, 0, DType::f32, shape, dense_strides(Layout::bhnd, shape)),
                  make_view(static_cast<const void*>(values.data()), DType::f32, Layout::bhnd, shape));
     return storage;
+}
+
+// The backward's path and kernels for `options` (BackwardChoice): texel loads only where every
+// tensor read through them can take them; the fused kernels unless asked for three stages, or,
+// chosen automatically, where the device lacks their subgroup operations or the sequence passes
+// their loop budget. The forward's split path has no backward of its own: the fused one serves it.
+BackwardChoice choose_backward_path(const vk::DeviceCaps& caps, const Problem& p, const AttentionSpec& spec,
+                                    const DeviceAttentionInputs& in, const DeviceTensor& grad_out,
+                                    const AttentionOptions& options) {
+    // Texel loads: views the buffers allow, rows that start on 4 elements (the caller's buffers may
+    // lack texel usage: wrap()).
+    VariantOverrides variant = options.variant;
+    for (const auto& [t, name] : {std::pair{&in.q, "q"}, std::pair{&in.k, "k"}, std::pair{&in.v, "v"},
+                                  std::pair{&grad_out, "grad_out"}}) {
+        const Storage& storage = *TensorAccess::storage(*t);
+        if (element_base(*t) % 4 != 0 || !storage.texel_views()) {
+            if (variant.texel_loads == true)
+                require_usage(storage, VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT, name, "texel loads (forced by variant.texel_loads)");
+            variant.texel_loads = false;
+        }
+    }
+    std::string why;
+    // A fused kernel forced (coopmat) shapes the fused backward only: three stages asked for never read it.
+    VariantOverrides fused_variant = variant;
+    if (options.impl == Impl::unfused) fused_variant.fused_kernel.reset();
+    const std::optional<BackwardConfig> fused =
+        choose_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), fused_variant, &why);
+    BackwardChoice choice;
+    choice.path = options.impl == Impl::unfused ? Impl::unfused : Impl::fused;
+    if (options.impl == Impl::automatic && (!fused || !backward_fused_misfit(caps, *fused, p).empty()))
+        choice.path = Impl::unfused;
+    if (choice.path == Impl::fused && !fused)
+        throw ResourceLimit("the device cannot run the fused backward pass: " + why + " (the unfused one needs none of it).");
+    if (fused) choice.fused = *fused;
+    choice.unfused = choose_unfused_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), variant);
+    return choice;
 }
 
 }  // namespace
@@ -88,36 +127,32 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
                                   std::pair{&grads.d_sinks, "d_sinks"}, std::pair{&grads.d_float_mask, "d_float_mask"}})
         if (t->defined()) storage_of(*t, runtime, name);
 
-    // Texel loads only where every tensor read through them can be: views the buffers allow, rows
-    // that start on 4 elements (the caller's buffers may lack texel usage: wrap()).
-    VariantOverrides variant = options.variant;
-    for (const auto& [t, name] : {std::pair{&in.q, "q"}, std::pair{&in.k, "k"}, std::pair{&in.v, "v"},
-                                  std::pair{&grad_out, "grad_out"}}) {
-        const Storage& storage = *TensorAccess::storage(*t);
-        if (element_base(*t) % 4 != 0 || !storage.texel_views()) {
-            if (variant.texel_loads == true)
-                require_usage(storage, VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT, name, "texel loads (forced by variant.texel_loads)");
-            variant.texel_loads = false;
-        }
-    }
-    // The path: the fused kernels unless asked for three stages, or, chosen automatically, where the
-    // device lacks their subgroup operations or the sequence passes their loop budget. The forward's
-    // split path has no backward of its own: the fused one serves it.
+    // The tuner's backward winner for this problem's bucket where the caller forced nothing and the
+    // winner can run it here; else the options' (or the heuristics') choice.
     const vk::DeviceCaps& caps = runtime.device().caps();
-    std::string why;
-    // A fused kernel forced (coopmat) shapes the fused backward only: three stages asked for never read it.
-    VariantOverrides fused_variant = variant;
-    if (options.impl == Impl::unfused) fused_variant.fused_kernel.reset();
-    const std::optional<BackwardConfig> fused =
-        choose_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), fused_variant, &why);
+    auto choose = [&](const AttentionOptions& opts) {
+        return choose_backward_path(caps, p, spec, in, grad_out, opts);
+    };
     BackwardChoice choice;
-    choice.path = options.impl == Impl::unfused ? Impl::unfused : Impl::fused;
-    if (options.impl == Impl::automatic && (!fused || !backward_fused_misfit(caps, *fused, p).empty()))
-        choice.path = Impl::unfused;
-    if (choice.path == Impl::fused && !fused)
-        throw ResourceLimit("the device cannot run the fused backward pass: " + why + " (the unfused one needs none of it).");
-    if (fused) choice.fused = *fused;
-    choice.unfused = choose_unfused_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), variant);
+    std::string chosen_by = nothing_forced(options) ? "heuristics" : "caller";
+    const TuningTable* tuning = batch.tuning ? batch.tuning->get() : nullptr;
+    bool tuned = false;
+    if (tuning && nothing_forced(options))
+        if (const std::string* name = tuning->backward_winner(p))
+            if (const KernelVariant* winner = find_backward_variant(*name)) {
+                AttentionOptions t = options;
+                t.impl = winner->impl;
+                t.variant = winner->overrides;
+                try {
+                    choice = choose(t);
+                    tuned = true;
+                    chosen_by = "tuning";
+                } catch (const InvalidArgument&) {
+                    // The winner cannot run this problem here (its bucket's other shapes could): the rules decide.
+                } catch (const ResourceLimit&) {
+                }
+            }
+    if (!tuned) choice = choose(options);
 
     BackwardOperands ops;
     ops.forward.q = operand_of(in.q, in.q.strides());
@@ -135,7 +170,8 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     ops.dv = grads.dv.defined() ? operand_of(grads.dv, grads.dv.strides()) : none;
     ops.d_sinks = grads.d_sinks.defined();
     ops.d_float_mask = grads.d_float_mask.defined();
-    const BackwardRun run(runtime, p, choice, ops);
+    BackwardRun run(runtime, p, choice, ops);
+    run.report.chosen_by = chosen_by;
 
     auto placeholder = allocate_storage(runtime, 16, "a placeholder binding");
     std::shared_ptr<Storage> head_terms;

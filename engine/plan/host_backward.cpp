@@ -56,7 +56,7 @@ AttentionReport attention_backward(Context& context, const AttentionInputs& in, 
                                 host.itemised() + ", the forward's scratch " + std::to_string(plan->scratch_bytes) +
                                     ", the backward's tensors and scratch " + std::to_string(backward_bytes));
 
-    Batch batch = detail::BatchAccess::make(runtime);
+    Batch batch(context);  // with the context's tuner winners (attention_backward reads them)
     detail::BatchState& state = detail::BatchAccess::state(batch);
     DeviceAttentionInputs device_in;
     DeviceAttentionOutputs device_out;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "context_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
 #include "submit/host_copy.hpp"
@@ -94,7 +95,9 @@ void check_transfer(const DeviceTensor& device, DType host_dtype, const std::arr
 
 }  // namespace
 
-Batch::Batch(Context& context) : Batch(detail::ContextAccess::runtime(context)) {}
+Batch::Batch(Context& context) : Batch(detail::ContextAccess::runtime(context)) {
+    state_->tuning = &detail::ContextAccess::state(context).tuning;
+}
 Batch::Batch(detail::Runtime& runtime) : state_(std::make_unique<detail::BatchState>(runtime)) {}
 Batch::~Batch() = default;
 Batch::Batch(Batch&&) noexcept = default;
@@ -186,7 +189,9 @@ Submission Batch::submit() {
     s.slot.reset();  // the ring owns it from here, submitted or not
     auto state = s.runtime->submit(slot, std::move(s.work), s.timing_begun);
     detail::Runtime& runtime = *s.runtime;
+    const auto* tuning = s.tuning;
     state_ = std::make_unique<detail::BatchState>(runtime);
+    state_->tuning = tuning;
     return detail::BatchAccess::submission(std::move(state), runtime);
 }
 
@@ -206,9 +211,11 @@ RecordedWork Batch::finish() {
     auto work = std::make_shared<detail::InFlight>(std::move(s.work));
     const VkCommandBuffer commands = s.external;
     detail::Runtime& runtime = *s.runtime;
+    const auto* tuning = s.tuning;
     s.work = {};
     state_ = std::make_unique<detail::BatchState>(runtime);
     state_->external = commands;
+    state_->tuning = tuning;
     return detail::BatchAccess::recorded(std::move(work));
 }
 

@@ -15,6 +15,8 @@
 
 namespace vkattn::detail {
 
+struct TuningTable;
+
 class Runtime;
 
 struct BatchState {
@@ -47,6 +49,9 @@ struct BatchState {
     void time_end();
 
     Runtime* runtime;
+    // The context's tuner winners (ContextState::tuning), for the calls that choose as they record
+    // (attention_backward); null for a batch made from a runtime alone (the heuristics then).
+    const std::unique_ptr<TuningTable>* tuning = nullptr;
     // The caller's command buffer (record_into), recorded instead of a ring slot's.
     VkCommandBuffer external = VK_NULL_HANDLE;
     std::optional<std::uint32_t> slot;

@@ -1,4 +1,5 @@
 // A Batch that records into the caller's command buffer (vkattn/vulkan.hpp).
+#include "context_state.hpp"
 #include "runtime.hpp"
 #include "submit/batch_state.hpp"
 #include "vkattn/errors.hpp"
@@ -12,6 +13,7 @@ Batch record_into(Context& context, VkCommandBuffer commands) {
     runtime.ensure_usable();
     Batch batch = detail::BatchAccess::make(runtime);
     detail::BatchAccess::state(batch).external = commands;
+    detail::BatchAccess::state(batch).tuning = &detail::ContextAccess::state(context).tuning;
     return batch;
 }
 

@@ -9,6 +9,7 @@ namespace vkattn::detail {
 namespace {
 
 constexpr std::string_view kHeader = "vkattn tuning table 1";
+constexpr std::string_view kBackwardBucket = "backward ";
 
 // n rounded up to a power of 8, past 32768 "more".
 std::string length_bucket(std::int64_t n) {
@@ -36,6 +37,8 @@ std::string tuning_bucket(const Problem& p) {
     return s.str();
 }
 
+std::string backward_tuning_bucket(const Problem& p) { return std::string(kBackwardBucket) + tuning_bucket(p); }
+
 std::string TuningTable::serialize() const {
     std::ostringstream s;
     s << kHeader << "\ndevice " << device_uuid << "\ndriver " << driver << '\n';
@@ -60,7 +63,9 @@ std::optional<TuningTable> TuningTable::parse(std::string_view text, std::string
         const std::size_t a = line.find('\t'), b = a == std::string_view::npos ? a : line.find('\t', a + 1);
         if (b == std::string_view::npos) return fail("a winner line without bucket, variant and time: " + std::string(line));
         TuningWinner w{std::string(line.substr(a + 1, b - a - 1)), 0.0};
-        if (!find_kernel_variant(w.variant)) return fail("the variant '" + w.variant + "' is not in the catalogue");
+        const bool backward = line.starts_with(kBackwardBucket);
+        if (backward ? !find_backward_variant(w.variant) : !find_kernel_variant(w.variant))
+            return fail("the variant '" + w.variant + "' is not in the " + (backward ? "backward's " : "") + "catalogue");
         try {
             w.ms = std::stod(std::string(line.substr(b + 1)));
         } catch (const std::exception&) {
@@ -73,6 +78,11 @@ std::optional<TuningTable> TuningTable::parse(std::string_view text, std::string
 
 const std::string* TuningTable::winner(const Problem& p) const {
     const auto found = winners.find(tuning_bucket(p));
+    return found == winners.end() ? nullptr : &found->second.variant;
+}
+
+const std::string* TuningTable::backward_winner(const Problem& p) const {
+    const auto found = winners.find(backward_tuning_bucket(p));
     return found == winners.end() ? nullptr : &found->second.variant;
 }
 

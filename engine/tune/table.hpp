@@ -19,9 +19,11 @@ namespace vkattn::detail {
 // rows and keys rounded up to powers of 8 (1, 8, 64, ... 32768, then "more"). Problems in one bucket
 // are expected to share a winner.
 std::string tuning_bucket(const Problem& problem);
+// The backward pass's bucket for the same problem: "backward " and the forward's.
+std::string backward_tuning_bucket(const Problem& problem);
 
 struct TuningWinner {
-    std::string variant;  // a catalogued variant's name
+    std::string variant;  // a catalogued variant's name (a backward variant's in a backward bucket)
     double ms = 0;        // its median GPU time at the bucket's measured shape
 };
 
@@ -36,8 +38,9 @@ struct TuningTable {
     // Empty, with the reason in *why, for text that is not a table of this version or names a
     // variant the catalogue lacks.
     static std::optional<TuningTable> parse(std::string_view text, std::string* why);
-    // The winner's name for a problem, or nullptr.
+    // The winner's name for a problem, or nullptr; and its backward pass's.
     const std::string* winner(const Problem& problem) const;
+    const std::string* backward_winner(const Problem& problem) const;
 };
 
 // Where a device's table lives: beside the pipeline cache (`dir`), one file per device UUID.

@@ -98,12 +98,129 @@ double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// Times the forward's candidates on shape s: its result, winner not yet chosen.
+TuneResult time_forward(Context& context, const TuneShape& s, const std::vector<const KernelVariant*>& candidates,
+                        const TuneOptions& options, std::mt19937& rng) {
+    const Causal causal = s.causal ? Causal::bottom_right : Causal::none;
+    TuneResult result{.shape = s, .bucket = detail::tuning_bucket(problem_of(s, {.causal = causal}))};
+    const DeviceAttentionInputs in{.q = random_values(context, s.dtype, {s.B, s.Hq, s.Nq, s.D}, rng),
+                                   .k = random_values(context, s.dtype, {s.B, s.Hkv, s.Nkv, s.D}, rng),
+                                   .v = random_values(context, s.dtype, {s.B, s.Hkv, s.Nkv, s.D}, rng)};
+    const DeviceAttentionOutputs out{.o = DeviceTensor::empty(context, s.dtype, {s.B, s.Hq, s.Nq, s.D})};
+    // The heuristics' choice on these inputs (planned without the loaded table, whose winner
+    // would answer otherwise): what every candidate must agree with.
+    {
+        Batch batch(context);
+        detail::PlanState(detail::ContextAccess::runtime(context), nullptr, detail::spec_of(in, out, {.causal = causal}))
+            .run(detail::BatchAccess::state(batch), in, out, true);
+        batch.submit().wait();
+    }
+    const std::vector<double> baseline = values_of(out.o);
+    for (const KernelVariant* candidate : candidates) {
+        const KernelVariant& variant = *candidate;
+        if (f16_products(variant.overrides) && s.dtype != DType::f16) continue;
+        const AttentionOptions opts{.causal = causal, .impl = variant.impl, .variant = variant.overrides};
+        std::unique_ptr<AttentionPlan> plan;
+        try {
+            plan = std::make_unique<AttentionPlan>(context, in, out, opts);
+        } catch (const InvalidArgument&) {
+            continue;  // the variant cannot run this shape on this device
+        } catch (const ResourceLimit&) {
+            continue;
+        }
+        std::vector<double> times;
+        for (int i = 0; i < options.warmup + options.repeat; ++i) {
+            Batch batch(context);
+            plan->run(batch, in, out);
+            Submission done = batch.submit();
+            done.wait();
+            if (i >= options.warmup) times.push_back(done.gpu_ms());
+        }
+        result.timings.emplace_back(variant.name, median(times));
+        const double distance = relative_distance(values_of(out.o), baseline);
+        const double bound = options.agreement > 0 ? options.agreement : agreement_bound(s.dtype, f16_products(variant.overrides));
+        if (!(distance <= bound)) result.rejected.emplace_back(variant.name, distance);
+    }
+    return result;
+}
+
+// The catalogue's variants named in `names`, or all of them where it has none of those names.
+std::vector<const KernelVariant*> named_or_all(const std::vector<KernelVariant>& catalogue, const std::vector<std::string>& names) {
+    std::vector<const KernelVariant*> named, all;
+    for (const KernelVariant& v : catalogue) {
+        all.push_back(&v);
+        if (std::find(names.begin(), names.end(), v.name) != names.end()) named.push_back(&v);
+    }
+    return named.empty() ? all : named;
+}
+
+// Times the backward's candidates on shape s, after one forward for o and lse: dQ, dK and dV of
+// each against the heuristics' (a batch without the table). Gradients are a few times less exact
+// than o (testing/compare.hpp's gradient tolerances), so twice the forward's agreement bound.
+TuneResult time_backward(Context& context, const TuneShape& s, const std::vector<const KernelVariant*>& candidates,
+                         const TuneOptions& options, std::mt19937& rng) {
+    const AttentionOptions base{.causal = s.causal ? Causal::bottom_right : Causal::none};
+    TuneResult result{.shape = s, .bucket = detail::backward_tuning_bucket(problem_of(s, base))};
+    const std::array<std::int64_t, 4> q_shape{s.B, s.Hq, s.Nq, s.D}, kv_shape{s.B, s.Hkv, s.Nkv, s.D};
+    const DeviceAttentionInputs in{.q = random_values(context, s.dtype, q_shape, rng),
+                                   .k = random_values(context, s.dtype, kv_shape, rng),
+                                   .v = random_values(context, s.dtype, kv_shape, rng)};
+    const DeviceTensor grad_out = random_values(context, s.dtype, q_shape, rng);
+    const DeviceAttentionOutputs forward{.o = DeviceTensor::empty(context, s.dtype, q_shape),
+                                         .lse = DeviceTensor::empty(context, DType::f32, {s.B, s.Hq, s.Nq, 1})};
+    attention(context, in, forward, base);
+    const DeviceAttentionGradients grads{.dq = DeviceTensor::empty(context, s.dtype, q_shape),
+                                         .dk = DeviceTensor::empty(context, s.dtype, kv_shape),
+                                         .dv = DeviceTensor::empty(context, s.dtype, kv_shape)};
+    auto gradients = [&] {
+        std::vector<double> all;
+        for (const DeviceTensor* g : {&grads.dq, &grads.dk, &grads.dv}) {
+            const std::vector<double> values = values_of(*g);
+            all.insert(all.end(), values.begin(), values.end());
+        }
+        return all;
+    };
+    {
+        Batch batch = detail::BatchAccess::make(detail::ContextAccess::runtime(context));  // no table: the heuristics
+        attention_backward(batch, in, forward.o, forward.lse, grad_out, grads, base);
+        batch.submit().wait();
+    }
+    const std::vector<double> baseline = gradients();
+    for (const KernelVariant* candidate : candidates) {
+        const KernelVariant& variant = *candidate;
+        if (f16_products(variant.overrides) && s.dtype != DType::f16) continue;
+        AttentionOptions opts = base;
+        opts.impl = variant.impl;
+        opts.variant = variant.overrides;
+        std::vector<double> times;
+        try {
+            for (int i = 0; i < options.warmup + options.repeat; ++i) {
+                Batch batch(context);
+                attention_backward(batch, in, forward.o, forward.lse, grad_out, grads, opts);
+                Submission done = batch.submit();
+                done.wait();
+                if (i >= options.warmup) times.push_back(done.gpu_ms());
+            }
+        } catch (const InvalidArgument&) {
+            continue;  // the variant cannot run this shape on this device (refused before anything was recorded)
+        } catch (const ResourceLimit&) {
+            continue;
+        }
+        result.timings.emplace_back(variant.name, median(times));
+        const double distance = relative_distance(gradients(), baseline);
+        const double bound =
+            options.agreement > 0 ? options.agreement : 2 * agreement_bound(s.dtype, f16_products(variant.overrides));
+        if (!(distance <= bound)) result.rejected.emplace_back(variant.name, distance);
+    }
+    return result;
+}
+
 }  // namespace
 
 std::string TuneShape::describe() const {
     std::ostringstream s;
     s << "B=" << B << " Hq=" << Hq << " Hkv=" << Hkv << " Nq=" << Nq << " Nkv=" << Nkv << " D=" << D << ' '
-      << to_string(dtype) << (causal ? " causal" : "");
+      << to_string(dtype) << (causal ? " causal" : "") << (backward ? " backward" : "");
     return s.str();
 }
 
@@ -118,6 +235,9 @@ std::vector<TuneShape> default_tune_grid(const Context& context) {
             for (const std::int64_t n : {1024, 4096})
                 for (const bool causal : {false, true})
                     grid.push_back({.B = 1, .Hq = 32, .Hkv = 32, .Nq = n, .Nkv = n, .D = d, .dtype = dtype, .causal = causal});
+            for (const bool causal : {false, true})
+                grid.push_back(
+                    {.B = 1, .Hq = 32, .Hkv = 32, .Nq = 4096, .Nkv = 4096, .D = d, .dtype = dtype, .causal = causal, .backward = true});
         }
     return grid;
 }
@@ -128,60 +248,21 @@ TuneReport tune(Context& context, const TuneOptions& options) {
     if (!(options.agreement >= 0)) throw InvalidArgument("agreement", "must be a relative distance ≥ 0 (0: the storage type's default).");
     detail::ContextState& state = detail::ContextAccess::state(context);
     const std::vector<TuneShape> shapes = options.shapes.empty() ? default_tune_grid(context) : options.shapes;
-    std::vector<const KernelVariant*> candidates;
-    for (const KernelVariant& v : kernel_variants())
-        if (options.variants.empty() || std::find(options.variants.begin(), options.variants.end(), v.name) != options.variants.end())
-            candidates.push_back(&v);
     for (const std::string& name : options.variants)
-        if (!find_kernel_variant(name))
-            throw InvalidArgument("variants", "no variant is named '" + name + "'; the catalogue has: " + kernel_variant_names() + ".");
+        if (!find_kernel_variant(name) && !find_backward_variant(name))
+            throw InvalidArgument("variants", "no variant is named '" + name + "'; the catalogue has: " + kernel_variant_names() +
+                                                  "; the backward's: " + backward_variant_names() + ".");
+    const std::vector<const KernelVariant*> candidates = named_or_all(kernel_variants(), options.variants);
+    const std::vector<const KernelVariant*> backward_candidates = named_or_all(backward_variants(), options.variants);
     TuneReport report;
     auto table = std::make_unique<detail::TuningTable>();
     if (const detail::TuningTable* current = state.tuning.get()) *table = *current;  // merged into
     table->device_uuid = context.device().uuid;
     table->driver = context.device().driver;
     for (const TuneShape& s : shapes) {
-        const Causal causal = s.causal ? Causal::bottom_right : Causal::none;
-        TuneResult result{.shape = s, .bucket = detail::tuning_bucket(problem_of(s, {.causal = causal}))};
         std::mt19937 rng(static_cast<std::uint32_t>(report.results.size() + 1));
-        const DeviceAttentionInputs in{.q = random_values(context, s.dtype, {s.B, s.Hq, s.Nq, s.D}, rng),
-                                       .k = random_values(context, s.dtype, {s.B, s.Hkv, s.Nkv, s.D}, rng),
-                                       .v = random_values(context, s.dtype, {s.B, s.Hkv, s.Nkv, s.D}, rng)};
-        const DeviceAttentionOutputs out{.o = DeviceTensor::empty(context, s.dtype, {s.B, s.Hq, s.Nq, s.D})};
-        // The heuristics' choice on these inputs (planned without the loaded table, whose winner
-        // would answer otherwise): what every candidate must agree with.
-        {
-            Batch batch(context);
-            detail::PlanState(detail::ContextAccess::runtime(context), nullptr, detail::spec_of(in, out, {.causal = causal}))
-                .run(detail::BatchAccess::state(batch), in, out, true);
-            batch.submit().wait();
-        }
-        const std::vector<double> baseline = values_of(out.o);
-        for (const KernelVariant* candidate : candidates) {
-            const KernelVariant& variant = *candidate;
-            if (f16_products(variant.overrides) && s.dtype != DType::f16) continue;
-            const AttentionOptions opts{.causal = causal, .impl = variant.impl, .variant = variant.overrides};
-            std::unique_ptr<AttentionPlan> plan;
-            try {
-                plan = std::make_unique<AttentionPlan>(context, in, out, opts);
-            } catch (const InvalidArgument&) {
-                continue;  // the variant cannot run this shape on this device
-            } catch (const ResourceLimit&) {
-                continue;
-            }
-            std::vector<double> times;
-            for (int i = 0; i < options.warmup + options.repeat; ++i) {
-                Batch batch(context);
-                plan->run(batch, in, out);
-                Submission done = batch.submit();
-                done.wait();
-                if (i >= options.warmup) times.push_back(done.gpu_ms());
-            }
-            result.timings.emplace_back(variant.name, median(times));
-            const double distance = relative_distance(values_of(out.o), baseline);
-            const double bound = options.agreement > 0 ? options.agreement : agreement_bound(s.dtype, f16_products(variant.overrides));
-            if (!(distance <= bound)) result.rejected.emplace_back(variant.name, distance);
-        }
+        TuneResult result = s.backward ? time_backward(context, s, backward_candidates, options, rng)
+                                       : time_forward(context, s, candidates, options, rng);
         if (result.timings.empty()) throw InvalidArgument("shapes", "no variant runs " + s.describe() + " on this device.");
         auto agreed = [&](const std::string& name) {
             return std::none_of(result.rejected.begin(), result.rejected.end(), [&](const auto& r) { return r.first == name; });

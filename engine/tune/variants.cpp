@@ -67,6 +67,34 @@ const std::vector<KernelVariant>& kernel_variants() {
     return all;
 }
 
+const std::vector<KernelVariant>& backward_variants() {
+    // choose_backward reads fused_kernel as coopmat (the cooperative-matrix kernels) or anything
+    // else forced (the register kernels, flash_bwd_q.comp and flash_bwd_kv.comp).
+    static const std::vector<KernelVariant> all{
+        {"backward-fused", Impl::fused, {.fused_kernel = FusedKernel::flash},
+         "flash_bwd_q.comp and flash_bwd_kv.comp: dQ, and dK with dV, in registers (FP32 units)"},
+        {"backward-coopmat", Impl::fused, {.fused_kernel = FusedKernel::coopmat},
+         "flash_bwd_q_coopmat.comp and flash_bwd_kv_coopmat.comp: the five products on 16x16x16 cooperative matrices, f16 operands"},
+        {"backward-unfused", Impl::unfused, {.gemm_kernel = GemmKernel::blocks},
+         "three stages, bmm.comp's register blocks (the CPU devices' products)"},
+        {"backward-unfused-tile", Impl::unfused, {.gemm_kernel = GemmKernel::tile},
+         "three stages, bmm_tile.comp's 128x128 tiles (the GPUs' products)"},
+    };
+    return all;
+}
+
+const KernelVariant* find_backward_variant(std::string_view name) {
+    for (const KernelVariant& v : backward_variants())
+        if (v.name == name) return &v;
+    return nullptr;
+}
+
+std::string backward_variant_names() {
+    std::string names;
+    for (const KernelVariant& v : backward_variants()) names += (names.empty() ? "" : ", ") + v.name;
+    return names;
+}
+
 const KernelVariant* find_kernel_variant(std::string_view name) {
     for (const KernelVariant& v : kernel_variants())
         if (v.name == name) return &v;

@@ -997,6 +997,8 @@ TEST_CASE("cli tune: the winners written beside the pipeline cache, then chosen 
     INFO(tuned.out << tuned.err);
     REQUIRE(tuned.status == 0);
     CHECK_THAT(tuned.out, Catch::Contains("flash-streamed") && Catch::Contains("*") && Catch::Contains("table: "));
+    // The quick grid's backward shape times the backward's catalogue (none of it named: all of it).
+    CHECK_THAT(tuned.out, Catch::Contains("backward-fused") && Catch::Contains("backward-unfused"));
     CHECK_FALSE(fs::is_empty(dir.path / "vkattn"));
     // A decode point in the quick grid's decode bucket (512 keys) runs the winner.
     const Result point = vk_attn_with(program, "bench --seq 1 --kv-seq 500 --heads 8 --kv-heads 2 --dim 64 --causal "
@@ -1008,6 +1010,12 @@ TEST_CASE("cli tune: the winners written beside the pipeline cache, then chosen 
                                     "bench --seq 1 --kv-seq 500 --heads 8 --kv-heads 2 --dim 64 --causal --repeat 1 "
                                     "--warmup 0 --json");
     CHECK_THAT(off.out, Catch::Contains("\"chosen_by\":\"heuristics\""));
+    // A backward in the quick grid's backward bucket runs its winner.
+    const Result training = vk_attn_with(program, "bench --backward --seq 60 --heads 2 --dim 32 --causal "
+                                                  "--repeat 1 --warmup 0 --json");
+    INFO(training.out << training.err);
+    CHECK(training.status == 0);
+    CHECK_THAT(training.out, Catch::Contains("\"chosen_by\":\"tuning\""));
     const Result bad = vk_attn_with(program, "tune --quick --variants nope");
     CHECK(bad.status == 1);
     CHECK_THAT(bad.err, Catch::Contains("variants"));

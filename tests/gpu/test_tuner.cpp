@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
+#include <vector>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -170,4 +172,63 @@ TEST_CASE("tuner: a variant whose output leaves the heuristics' choice's is neve
     CHECK_THROWS_WITH(tune(ctx, {.shapes = {prefill}, .variants = {"unfused-registers"}, .warmup = 0, .repeat = 1,
                                  .save = false, .agreement = 1e-30}),
                       Catch::Contains("agrees"));
+}
+
+TEST_CASE("tuner: the backward's variants, timed on gradients, and its winner run by attention_backward", "[gpu][tuner][backward]") {
+    const TuningMode on("on");
+    const CacheDir dir;
+    Context ctx(options_in(dir));
+    // A training shape: the backward's catalogue (vkattn/variants.hpp) on its gradients; the f32
+    // storage leaves out the cooperative-matrix kernels (f16 products).
+    const TuneShape training{.B = 1, .Hq = 2, .Hkv = 2, .Nq = 40, .Nkv = 56, .D = 32, .causal = true, .backward = true};
+    const TuneReport report = tune(ctx, {.shapes = {training}, .warmup = 0, .repeat = 1});
+    REQUIRE(report.results.size() == 1);
+    const TuneResult& r = report.results[0];
+    CHECK_THAT(r.bucket, Catch::StartsWith("backward "));
+    CHECK(r.rejected.empty());
+    for (const auto& [name, ms] : r.timings) {
+        INFO(name);
+        CHECK(find_backward_variant(name));
+        CHECK(name != "backward-coopmat");
+    }
+    CHECK(r.timings.size() >= 2);  // the register kernels and three stages, at least
+    const KernelVariant* winner = find_backward_variant(r.winner);
+    REQUIRE(winner);
+    // attention_backward at a bucket-mate runs the winner unforced (host and device calls), the
+    // caller's choice when forced; the forward keeps its own (no forward bucket was tuned).
+    testing::Case c;
+    c.Hq = c.Hkv = 2;
+    c.Nq = 40;
+    c.Nkv = 50;
+    c.Dk = c.Dv = 32;
+    c.causal = Causal::bottom_right;
+    std::mt19937 rng(3);
+    auto values = [&](std::int64_t n) {
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<float> v(static_cast<std::size_t>(n));
+        for (float& x : v) x = u(rng);
+        return v;
+    };
+    const std::vector<float> q = values(2 * 40 * 32), k = values(2 * 50 * 32), v = values(2 * 50 * 32), d_o = values(2 * 40 * 32);
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    const AttentionInputs in{.q = make_view<const void*>(q.data(), DType::f32, Layout::bhnd, {1, 2, 40, 32}),
+                             .k = make_view<const void*>(k.data(), DType::f32, Layout::bhnd, {1, 2, 50, 32}),
+                             .v = make_view<const void*>(v.data(), DType::f32, Layout::bhnd, {1, 2, 50, 32})};
+    const AttentionGradients grads{.dq = make_view<void*>(dq.data(), DType::f32, Layout::bhnd, {1, 2, 40, 32}),
+                                   .dk = make_view<void*>(dk.data(), DType::f32, Layout::bhnd, {1, 2, 50, 32}),
+                                   .dv = make_view<void*>(dv.data(), DType::f32, Layout::bhnd, {1, 2, 50, 32})};
+    const TensorView grad_out = make_view<const void*>(d_o.data(), DType::f32, Layout::bhnd, {1, 2, 40, 32});
+    const AttentionReport tuned = attention_backward(ctx, in, grad_out, grads, {.causal = Causal::bottom_right});
+    CHECK(tuned.chosen_by == "tuning");
+    CHECK(tuned.path == winner->impl);
+    const AttentionReport forced =
+        attention_backward(ctx, in, grad_out, grads, {.causal = Causal::bottom_right, .impl = Impl::unfused});
+    CHECK(forced.chosen_by == "caller");
+    CHECK(testing::run_case(ctx, c, 7).report.chosen_by == "heuristics");
+    CHECK(take_validation_messages(ctx).empty());
+    {
+        const TuningMode off("off");
+        Context plain(options_in(dir));
+        CHECK(attention_backward(plain, in, grad_out, grads, {.causal = Causal::bottom_right}).chosen_by == "heuristics");
+    }
 }

@@ -45,6 +45,21 @@ TEST_CASE("tuning table: the text round-trips, and what is not a table is refuse
     CHECK(back->winners.at("q=f32 k=f32 v=f32 dk=64 dv=64 causal=0 group=1 rows=512 keys=512").variant == "tile");
     CHECK(back->winner(problem(1, 8, 8, 300, 300, 64, 64)) != nullptr);
     CHECK(back->winner(problem(1, 8, 8, 300, 300, 80, 80)) == nullptr);
+    CHECK(back->backward_winner(problem(1, 8, 8, 300, 300, 64, 64)) == nullptr);  // the forward's bucket only
+    // The backward's buckets: its own variants, under "backward " and the forward's bucket.
+    const Problem training = problem(1, 8, 8, 300, 300, 64, 64);
+    CHECK(backward_tuning_bucket(training) == "backward " + tuning_bucket(training));
+    t.winners[backward_tuning_bucket(training)] = {"backward-coopmat", 1.5};
+    const auto with_backward = TuningTable::parse(t.serialize(), &why);
+    INFO(why);
+    REQUIRE(with_backward);
+    REQUIRE(with_backward->backward_winner(training));
+    CHECK(*with_backward->backward_winner(training) == "backward-coopmat");
+    CHECK(*with_backward->winner(training) == "tile");
+    std::string reason;
+    CHECK_FALSE(TuningTable::parse("vkattn tuning table 1\ndevice a\ndriver b\nbackward q=f32\ttile\t1\n", &reason));
+    CHECK_THAT(reason, Catch::Contains("backward's catalogue"));
+    CHECK_FALSE(TuningTable::parse("vkattn tuning table 1\ndevice a\ndriver b\nq=f32\tbackward-fused\t1\n", &reason));
     for (const std::string bad : {"", "vkattn tuning table 2\ndevice a\ndriver b\n", "vkattn tuning table 1\ndriver b\n",
                                   "vkattn tuning table 1\ndevice a\ndriver b\nbucket\tnot-a-variant\t1\n",
                                   "vkattn tuning table 1\ndevice a\ndriver b\nbucket\ttile\tfast\n",

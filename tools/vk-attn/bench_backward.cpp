@@ -86,6 +86,7 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
         r.add("rel_l2_err", *rel_err);
         r.add("valid", ok);
     }
+    r.add("chosen_by", backward.chosen_by);
     r.add("variant", backward.variant + " after " + forward.variant);
     printer.print(r);
     plotted.push_back(r);

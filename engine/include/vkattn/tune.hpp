@@ -2,7 +2,8 @@
 // of a grid on this context's device, on random inputs, checks each one's output against the
 // heuristics' choice on the same inputs, keeps the fastest that agrees per bucket of problems, writes the winners
 // beside the pipeline cache (one table per device UUID and driver) and uses them from then on: a call
-// that forces nothing runs its bucket's winner, and its report says chosen_by "tuning". Another
+// that forces nothing runs its bucket's winner, and its report says chosen_by "tuning". A backward
+// shape does the same for attention_backward's variants and gradients, under buckets of its own. Another
 // device's or driver's table is ignored; VKATTN_TUNING=off ignores every table (the heuristics
 // alone). `vk-attn tune` is its command.
 #pragma once
@@ -21,17 +22,20 @@ struct TuneShape {
     std::int64_t B = 1, Hq = 8, Hkv = 8, Nq = 1024, Nkv = 1024, D = 64;
     DType dtype = DType::f32;  // q's, o's, k's and v's
     bool causal = false;       // bottom-right
+    bool backward = false;     // time attention_backward's variants (vkattn/variants.hpp's backward_variants)
     std::string describe() const;
 };
 
-// The default grid: decode steps (Hq 32, Hkv 8, Nq 1, 4,096 and 32,768 keys) and prefill (H 32,
-// N 1,024 and 4,096, causal or not), at D 64 and 128, in f32 and (where the device stores it) f16.
-// Sized for GPUs; a CPU device takes minutes per shape.
+// The default grid: decode steps (Hq 32, Hkv 8, Nq 1, 4,096 and 32,768 keys), prefill (H 32, N 1,024
+// and 4,096, causal or not) and training's backward (H 32, N 4,096, causal or not), at D 64 and 128,
+// in f32 and (where the device stores it) f16. Sized for GPUs; a CPU device takes minutes per shape.
 std::vector<TuneShape> default_tune_grid(const Context& context);
 
 struct TuneOptions {
     std::vector<TuneShape> shapes;  // empty: default_tune_grid
-    std::vector<std::string> variants;  // the catalogued variants to time (empty: all of them)
+    // The catalogued variants to time, forward (kernel_variants) and backward (backward_variants)
+    // alike; a catalogue none of whose variants is named times all of its own.
+    std::vector<std::string> variants;
     int warmup = 2, repeat = 5;     // untimed runs, then timed ones (the median counts)
     bool save = true;               // write the table (merged into this device's) and use it from now on
     // How far (relative L2) a candidate's output may lie from the heuristics' choice on the same

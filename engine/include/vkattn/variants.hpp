@@ -32,4 +32,15 @@ bool f16_products(const VariantOverrides& overrides);
 // The catalogue's names, comma-separated (for error messages and help).
 std::string kernel_variant_names();
 
+// The backward pass's ways to run (attention_backward), by name, for the tuner and `vk-attn bench
+// --backward --variant`: the fused backward's register kernels or its cooperative-matrix kernels, or
+// the three-stage backward with either product kernel. In a fixed order.
+const std::vector<KernelVariant>& backward_variants();
+
+// The backward variant of that name, or nullptr.
+const KernelVariant* find_backward_variant(std::string_view name);
+
+// Their names, comma-separated.
+std::string backward_variant_names();
+
 }  // namespace vkattn
