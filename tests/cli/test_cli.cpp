@@ -1016,6 +1016,15 @@ TEST_CASE("cli tune: the winners written beside the pipeline cache, then chosen 
     INFO(training.out << training.err);
     CHECK(training.status == 0);
     CHECK_THAT(training.out, Catch::Contains("\"chosen_by\":\"tuning\""));
+    // A backward variant by name is the caller's; a forward one is no backward variant.
+    const Result named = vk_attn_with(program, "bench --backward --seq 60 --heads 2 --dim 32 --causal --variant backward-unfused "
+                                               "--repeat 1 --warmup 0 --validate --json");
+    INFO(named.out << named.err);
+    CHECK(named.status == 0);
+    CHECK_THAT(named.out, Catch::Contains("\"chosen_by\":\"caller\"") && Catch::Contains("\"path\":\"unfused\""));
+    const Result forward_name = vk_attn_with(program, "bench --backward --seq 60 --heads 2 --dim 32 --variant tile");
+    CHECK(forward_name.status == 1);
+    CHECK_THAT(forward_name.err, Catch::Contains("backward-fused"));
     const Result bad = vk_attn_with(program, "tune --quick --variants nope");
     CHECK(bad.status == 1);
     CHECK_THAT(bad.err, Catch::Contains("variants"));

@@ -56,9 +56,10 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     const DType kv_dtype = storage.dtype;
     const Layout layout = o.layout == "bnhd" ? Layout::bnhd : Layout::bhnd;
     const KernelVariant* forced = nullptr;
-    if (!o.variant.empty() && !(forced = find_kernel_variant(o.variant)))
-        throw InvalidArgument("--variant", "no variant is named '" + o.variant + "'; the catalogue has: " +
-                                               kernel_variant_names() + ".");
+    if (!o.variant.empty() && !(forced = o.backward ? find_backward_variant(o.variant) : find_kernel_variant(o.variant)))
+        throw InvalidArgument("--variant", "no " + std::string(o.backward ? "backward " : "") + "variant is named '" + o.variant +
+                                               "'; the catalogue has: " +
+                                               (o.backward ? backward_variant_names() : kernel_variant_names()) + ".");
     const Impl impl = forced ? forced->impl : parse_impl(o.impl);
     // The knobs every point (and the GEMM ceiling) runs with: the variant's, or the flags'.
     VariantOverrides knobs;
@@ -275,7 +276,8 @@ Action add_bench(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--variant", o->variant,
                    "Run one catalogued kernel variant (its path and knobs, in place of --impl and the knob flags): " +
-                       kernel_variant_names());
+                       kernel_variant_names() + "; with --backward, one of the backward's (the forward before it takes the same path and knobs): " +
+                       backward_variant_names());
     app.add_option("--fused-kernel", o->fused_kernel,
                    "Force the fused path's kernel: flash (flash.comp, the CPU devices' layout), decode (the GPU "
                    "decode kernel: split-KV, several lanes per key, K/V read once per group; --impl auto or split) "
