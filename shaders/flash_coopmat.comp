@@ -47,7 +47,7 @@ layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
 layout(constant_id = 14) const bool WIDE = false;  // f16 K/V, dense, every row on 16 bytes: a chunk is one uvec4
-layout(constant_id = 15) const bool AHEAD = true;  // K/V a phase ahead in registers (CoopmatLayout::staged_ahead)
+layout(constant_id = 15) const bool AHEAD = true;  // K/V a phase ahead in registers (CoopmatLayout::ahead)
 layout(constant_id = 16) const bool O_NAMED = false;  // O as named accumulators (CoopmatLayout::named)
 
 #include "common/coopmat.glsl"

@@ -41,7 +41,8 @@ struct FusedConfig {
     // (attention/tile.hpp). The fields above then say: subgroup, require_subgroup, subgroups;
     // column_passes of tile->columns each.
     std::optional<TileLayout> tile;
-    // The cooperative-matrix prefill kernel (flash_coopmat.comp, fused or split runs; forced only):
+    // The cooperative-matrix prefill kernel (flash_coopmat.comp, fused or split runs; chosen where
+    // coopmat_by_default holds, else forced):
     // 16 rows per subgroup (attention/coopmat_tile.hpp). The fields above then say: subgroup,
     // require_subgroup, subgroups; column_passes of coopmat->columns() each.
     std::optional<CoopmatLayout> coopmat;
@@ -111,8 +112,8 @@ struct BackwardConfig {
     std::uint32_t slots = 2;           // gradient vec4 columns per lane per pass (at most 4)
     std::uint32_t column_passes = 1;   // ceil(max(Dk, Dv) / (4·SG·slots))
     // The kernels on cooperative matrices (flash_bwd_*_coopmat.comp; VariantOverrides::fused_kernel =
-    // coopmat): 16 rows (keys) per subgroup, so q_rows = kv_keys = 16; words from storage buffers;
-    // column passes of coopmat->columns() each.
+    // coopmat, or chosen as choose_backward says): 16 rows (keys) per subgroup, so q_rows = kv_keys =
+    // 16; words from storage buffers; column passes of coopmat->columns() each.
     std::optional<CoopmatBackwardLayout> coopmat;
     std::uint32_t columns_per_pass() const { return coopmat ? coopmat->columns() : 4 * subgroup * slots; }
     // The view through which the texel variants read an operand of type t.

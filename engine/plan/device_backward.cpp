@@ -127,33 +127,6 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
                                   std::pair{&grads.d_sinks, "d_sinks"}, std::pair{&grads.d_float_mask, "d_float_mask"}})
         if (t->defined()) storage_of(*t, runtime, name);
 
-    // The tuner's backward winner for this problem's bucket where the caller forced nothing and the
-    // winner can run it here; else the options' (or the heuristics') choice.
-    const vk::DeviceCaps& caps = runtime.device().caps();
-    auto choose = [&](const AttentionOptions& opts) {
-        return choose_backward_path(caps, p, spec, in, grad_out, opts);
-    };
-    BackwardChoice choice;
-    std::string chosen_by = nothing_forced(options) ? "heuristics" : "caller";
-    const TuningTable* tuning = batch.tuning ? batch.tuning->get() : nullptr;
-    bool tuned = false;
-    if (tuning && nothing_forced(options))
-        if (const std::string* name = tuning->backward_winner(p))
-            if (const KernelVariant* winner = find_backward_variant(*name)) {
-                AttentionOptions t = options;
-                t.impl = winner->impl;
-                t.variant = winner->overrides;
-                try {
-                    choice = choose(t);
-                    tuned = true;
-                    chosen_by = "tuning";
-                } catch (const InvalidArgument&) {
-                    // The winner cannot run this problem here (its bucket's other shapes could): the rules decide.
-                } catch (const ResourceLimit&) {
-                }
-            }
-    if (!tuned) choice = choose(options);
-
     BackwardOperands ops;
     ops.forward.q = operand_of(in.q, in.q.strides());
     ops.forward.k = operand_of(in.k, in.k.strides());
@@ -170,8 +143,33 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     ops.dv = grads.dv.defined() ? operand_of(grads.dv, grads.dv.strides()) : none;
     ops.d_sinks = grads.d_sinks.defined();
     ops.d_float_mask = grads.d_float_mask.defined();
-    BackwardRun run(runtime, p, choice, ops);
-    run.report.chosen_by = chosen_by;
+
+    // The tuner's backward winner for this problem's bucket where the caller forced nothing and the
+    // winner can run it here (planned: a bucket spans lengths 8× apart, whose loop budget or bindings
+    // the measured one's may not share); else the options' (or the heuristics') choice.
+    const vk::DeviceCaps& caps = runtime.device().caps();
+    auto choose = [&](const AttentionOptions& opts) {
+        return choose_backward_path(caps, p, spec, in, grad_out, opts);
+    };
+    std::optional<BackwardRun> run;
+    std::string chosen_by = nothing_forced(options) ? "heuristics" : "caller";
+    const TuningTable* tuning = batch.tuning ? batch.tuning->get() : nullptr;
+    if (tuning && nothing_forced(options))
+        if (const std::string* name = tuning->backward_winner(p))
+            if (const KernelVariant* winner = find_backward_variant(*name)) {
+                AttentionOptions t = options;
+                t.impl = winner->impl;
+                t.variant = winner->overrides;
+                try {
+                    run.emplace(runtime, p, choose(t), ops);
+                    chosen_by = "tuning";
+                } catch (const InvalidArgument&) {
+                    // The winner cannot run this problem here (its bucket's other shapes could): the rules decide.
+                } catch (const ResourceLimit&) {
+                }
+            }
+    if (!run) run.emplace(runtime, p, choose(options), ops);
+    run->report.chosen_by = chosen_by;
 
     auto placeholder = allocate_storage(runtime, 16, "a placeholder binding");
     std::shared_ptr<Storage> head_terms;
@@ -212,7 +210,7 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     }
 
     auto program = std::make_shared<Program>(runtime);
-    run.record(*program, buffers);
+    run->record(*program, buffers);
     if (runtime.poison_outputs())
         for (const DeviceTensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.d_sinks, &grads.d_float_mask})
             if (t->defined() && (TensorAccess::storage(*t)->usage & VK_BUFFER_USAGE_TRANSFER_DST_BIT) &&
@@ -225,7 +223,7 @@ AttentionReport record_backward(BatchState& batch, const DeviceAttentionInputs& 
     for (const DeviceTensor* t : {&in.q, &in.k, &in.v, &o, &lse, &grad_out, &in.kv_lengths, &in.bool_mask, &in.float_mask,
                                   &grads.dq, &grads.dk, &grads.dv, &grads.d_sinks, &grads.d_float_mask})
         if (t->defined()) batch.keep(TensorAccess::storage(*t));
-    return run.report;
+    return run->report;
 }
 
 }  // namespace detail

@@ -8,7 +8,10 @@
 namespace vkattn::detail {
 namespace {
 
-constexpr std::string_view kHeader = "vkattn tuning table 1";
+// Version 2 added the backward's buckets, which version 1's readers would refuse by variant name:
+// they now refuse the header (and keep the heuristics) instead. Version 1 tables, forward winners
+// only, still load.
+constexpr std::string_view kHeader = "vkattn tuning table 2", kVersion1 = "vkattn tuning table 1";
 constexpr std::string_view kBackwardBucket = "backward ";
 
 // n rounded up to a power of 8, past 32768 "more".
@@ -52,7 +55,8 @@ std::optional<TuningTable> TuningTable::parse(std::string_view text, std::string
         return std::nullopt;
     };
     std::string_view line;
-    if (!next_line(text, line) || line != kHeader) return fail("not a vkattn tuning table (version 1)");
+    if (!next_line(text, line) || (line != kHeader && line != kVersion1))
+        return fail("not a vkattn tuning table (version 1 or 2)");
     TuningTable t;
     if (!next_line(text, line) || !line.starts_with("device ")) return fail("no device line");
     t.device_uuid = std::string(line.substr(7));

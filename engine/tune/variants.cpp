@@ -53,7 +53,7 @@ const std::vector<KernelVariant>& kernel_variants() {
          "flash_coopmat.comp with 64-row, 32-key tiles"},
         // 8 subgroups: each K/V tile staged and waited on once for 128 rows (half the staging and
         // barriers per row of 64), at the same warps per SM where registers set them (2 × 4 → 1 × 8).
-        // Shared memory takes it up to D 80 on the units (47,112 bytes at D 64); lavapipe refuses it.
+        // Shared memory takes it up to D 64 on the units (47,112 bytes of 49,152); lavapipe refuses it.
         {"coopmat-128x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 128, .tile_keys = 32},
          "flash_coopmat.comp with 128-row, 32-key tiles (8 subgroups)"},
         // O's two forms (CoopmatLayout::named_by_default chooses): the array, which NVIDIA's

@@ -102,7 +102,7 @@ TEST_CASE("coopmat kernel: its layout, and what it refuses by name", "[gpu][coop
     CHECK(forced.key_block() == forced.coopmat->keys);
     CHECK(forced.rows_per_workgroup() == 16 * forced.subgroups);
     CHECK(forced.coopmat->shared_bytes(forced.subgroups) <= device_caps().max_shared_bytes);
-    // Never chosen unless forced (the portable products are no GPU's fastest; the units' await the toolchain).
+    // Never chosen unforced for f32 storage (coopmat_by_default: f16 q, k and v on the units only).
     c.variant = {};
     CHECK_FALSE(fused_config(c).coopmat);
     // bf16's range passes f16's: refused by name where a fused kernel runs.

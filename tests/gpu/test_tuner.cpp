@@ -12,6 +12,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "support/backward_case.hpp"
 #include "support/gpu_context.hpp"
 #include "vkattn/testing/attention_case.hpp"
 #include "vkattn/errors.hpp"
@@ -231,4 +232,42 @@ TEST_CASE("tuner: the backward's variants, timed on gradients, and its winner ru
         Context plain(options_in(dir));
         CHECK(attention_backward(plain, in, grad_out, grads, {.causal = Causal::bottom_right}).chosen_by == "heuristics");
     }
+}
+
+TEST_CASE("tuner: a backward winner its bucket-mate cannot run leaves the heuristics' choice", "[gpu][tuner][backward]") {
+    // A bucket spans lengths 8× apart (and "more" past 32,768 keys): the fused backward's winner at a
+    // short length meets a long one past the loop budget (lavapipe's 65,535, imposed here), where its
+    // plan refuses; the call must run the heuristics' three stages rather than fail.
+    const TuningMode on("on");
+    const CacheDir dir;
+    ContextOptions limited = options_in(dir);
+    limited.max_loop_iterations = 65535;
+    {
+        Context probe(limited);
+        std::filesystem::create_directories(dir.path);
+        std::ofstream(dir.path / ("tuning-" + probe.device().uuid + ".txt"))
+            << "vkattn tuning table 2\ndevice " << probe.device().uuid << "\ndriver " << probe.device().driver << "\n"
+            << "backward q=f32 k=f32 v=f32 dk=64 dv=64 causal=1 group=8 rows=8 keys=more\tbackward-fused\t0.1\n";
+    }
+    Context ctx(limited);
+    BackwardCase c;
+    c.name = "long keys, tuned";
+    c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = 3, c.Nkv = 120000, c.Dk = c.Dv = 64;
+    c.options.causal = Causal::bottom_right;
+    const Inputs in(c, 7710);
+    Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
+    reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);
+    const AttentionReport r = attention_backward(ctx, in.in, in.grad_out.view(), views(gpu, false), c.options);
+    CHECK(r.path == Impl::unfused);
+    CHECK(r.chosen_by == "heuristics");
+    expect_close(gpu, ref, testing::gradient_tolerance_for(c.dtype));
+    // The same bucket at a length the winner can run takes it.
+    BackwardCase shorter = c;
+    shorter.Nkv = 40000;
+    const Inputs short_in(shorter, 7711);
+    Gradients short_gpu = gradients_like(short_in, shorter);
+    const AttentionReport tuned = attention_backward(ctx, short_in.in, short_in.grad_out.view(), views(short_gpu, false), shorter.options);
+    CHECK(tuned.chosen_by == "tuning");
+    CHECK(tuned.path == Impl::fused);
+    CHECK(take_validation_messages(ctx).empty());
 }

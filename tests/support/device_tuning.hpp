@@ -37,7 +37,9 @@ bool wide_heads_run_here(Run&& run) {
 }
 
 // The fused (and split) kernel's configuration for case c on the suite's device, from its shapes,
-// types and variant overrides; dense tensors, whose strides decide only the loads, never the layout.
+// types and variant overrides; dense tensors, whose strides decide only the loads (and the
+// cooperative-matrix kernel's staging, which the run settles from them: CoopmatLayout::ahead_with;
+// this config holds the layout's assumption, right for dense rows).
 // Fails the test where the device cannot run the fused kernel for c.
 inline detail::FusedConfig fused_config(const testing::Case& c) {
     auto dense = [&](DType type, std::int64_t H, std::int64_t N, std::int64_t D) {

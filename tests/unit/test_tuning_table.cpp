@@ -56,11 +56,13 @@ TEST_CASE("tuning table: the text round-trips, and what is not a table is refuse
     REQUIRE(with_backward->backward_winner(training));
     CHECK(*with_backward->backward_winner(training) == "backward-coopmat");
     CHECK(*with_backward->winner(training) == "tile");
-    std::string reason;
-    CHECK_FALSE(TuningTable::parse("vkattn tuning table 1\ndevice a\ndriver b\nbackward q=f32\ttile\t1\n", &reason));
-    CHECK_THAT(reason, Catch::Contains("backward's catalogue"));
-    CHECK_FALSE(TuningTable::parse("vkattn tuning table 1\ndevice a\ndriver b\nq=f32\tbackward-fused\t1\n", &reason));
-    for (const std::string bad : {"", "vkattn tuning table 2\ndevice a\ndriver b\n", "vkattn tuning table 1\ndriver b\n",
+    std::string refusal;
+    CHECK_FALSE(TuningTable::parse("vkattn tuning table 2\ndevice a\ndriver b\nbackward q=f32\ttile\t1\n", &refusal));
+    CHECK_THAT(refusal, Catch::Contains("backward's catalogue"));
+    CHECK_FALSE(TuningTable::parse("vkattn tuning table 2\ndevice a\ndriver b\nq=f32\tbackward-fused\t1\n", &refusal));
+    // Version 1 (forward winners only) still loads.
+    CHECK(TuningTable::parse("vkattn tuning table 1\ndevice a\ndriver b\nbucket\ttile\t1\n", &why));
+    for (const std::string bad : {"", "vkattn tuning table 3\ndevice a\ndriver b\n", "vkattn tuning table 1\ndriver b\n",
                                   "vkattn tuning table 1\ndevice a\ndriver b\nbucket\tnot-a-variant\t1\n",
                                   "vkattn tuning table 1\ndevice a\ndriver b\nbucket\ttile\tfast\n",
                                   "vkattn tuning table 1\ndevice a\ndriver b\nbucket only\n"}) {
