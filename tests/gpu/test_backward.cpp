@@ -137,10 +137,7 @@ TEST_CASE("gpu backward: keys past the fused kernels' loop budget take three sta
     // iteration; the fused path, forced, refuses by name. GPUs have no such limit, so the limit is
     // imposed (loop_limited_context) for the choice and the refusal; on the suite's own context the
     // fused path takes the keys wherever the device has no limit.
-    BackwardCase c;
-    c.name = "long keys";
-    c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = 3, c.Nkv = 120000, c.Dk = c.Dv = 64;
-    c.options.causal = Causal::bottom_right;
+    const BackwardCase c = long_keys_case("long keys");
     const Inputs in(c, 7700);
     Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
     reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);

@@ -250,10 +250,7 @@ TEST_CASE("tuner: a backward winner its bucket-mate cannot run leaves the heuris
             << "backward q=f32 k=f32 v=f32 dk=64 dv=64 causal=1 group=8 rows=8 keys=more\tbackward-fused\t0.1\n";
     }
     Context ctx(limited);
-    BackwardCase c;
-    c.name = "long keys, tuned";
-    c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = 3, c.Nkv = 120000, c.Dk = c.Dv = 64;
-    c.options.causal = Causal::bottom_right;
+    const BackwardCase c = long_keys_case("long keys, tuned");
     const Inputs in(c, 7710);
     Gradients ref = gradients_like(in, c), gpu = gradients_like(in, c);
     reference_attention_backward(in.in, in.grad_out.view(), views(ref, false), c.options);

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "attention/tuning.hpp"
@@ -150,6 +151,16 @@ inline Context& loop_limited_context() {
         return Context(options);
     }();
     return context;
+}
+
+// 3 queries over 120,000 keys (GQA 2/1, D 64, causal): past the fused dQ kernel's loop budget under
+// lavapipe's 65,535 (loop_limited_context), where the heuristics take three stages.
+inline BackwardCase long_keys_case(std::string name) {
+    BackwardCase c;
+    c.name = std::move(name);
+    c.B = 1, c.Hq = 2, c.Hkv = 1, c.Nq = 3, c.Nkv = 120000, c.Dk = c.Dv = 64;
+    c.options.causal = Causal::bottom_right;
+    return c;
 }
 
 inline AttentionReport check_case(const BackwardCase& c, std::uint32_t seed) {
