@@ -137,6 +137,17 @@ TEST_CASE("tuner: variants with f16 products are timed for f16 storage only", "[
     const TuneReport f16 = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
     REQUIRE(f16.results.size() == 1);
     CHECK(f16.results[0].timings.size() == 2);
+    // The backward's alike: its cooperative-matrix kernels for f16 storage only.
+    const std::vector<std::string> backward_offered{"backward-fused", "backward-coopmat"};
+    TuneShape training{.B = 1, .Hq = 2, .Hkv = 2, .Nq = 40, .Nkv = 40, .D = 32, .backward = true};
+    for (const DType dtype : {DType::f32, DType::f16}) {
+        training.dtype = dtype;
+        const TuneReport r = tune(ctx, {.shapes = {training}, .variants = backward_offered, .warmup = 0, .repeat = 1, .save = false});
+        REQUIRE(r.results.size() == 1);
+        INFO(to_string(dtype));
+        CHECK(r.results[0].rejected.empty());
+        CHECK(r.results[0].timings.size() == (dtype == DType::f16 ? 2u : 1u));
+    }
 }
 
 TEST_CASE("tuner: a variant whose output leaves the heuristics' choice's is never the winner", "[gpu][tuner]") {
