@@ -30,6 +30,12 @@ std::string FusedConfig::describe() const {
 }
 
 namespace {
+// Whether a knob only the register kernels read (flash.comp's staging, its backward's, texel loads)
+// is forced: then neither the tile nor the cooperative-matrix kernels are chosen.
+bool register_knobs_forced(const VariantOverrides& overrides) {
+    return overrides.shared_tiles.has_value() || overrides.texel_loads == true;
+}
+
 // The flash kernels' loads (choose_fused, choose_backward): float texel views where q, k and v all
 // have them, else words through R32_UINT views; both need every row read through them to start on 4
 // elements (`aligned`); storage-buffer words otherwise. Returns (texel, texel_words).
@@ -120,11 +126,10 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     // the storage is f16 (coopmat_by_default: measured on an H200), else flash_tile.comp
     // (FlashAttention-2's partition); CPU devices keep flash.comp's streamed layout, which
     // LAVAPIPE.md measured. A caller who forces flash.comp's staging or texel loads gets flash.comp.
-    const bool flash_forced = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
-    const FusedKernel chosen = is_cpu(caps) || flash_forced   ? FusedKernel::flash
-                               : p.group * p.Nq <= 8          ? FusedKernel::decode
-                               : coopmat_by_default(caps, p) ? FusedKernel::coopmat
-                                                              : FusedKernel::tile;
+    const FusedKernel chosen = is_cpu(caps) || register_knobs_forced(overrides) ? FusedKernel::flash
+                               : p.group * p.Nq <= 8                                ? FusedKernel::decode
+                               : coopmat_by_default(caps, p)                        ? FusedKernel::coopmat
+                                                                                    : FusedKernel::tile;
     FusedKernel kernel = overrides.fused_kernel.value_or(chosen);
     if (kernel == FusedKernel::decode) {
         std::string why_not;
@@ -200,8 +205,7 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
     // reference through the units at every case of the [backward][coopmat] tests (session 26).
     // Chosen, not forced, a shape they refuse (heads past 128 on the units) keeps the register kernels.
     const bool coopmat_forced = overrides.fused_kernel == FusedKernel::coopmat;
-    const bool register_knobs_forced = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
-    if (coopmat_forced || (!overrides.fused_kernel && !register_knobs_forced && coopmat_by_default(caps, p))) {
+    if (coopmat_forced || (!overrides.fused_kernel && !register_knobs_forced(overrides) && coopmat_by_default(caps, p))) {
         std::uint32_t subgroups = 4;
         std::optional<CoopmatBackwardLayout> layout;
         try {

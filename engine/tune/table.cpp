@@ -80,15 +80,14 @@ std::optional<TuningTable> TuningTable::parse(std::string_view text, std::string
     return t;
 }
 
-const std::string* TuningTable::winner(const Problem& p) const {
-    const auto found = winners.find(tuning_bucket(p));
+const std::string* TuningTable::winner_of(const std::string& bucket) const {
+    const auto found = winners.find(bucket);
     return found == winners.end() ? nullptr : &found->second.variant;
 }
 
-const std::string* TuningTable::backward_winner(const Problem& p) const {
-    const auto found = winners.find(backward_tuning_bucket(p));
-    return found == winners.end() ? nullptr : &found->second.variant;
-}
+const std::string* TuningTable::winner(const Problem& p) const { return winner_of(tuning_bucket(p)); }
+
+const std::string* TuningTable::backward_winner(const Problem& p) const { return winner_of(backward_tuning_bucket(p)); }
 
 std::filesystem::path tuning_table_file(const std::filesystem::path& dir, const std::string& device_uuid) {
     return dir / ("tuning-" + device_uuid + ".txt");

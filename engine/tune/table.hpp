@@ -41,6 +41,9 @@ struct TuningTable {
     // The winner's name for a problem, or nullptr; and its backward pass's.
     const std::string* winner(const Problem& problem) const;
     const std::string* backward_winner(const Problem& problem) const;
+
+private:
+    const std::string* winner_of(const std::string& bucket) const;
 };
 
 // Where a device's table lives: beside the pipeline cache (`dir`), one file per device UUID.

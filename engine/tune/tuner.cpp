@@ -98,6 +98,29 @@ double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The median GPU time of options.repeat runs after options.warmup, each a batch `record` fills.
+template <class Record>
+double median_gpu_ms(Context& context, const TuneOptions& options, Record record) {
+    std::vector<double> times;
+    for (int i = 0; i < options.warmup + options.repeat; ++i) {
+        Batch batch(context);
+        record(batch);
+        Submission done = batch.submit();
+        done.wait();
+        if (i >= options.warmup) times.push_back(done.gpu_ms());
+    }
+    return median(times);
+}
+
+// A candidate's time, and its rejection where its output lies further than the bound
+// (TuneOptions::agreement, else `default_bound`) from the heuristics' choice's.
+void add_timing(TuneResult& result, const TuneOptions& options, const std::string& name, double ms, double distance,
+                double default_bound) {
+    result.timings.emplace_back(name, ms);
+    const double bound = options.agreement > 0 ? options.agreement : default_bound;
+    if (!(distance <= bound)) result.rejected.emplace_back(name, distance);
+}
+
 // Times the forward's candidates on shape s: its result, winner not yet chosen.
 TuneResult time_forward(Context& context, const TuneShape& s, const std::vector<const KernelVariant*>& candidates,
                         const TuneOptions& options, std::mt19937& rng) {
@@ -128,18 +151,9 @@ TuneResult time_forward(Context& context, const TuneShape& s, const std::vector<
         } catch (const ResourceLimit&) {
             continue;
         }
-        std::vector<double> times;
-        for (int i = 0; i < options.warmup + options.repeat; ++i) {
-            Batch batch(context);
-            plan->run(batch, in, out);
-            Submission done = batch.submit();
-            done.wait();
-            if (i >= options.warmup) times.push_back(done.gpu_ms());
-        }
-        result.timings.emplace_back(variant.name, median(times));
-        const double distance = relative_distance(values_of(out.o), baseline);
-        const double bound = options.agreement > 0 ? options.agreement : agreement_bound(s.dtype, f16_products(variant.overrides));
-        if (!(distance <= bound)) result.rejected.emplace_back(variant.name, distance);
+        const double ms = median_gpu_ms(context, options, [&](Batch& batch) { plan->run(batch, in, out); });
+        add_timing(result, options, variant.name, ms, relative_distance(values_of(out.o), baseline),
+                   agreement_bound(s.dtype, f16_products(variant.overrides)));
     }
     return result;
 }
@@ -192,25 +206,18 @@ TuneResult time_backward(Context& context, const TuneShape& s, const std::vector
         AttentionOptions opts = base;
         opts.impl = variant.impl;
         opts.variant = variant.overrides;
-        std::vector<double> times;
+        double ms = 0;
         try {
-            for (int i = 0; i < options.warmup + options.repeat; ++i) {
-                Batch batch(context);
+            ms = median_gpu_ms(context, options, [&](Batch& batch) {
                 attention_backward(batch, in, forward.o, forward.lse, grad_out, grads, opts);
-                Submission done = batch.submit();
-                done.wait();
-                if (i >= options.warmup) times.push_back(done.gpu_ms());
-            }
+            });
         } catch (const InvalidArgument&) {
             continue;  // the variant cannot run this shape on this device (refused before anything was recorded)
         } catch (const ResourceLimit&) {
             continue;
         }
-        result.timings.emplace_back(variant.name, median(times));
-        const double distance = relative_distance(gradients(), baseline);
-        const double bound =
-            options.agreement > 0 ? options.agreement : 2 * agreement_bound(s.dtype, f16_products(variant.overrides));
-        if (!(distance <= bound)) result.rejected.emplace_back(variant.name, distance);
+        add_timing(result, options, variant.name, ms, relative_distance(gradients(), baseline),
+                   2 * agreement_bound(s.dtype, f16_products(variant.overrides)));
     }
     return result;
 }

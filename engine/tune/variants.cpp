@@ -83,30 +83,28 @@ const std::vector<KernelVariant>& backward_variants() {
     return all;
 }
 
-const KernelVariant* find_backward_variant(std::string_view name) {
-    for (const KernelVariant& v : backward_variants())
+namespace {
+// A catalogue's variant of that name, or nullptr; its names, comma-separated.
+const KernelVariant* find_in(const std::vector<KernelVariant>& catalogue, std::string_view name) {
+    for (const KernelVariant& v : catalogue)
         if (v.name == name) return &v;
     return nullptr;
 }
-
-std::string backward_variant_names() {
+std::string names_of(const std::vector<KernelVariant>& catalogue) {
     std::string names;
-    for (const KernelVariant& v : backward_variants()) names += (names.empty() ? "" : ", ") + v.name;
+    for (const KernelVariant& v : catalogue) names += (names.empty() ? "" : ", ") + v.name;
     return names;
 }
+}  // namespace
 
-const KernelVariant* find_kernel_variant(std::string_view name) {
-    for (const KernelVariant& v : kernel_variants())
-        if (v.name == name) return &v;
-    return nullptr;
-}
+const KernelVariant* find_backward_variant(std::string_view name) { return find_in(backward_variants(), name); }
+
+std::string backward_variant_names() { return names_of(backward_variants()); }
+
+const KernelVariant* find_kernel_variant(std::string_view name) { return find_in(kernel_variants(), name); }
 
 bool f16_products(const VariantOverrides& overrides) { return overrides.fused_kernel == FusedKernel::coopmat; }
 
-std::string kernel_variant_names() {
-    std::string names;
-    for (const KernelVariant& v : kernel_variants()) names += (names.empty() ? "" : ", ") + v.name;
-    return names;
-}
+std::string kernel_variant_names() { return names_of(kernel_variants()); }
 
 }  // namespace vkattn
