@@ -7,19 +7,20 @@
 // staged; S and O accumulate in fp32.
 //
 // Work layout:
-//   workgroup = NSG subgroups of SG lanes; each subgroup owns 16 query rows (Br = 16·NSG, ρ as
-//   flash.comp's) and, in registers, their Q as DKT operands (read once) and their O as OT
-//   accumulators of 16 columns (OC = 16·OT per column pass).
+//   workgroup = NSG subgroups of SG lanes; each subgroup owns RT tiles of 16 query rows (Br =
+//   16·RT·NSG, ρ as flash.comp's) and their O as OT · RT accumulators of 16 columns (OC = 16·OT per
+//   column pass); with one row tile it holds its Q as DKT operands (read once), with two it reads
+//   them from Q's own tile at every product.
 //   Per key tile of BC keys: the workgroup stages K [key][d] as f16, with AHEAD from registers loaded
 //   a phase earlier (during the previous tile's P·V; V's during S and the softmax: STEPS chunks of 8
 //   per invocation, one uvec4 each where WIDE); each subgroup multiplies its Q by BC/16 column blocks
-//   of Kᵀ (two chains of products, even and odd d-tiles) and stores S to its own fp32 tile, where its
-//   lanes (SLANES per row, or SROWS rows per lane) apply scale, softcap, masks, ALiBi and dropout
-//   and the online softmax, writing P as f16. Rows whose maximum moved rescale O: their factors
-//   go to shared memory as a 16 × 16 tile (a row's factor in every column), come back as an
-//   accumulator, and O's accumulators are multiplied by it element by element (the units' element
-//   order stays theirs). Then the workgroup stages V [key][column] where K was, and each subgroup
-//   adds P·V to O.
+//   of Kᵀ (two chains of products: even and odd d-tiles, or the two row tiles) and stores S to its
+//   own fp32 tile, where its lanes (SLANES per row, SROWS rows each) apply scale, softcap, masks,
+//   ALiBi and dropout and the online softmax, writing P as f16. Rows whose maximum moved rescale O:
+//   their factors go to shared memory as a 16 × 16 tile per row tile (a row's factor in every
+//   column), come back as accumulators, and O's accumulators are multiplied by them element by
+//   element (the units' element order stays theirs). Then the workgroup stages V [key][column] where
+//   K was, and each subgroup adds P·V to O (common/coopmat_o_tiles.glsl).
 //   The end stores O through the subgroup's shared tile, 16 columns at a time, normalised by l.
 // Key tiles outside every row's range are never visited; masks, softcap, ALiBi, sinks, dropout,
 // varlen and paged K/V follow flash_tile.comp and common/mask.glsl; heads wider than OC columns
@@ -49,16 +50,19 @@ layout(constant_id = 13) const uint V_TYPE = 0;
 layout(constant_id = 14) const bool WIDE = false;  // f16 K/V, dense, every row on 16 bytes: a chunk is one uvec4
 layout(constant_id = 15) const bool AHEAD = true;  // K/V a phase ahead in registers (CoopmatLayout::ahead)
 layout(constant_id = 16) const bool O_NAMED = false;  // O as named accumulators (CoopmatLayout::named)
+layout(constant_id = 17) const uint RT = 1;           // 16-row tiles per subgroup, 1 or 2 (CoopmatLayout::row_tiles)
 
 #include "common/coopmat.glsl"
 
 const uint SG = CM_SG;
-const uint BR = 16u * NSG;                      // rows per workgroup
+const uint SGR = 16u * RT;                      // rows per subgroup
+const uint BR = SGR * NSG;                      // rows per workgroup
+const uint OTR = OT * RT;                       // O's accumulators: [column tile][row tile]
 const uint KT = BC / 16u;                       // S's 16-key tiles
 const uint DKP = 16u * DKT, OC = 16u * OT;      // Q's and K's dimensions, O's columns, padded
 const uint WG = NSG * SG;
 const uint SLANES = SG >= 16u ? SG / 16u : 1u;  // softmax lanes per row
-const uint SROWS = SG >= 16u ? 1u : 16u / SG;   // softmax rows per lane
+const uint SROWS = SG >= 16u ? RT : SGR / SG;   // softmax rows per lane
 const uint SKEYS = BC / SLANES;                 // a softmax lane's keys of a row
 // A softmax lane's key c of its row: pairs of adjacent keys, the row's SLANES lanes taking turns
 // (so that P goes out two f16 at a time).
@@ -67,16 +71,6 @@ const uint SCOLS = 16u / SLANES;                // a lane's columns of a row in 
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 
-// X(acc, n) for each of O's OT accumulators: elements of an array, or with O_NAMED the first OT of
-// eight named matrices, which no driver can index at run time. NVIDIA's compiler kept the array in
-// local memory (exactly its size, at every head size and register count measured); named, O stays
-// in registers (H200, session 25). X's body tests n < OT itself (a constant).
-#define O_TILES(X)                                                                       \
-    if (O_NAMED) {                                                                       \
-        X(o0, 0u) X(o1, 1u) X(o2, 2u) X(o3, 3u) X(o4, 4u) X(o5, 5u) X(o6, 6u) X(o7, 7u) \
-    } else {                                                                             \
-        CM_LOOP for (uint ot = 0u; ot < OT; ++ot) { X(o[ot], ot) }                       \
-    }
 
 #include "common/tile_operands.glsl"
 // K's and V's bindings again as 16-byte words, for the WIDE loads (Vulkan lets variables alias a binding).
@@ -92,18 +86,23 @@ layout(std430, set = 0, binding = 3) readonly buffer VWords4 { uvec4 v_words4[];
 #define SOFTMAX_LOOP [[unroll]]
 #endif
 
-// K's and V's tile (and Q's at the start): rows of max(DKP, OC) elements and 8 more, so rows start
-// 16 bytes apart on different banks, staged 8 elements (16 bytes on the units) per store. S (fp32)
-// and P (f16 operands, written in pairs of keys) per subgroup, 16 rows each.
-const uint KV_ROWS = BC > BR ? BC : BR;
-const uint PITCH_KV = (DKP > OC ? DKP : OC) + 8u;
+// K's and V's tile (and with one row tile Q's at the start): rows of max(DKP, OC) elements and 8
+// more, so rows start 16 bytes apart on different banks, staged 8 elements (16 bytes on the units)
+// per store. With two row tiles Q has a tile of its own, read at every product of S: held, its
+// 2·DKT operands beside 8 named accumulators would be D 128's live state at one row tile, which
+// computed wrong on NVIDIA's driver (session 26; Q's own tile validated there). S (fp32) and P (f16
+// operands, written in pairs of keys) per subgroup, SGR rows each.
+const uint KV_ROWS = RT > 1u ? BC : BC > BR ? BC : BR;
+const uint PITCH_KV = (DKP > OC ? DKP : OC) + 8u, PITCH_Q = DKP + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
-CM_OPERAND_TILE(kv_tile, KV_ROWS * PITCH_KV);  // [key or row][d or column]
-CM_ACC_TILE(s_tile, NSG * 16u * PITCH_S);       // [subgroup][row][key]
-CM_OPERAND_TILE(p_tile, NSG * 16u * PITCH_P);   // [subgroup][row][key]
+CM_OPERAND_TILE(kv_tile, KV_ROWS * PITCH_KV);            // [key or row][d or column]
+CM_OPERAND_TILE(q_tile, RT > 1u ? BR * PITCH_Q : 8u);    // [row][d], with two row tiles
+CM_ACC_TILE(s_tile, BR * PITCH_S);             // [subgroup][row][key]
+CM_OPERAND_TILE(p_tile, BR * PITCH_P);         // [subgroup][row][key]
 shared uint wg_first, wg_end;                 // the workgroup's key range
 
 #include "common/coopmat_kv_staging.glsl"
+#include "common/coopmat_o_tiles.glsl"
 
 void main() {
     const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID, inv = gl_LocalInvocationIndex;
@@ -120,7 +119,7 @@ void main() {
     const uint block_rho = P.chunk.first_row + row_block * BR;
     const uint q0 = q_base(b), len_q = q_length(b);
     const uint q_last = P.varlen.packed_q != 0u ? max(P.varlen.total_q, 1u) - 1u : 0xffffffffu;
-    const uint s_base = sg * 16u * PITCH_S, p_base = sg * 16u * PITCH_P;
+    const uint s_base = sg * SGR * PITCH_S, p_base = sg * SGR * PITCH_P, q_base = sg * SGR * PITCH_Q;
 
     const uint split_index = SPLIT ? P.first_split + gl_WorkGroupID.z : 0u;
     uint split_begin = 0u, split_end = Nkv;
@@ -135,7 +134,7 @@ void main() {
     bool has_rows = false;
     [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
         local_row[t] = lane / SLANES + t * (SG / SLANES);
-        const uint at = block_rho + sg * 16u + local_row[t];
+        const uint at = block_rho + sg * SGR + local_row[t];
         const uint rho = min(at, rows_end - 1u);
         const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
         const RowMask mask = row_mask(b, h, i);
@@ -155,7 +154,8 @@ void main() {
         atomicMin(wg_first, lo_first);
         atomicMax(wg_end, hi_limit);
     }
-    // Q's rows through K's tile, then into registers: each subgroup's DKT operands.
+    // Q's rows through K's tile, then into registers: each subgroup's DKT operands (one row tile);
+    // or into Q's own tile (two).
     for (uint e = inv; e < BR * DKP / 8u; e += WG) {
         const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
         const uint rho = min(block_rho + row, rows_end - 1u);
@@ -163,11 +163,17 @@ void main() {
         const uint at = tensor_index(P.q, b, h, min(q0 + i, q_last)) + d;
         CM_ELEM4 lo, hi;
         CM_FETCH8(load_q4, at, d, Dk, lo, hi);
-        CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
+        if (RT > 1u) {
+            CM_PUT8(q_tile, row * PITCH_Q + d, lo, hi);
+        } else {
+            CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
+        }
     }
     barrier();
     CmA q_ops[DKT];
-    CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(q_ops[dt], kv_tile, sg * 16u * PITCH_KV + 16u * dt, PITCH_KV);
+    if (RT == 1u) {
+        CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(q_ops[dt], kv_tile, sg * 16u * PITCH_KV + 16u * dt, PITCH_KV);
+    }
 
     const uint k_begin = wg_first, k_end = wg_end;
     // The keys every row of the subgroup sees: tiles inside them skip the range test. Subgroup-wide,
@@ -200,7 +206,7 @@ void main() {
         m[t] = MASKED;
         l[t] = 0.0;
     }
-    CmAcc o[OT];
+    CmAcc o[OTR];
     // One declaration each: glslang 13 gives later declarators of a coopmat type no matrix use.
     CmAcc o0;
     CmAcc o1;
@@ -210,8 +216,6 @@ void main() {
     CmAcc o5;
     CmAcc o6;
     CmAcc o7;
-#define O_FILL(acc, n) \
-    if (n < OT) CM_FILL(acc, 0.0);
     O_TILES(O_FILL)
 
     // Key tiles; the outer loop keeps every trip count far below lavapipe's 65,535.
@@ -224,23 +228,37 @@ void main() {
         // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile. The key blocks stay a loop
         // (only the operand arrays' loops unroll): unrolled, NVIDIA's compiler hoisted every
         // block's K operands and ran out of registers (255 and spills; session 22's statistics).
-        // Two accumulators, even and odd d-tiles, so that two chains of products are in flight.
+        // Two accumulators so that two chains of products are in flight: one row tile's even and
+        // odd d-tiles, summed; or each row tile's own, every K operand feeding both.
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmAcc s;
             CM_FILL(s, 0.0);
             CmAcc s_odd;
             CM_FILL(s_odd, 0.0);
-            CM_LOOP for (uint dt = 0u; dt < DKT; dt += 2u) {
+            CM_LOOP for (uint dt = 0u; dt < DKT; dt += 3u - RT) {
                 CmB k_op;
                 CM_LOAD_BT(k_op, kv_tile, 16u * kt * PITCH_KV + 16u * dt, PITCH_KV);
-                CM_MUL_ADD(s, q_ops[dt], k_op, kv_tile);
-                if (dt + 1u < DKT) {
-                    CmB k_op_odd;
-                    CM_LOAD_BT(k_op_odd, kv_tile, 16u * kt * PITCH_KV + 16u * (dt + 1u), PITCH_KV);
-                    CM_MUL_ADD(s_odd, q_ops[dt + 1u], k_op_odd, kv_tile);
+                if (RT > 1u) {
+                    CmA q_top;
+                    CM_LOAD_A(q_top, q_tile, q_base + 16u * dt, PITCH_Q);
+                    CM_MUL_ADD(s, q_top, k_op, kv_tile);
+                    CmA q_bottom;
+                    CM_LOAD_A(q_bottom, q_tile, q_base + 16u * PITCH_Q + 16u * dt, PITCH_Q);
+                    CM_MUL_ADD(s_odd, q_bottom, k_op, kv_tile);
+                } else {
+                    CM_MUL_ADD(s, q_ops[dt], k_op, kv_tile);
+                    if (dt + 1u < DKT) {
+                        CmB k_op_odd;
+                        CM_LOAD_BT(k_op_odd, kv_tile, 16u * kt * PITCH_KV + 16u * (dt + 1u), PITCH_KV);
+                        CM_MUL_ADD(s_odd, q_ops[dt + 1u], k_op_odd, kv_tile);
+                    }
                 }
             }
-            CM_ADD(s, s_odd);
+            if (RT > 1u) {
+                CM_STORE(s_odd, s_tile, s_base + 16u * PITCH_S + 16u * kt, PITCH_S);
+            } else {
+                CM_ADD(s, s_odd);
+            }
             CM_STORE(s, s_tile, s_base + 16u * kt, PITCH_S);
         }
         subgroupMemoryBarrierShared();
@@ -254,7 +272,7 @@ void main() {
         float alpha[SROWS];
         bool moved = false;
         [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
-            const uint rho = min(block_rho + sg * 16u + local_row[t], rows_end - 1u);
+            const uint rho = min(block_rho + sg * SGR + local_row[t], rows_end - 1u);
             const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
             RowMask mask;
             if (elementwise) {
@@ -308,8 +326,10 @@ void main() {
             subgroupBarrier();
             CmAcc factors;
             CM_LOAD_ACC(factors, s_tile, s_base, PITCH_S);
-#define O_RESCALE(acc, n) \
-    if (n < OT) CM_MUL_ELEMENTS(acc, factors);
+            CmAcc factors_bottom;  // the second row tile's
+            if (RT > 1u) {
+                CM_LOAD_ACC(factors_bottom, s_tile, s_base + 16u * PITCH_S, PITCH_S);
+            }
             O_TILES(O_RESCALE)
         }
 
@@ -321,13 +341,11 @@ void main() {
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmA p_op;
             CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);
-            // Uniform: a pass's last tiles may lie past Dv.
-#define O_PV(acc, n)                                                       \
-    if (n < OT && col_base + 16u * n < Dv) {                               \
-        CmB v_op;                                                          \
-        CM_LOAD_B(v_op, kv_tile, 16u * kt * PITCH_KV + 16u * n, PITCH_KV); \
-        CM_MUL_ADD(acc, p_op, v_op, kv_tile);                              \
-    }
+            CmA p_bottom;  // the second row tile's
+            if (RT > 1u) {
+                CM_LOAD_A(p_bottom, p_tile, p_base + 16u * PITCH_P + 16u * kt, PITCH_P);
+            }
+            CmB v_op;  // a column tile's, for its RT products
             O_TILES(O_PV)
         }
     }
@@ -341,7 +359,7 @@ void main() {
     [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
         float l_row = l[t];
         [[unroll]] for (uint sh = 1u; sh < SLANES; sh *= 2u) l_row += subgroupShuffleXor(l_row, sh);
-        const uint rho = block_rho + sg * 16u + local_row[t];
+        const uint rho = block_rho + sg * SGR + local_row[t];
         row_stored[t] = rho < rows_end && rho % Nq < len_q;
         const uint rho_c = min(rho, rows_end - 1u);
         const uint h = hk * group + rho_c / Nq, i = rho_c % Nq;
@@ -362,22 +380,6 @@ void main() {
         if (row_stored[t] && part == 0u && col_base == 0u)
             lse[tensor_index(P.lse, b, h, row) + split_index * P.lse_split_stride] =
                 poisoned ? quiet_nan() : m_row == MASKED ? (SPLIT ? MASKED : negative_infinity()) : (m_row + log2(l_row)) * LN2;
-    }
-    // Each tile: every lane has read the previous one (and the last scores) before it is stored.
-#define O_OUT(acc, n)                                                                                      \
-    if (n < OT && col_base + 16u * n < Dv) {                                                               \
-        subgroupBarrier();                                                                                 \
-        CM_STORE(acc, s_tile, s_base, PITCH_S);                                                            \
-        subgroupMemoryBarrierShared();                                                                     \
-        subgroupBarrier();                                                                                 \
-        [[unroll]] for (uint t = 0u; t < SROWS; ++t)                                                       \
-            [[unroll]] for (uint c = 0u; c < SCOLS; ++c) {                                                 \
-                const uint col = col_base + 16u * n + part * SCOLS + c;                                    \
-                if (row_stored[t] && col < Dv)                                                             \
-                    store_out(o_row[t] + col,                                                              \
-                              row_loud[t] ? quiet_nan()                                                    \
-                                          : CM_AT(s_tile, s_base + local_row[t] * PITCH_S + part * SCOLS + c) * row_factor[t]); \
-            }                                                                                              \
     }
     O_TILES(O_OUT)
 }

@@ -10,19 +10,23 @@ namespace vkattn::detail {
 
 std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
     const std::uint32_t operand = coopmat_operand_bytes(units);
-    const std::uint32_t kv_rows = std::max(keys, rows(subgroups)), kv_pitch = std::max(16 * dk_tiles, columns()) + 8;
-    return operand * kv_rows * kv_pitch + subgroups * 16 * (4 * (keys + 4) + operand * (keys + 8)) + 8;
+    const std::uint32_t kv_pitch = std::max(16 * dk_tiles, columns()) + 8;
+    const std::uint32_t kv_rows = row_tiles > 1 ? keys : std::max(keys, rows(subgroups));
+    const std::uint32_t q_elements = row_tiles > 1 ? rows(subgroups) * (16 * dk_tiles + 8) : 8;
+    return operand * (kv_rows * kv_pitch + q_elements) + rows(subgroups) * (4 * (keys + 4) + operand * (keys + 8)) + 8;
 }
 
 bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles <= 6; }
 
 bool CoopmatLayout::ahead_with(bool wide_loads) const { return staged_ahead() && (wide_loads || dk_tiles + column_tiles <= 8); }
 
-bool CoopmatLayout::named_by_default() const { return column_tiles <= 8 && dk_tiles + column_tiles <= 15; }
+bool CoopmatLayout::named_by_default() const {
+    return row_tiles > 1 ? column_tiles * row_tiles <= 8 : column_tiles <= 8 && dk_tiles + column_tiles <= 15;
+}
 
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
-           (named ? " named" : "") +
+           (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (named ? " named" : "") +
            (ahead ? " ahead" : "") + (units ? " units" : " portable");
 }
 
@@ -31,17 +35,26 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
     CoopmatLayout t;
     t.units = caps.matrix_units;
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
-    t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8));
+    if (overrides.row_tiles) {
+        t.row_tiles = *overrides.row_tiles;
+        if (t.row_tiles < 1 || t.row_tiles > 2)
+            throw InvalidArgument("variant.row_tiles", std::to_string(t.row_tiles) +
+                                                           " row tiles per subgroup; the cooperative-matrix kernel takes 1 or 2.");
+    }
+    // O's accumulators, column_tiles · row_tiles, number 8 at most: wider heads take column passes.
+    t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8 / t.row_tiles));
     const std::uint32_t most_subgroups = std::max<std::uint32_t>(1, caps.max_workgroup_invocations / subgroup);
-    subgroups = std::max<std::uint32_t>(1, std::min({subgroups, 4u, most_subgroups}));
+    const std::uint32_t subgroup_rows = 16 * t.row_tiles;
+    subgroups = std::max<std::uint32_t>(1, std::min({subgroups, 4u / t.row_tiles, most_subgroups}));
     if (overrides.tile_rows) {
         const std::uint32_t br = *overrides.tile_rows;
-        if (br == 0 || br % 16 != 0 || br / 16 > most_subgroups)
+        if (br == 0 || br % subgroup_rows != 0 || br / subgroup_rows > most_subgroups)
             throw InvalidArgument("variant.tile_rows", std::to_string(br) + " query rows per workgroup; on subgroups of " +
-                                                           std::to_string(subgroup) + " lanes the cooperative-matrix kernel takes a multiple of 16 up to " +
-                                                           std::to_string(16 * most_subgroups) + " (one subgroup per 16 rows, the device's " +
+                                                           std::to_string(subgroup) + " lanes the cooperative-matrix kernel takes a multiple of " +
+                                                           std::to_string(subgroup_rows) + " up to " + std::to_string(subgroup_rows * most_subgroups) +
+                                                           " (one subgroup per " + std::to_string(subgroup_rows) + " rows, the device's " +
                                                            std::to_string(caps.max_workgroup_invocations) + " invocations).");
-        subgroups = br / 16;
+        subgroups = br / subgroup_rows;
     }
     if (overrides.tile_keys) {
         const std::uint32_t bc = *overrides.tile_keys;
@@ -63,7 +76,10 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
         const std::string need = "a tile of " + std::to_string(t.rows(subgroups)) + " rows and " + std::to_string(t.keys) +
                                  " keys at Dk = " + std::to_string(p.Dk) + " needs " + std::to_string(t.shared_bytes(subgroups)) +
                                  " bytes of shared memory; the device has " + std::to_string(shared) + ".";
-        throw InvalidArgument(overrides.tile_rows ? "variant.tile_rows" : overrides.tile_keys ? "variant.tile_keys" : "variant.fused_kernel",
+        throw InvalidArgument(overrides.tile_rows   ? "variant.tile_rows"
+                              : overrides.tile_keys ? "variant.tile_keys"
+                              : t.row_tiles > 1     ? "variant.row_tiles"
+                                                    : "variant.fused_kernel",
                               "the cooperative-matrix kernel: " + need);
     }
     t.ahead = t.ahead_with(p.k_dtype == DType::f16 && p.v_dtype == DType::f16 && p.Dk % 8 == 0 && p.Dv % 8 == 0);
@@ -85,9 +101,10 @@ std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgro
     const std::int64_t key_tiles = t.keys / 16, dk = 16 * t.dk_tiles, oc = t.columns();
     // The staging: K's and V's 8-element chunks, fetched and stored in loops of the larger's steps.
     const std::int64_t stage = 4 * ceil_div(t.keys * std::max(dk, oc) / 8, lanes);
-    const std::int64_t scores = key_tiles * (1 + t.dk_tiles * (1 + slots));
-    const std::int64_t pv = key_tiles * (1 + t.column_tiles * (1 + slots));
-    return 4 + stage + scores + t.column_tiles + pv;
+    const std::int64_t products = t.row_tiles * (1 + slots);
+    const std::int64_t scores = key_tiles * (1 + t.dk_tiles * products);
+    const std::int64_t pv = key_tiles * (1 + t.column_tiles * products);
+    return 4 + stage + scores + t.column_tiles * t.row_tiles + pv;
 }
 
 bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {

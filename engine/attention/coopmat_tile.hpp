@@ -1,8 +1,9 @@
 // The cooperative-matrix prefill kernel's layout (shaders/flash_coopmat.comp, issue #33; the cost
 // model is docs/design/GPU_KERNELS.md "Cooperative matrices"): FlashAttention-2's partition with
 // S = Q·Kᵀ and O += P·V as 16×16×16 products (common/coopmat.glsl). A workgroup owns 16 query rows
-// per subgroup; each subgroup holds its rows' Q as operands and their O as accumulators; K and V
-// pass through one f16 tile in shared memory, S and P through the subgroup's own. Pure (no Vulkan).
+// per subgroup (or two tiles of 16: row_tiles); each subgroup holds its rows' Q as operands (or reads
+// them from Q's own tile) and their O as accumulators; K and V pass through one f16 tile in shared
+// memory, S and P through the subgroup's own. Pure (no Vulkan).
 #pragma once
 
 #include <cstdint>
@@ -24,11 +25,18 @@ struct CoopmatLayout {
     bool units = false;              // on the matrix units (f16 operands in shared memory), else portable
     bool named = false;              // O as named matrices (O_NAMED), else an array: named_by_default
     bool ahead = false;              // K/V a phase ahead in registers (AHEAD): ahead_with
-    std::uint32_t rows(std::uint32_t subgroups) const { return 16 * subgroups; }
+    // 16-row tiles per subgroup (RT): 1, or 2 (VariantOverrides::row_tiles), where each K and V
+    // operand feeds two products and Q is read from a tile of its own at every product of S
+    // rather than held (held, 2·dk_tiles operands beside 8 named accumulators would be the state
+    // that computed wrong at D 128 on NVIDIA's driver; Q's own tile validated there, session 26).
+    // O's accumulators number column_tiles · row_tiles, at most 8 (named).
+    std::uint32_t row_tiles = 1;
+    std::uint32_t rows(std::uint32_t subgroups) const { return 16 * row_tiles * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
-    // flash_coopmat.comp's shared memory: the K/V tile [max(Bc, Br)][max(16·dk_tiles, OC) + 8] and
-    // per subgroup S [16][Bc + 4] (fp32) and P [16][Bc + 8]; operands f16 on the units, 4-byte floats
-    // in the portable implementation; and the workgroup's key range.
+    // flash_coopmat.comp's shared memory: the K/V tile [Bc (or max(Bc, Br) with one row tile, Q
+    // passing through it)][max(16·dk_tiles, OC) + 8], Q's [Br][16·dk_tiles + 8] with two row tiles (8
+    // elements otherwise), and per row S [Bc + 4] (fp32) and P [Bc + 8]; operands f16 on the units,
+    // 4-byte floats in the portable implementation; and the workgroup's key range.
     std::uint32_t shared_bytes(std::uint32_t subgroups) const;
     // Whether flash_coopmat.comp holds a tile's K or V in registers a phase ahead (AHEAD) and may
     // fetch f16 rows on 16 bytes as uvec4s (WIDE) with this layout: up to 6 d-tiles and 6 column
@@ -58,7 +66,9 @@ struct CoopmatLayout {
 // The layout, on the matrix units where DeviceCaps::matrix_units says they run: 4 subgroups (64 rows)
 // where the device's invocations allow, 64-key tiles, O in passes
 // of up to 128 columns; smaller tiles, then fewer subgroups, then narrower passes where shared
-// memory is short. overrides.tile_rows and tile_keys force Br and Bc (InvalidArgument naming them
+// memory is short. overrides.row_tiles sets 16-row tiles per subgroup (2: 2 subgroups, 64 rows, and
+// passes of up to 64 columns; InvalidArgument naming it past 2 or where it does not fit).
+// overrides.tile_rows and tile_keys force Br and Bc (InvalidArgument naming them
 // where the device cannot take them); overrides.named_accumulators forces O's form
 // (InvalidArgument naming it where named on the units goes past named_by_default). Returns the
 // subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") where even the

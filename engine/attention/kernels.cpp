@@ -183,7 +183,7 @@ const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& c, cons
 const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
                                        std::uint32_t paged_pools, bool wide) {
     // flash_coopmat.comp's own constant_ids.
-    enum CoopmatConstant : std::uint32_t { kKeys = 2, kDkTiles, kColumnTiles, kSplit, kWide = 14, kAhead, kNamedO };
+    enum CoopmatConstant : std::uint32_t { kKeys = 2, kDkTiles, kColumnTiles, kSplit, kWide = 14, kAhead, kNamedO, kRowTiles };
     if (!c.coopmat) throw Error("internal: flash_coopmat_kernel needs a coopmat config.");
     const CoopmatLayout& t = *c.coopmat;
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
@@ -196,7 +196,8 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
                                                {.id = kSplit, .value = split ? 1u : 0u},
                                                {.id = kWide, .value = wide ? 1u : 0u},
                                                {.id = kAhead, .value = t.ahead ? 1u : 0u},
-                                               {.id = kNamedO, .value = t.named ? 1u : 0u}});
+                                               {.id = kNamedO, .value = t.named ? 1u : 0u},
+                                               {.id = kRowTiles, .value = t.row_tiles}});
     return runtime.kernels().get(key);
 }
 

@@ -88,7 +88,8 @@ std::string AttentionSpec::key() const {
     put(opt.variant.fused_kernel.value_or(FusedKernel::flash));
     put(opt.variant.gemm_kernel.has_value());
     put(opt.variant.gemm_kernel.value_or(GemmKernel::blocks));
-    for (const auto* knob : {&opt.variant.tile_rows, &opt.variant.tile_keys, &opt.variant.decode_lanes_per_key}) {
+    for (const auto* knob : {&opt.variant.tile_rows, &opt.variant.tile_keys, &opt.variant.decode_lanes_per_key,
+                              &opt.variant.row_tiles}) {
         put(knob->has_value());
         put(knob->value_or(0));
     }

@@ -62,6 +62,11 @@ const std::vector<KernelVariant>& kernel_variants() {
          "flash_coopmat.comp with O as an array of accumulators"},
         {"coopmat-named", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .named_accumulators = true},
          "flash_coopmat.comp with O as named accumulators"},
+        // Two 16-row tiles per subgroup (2 subgroups, 64 rows): each K and V operand feeds two
+        // products and every warp has twice the independent products between barriers; Q read from
+        // a tile of its own. Heads past 64 columns take column passes (8 accumulators at most).
+        {"coopmat-rt2", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 2},
+         "flash_coopmat.comp with two 16-row tiles per subgroup, Q read from shared memory"},
         {"split-coopmat", Impl::split, {.fused_kernel = FusedKernel::coopmat}, "split-KV over flash_coopmat.comp"},
     };
     return all;

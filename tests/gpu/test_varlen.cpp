@@ -103,10 +103,11 @@ TEST_CASE("varlen: packed sequences of different lengths match the reference per
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     const Causal causal = GENERATE(Causal::none, Causal::top_left, Causal::bottom_right);
     // The streamed and the shared-memory flash kernels, the decode kernel (split runs only), the
-    // tile kernel and the cooperative-matrix one (f16 storage: what it multiplies is then what is stored).
-    const int kernel = GENERATE(0, 1, 2, 3, 4);
+    // tile kernel and the cooperative-matrix one (f16 storage: what it multiplies is then what is
+    // stored), with one row tile per subgroup and with two (5).
+    const int kernel = GENERATE(0, 1, 2, 3, 4, 5);
     if (kernel == 2 && impl != Impl::split) return;
-    if (kernel == 4 && dtype != DType::f16) return;
+    if (kernel >= 4 && dtype != DType::f16) return;
     std::mt19937 rng(101);
     // Sequence 1 has no queries, sequence 5 no keys; max_seqlen_q is above every length. Three spare
     // query rows (two key rows) follow the last sequence: nothing may write them.
@@ -127,13 +128,14 @@ TEST_CASE("varlen: packed sequences of different lengths match the reference per
     const VariantOverrides variant = kernel == 2   ? VariantOverrides{.fused_kernel = FusedKernel::decode}
                                      : kernel == 3 ? VariantOverrides{.fused_kernel = FusedKernel::tile}
                                      : kernel == 4 ? VariantOverrides{.fused_kernel = FusedKernel::coopmat}
+                                     : kernel == 5 ? VariantOverrides{.fused_kernel = FusedKernel::coopmat, .row_tiles = 2}
                                                    : VariantOverrides{.shared_tiles = kernel == 1};
     const AttentionOptions options{.causal = causal, .impl = impl, .variant = variant};
     const AttentionPlan plan(ctx, in, {.o = o, .lse = lse}, options);
     CHECK(plan.report().path == impl);
     CHECK_THAT(plan.report().variant, Catch::StartsWith(kernel == 2   ? "decode["
                                                                   : kernel == 3 ? "tile["
-                                                                  : kernel == 4 ? "coopmat["
+                                                                  : kernel >= 4 ? "coopmat["
                                                                                 : "fused["));
     // The same plan over other offsets, written into the same tensors: the offsets live on the device.
     const std::vector<std::int64_t> len_q2{33, 3, 7, 0, 19, 1}, len_k2{33, 0, 9, 5, 19, 40};

@@ -142,6 +142,11 @@ struct VariantOverrides {
     //   wide), which NVIDIA's compiler keeps in registers where it puts the array in local memory;
     //   forced named past that on the matrix units is refused (wrong results on NVIDIA's driver).
     std::optional<bool> named_accumulators;
+    //   row_tiles: the cooperative-matrix kernel's 16-row tiles per subgroup, 1 or 2. Two feed each
+    //   K and V operand to two products and read Q from a tile of its own at every product of S
+    //   (docs/design/GPU_KERNELS.md, "Two row tiles per subgroup"). Chosen: 1 (2 is unmeasured on a
+    //   GPU; the tuner times it as coopmat-rt2).
+    std::optional<std::uint32_t> row_tiles;
 };
 
 // A sliding window around the (aligned) diagonal: query i sees key j when

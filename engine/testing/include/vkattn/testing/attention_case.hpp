@@ -80,6 +80,7 @@ struct Case {
         if (variant.tile_keys) s << " tile_keys=" << *variant.tile_keys;
         if (variant.decode_lanes_per_key) s << " lanes_per_key=" << *variant.decode_lanes_per_key;
         if (variant.named_accumulators) s << " named=" << *variant.named_accumulators;
+        if (variant.row_tiles) s << " row_tiles=" << *variant.row_tiles;
         if (logits) s << " logits=" << to_string(*logits);
         return s.str();
     }

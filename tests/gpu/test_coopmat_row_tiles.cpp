@@ -1,0 +1,157 @@
+// flash_coopmat.comp with two 16-row tiles per subgroup (VariantOverrides::row_tiles = 2, the
+// catalogue's coopmat-rt2; issue #33): each K and V operand feeds two products, Q is read from a
+// tile of its own, O's accumulators are [column tile][row tile] and heads past 64 columns take column
+// passes. Forced on the suite's device, so lavapipe runs it portably (with 8-lane subgroups a lane
+// holds four softmax rows): shapes that are not multiples of its tiles, every mask and feature,
+// fused and split, GQA over several key tiles, and what it refuses by name. The tiles it takes are
+// the device's (CoopmatLayout::shared_bytes against its shared memory), not assumed.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "support/device_tuning.hpp"
+#include "support/expect_case.hpp"
+#include "support/fused_features.hpp"
+#include "vkattn/variants.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+using testing::Case;
+
+namespace {
+
+Case row_tiles_case(Impl impl, DType dtype) {
+    Case c = forced_kernel_case(FusedKernel::coopmat, impl, dtype);
+    c.variant.row_tiles = 2;
+    return c;
+}
+
+// The layout the case gets, checked for what two row tiles promise.
+detail::CoopmatLayout expect_two_row_tiles(const Case& c) {
+    const detail::FusedConfig config = fused_config(c);
+    REQUIRE(config.coopmat);
+    const detail::CoopmatLayout& t = *config.coopmat;
+    CHECK(t.row_tiles == 2);
+    CHECK(config.rows_per_workgroup() == 32 * config.subgroups);
+    CHECK(t.column_tiles * t.row_tiles <= 8);  // O's accumulators, named
+    CHECK(t.named);
+    CHECK(t.shared_bytes(config.subgroups) <= device_caps().max_shared_bytes);
+    return t;
+}
+
+AttentionReport expect_row_tiles(const Case& c) {
+    expect_two_row_tiles(c);
+    const AttentionReport r = expect_kernel(c);
+    CHECK(r.f16_products);
+    CHECK_THAT(r.variant, Catch::Contains(" rt2 named "));
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("coopmat kernel, two row tiles: head shapes and every feature, fused and split", "[gpu][coopmat][row_tiles]") {
+    // A partial 16-dimension tile; Dk ≠ Dv with two column passes of 64 (Dv 100); D 128's 8 d-tiles
+    // read from Q's tile with its 8 columns in two passes.
+    const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{1, 3}, std::pair{72, 100}, std::pair{128, 128});
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    const DType dtype = device_caps().fp16_storage ? DType::f16 : DType::f32;
+    Case c = row_tiles_case(impl, dtype);
+    for (int features = 0; features < kFusedFeatureSets; ++features) {
+        c.Dk = dk;
+        c.Dv = dv;
+        Case f = c;
+        apply_fused_features(f, features);
+        INFO("Dk " << dk << " Dv " << dv << ", features " << features);
+        const AttentionReport r = expect_row_tiles(f);
+        if (dv > 64) CHECK_THAT(r.variant, Catch::Contains(" passes="));
+    }
+}
+
+TEST_CASE("coopmat kernel, two row tiles: several key tiles, GQA, MQA, empty rows", "[gpu][coopmat][row_tiles]") {
+    if (!device_caps().fp16_storage) return;  // f16 storage, as the units run it
+    // 70 queries over 333 keys (O rescaled as the maxima move, both row tiles' factors), GQA 4/2 and
+    // a causal diagonal through both row tiles of a subgroup; D 60 through the typed loaders, D 64
+    // with 16-byte loads, both staged ahead.
+    const std::int64_t d = GENERATE(60, 64);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    Case c = row_tiles_case(impl, DType::f16);
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 70;
+    c.Nkv = 333;
+    c.Dk = c.Dv = d;
+    c.causal = Causal::bottom_right;
+    INFO("D " << d);
+    const AttentionReport r = expect_row_tiles(c);
+    CHECK_THAT(r.variant, Catch::Contains(" ahead "));
+    // MQA, scores in the thousands, batches that see no key.
+    c.Hq = 6;
+    c.Hkv = 1;
+    c.Nq = 33;
+    c.Nkv = 47;
+    c.amplitude = 10.0f;
+    c.scale = 1.0;
+    c.kv_lengths = true;
+    expect_row_tiles(c);
+}
+
+TEST_CASE("coopmat kernel, two row tiles: the catalogue's variant, its tiles and what it refuses by name",
+          "[gpu][coopmat][row_tiles][tuning]") {
+    const VariantOverrides& rt2 = find_kernel_variant("coopmat-rt2")->overrides;
+    CHECK(rt2.row_tiles == 2u);
+    CHECK(rt2.fused_kernel == FusedKernel::coopmat);
+    Case c = forced_kernel_case(FusedKernel::coopmat, Impl::fused, DType::f32);
+    c.variant = rt2;
+    c.Dk = c.Dv = 64;
+    const detail::CoopmatLayout t = expect_two_row_tiles(c);
+    // The widest tiles that fit: 2 subgroups (64 rows) and 64 keys where shared memory allows
+    // (the units' f16 operands at D 64 need 45,064 bytes), fewer keys, then fewer subgroups.
+    const std::uint32_t subgroups = fused_config(c).subgroups;
+    if (t.keys == 64) CHECK(subgroups == std::min<std::uint32_t>(2, device_caps().max_workgroup_invocations / fused_config(c).subgroup));
+    detail::CoopmatLayout wider = t;
+    if (t.keys < 64) {
+        wider.keys *= 2;
+        CHECK(wider.shared_bytes(subgroups) > device_caps().max_shared_bytes);
+    }
+    expect_row_tiles(c);
+    // One row tile stays the default.
+    c.variant.row_tiles.reset();
+    CHECK(fused_config(c).coopmat->row_tiles == 1);
+    // 3 row tiles: refused by name.
+    c.variant.row_tiles = 3;
+    try {
+        testing::run_case(gpu_context(), c, fresh_seed());
+        FAIL("3 row tiles taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.row_tiles");
+        CHECK_THAT(e.what(), Catch::Contains("1 or 2"));
+    }
+    // Rows per workgroup a multiple of a subgroup's 32.
+    c.variant.row_tiles = 2;
+    c.variant.tile_rows = 48;
+    try {
+        testing::run_case(gpu_context(), c, fresh_seed());
+        FAIL("48 rows with two row tiles taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.tile_rows");
+        CHECK_THAT(e.what(), Catch::Contains("multiple of 32"));
+    }
+    // D 256: Q's own tile of 32 rows at least, where the device's shared memory cannot take it
+    // (lavapipe's 32 KiB with 4-byte operands), refused by name; elsewhere heads past 128 are
+    // refused on the units, or it runs.
+    c.variant.tile_rows.reset();
+    c.Dk = c.Dv = 256;
+    const detail::CoopmatLayout smallest{.keys = 16, .dk_tiles = 16, .column_tiles = 4, .units = device_caps().matrix_units,
+                                         .row_tiles = 2};
+    if (smallest.shared_bytes(1) > device_caps().max_shared_bytes) {
+        try {
+            testing::run_case(gpu_context(), c, fresh_seed());
+            FAIL("D 256 with two row tiles past the device's shared memory taken");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == "variant.row_tiles");
+            CHECK_THAT(e.what(), Catch::Contains("shared memory"));
+        }
+    } else if (wide_heads_run_here([&] { testing::run_case(gpu_context(), c, fresh_seed()); })) {
+        expect_row_tiles(c);
+    }
+}

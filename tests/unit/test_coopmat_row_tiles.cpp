@@ -1,0 +1,136 @@
+// The cooperative-matrix prefill kernel with two 16-row tiles per subgroup (CoopmatLayout::row_tiles,
+// VariantOverrides::row_tiles; the catalogue's coopmat-rt2): its layout on every made-up device and
+// head size or a refusal by name, its shared memory on the units, and what it refuses.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "attention/coopmat_tile.hpp"
+#include "attention/tuning.hpp"
+#include "fake_devices.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/variants.hpp"
+
+using namespace vkattn;
+using namespace vkattn::detail;
+using namespace vkattn::detail::fake;
+
+namespace {
+const VariantOverrides kRowTiles{.fused_kernel = FusedKernel::coopmat, .row_tiles = 2};
+}
+
+TEST_CASE("coopmat tuning, two row tiles: a layout every device runs, or a refusal naming row_tiles", "[unit][tuning][coopmat]") {
+    const std::int64_t dims[] = {1, 8, 36, 64, 100, 128, 200, 256};
+    for (const vk::DeviceCaps& caps : all_devices())
+        for (const bool units : {false, true})
+            for (const std::int64_t dk : dims)
+                for (const std::int64_t dv : dims) {
+                    vk::DeviceCaps device = caps;
+                    device.matrix_units = units && caps.kind != vk::DeviceKind::cpu;
+                    const Problem p = problem(2, 8, 2, 300, 1000, dk, dv, device.matrix_units ? DType::f16 : DType::f32);
+                    INFO(caps.name << " units " << device.matrix_units << " Dk " << dk << " Dv " << dv);
+                    const auto dk_tiles = static_cast<std::uint32_t>((std::max<std::int64_t>(dk, 1) + 15) / 16);
+                    // The smallest tiles it could take: one subgroup, 16 keys, one column tile
+                    // (no wider than Q's, so K/V's rows are Q's width).
+                    const CoopmatLayout smallest{.keys = 16, .dk_tiles = dk_tiles, .column_tiles = 1, .units = device.matrix_units,
+                                                 .row_tiles = 2};
+                    if (smallest.shared_bytes(1) > device.max_shared_bytes) {
+                        try {
+                            (void)fused_for(device, p, kRowTiles);
+                            FAIL("tiles past shared memory taken");
+                        } catch (const InvalidArgument& e) {
+                            CHECK(e.argument() == "variant.row_tiles");
+                            CHECK_THAT(e.what(), Catch::Contains("shared memory"));
+                        }
+                        continue;
+                    }
+                    if (device.matrix_units && (dk > 128 || dv > 128)) {
+                        CHECK_THROWS_AS(fused_for(device, p, kRowTiles), InvalidArgument);  // refuse_wide_heads_on_units
+                        continue;
+                    }
+                    const auto c = fused_for(device, p, kRowTiles);
+                    REQUIRE(c);
+                    REQUIRE(c->coopmat);
+                    const CoopmatLayout& t = *c->coopmat;
+                    INFO(c->describe());
+                    CHECK(t.row_tiles == 2);
+                    CHECK(t.column_tiles * t.row_tiles <= 8);  // O's accumulators, all named
+                    CHECK(t.named);
+                    CHECK(c->rows_per_workgroup() == 32 * c->subgroups);
+                    CHECK(c->subgroups <= 2);
+                    CHECK(c->column_passes * c->columns_per_pass() >= dv);
+                    CHECK((c->column_passes - 1) * c->columns_per_pass() < dv);
+                    CHECK(t.shared_bytes(c->subgroups) <= device.max_shared_bytes);
+                    CHECK_THAT(c->describe(), Catch::Contains(" rt2 named"));
+                    if (device.max_loop_iterations > 0) CHECK(fused_keys_per_dispatch(device, *c, p) >= t.keys);
+                }
+}
+
+TEST_CASE("coopmat tuning, two row tiles: on the matrix units, 64 rows with Q's tile in 48 KiB", "[unit][tuning][coopmat]") {
+    vk::DeviceCaps caps = nvidia_like();
+    caps.matrix_units = true;
+    Problem p = problem(1, 8, 8, 4096, 4096, 64, 64, DType::f16);
+    p.k_dtype = p.v_dtype = DType::f16;
+    // D 64: 2 subgroups of 32 rows and 64-key tiles. K/V 64 × 72, Q 64 × 72 (f16), S 64 × 68 (fp32),
+    // P 64 × 72 (f16) and the key range: 45,064 bytes.
+    const auto c = fused_for(caps, p, kRowTiles);
+    REQUIRE(c);
+    REQUIRE(c->coopmat);
+    CHECK(c->subgroups == 2);
+    CHECK(c->rows_per_workgroup() == 64);
+    CHECK(c->coopmat->keys == 64);
+    CHECK(c->coopmat->column_tiles == 4);
+    CHECK(c->column_passes == 1);
+    CHECK(c->coopmat->shared_bytes(c->subgroups) == 45064);
+    CHECK_THAT(c->describe(), Catch::Contains(" rt2 named ahead units"));
+    // D 128: 64 keys would need 61,448 bytes, so 32 (40,456); O's 8 column tiles in two passes of 4.
+    p.Dk = p.Dv = 128;
+    const auto wide = fused_for(caps, p, kRowTiles);
+    REQUIRE(wide);
+    CHECK(wide->rows_per_workgroup() == 64);
+    CHECK(wide->coopmat->keys == 32);
+    CHECK(wide->coopmat->shared_bytes(wide->subgroups) == 40456);
+    CHECK(wide->coopmat->column_tiles == 4);
+    CHECK(wide->column_passes == 2);
+    CHECK(wide->coopmat->named);  // Q is not held: the rule for one row tile does not apply
+    CHECK_FALSE(wide->coopmat->ahead);
+    // O's array, forced, runs too.
+    VariantOverrides array = kRowTiles;
+    array.named_accumulators = false;
+    CHECK_FALSE(fused_for(caps, p, array)->coopmat->named);
+    // Unforced, and forced with one row tile: one.
+    p.Dk = p.Dv = 64;
+    caps.maximal_reconvergence = true;
+    const auto chosen = fused_for(caps, p, {});
+    REQUIRE(chosen->coopmat);
+    CHECK(chosen->coopmat->row_tiles == 1);
+    CHECK_THAT(chosen->describe(), !Catch::Contains(" rt"));
+    CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 1})->coopmat->row_tiles == 1);
+}
+
+TEST_CASE("coopmat tuning, two row tiles: what it refuses, by name and limit", "[unit][tuning][coopmat]") {
+    const vk::DeviceCaps caps = nvidia_like();
+    const Problem p = problem(1, 8, 8, 128, 128, 64, 64);
+    auto refused = [&](const VariantOverrides& o) -> std::string {
+        try {
+            (void)fused_for(caps, p, o);
+        } catch (const InvalidArgument& e) {
+            return e.argument() + ": " + e.what();
+        }
+        return "taken";
+    };
+    for (const std::uint32_t n : {0u, 3u, 4u})
+        CHECK_THAT(refused({.fused_kernel = FusedKernel::coopmat, .row_tiles = n}),
+                   Catch::StartsWith("variant.row_tiles") && Catch::Contains("1 or 2"));
+    CHECK_THAT(refused({.fused_kernel = FusedKernel::coopmat, .tile_rows = 48, .row_tiles = 2}),
+               Catch::StartsWith("variant.tile_rows") && Catch::Contains("multiple of 32"));
+    CHECK(refused({.fused_kernel = FusedKernel::coopmat, .tile_rows = 32, .tile_keys = 32, .row_tiles = 2}) == "taken");
+    // The catalogue's variant is these overrides.
+    const KernelVariant* rt2 = find_kernel_variant("coopmat-rt2");
+    REQUIRE(rt2);
+    CHECK(rt2->impl == Impl::fused);
+    CHECK(rt2->overrides.row_tiles == 2u);
+    CHECK(rt2->overrides.fused_kernel == FusedKernel::coopmat);
+    CHECK(f16_products(rt2->overrides));
+}
