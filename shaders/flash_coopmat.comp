@@ -20,7 +20,9 @@
 //   their factors go to shared memory as a 16 × 16 tile per row tile (a row's factor in every
 //   column), come back as accumulators, and O's accumulators are multiplied by them element by
 //   element (the units' element order stays theirs). Then the workgroup stages V [key][column] where
-//   K was, and each subgroup adds P·V to O (common/coopmat_o_tiles.glsl).
+//   K was, and each subgroup adds P·V to O (common/coopmat_o_tiles.glsl). With KV_APART V has a
+//   tile of its own, staged with K at the key tile's start, both a whole tile ahead, and the two
+//   barriers before P·V are one subgroup's (common/coopmat_kv_staging.glsl).
 //   The end stores O through the subgroup's shared tile, 16 columns at a time, normalised by l.
 // Key tiles outside every row's range are never visited; masks, softcap, ALiBi, sinks, dropout,
 // varlen and paged K/V follow flash_tile.comp and common/mask.glsl; heads wider than OC columns
@@ -51,6 +53,8 @@ layout(constant_id = 14) const bool WIDE = false;  // f16 K/V, dense, every row 
 layout(constant_id = 15) const bool AHEAD = true;  // K/V a phase ahead in registers (CoopmatLayout::ahead)
 layout(constant_id = 16) const bool O_NAMED = false;  // O as named accumulators (CoopmatLayout::named)
 layout(constant_id = 17) const uint RT = 1;           // 16-row tiles per subgroup, 1 or 2 (CoopmatLayout::row_tiles)
+layout(constant_id = 18) const bool Q_SHARED = false; // Q read from its own tile with one row tile too (CoopmatLayout::q_in_shared)
+layout(constant_id = 19) const bool KV_APART = false; // K and V in tiles of their own (CoopmatLayout::kv_apart)
 
 #include "common/coopmat.glsl"
 
@@ -58,6 +62,7 @@ const uint SG = CM_SG;
 const uint SGR = 16u * RT;                      // rows per subgroup
 const uint BR = SGR * NSG;                      // rows per workgroup
 const uint OTR = OT * RT;                       // O's accumulators: [column tile][row tile]
+const bool Q_OWN = RT > 1u || Q_SHARED;         // Q's operands from Q's own tile at every product
 const uint KT = BC / 16u;                       // S's 16-key tiles
 const uint DKP = 16u * DKT, OC = 16u * OT;      // Q's and K's dimensions, O's columns, padded
 const uint WG = NSG * SG;
@@ -86,17 +91,18 @@ layout(std430, set = 0, binding = 3) readonly buffer VWords4 { uvec4 v_words4[];
 #define SOFTMAX_LOOP [[unroll]]
 #endif
 
-// K's and V's tile (and with one row tile Q's at the start): rows of max(DKP, OC) elements and 8
+// K's and V's tile (and Q's at the start, where Q is held): rows of max(DKP, OC) elements and 8
 // more, so rows start 16 bytes apart on different banks, staged 8 elements (16 bytes on the units)
-// per store. With two row tiles Q has a tile of its own, read at every product of S: held, its
-// 2·DKT operands beside 8 named accumulators would be D 128's live state at one row tile, which
-// computed wrong on NVIDIA's driver (session 26; Q's own tile validated there). S (fp32) and P (f16
-// operands, written in pairs of keys) per subgroup, SGR rows each.
-const uint KV_ROWS = RT > 1u ? BC : BC > BR ? BC : BR;
-const uint PITCH_KV = (DKP > OC ? DKP : OC) + 8u, PITCH_Q = DKP + 8u;
+// per store. With Q_OWN (always with two row tiles) Q has a tile of its own, read at every product
+// of S: held, two row tiles' 2·DKT operands beside 8 named accumulators would be D 128's live state
+// at one row tile, which computed wrong on NVIDIA's driver (session 26; Q's own tile validated
+// there). S (fp32) and P (f16 operands, written in pairs of keys) per subgroup, SGR rows each.
+const uint KV_ROWS = Q_OWN ? BC : BC > BR ? BC : BR;
+const uint PITCH_KV = (KV_APART || DKP > OC ? DKP : OC) + 8u, PITCH_V = OC + 8u, PITCH_Q = DKP + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
 CM_OPERAND_TILE(kv_tile, KV_ROWS * PITCH_KV);            // [key or row][d or column]
-CM_OPERAND_TILE(q_tile, RT > 1u ? BR * PITCH_Q : 8u);    // [row][d], with two row tiles
+CM_OPERAND_TILE(q_tile, Q_OWN ? BR * PITCH_Q : 8u);      // [row][d], with Q_OWN
+CM_OPERAND_TILE(v_tile, KV_APART ? BC * PITCH_V : 8u);   // [key][column], with KV_APART
 CM_ACC_TILE(s_tile, BR * PITCH_S);             // [subgroup][row][key]
 CM_OPERAND_TILE(p_tile, BR * PITCH_P);         // [subgroup][row][key]
 shared uint wg_first, wg_end;                 // the workgroup's key range
@@ -119,7 +125,7 @@ void main() {
     const uint block_rho = P.chunk.first_row + row_block * BR;
     const uint q0 = q_base(b), len_q = q_length(b);
     const uint q_last = P.varlen.packed_q != 0u ? max(P.varlen.total_q, 1u) - 1u : 0xffffffffu;
-    const uint s_base = sg * SGR * PITCH_S, p_base = sg * SGR * PITCH_P, q_base = sg * SGR * PITCH_Q;
+    const uint s_base = sg * SGR * PITCH_S, p_base = sg * SGR * PITCH_P, q_rows = sg * SGR * PITCH_Q;
 
     const uint split_index = SPLIT ? P.first_split + gl_WorkGroupID.z : 0u;
     uint split_begin = 0u, split_end = Nkv;
@@ -128,7 +134,7 @@ void main() {
         split_end = min(Nkv, split_begin + P.keys_per_split);
     }
 
-    // The lane's softmax rows (row t: local_row(t) of its subgroup's 16): key ranges, stored or not.
+    // The lane's softmax rows (row t: local_row(t) of its subgroup's SGR): key ranges, stored or not.
     uint local_row[SROWS], first[SROWS], limit[SROWS];
     uint lo_first = 0xffffffffu, hi_limit = 0u;
     bool has_rows = false;
@@ -154,8 +160,8 @@ void main() {
         atomicMin(wg_first, lo_first);
         atomicMax(wg_end, hi_limit);
     }
-    // Q's rows through K's tile, then into registers: each subgroup's DKT operands (one row tile);
-    // or into Q's own tile (two).
+    // Q's rows through K's tile, then into registers: each subgroup's DKT operands; or (Q_OWN) into
+    // Q's own tile.
     for (uint e = inv; e < BR * DKP / 8u; e += WG) {
         const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
         const uint rho = min(block_rho + row, rows_end - 1u);
@@ -163,7 +169,7 @@ void main() {
         const uint at = tensor_index(P.q, b, h, min(q0 + i, q_last)) + d;
         CM_ELEM4 lo, hi;
         CM_FETCH8(load_q4, at, d, Dk, lo, hi);
-        if (RT > 1u) {
+        if (Q_OWN) {
             CM_PUT8(q_tile, row * PITCH_Q + d, lo, hi);
         } else {
             CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
@@ -171,8 +177,16 @@ void main() {
     }
     barrier();
     CmA q_ops[DKT];
-    if (RT == 1u) {
+    if (!Q_OWN) {
         CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(q_ops[dt], kv_tile, sg * 16u * PITCH_KV + 16u * dt, PITCH_KV);
+    }
+    // Row tile r_'s Q operand of d-tile d_: held, or from Q's tile.
+#define Q_OPERAND(name, r_, d_)                                                                \
+    CmA name;                                                                                  \
+    if (Q_OWN) {                                                                               \
+        CM_LOAD_A(name, q_tile, q_rows + 16u * (r_) * PITCH_Q + 16u * (d_), PITCH_Q);          \
+    } else {                                                                                   \
+        CM_COPY_A(name, q_ops[d_]);                                                            \
     }
 
     const uint k_begin = wg_first, k_end = wg_end;
@@ -199,7 +213,7 @@ void main() {
     const uint v_head = tensor_index(P.v, b, hk, k0_row), v_stride = P.v.stride.z;
     const uint col_base = P.first_column;
 
-    if (AHEAD && k_begin < k_end) FETCH(LOAD_K, K_CHUNKS, k_begin);
+    STAGE_BEGIN(k_begin)
 
     float m[SROWS], l[SROWS];
     [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
@@ -221,10 +235,7 @@ void main() {
     // Key tiles; the outer loop keeps every trip count far below lavapipe's 65,535.
     for (uint kb0 = k_begin; kb0 < k_end; kb0 += 4096u * BC)
     for (uint kb = kb0; kb < min(k_end, kb0 + 4096u * BC); kb += BC) {
-        barrier();  // every subgroup is done with the previous tile's V (and Q's staging)
-        STAGE(LOAD_K, K_CHUNKS, kb, DKP)
-        barrier();
-        if (AHEAD) FETCH(LOAD_V, V_CHUNKS, kb);
+        STAGE_KEYS(kb)
         // S = Q·Kᵀ, 16 keys at a time, into the subgroup's fp32 tile. The key blocks stay a loop
         // (only the operand arrays' loops unroll): unrolled, NVIDIA's compiler hoisted every
         // block's K operands and ran out of registers (255 and spills; session 22's statistics).
@@ -238,20 +249,16 @@ void main() {
             CM_LOOP for (uint dt = 0u; dt < DKT; dt += 3u - RT) {
                 CmB k_op;
                 CM_LOAD_BT(k_op, kv_tile, 16u * kt * PITCH_KV + 16u * dt, PITCH_KV);
+                Q_OPERAND(q_op, 0u, dt);
+                CM_MUL_ADD(s, q_op, k_op, kv_tile);
                 if (RT > 1u) {
-                    CmA q_top;
-                    CM_LOAD_A(q_top, q_tile, q_base + 16u * dt, PITCH_Q);
-                    CM_MUL_ADD(s, q_top, k_op, kv_tile);
-                    CmA q_bottom;
-                    CM_LOAD_A(q_bottom, q_tile, q_base + 16u * PITCH_Q + 16u * dt, PITCH_Q);
+                    Q_OPERAND(q_bottom, 1u, dt);
                     CM_MUL_ADD(s_odd, q_bottom, k_op, kv_tile);
-                } else {
-                    CM_MUL_ADD(s, q_ops[dt], k_op, kv_tile);
-                    if (dt + 1u < DKT) {
-                        CmB k_op_odd;
-                        CM_LOAD_BT(k_op_odd, kv_tile, 16u * kt * PITCH_KV + 16u * (dt + 1u), PITCH_KV);
-                        CM_MUL_ADD(s_odd, q_ops[dt + 1u], k_op_odd, kv_tile);
-                    }
+                } else if (dt + 1u < DKT) {
+                    CmB k_op_odd;
+                    CM_LOAD_BT(k_op_odd, kv_tile, 16u * kt * PITCH_KV + 16u * (dt + 1u), PITCH_KV);
+                    Q_OPERAND(q_odd, 0u, dt + 1u);
+                    CM_MUL_ADD(s_odd, q_odd, k_op_odd, kv_tile);
                 }
             }
             if (RT > 1u) {
@@ -333,11 +340,8 @@ void main() {
             O_TILES(O_RESCALE)
         }
 
-        // O += P·V for this pass's columns, V staged where K was; the next tile's K loads meanwhile.
-        barrier();  // every subgroup is done with K; P is written
-        STAGE(LOAD_V, V_CHUNKS, kb, OC)
-        barrier();
-        if (AHEAD && kb + BC < k_end) FETCH(LOAD_K, K_CHUNKS, kb + BC);
+        // O += P·V for this pass's columns.
+        STAGE_VALUES(kb)
         [[dont_unroll]] for (uint kt = 0u; kt < KT; ++kt) {
             CmA p_op;
             CM_LOAD_A(p_op, p_tile, p_base + 16u * kt, PITCH_P);

@@ -10,10 +10,11 @@ namespace vkattn::detail {
 
 std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
     const std::uint32_t operand = coopmat_operand_bytes(units);
-    const std::uint32_t kv_pitch = std::max(16 * dk_tiles, columns()) + 8;
-    const std::uint32_t kv_rows = row_tiles > 1 ? keys : std::max(keys, rows(subgroups));
-    const std::uint32_t q_elements = row_tiles > 1 ? rows(subgroups) * (16 * dk_tiles + 8) : 8;
-    return operand * (kv_rows * kv_pitch + q_elements) + rows(subgroups) * (4 * (keys + 4) + operand * (keys + 8)) + 8;
+    const std::uint32_t kv_pitch = (kv_apart ? 16 * dk_tiles : std::max(16 * dk_tiles, columns())) + 8;
+    const std::uint32_t v_elements = kv_apart ? keys * (columns() + 8) : 8;
+    const std::uint32_t kv_rows = q_in_shared ? keys : std::max(keys, rows(subgroups));
+    const std::uint32_t q_elements = q_in_shared ? rows(subgroups) * (16 * dk_tiles + 8) : 8;
+    return operand * (kv_rows * kv_pitch + v_elements + q_elements) + rows(subgroups) * (4 * (keys + 4) + operand * (keys + 8)) + 8;
 }
 
 bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles <= 6; }
@@ -21,12 +22,13 @@ bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles 
 bool CoopmatLayout::ahead_with(bool wide_loads) const { return staged_ahead() && (wide_loads || dk_tiles + column_tiles <= 8); }
 
 bool CoopmatLayout::named_by_default() const {
-    return row_tiles > 1 ? column_tiles * row_tiles <= 8 : column_tiles <= 8 && dk_tiles + column_tiles <= 15;
+    return q_in_shared ? column_tiles * row_tiles <= 8 : column_tiles <= 8 && dk_tiles + column_tiles <= 15;
 }
 
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
-           (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (named ? " named" : "") +
+           (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (q_in_shared ? " qshared" : "") + (kv_apart ? " kv-apart" : "") +
+           (named ? " named" : "") +
            (ahead ? " ahead" : "") + (units ? " units" : " portable");
 }
 
@@ -41,6 +43,11 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
             throw InvalidArgument("variant.row_tiles", std::to_string(t.row_tiles) +
                                                            " row tiles per subgroup; the cooperative-matrix kernel takes 1 or 2.");
     }
+    t.q_in_shared = overrides.q_in_shared.value_or(t.row_tiles > 1);
+    t.kv_apart = overrides.kv_apart.value_or(false);
+    if (t.row_tiles > 1 && !t.q_in_shared)
+        throw InvalidArgument("variant.q_in_shared", "two row tiles per subgroup read Q from shared memory; "
+                                                     "held, their operands beside O's would pass the units' registers.");
     // O's accumulators, column_tiles · row_tiles, number 8 at most: wider heads take column passes.
     t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8 / t.row_tiles));
     const std::uint32_t most_subgroups = std::max<std::uint32_t>(1, caps.max_workgroup_invocations / subgroup);
@@ -69,7 +76,7 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
         if (!overrides.tile_keys && t.keys > 32) t.keys /= 2;
         else if (!overrides.tile_rows && subgroups > 1) subgroups /= 2;
         else if (!overrides.tile_keys && t.keys > 16) t.keys /= 2;
-        else if (t.column_tiles > 1 && 16 * t.column_tiles > 16 * t.dk_tiles) t.column_tiles /= 2;
+        else if (t.column_tiles > 1 && (t.kv_apart || t.column_tiles > t.dk_tiles)) t.column_tiles /= 2;  // V's own tile narrows too
         else break;
     }
     if (!fits()) {
@@ -79,6 +86,8 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
         throw InvalidArgument(overrides.tile_rows   ? "variant.tile_rows"
                               : overrides.tile_keys ? "variant.tile_keys"
                               : t.row_tiles > 1     ? "variant.row_tiles"
+                              : t.q_in_shared       ? "variant.q_in_shared"
+                              : t.kv_apart          ? "variant.kv_apart"
                                                     : "variant.fused_kernel",
                               "the cooperative-matrix kernel: " + need);
     }

@@ -3,7 +3,7 @@
 // S = Q·Kᵀ and O += P·V as 16×16×16 products (common/coopmat.glsl). A workgroup owns 16 query rows
 // per subgroup (or two tiles of 16: row_tiles); each subgroup holds its rows' Q as operands (or reads
 // them from Q's own tile) and their O as accumulators; K and V pass through one f16 tile in shared
-// memory, S and P through the subgroup's own. Pure (no Vulkan).
+// memory (or two: kv_apart), S and P through the subgroup's own. Pure (no Vulkan).
 #pragma once
 
 #include <cstdint>
@@ -31,11 +31,22 @@ struct CoopmatLayout {
     // that computed wrong at D 128 on NVIDIA's driver; Q's own tile validated there, session 26).
     // O's accumulators number column_tiles · row_tiles, at most 8 (named).
     std::uint32_t row_tiles = 1;
+    // Q's operands read from a shared tile of their own at every product of S (Q_SHARED), rather
+    // than held in registers: always with two row tiles; with one where forced
+    // (VariantOverrides::q_in_shared), as session 26's qshared probe (4·dk_tiles registers fewer;
+    // named O validated at D 128 so on NVIDIA's driver where held it was wrong).
+    bool q_in_shared = false;
+    // K and V in shared tiles of their own, staged together a whole tile ahead (KV_APART;
+    // VariantOverrides::kv_apart): 2 workgroup barriers per key tile where taking turns in one tile
+    // needs 4 (the count's "barriers" lever, docs/design/GPU_KERNELS.md), for V's tile and both
+    // tiles' chunks in registers (16 more at D 64 with 4 subgroups).
+    bool kv_apart = false;
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * row_tiles * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
-    // flash_coopmat.comp's shared memory: the K/V tile [Bc (or max(Bc, Br) with one row tile, Q
-    // passing through it)][max(16·dk_tiles, OC) + 8], Q's [Br][16·dk_tiles + 8] with two row tiles (8
-    // elements otherwise), and per row S [Bc + 4] (fp32) and P [Bc + 8]; operands f16 on the units,
+    // flash_coopmat.comp's shared memory: the K/V tile [Bc (or max(Bc, Br) where Q is held, passing
+    // through it)][max(16·dk_tiles, OC) + 8] (16·dk_tiles + 8 where K and V are apart), V's own
+    // [Bc][OC + 8] with kv_apart, Q's [Br][16·dk_tiles + 8] with q_in_shared (8 elements each
+    // otherwise), and per row S [Bc + 4] (fp32) and P [Bc + 8]; operands f16 on the units,
     // 4-byte floats in the portable implementation; and the workgroup's key range.
     std::uint32_t shared_bytes(std::uint32_t subgroups) const;
     // Whether flash_coopmat.comp holds a tile's K or V in registers a phase ahead (AHEAD) and may
@@ -52,8 +63,9 @@ struct CoopmatLayout {
     // D 64's typed ones passed, and 12 tiles staged chunk by chunk passed (Dk 128 with Dv 64).
     bool ahead_with(bool wide_loads) const;
     // Whether flash_coopmat.comp holds O as named accumulators (O_NAMED) rather than an array, unless
-    // forced (VariantOverrides::named_accumulators): where d-tiles and column tiles number 15 at
-    // most. NVIDIA's compiler kept the array in local memory (exactly O's size at every head size
+    // forced (VariantOverrides::named_accumulators): always where Q is read from shared memory
+    // (q_in_shared; validated at D 128 in session 26), else where d-tiles and column tiles number 15
+    // at most. NVIDIA's compiler kept the array in local memory (exactly O's size at every head size
     // measured); named, O stayed in registers and the forward ran faster (H200, session 25: 16% at
     // D 64, N 4,096 and 8,192; 1-14% at D 40-112, N 1,000). At 8 d-tiles and 8 column tiles (D 120,
     // 128; 244 registers) the named form gave wrong results there (0.19 relative), as other kernels
@@ -67,7 +79,9 @@ struct CoopmatLayout {
 // where the device's invocations allow, 64-key tiles, O in passes
 // of up to 128 columns; smaller tiles, then fewer subgroups, then narrower passes where shared
 // memory is short. overrides.row_tiles sets 16-row tiles per subgroup (2: 2 subgroups, 64 rows, and
-// passes of up to 64 columns; InvalidArgument naming it past 2 or where it does not fit).
+// passes of up to 64 columns; InvalidArgument naming it past 2 or where it does not fit);
+// overrides.q_in_shared and kv_apart set those fields (InvalidArgument naming q_in_shared where two
+// row tiles would hold Q, and each where its tiles do not fit).
 // overrides.tile_rows and tile_keys force Br and Bc (InvalidArgument naming them
 // where the device cannot take them); overrides.named_accumulators forces O's form
 // (InvalidArgument naming it where named on the units goes past named_by_default). Returns the

@@ -183,7 +183,7 @@ const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& c, cons
 const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
                                        std::uint32_t paged_pools, bool wide) {
     // flash_coopmat.comp's own constant_ids.
-    enum CoopmatConstant : std::uint32_t { kKeys = 2, kDkTiles, kColumnTiles, kSplit, kWide = 14, kAhead, kNamedO, kRowTiles };
+    enum CoopmatConstant : std::uint32_t { kKeys = 2, kDkTiles, kColumnTiles, kSplit, kWide = 14, kAhead, kNamedO, kRowTiles, kQInShared, kKvApart };
     if (!c.coopmat) throw Error("internal: flash_coopmat_kernel needs a coopmat config.");
     const CoopmatLayout& t = *c.coopmat;
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
@@ -197,7 +197,9 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
                                                {.id = kWide, .value = wide ? 1u : 0u},
                                                {.id = kAhead, .value = t.ahead ? 1u : 0u},
                                                {.id = kNamedO, .value = t.named ? 1u : 0u},
-                                               {.id = kRowTiles, .value = t.row_tiles}});
+                                               {.id = kRowTiles, .value = t.row_tiles},
+                                               {.id = kQInShared, .value = t.q_in_shared ? 1u : 0u},
+                                               {.id = kKvApart, .value = t.kv_apart ? 1u : 0u}});
     return runtime.kernels().get(key);
 }
 

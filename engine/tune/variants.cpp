@@ -53,7 +53,7 @@ const std::vector<KernelVariant>& kernel_variants() {
          "flash_coopmat.comp with 64-row, 32-key tiles"},
         // 8 subgroups: each K/V tile staged and waited on once for 128 rows (half the staging and
         // barriers per row of 64), at the same warps per SM where registers set them (2 × 4 → 1 × 8).
-        // Shared memory takes it up to D 64 on the units (47,112 bytes of 49,152); lavapipe refuses it.
+        // Shared memory takes it up to D 64 on the units (47,144 bytes of 49,152); lavapipe refuses it.
         {"coopmat-128x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 128, .tile_keys = 32},
          "flash_coopmat.comp with 128-row, 32-key tiles (8 subgroups)"},
         // O's two forms (CoopmatLayout::named_by_default chooses): the array, which NVIDIA's
@@ -67,6 +67,16 @@ const std::vector<KernelVariant>& kernel_variants() {
         // a tile of its own. Heads past 64 columns take column passes (8 accumulators at most).
         {"coopmat-rt2", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 2},
          "flash_coopmat.comp with two 16-row tiles per subgroup, Q read from shared memory"},
+        // Q's operands from shared memory with one row tile (session 26's qshared probe): 4·dk_tiles
+        // registers fewer; D 128 then takes 32-key tiles.
+        {"coopmat-qshared", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .q_in_shared = true},
+         "flash_coopmat.comp with Q read from shared memory at every product"},
+        // K and V in tiles of their own, staged together a tile ahead: 2 barriers per key tile
+        // rather than 4; alone and with two row tiles (then 32-key tiles at D 64 on the units).
+        {"coopmat-kv-apart", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .kv_apart = true},
+         "flash_coopmat.comp with K and V in shared tiles of their own (2 barriers per key tile)"},
+        {"coopmat-rt2-kv-apart", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 2, .kv_apart = true},
+         "flash_coopmat.comp with two row tiles per subgroup and K and V apart"},
         {"split-coopmat", Impl::split, {.fused_kernel = FusedKernel::coopmat}, "split-KV over flash_coopmat.comp"},
     };
     return all;

@@ -31,6 +31,8 @@
 //   CM_LOAD_BT(b, tile, offset, stride) B's element (k, j) = tile[offset + j·stride + k] (B stored
 //                                       transposed, as K's rows are for S = Q·Kᵀ)
 //   CM_LOAD_ACC(c, tile, offset, stride) c's element (i, j) = tile[offset + i·stride + j], fp32
+//   CM_COPY_A(a, a2)                    a = a2 (the portable A's array is sized by CM_SG, which GLSL
+//                                       cannot assign whole)
 //   CM_MUL_ADD(c, a, b, tile_b)         c += a·b (tile_b: the array b was loaded from)
 //   CM_SCALE(c, s)                      c *= s (a uniform scalar)
 //   CM_MUL_ELEMENTS(c, d)               c's element (i, j) *= d's (i, j), both accumulators: a
@@ -95,6 +97,7 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CM_LOAD_B(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_BT(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
 #define CM_LOAD_ACC(c, tile, offset, stride) CM_LOAD_(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_COPY_A(a, a2) a = (a2)
 #define CM_MUL_ADD(c, a, b, tile_b) c = coopMatMulAdd(a, b, c)
 #define CM_SCALE(c, s) c = c * float(s)
 #define CM_MUL_ELEMENTS(c, d) c = c * (d)
@@ -167,6 +170,8 @@ float cm_round_f16(float x) {
     [[unroll]] for (uint cm_t = 0u; cm_t < CM_RPL; ++cm_t)                                                  \
         [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
             a.v[cm_t * CM_DIM + cm_k] = float(tile[(offset_) + CM_ROW(cm_t) * (stride_) + cm_k])
+#define CM_COPY_A(a, a2) \
+    [[unroll]] for (uint cm_k = 0u; cm_k < CM_RPL * CM_DIM; ++cm_k) a.v[cm_k] = (a2).v[cm_k]
 #define CM_LOAD_B(b, tile, offset_, stride_) b = CmB(offset_, stride_, 1u)
 #define CM_LOAD_BT(b, tile, offset_, stride_) b = CmB(offset_, 1u, stride_)
 #define CM_LOAD_ACC(c, tile, offset_, stride_)                                                     \

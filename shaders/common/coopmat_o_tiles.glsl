@@ -34,15 +34,27 @@
         }                                         \
     }
 
-// O += P·V for key block kt; a pass's last column tiles may lie past Dv.
-#define O_PV(acc, f)                                                                      \
-    if (f < OTR && col_base + 16u * (f / RT) < Dv) {                                      \
-        if (f % RT == 0u) {                                                               \
-            CM_LOAD_B(v_op, kv_tile, 16u * kt * PITCH_KV + 16u * (f / RT), PITCH_KV);     \
-            CM_MUL_ADD(acc, p_op, v_op, kv_tile);                                         \
-        } else {                                                                          \
-            CM_MUL_ADD(acc, p_bottom, v_op, kv_tile);                                     \
-        }                                                                                 \
+// O += P·V for key block kt, V from v_tile (KV_APART) or kv_tile; a pass's last column tiles may lie
+// past Dv.
+#define O_PV(acc, f)                                                                   \
+    if (f < OTR && col_base + 16u * (f / RT) < Dv) {                                   \
+        if (f % RT == 0u) {                                                            \
+            if (KV_APART) {                                                            \
+                CM_LOAD_B(v_op, v_tile, 16u * kt * PITCH_V + 16u * (f / RT), PITCH_V); \
+            } else {                                                                   \
+                CM_LOAD_B(v_op, kv_tile, 16u * kt * PITCH_KV + 16u * (f / RT), PITCH_KV); \
+            }                                                                          \
+            O_PV_ADD(acc, p_op);                                                       \
+        } else {                                                                       \
+            O_PV_ADD(acc, p_bottom);                                                   \
+        }                                                                              \
+    }
+// acc += p·v_op, v_op from V's tile (the portable B refers to it by name).
+#define O_PV_ADD(acc, p)                           \
+    if (KV_APART) {                                \
+        CM_MUL_ADD(acc, p, v_op, v_tile);          \
+    } else {                                       \
+        CM_MUL_ADD(acc, p, v_op, kv_tile);         \
     }
 
 // The end, through the subgroup's S tile, normalised. Each column tile: every lane has read the previous one (and the last scores) before its RT

@@ -1,13 +1,15 @@
 // flash_coopmat.comp with two 16-row tiles per subgroup (VariantOverrides::row_tiles = 2, the
 // catalogue's coopmat-rt2; issue #33): each K and V operand feeds two products, Q is read from a
 // tile of its own, O's accumulators are [column tile][row tile] and heads past 64 columns take column
-// passes. Forced on the suite's device, so lavapipe runs it portably (with 8-lane subgroups a lane
-// holds four softmax rows): shapes that are not multiples of its tiles, every mask and feature,
-// fused and split, GQA over several key tiles, and what it refuses by name. The tiles it takes are
-// the device's (CoopmatLayout::shared_bytes against its shared memory), not assumed.
+// passes; and with one row tile reading Q so (VariantOverrides::q_in_shared, coopmat-qshared).
+// Forced on the suite's device, so lavapipe runs them portably (with 8-lane subgroups a lane
+// holds four softmax rows at two row tiles): shapes that are not multiples of its tiles, every mask
+// and feature, fused and split, GQA over several key tiles, and what it refuses by name. The tiles it
+// takes are the device's (CoopmatLayout::shared_bytes against its shared memory), not assumed.
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
 
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
@@ -43,17 +45,19 @@ AttentionReport expect_row_tiles(const Case& c) {
     expect_two_row_tiles(c);
     const AttentionReport r = expect_kernel(c);
     CHECK(r.f16_products);
-    CHECK_THAT(r.variant, Catch::Contains(" rt2 named "));
+    CHECK_THAT(r.variant, Catch::Contains(" rt2 qshared named "));
     return r;
 }
 
 }  // namespace
 
 TEST_CASE("coopmat kernel, two row tiles: head shapes and every feature, fused and split", "[gpu][coopmat][row_tiles]") {
-    // A partial 16-dimension tile; Dk ≠ Dv with two column passes of 64 (Dv 100); D 128's 8 d-tiles
-    // read from Q's tile with its 8 columns in two passes.
-    const auto [dk, dv] = GENERATE(std::pair<std::int64_t, std::int64_t>{1, 3}, std::pair{72, 100}, std::pair{128, 128});
-    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    // A partial 16-dimension tile; Dk ≠ Dv with two column passes of 64 (Dv 100). (D 128 runs over
+    // several key tiles below: each head shape is a pipeline, which lavapipe compiles for half a
+    // minute.)
+    const auto [dk, dv, impl] = GENERATE(std::tuple<std::int64_t, std::int64_t, Impl>{1, 3, Impl::fused},
+                                         std::tuple<std::int64_t, std::int64_t, Impl>{1, 3, Impl::split},
+                                         std::tuple<std::int64_t, std::int64_t, Impl>{72, 100, Impl::fused});
     const DType dtype = device_caps().fp16_storage ? DType::f16 : DType::f32;
     Case c = row_tiles_case(impl, dtype);
     for (int features = 0; features < kFusedFeatureSets; ++features) {
@@ -70,10 +74,11 @@ TEST_CASE("coopmat kernel, two row tiles: head shapes and every feature, fused a
 TEST_CASE("coopmat kernel, two row tiles: several key tiles, GQA, MQA, empty rows", "[gpu][coopmat][row_tiles]") {
     if (!device_caps().fp16_storage) return;  // f16 storage, as the units run it
     // 70 queries over 333 keys (O rescaled as the maxima move, both row tiles' factors), GQA 4/2 and
-    // a causal diagonal through both row tiles of a subgroup; D 60 through the typed loaders, D 64
-    // with 16-byte loads, both staged ahead.
-    const std::int64_t d = GENERATE(60, 64);
-    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    // a causal diagonal through both row tiles of a subgroup: D 64 with 16-byte loads staged ahead,
+    // fused and split; D 128's 8 d-tiles read from Q's tile, its 8 columns in two passes, chunk by
+    // chunk.
+    const auto [d, impl] = GENERATE(std::pair<std::int64_t, Impl>{64, Impl::fused}, std::pair{64, Impl::split},
+                                    std::pair{128, Impl::fused});
     Case c = row_tiles_case(impl, DType::f16);
     c.Hq = 4;
     c.Hkv = 2;
@@ -83,7 +88,8 @@ TEST_CASE("coopmat kernel, two row tiles: several key tiles, GQA, MQA, empty row
     c.causal = Causal::bottom_right;
     INFO("D " << d);
     const AttentionReport r = expect_row_tiles(c);
-    CHECK_THAT(r.variant, Catch::Contains(" ahead "));
+    if (d == 64) CHECK_THAT(r.variant, Catch::Contains(" ahead "));
+    else CHECK_THAT(r.variant, Catch::Contains(" passes=2"));
     // MQA, scores in the thousands, batches that see no key.
     c.Hq = 6;
     c.Hkv = 1;
@@ -105,7 +111,7 @@ TEST_CASE("coopmat kernel, two row tiles: the catalogue's variant, its tiles and
     c.Dk = c.Dv = 64;
     const detail::CoopmatLayout t = expect_two_row_tiles(c);
     // The widest tiles that fit: 2 subgroups (64 rows) and 64 keys where shared memory allows
-    // (the units' f16 operands at D 64 need 45,064 bytes), fewer keys, then fewer subgroups.
+    // (the units' f16 operands at D 64 need 45,080 bytes), fewer keys, then fewer subgroups.
     const std::uint32_t subgroups = fused_config(c).subgroups;
     if (t.keys == 64) CHECK(subgroups == std::min<std::uint32_t>(2, device_caps().max_workgroup_invocations / fused_config(c).subgroup));
     detail::CoopmatLayout wider = t;
@@ -142,7 +148,7 @@ TEST_CASE("coopmat kernel, two row tiles: the catalogue's variant, its tiles and
     c.variant.tile_rows.reset();
     c.Dk = c.Dv = 256;
     const detail::CoopmatLayout smallest{.keys = 16, .dk_tiles = 16, .column_tiles = 4, .units = device_caps().matrix_units,
-                                         .row_tiles = 2};
+                                         .row_tiles = 2, .q_in_shared = true};
     if (smallest.shared_bytes(1) > device_caps().max_shared_bytes) {
         try {
             testing::run_case(gpu_context(), c, fresh_seed());
@@ -153,5 +159,54 @@ TEST_CASE("coopmat kernel, two row tiles: the catalogue's variant, its tiles and
         }
     } else if (wide_heads_run_here([&] { testing::run_case(gpu_context(), c, fresh_seed()); })) {
         expect_row_tiles(c);
+    }
+}
+
+TEST_CASE("coopmat kernel, Q from shared memory with one row tile: head shapes, features, several key tiles",
+          "[gpu][coopmat][row_tiles]") {
+    const VariantOverrides& qshared = find_kernel_variant("coopmat-qshared")->overrides;
+    CHECK(qshared.q_in_shared == true);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    const DType dtype = device_caps().fp16_storage ? DType::f16 : DType::f32;
+    // Every feature set at a partial last d-tile with Dk ≠ Dv (fused); then D 64 (fused) and 128
+    // (fused and split; O named there, where held Q and named O computed wrong on NVIDIA's driver)
+    // over 333 keys, GQA, causal. Each is a pipeline, which lavapipe compiles for 10-30 s: so few.
+    for (int features = 0; features < kFusedFeatureSets && impl == Impl::fused; ++features) {
+        Case c = forced_kernel_case(FusedKernel::coopmat, impl, dtype);
+        c.variant = qshared;
+        c.Dk = 40;
+        c.Dv = 24;
+        apply_fused_features(c, features);
+        INFO("features " << features);
+        const AttentionReport r = expect_kernel(c);
+        CHECK_THAT(r.variant, Catch::Contains(" qshared named ") && !Catch::Contains(" rt2"));
+    }
+    for (const std::int64_t d : {64, 128}) {
+        if (d == 64 && impl == Impl::split) continue;  // a pipeline that adds nothing (lavapipe's compile time)
+        Case c = forced_kernel_case(FusedKernel::coopmat, impl, dtype);
+        c.variant = qshared;
+        c.Hq = 4;
+        c.Hkv = 2;
+        c.Nq = 70;
+        c.Nkv = 333;
+        c.Dk = c.Dv = d;
+        c.causal = Causal::bottom_right;
+        INFO("D " << d);
+        const detail::FusedConfig config = fused_config(c);
+        REQUIRE(config.coopmat);
+        CHECK(config.coopmat->q_in_shared);
+        CHECK(config.coopmat->named);
+        CHECK(config.coopmat->row_tiles == 1);
+        CHECK(config.coopmat->shared_bytes(config.subgroups) <= device_caps().max_shared_bytes);
+        CHECK_THAT(expect_kernel(c).variant, Catch::Contains(" qshared named "));
+    }
+    // Two row tiles with Q held: refused by name.
+    Case held = row_tiles_case(Impl::fused, DType::f32);
+    held.variant.q_in_shared = false;
+    try {
+        testing::run_case(gpu_context(), held, fresh_seed());
+        FAIL("two row tiles with Q held taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.q_in_shared");
     }
 }

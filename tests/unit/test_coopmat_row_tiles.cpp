@@ -1,6 +1,7 @@
 // The cooperative-matrix prefill kernel with two 16-row tiles per subgroup (CoopmatLayout::row_tiles,
-// VariantOverrides::row_tiles; the catalogue's coopmat-rt2): its layout on every made-up device and
-// head size or a refusal by name, its shared memory on the units, and what it refuses.
+// VariantOverrides::row_tiles; the catalogue's coopmat-rt2) and with Q read from shared memory
+// (q_in_shared; coopmat-qshared): its layout on every made-up device and head size or a refusal by
+// name, its shared memory on the units, and what it refuses.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -34,7 +35,7 @@ TEST_CASE("coopmat tuning, two row tiles: a layout every device runs, or a refus
                     // The smallest tiles it could take: one subgroup, 16 keys, one column tile
                     // (no wider than Q's, so K/V's rows are Q's width).
                     const CoopmatLayout smallest{.keys = 16, .dk_tiles = dk_tiles, .column_tiles = 1, .units = device.matrix_units,
-                                                 .row_tiles = 2};
+                                                 .row_tiles = 2, .q_in_shared = true};
                     if (smallest.shared_bytes(1) > device.max_shared_bytes) {
                         try {
                             (void)fused_for(device, p, kRowTiles);
@@ -62,8 +63,11 @@ TEST_CASE("coopmat tuning, two row tiles: a layout every device runs, or a refus
                     CHECK(c->column_passes * c->columns_per_pass() >= dv);
                     CHECK((c->column_passes - 1) * c->columns_per_pass() < dv);
                     CHECK(t.shared_bytes(c->subgroups) <= device.max_shared_bytes);
-                    CHECK_THAT(c->describe(), Catch::Contains(" rt2 named"));
-                    if (device.max_loop_iterations > 0) CHECK(fused_keys_per_dispatch(device, *c, p) >= t.keys);
+                    CHECK_THAT(c->describe(), Catch::Contains(" rt2 qshared named"));
+                    // Lavapipe's loop budget counts each row tile's products.
+                    CoopmatLayout one = t;
+                    one.row_tiles = 1;
+                    CHECK(coopmat_loops_per_tile(t, c->subgroup, c->subgroups, p) > coopmat_loops_per_tile(one, c->subgroup, c->subgroups, p));
                 }
 }
 
@@ -73,7 +77,7 @@ TEST_CASE("coopmat tuning, two row tiles: on the matrix units, 64 rows with Q's 
     Problem p = problem(1, 8, 8, 4096, 4096, 64, 64, DType::f16);
     p.k_dtype = p.v_dtype = DType::f16;
     // D 64: 2 subgroups of 32 rows and 64-key tiles. K/V 64 × 72, Q 64 × 72 (f16), S 64 × 68 (fp32),
-    // P 64 × 72 (f16) and the key range: 45,064 bytes.
+    // P 64 × 72 (f16), the key range and V's placeholder: 45,080 bytes.
     const auto c = fused_for(caps, p, kRowTiles);
     REQUIRE(c);
     REQUIRE(c->coopmat);
@@ -82,15 +86,15 @@ TEST_CASE("coopmat tuning, two row tiles: on the matrix units, 64 rows with Q's 
     CHECK(c->coopmat->keys == 64);
     CHECK(c->coopmat->column_tiles == 4);
     CHECK(c->column_passes == 1);
-    CHECK(c->coopmat->shared_bytes(c->subgroups) == 45064);
-    CHECK_THAT(c->describe(), Catch::Contains(" rt2 named ahead units"));
-    // D 128: 64 keys would need 61,448 bytes, so 32 (40,456); O's 8 column tiles in two passes of 4.
+    CHECK(c->coopmat->shared_bytes(c->subgroups) == 45080);
+    CHECK_THAT(c->describe(), Catch::Contains(" rt2 qshared named ahead units"));
+    // D 128: 64 keys would need 61,464 bytes, so 32 (40,472); O's 8 column tiles in two passes of 4.
     p.Dk = p.Dv = 128;
     const auto wide = fused_for(caps, p, kRowTiles);
     REQUIRE(wide);
     CHECK(wide->rows_per_workgroup() == 64);
     CHECK(wide->coopmat->keys == 32);
-    CHECK(wide->coopmat->shared_bytes(wide->subgroups) == 40456);
+    CHECK(wide->coopmat->shared_bytes(wide->subgroups) == 40472);
     CHECK(wide->coopmat->column_tiles == 4);
     CHECK(wide->column_passes == 2);
     CHECK(wide->coopmat->named);  // Q is not held: the rule for one row tile does not apply
@@ -107,6 +111,30 @@ TEST_CASE("coopmat tuning, two row tiles: on the matrix units, 64 rows with Q's 
     CHECK(chosen->coopmat->row_tiles == 1);
     CHECK_THAT(chosen->describe(), !Catch::Contains(" rt"));
     CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 1})->coopmat->row_tiles == 1);
+    CHECK_FALSE(chosen->coopmat->q_in_shared);
+}
+
+TEST_CASE("coopmat tuning, Q from shared memory with one row tile: D 128 on 32-key tiles, O named", "[unit][tuning][coopmat]") {
+    vk::DeviceCaps caps = nvidia_like();
+    caps.matrix_units = true;
+    const Problem p = problem(1, 8, 8, 4096, 4096, 128, 128, DType::f16);
+    // Q's 64 × 136 tile beside K/V's: 64 keys would need 61,464 bytes, so 32 (40,472; session 26's
+    // qshared probe). O named: Q is not held (named_by_default), where held at D 128 it is an array.
+    const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat, .q_in_shared = true});
+    REQUIRE(c);
+    CHECK(c->coopmat->q_in_shared);
+    CHECK(c->coopmat->row_tiles == 1);
+    CHECK(c->rows_per_workgroup() == 64);
+    CHECK(c->coopmat->keys == 32);
+    CHECK(c->coopmat->shared_bytes(c->subgroups) == 40472);
+    CHECK(c->coopmat->named);
+    CHECK(c->column_passes == 1);
+    CHECK_THAT(c->describe(), Catch::Contains(" qshared named units") && !Catch::Contains(" rt"));
+    CHECK_FALSE(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->coopmat->named);
+    const KernelVariant* qshared = find_kernel_variant("coopmat-qshared");
+    REQUIRE(qshared);
+    CHECK(qshared->overrides.q_in_shared == true);
+    CHECK_FALSE(qshared->overrides.row_tiles);
 }
 
 TEST_CASE("coopmat tuning, two row tiles: what it refuses, by name and limit", "[unit][tuning][coopmat]") {
@@ -123,6 +151,8 @@ TEST_CASE("coopmat tuning, two row tiles: what it refuses, by name and limit", "
     for (const std::uint32_t n : {0u, 3u, 4u})
         CHECK_THAT(refused({.fused_kernel = FusedKernel::coopmat, .row_tiles = n}),
                    Catch::StartsWith("variant.row_tiles") && Catch::Contains("1 or 2"));
+    CHECK_THAT(refused({.fused_kernel = FusedKernel::coopmat, .row_tiles = 2, .q_in_shared = false}),
+               Catch::StartsWith("variant.q_in_shared") && Catch::Contains("two row tiles"));
     CHECK_THAT(refused({.fused_kernel = FusedKernel::coopmat, .tile_rows = 48, .row_tiles = 2}),
                Catch::StartsWith("variant.tile_rows") && Catch::Contains("multiple of 32"));
     CHECK(refused({.fused_kernel = FusedKernel::coopmat, .tile_rows = 32, .tile_keys = 32, .row_tiles = 2}) == "taken");

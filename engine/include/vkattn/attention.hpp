@@ -147,6 +147,15 @@ struct VariantOverrides {
     //   (docs/design/GPU_KERNELS.md, "Two row tiles per subgroup"). Chosen: 1 (2 is unmeasured on a
     //   GPU; the tuner times it as coopmat-rt2).
     std::optional<std::uint32_t> row_tiles;
+    //   q_in_shared: the cooperative-matrix kernel reads Q's operands from a shared tile of their own
+    //   at every product of S (true) rather than holding them in registers (false; two row tiles
+    //   refuse it). Chosen: with two row tiles only (the tuner times one row tile so as
+    //   coopmat-qshared).
+    std::optional<bool> q_in_shared;
+    //   kv_apart: the cooperative-matrix kernel stages K and V into tiles of their own, together,
+    //   both a tile ahead in registers: 2 workgroup barriers per key tile rather than 4, for more
+    //   registers and shared memory. Chosen: false (unmeasured on a GPU; coopmat-kv-apart).
+    std::optional<bool> kv_apart;
 };
 
 // A sliding window around the (aligned) diagonal: query i sees key j when

@@ -81,6 +81,8 @@ struct Case {
         if (variant.decode_lanes_per_key) s << " lanes_per_key=" << *variant.decode_lanes_per_key;
         if (variant.named_accumulators) s << " named=" << *variant.named_accumulators;
         if (variant.row_tiles) s << " row_tiles=" << *variant.row_tiles;
+        if (variant.q_in_shared) s << " q_in_shared=" << *variant.q_in_shared;
+        if (variant.kv_apart) s << " kv_apart=" << *variant.kv_apart;
         if (logits) s << " logits=" << to_string(*logits);
         return s.str();
     }
