@@ -22,19 +22,6 @@ namespace {
 
 Case coopmat_case(Impl impl, DType dtype) { return forced_kernel_case(FusedKernel::coopmat, impl, dtype); }
 
-// f16 heads of width d over several key tiles (70 queries, 333 keys), GQA 4/2, a causal diagonal:
-// where the units' staging and accumulator faults showed.
-Case several_key_tiles_case(Impl impl, std::int64_t d) {
-    Case c = coopmat_case(impl, DType::f16);
-    c.Hq = 4;
-    c.Hkv = 2;
-    c.Nq = 70;
-    c.Nkv = 333;
-    c.Dk = c.Dv = d;
-    c.causal = Causal::bottom_right;
-    return c;
-}
-
 AttentionReport expect_coopmat(const Case& c) {
     const AttentionReport r = expect_kernel(c);
     CHECK(r.f16_products);

@@ -65,21 +65,14 @@ TEST_CASE("coopmat kernel, K and V apart: several key tiles, staged ahead and ch
                              Run{"coopmat-kv-apart", 128, Impl::fused}, Run{"coopmat-rt2-kv-apart", 64, Impl::fused},
                              Run{"coopmat-rt2-kv-apart", 128, Impl::fused});
     const char* name = run.name;
-    const std::int64_t dk = run.d, dv = run.d;
-    Case c = forced_kernel_case(FusedKernel::coopmat, run.impl, DType::f16);
-    c.Hq = 4;
-    c.Hkv = 2;
-    c.Nq = 70;
-    c.Nkv = 333;
-    c.Dk = dk;
-    c.Dv = dv;
-    c.causal = Causal::bottom_right;
-    INFO(name << ", Dk " << dk << " Dv " << dv);
+    const std::int64_t d = run.d;
+    Case c = several_key_tiles_case(run.impl, run.d);
+    INFO(name << ", D " << d);
     // Where even one subgroup's 16-key tiles do not fit (two row tiles at D 128 in lavapipe's 32 KiB
     // of 4-byte operands), refused by name.
     const VariantOverrides& variant = find_kernel_variant(name)->overrides;
     const std::uint32_t row_tiles = variant.row_tiles.value_or(1);
-    const detail::CoopmatLayout smallest{.keys = 16, .dk_tiles = static_cast<std::uint32_t>((dk + 15) / 16), .column_tiles = 1,
+    const detail::CoopmatLayout smallest{.keys = 16, .dk_tiles = static_cast<std::uint32_t>((d + 15) / 16), .column_tiles = 1,
                                          .units = device_caps().matrix_units, .row_tiles = row_tiles,
                                          .q_in_shared = row_tiles > 1, .kv_apart = true};
     if (smallest.shared_bytes(1) > device_caps().max_shared_bytes) {
@@ -94,6 +87,6 @@ TEST_CASE("coopmat kernel, K and V apart: several key tiles, staged ahead and ch
         return;
     }
     const AttentionReport r = expect_kv_apart(c, name);
-    if (dk == 64) CHECK_THAT(r.variant, Catch::Contains(" ahead "));
+    if (d == 64) CHECK_THAT(r.variant, Catch::Contains(" ahead "));
     else CHECK_THAT(r.variant, !Catch::Contains(" ahead"));
 }

@@ -79,13 +79,7 @@ TEST_CASE("coopmat kernel, two row tiles: several key tiles, GQA, MQA, empty row
     // chunk.
     const auto [d, impl] = GENERATE(std::pair<std::int64_t, Impl>{64, Impl::fused}, std::pair{64, Impl::split},
                                     std::pair{128, Impl::fused});
-    Case c = row_tiles_case(impl, DType::f16);
-    c.Hq = 4;
-    c.Hkv = 2;
-    c.Nq = 70;
-    c.Nkv = 333;
-    c.Dk = c.Dv = d;
-    c.causal = Causal::bottom_right;
+    Case c = several_key_tiles_case(impl, d, row_tiles_case(impl, DType::f16).variant);
     INFO("D " << d);
     const AttentionReport r = expect_row_tiles(c);
     if (d == 64) CHECK_THAT(r.variant, Catch::Contains(" ahead "));
@@ -183,14 +177,8 @@ TEST_CASE("coopmat kernel, Q from shared memory with one row tile: head shapes, 
     }
     for (const std::int64_t d : {64, 128}) {
         if (d == 64 && impl == Impl::split) continue;  // a pipeline that adds nothing (lavapipe's compile time)
-        Case c = forced_kernel_case(FusedKernel::coopmat, impl, dtype);
-        c.variant = qshared;
-        c.Hq = 4;
-        c.Hkv = 2;
-        c.Nq = 70;
-        c.Nkv = 333;
-        c.Dk = c.Dv = d;
-        c.causal = Causal::bottom_right;
+        Case c = several_key_tiles_case(impl, d, qshared);
+        c.dtype = dtype;
         INFO("D " << d);
         const detail::FusedConfig config = fused_config(c);
         REQUIRE(config.coopmat);

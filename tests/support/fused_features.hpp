@@ -63,6 +63,21 @@ inline testing::Case forced_kernel_case(FusedKernel kernel, Impl impl, DType dty
     return c;
 }
 
+// flash_coopmat.comp forced over several key tiles: f16 heads of width d (70 queries, 333 keys),
+// GQA 4/2, a causal diagonal; where the units' staging and accumulator faults showed. `variant`
+// adds its layout knobs (the catalogue's overrides).
+inline testing::Case several_key_tiles_case(Impl impl, std::int64_t d, const VariantOverrides& variant = {}) {
+    testing::Case c = forced_kernel_case(FusedKernel::coopmat, impl, DType::f16);
+    if (variant.fused_kernel) c.variant = variant;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Nq = 70;
+    c.Nkv = 333;
+    c.Dk = c.Dv = d;
+    c.causal = Causal::bottom_right;
+    return c;
+}
+
 // Runs the case, checked against the reference, and checks that the forced kernel ran.
 inline AttentionReport expect_kernel(const testing::Case& c) {
     const AttentionReport r = expect_pass(c, c.impl);
