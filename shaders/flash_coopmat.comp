@@ -76,7 +76,6 @@ const uint SCOLS = 16u / SLANES;                // a lane's columns of a row in 
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 
-
 #include "common/tile_operands.glsl"
 // K's and V's bindings again as 16-byte words, for the WIDE loads (Vulkan lets variables alias a binding).
 layout(std430, set = 0, binding = 2) readonly buffer KWords4 { uvec4 k_words4[]; };

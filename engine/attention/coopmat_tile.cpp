@@ -47,7 +47,8 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
     t.kv_apart = overrides.kv_apart.value_or(false);
     if (t.row_tiles > 1 && !t.q_in_shared)
         throw InvalidArgument("variant.q_in_shared", "two row tiles per subgroup read Q from shared memory; "
-                                                     "held, their operands beside O's would pass the units' registers.");
+                                                     "held, their 2·dk_tiles operands beside O's 8 named accumulators would be the live state "
+                                                     "that computed wrong on NVIDIA's driver (D 128, one row tile).");
     // O's accumulators, column_tiles · row_tiles, number 8 at most: wider heads take column passes.
     t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8 / t.row_tiles));
     const std::uint32_t most_subgroups = std::max<std::uint32_t>(1, caps.max_workgroup_invocations / subgroup);

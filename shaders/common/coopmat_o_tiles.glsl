@@ -57,8 +57,9 @@
         CM_MUL_ADD(acc, p, v_op, kv_tile);         \
     }
 
-// The end, through the subgroup's S tile, normalised. Each column tile: every lane has read the previous one (and the last scores) before its RT
-// row tiles are stored; the lanes read their rows once all are.
+// The end, through the subgroup's S tile, normalised. Each column tile: every lane has read the
+// previous one (and the last scores) before its RT row tiles are stored; the lanes read their rows
+// once all are.
 #define O_OUT(acc, f)                                                                                       \
     if (f < OTR && col_base + 16u * (f / RT) < Dv) {                                                        \
         if (f % RT == 0u) subgroupBarrier();                                                                \
