@@ -52,7 +52,7 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
     // O's accumulators, column_tiles · row_tiles, number 8 at most: wider heads take column passes.
     t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8 / t.row_tiles));
     const std::uint32_t most_subgroups = std::max<std::uint32_t>(1, caps.max_workgroup_invocations / subgroup);
-    const std::uint32_t subgroup_rows = 16 * t.row_tiles;
+    const std::uint32_t subgroup_rows = t.rows(1);
     subgroups = std::max<std::uint32_t>(1, std::min({subgroups, 4u / t.row_tiles, most_subgroups}));
     if (overrides.tile_rows) {
         const std::uint32_t br = *overrides.tile_rows;

@@ -22,12 +22,6 @@ namespace {
 
 Case coopmat_case(Impl impl, DType dtype) { return forced_kernel_case(FusedKernel::coopmat, impl, dtype); }
 
-AttentionReport expect_coopmat(const Case& c) {
-    const AttentionReport r = expect_kernel(c);
-    CHECK(r.f16_products);
-    return r;
-}
-
 }  // namespace
 
 // Each head shape and path is a pipeline: features share them.
@@ -94,13 +88,7 @@ TEST_CASE("coopmat kernel: its layout, and what it refuses by name", "[gpu][coop
     CHECK_FALSE(fused_config(c).coopmat);
     // bf16's range passes f16's: refused by name where a fused kernel runs.
     Case bf = coopmat_case(Impl::fused, DType::bf16);
-    try {
-        testing::run_case(gpu_context(), bf, fresh_seed());
-        FAIL("bf16 taken");
-    } catch (const InvalidArgument& e) {
-        CHECK(e.argument() == "variant.fused_kernel");
-        CHECK_THAT(e.what(), Catch::Contains("bf16"));
-    }
+    CHECK_THAT(expect_refused(bf, "variant.fused_kernel"), Catch::Contains("bf16"));
 }
 
 TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat][variants]") {
@@ -129,13 +117,7 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
         const detail::CoopmatLayout tiles{.keys = *shape.tile_keys, .dk_tiles = d_tiles, .column_tiles = d_tiles,
                                           .units = device_caps().matrix_units};
         if (tiles.shared_bytes(*shape.tile_rows / 16) > device_caps().max_shared_bytes) {
-            try {
-                testing::run_case(gpu_context(), c, fresh_seed());
-                FAIL("tiles past the device's shared memory taken");
-            } catch (const InvalidArgument& e) {
-                CHECK(e.argument() == "variant.tile_rows");
-                CHECK_THAT(e.what(), Catch::Contains("shared memory"));
-            }
+            CHECK_THAT(expect_refused(c, "variant.tile_rows"), Catch::Contains("shared memory"));
             continue;
         }
         const AttentionReport r = expect_coopmat(c);
@@ -143,12 +125,7 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
     }
     Case bad = coopmat_case(Impl::fused, DType::f32);
     bad.variant.tile_keys = 24;  // no multiple of 16
-    try {
-        testing::run_case(gpu_context(), bad, fresh_seed());
-        FAIL("24 keys per tile taken");
-    } catch (const InvalidArgument& e) {
-        CHECK(e.argument() == "variant.tile_keys");
-    }
+    expect_refused(bad, "variant.tile_keys");
 }
 
 TEST_CASE("coopmat kernel: the tile-ahead staging with 16-byte or 4-element loads, and chunk by chunk; O named or an array",
@@ -191,12 +168,7 @@ TEST_CASE("coopmat kernel: O forced as an array or as named accumulators", "[gpu
     INFO(name << ", D " << d);
     const bool named = *c.variant.named_accumulators;
     if (named && d == 128 && device_caps().matrix_units) {
-        try {
-            testing::run_case(gpu_context(), c, fresh_seed());
-            FAIL("named O at D = 128 on the units taken");
-        } catch (const InvalidArgument& e) {
-            CHECK(e.argument() == "variant.named_accumulators");
-        }
+        expect_refused(c, "variant.named_accumulators");
         return;
     }
     const AttentionReport r = expect_coopmat(c);

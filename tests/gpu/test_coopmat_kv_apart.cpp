@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "support/coopmat_layouts.hpp"
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
 #include "support/fused_features.hpp"
@@ -28,8 +29,7 @@ AttentionReport expect_kv_apart(Case c, const char* name) {
     REQUIRE(config.coopmat);
     CHECK(config.coopmat->kv_apart);
     CHECK(config.coopmat->shared_bytes(config.subgroups) <= device_caps().max_shared_bytes);
-    const AttentionReport r = expect_kernel(c);
-    CHECK(r.f16_products);
+    const AttentionReport r = expect_coopmat(c);
     CHECK_THAT(r.variant, Catch::Contains(" kv-apart "));
     return r;
 }
@@ -72,18 +72,9 @@ TEST_CASE("coopmat kernel, K and V apart: several key tiles, staged ahead and ch
     // of 4-byte operands), refused by name.
     const VariantOverrides& variant = find_kernel_variant(name)->overrides;
     const std::uint32_t row_tiles = variant.row_tiles.value_or(1);
-    const detail::CoopmatLayout smallest{.keys = 16, .dk_tiles = static_cast<std::uint32_t>((d + 15) / 16), .column_tiles = 1,
-                                         .units = device_caps().matrix_units, .row_tiles = row_tiles,
-                                         .q_in_shared = row_tiles > 1, .kv_apart = true};
-    if (smallest.shared_bytes(1) > device_caps().max_shared_bytes) {
+    if (!coopmat_fits(d, device_caps().matrix_units, device_caps().max_shared_bytes, row_tiles, true)) {
         c.variant = variant;
-        try {
-            testing::run_case(gpu_context(), c, fresh_seed());
-            FAIL("tiles past the device's shared memory taken");
-        } catch (const InvalidArgument& e) {
-            CHECK(e.argument() == (row_tiles > 1 ? "variant.row_tiles" : "variant.kv_apart"));
-            CHECK_THAT(e.what(), Catch::Contains("shared memory"));
-        }
+        CHECK_THAT(expect_refused(c, row_tiles > 1 ? "variant.row_tiles" : "variant.kv_apart"), Catch::Contains("shared memory"));
         return;
     }
     const AttentionReport r = expect_kv_apart(c, name);

@@ -8,9 +8,11 @@
 // takes are the device's (CoopmatLayout::shared_bytes against its shared memory), not assumed.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
+#include "support/coopmat_layouts.hpp"
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
 #include "support/fused_features.hpp"
@@ -43,8 +45,7 @@ detail::CoopmatLayout expect_two_row_tiles(const Case& c) {
 
 AttentionReport expect_row_tiles(const Case& c) {
     expect_two_row_tiles(c);
-    const AttentionReport r = expect_kernel(c);
-    CHECK(r.f16_products);
+    const AttentionReport r = expect_coopmat(c);
     CHECK_THAT(r.variant, Catch::Contains(" rt2 qshared named "));
     return r;
 }
@@ -119,39 +120,19 @@ TEST_CASE("coopmat kernel, two row tiles: the catalogue's variant, its tiles and
     CHECK(fused_config(c).coopmat->row_tiles == 1);
     // 3 row tiles: refused by name.
     c.variant.row_tiles = 3;
-    try {
-        testing::run_case(gpu_context(), c, fresh_seed());
-        FAIL("3 row tiles taken");
-    } catch (const InvalidArgument& e) {
-        CHECK(e.argument() == "variant.row_tiles");
-        CHECK_THAT(e.what(), Catch::Contains("1 or 2"));
-    }
+    CHECK_THAT(expect_refused(c, "variant.row_tiles"), Catch::Contains("1 or 2"));
     // Rows per workgroup a multiple of a subgroup's 32.
     c.variant.row_tiles = 2;
     c.variant.tile_rows = 48;
-    try {
-        testing::run_case(gpu_context(), c, fresh_seed());
-        FAIL("48 rows with two row tiles taken");
-    } catch (const InvalidArgument& e) {
-        CHECK(e.argument() == "variant.tile_rows");
-        CHECK_THAT(e.what(), Catch::Contains("multiple of 32"));
-    }
+    CHECK_THAT(expect_refused(c, "variant.tile_rows"), Catch::Contains("multiple of 32"));
     // D 256: Q's own tile of 32 rows at least, where the device's shared memory cannot take it
     // (lavapipe's 32 KiB with 4-byte operands), refused by name; elsewhere heads past 128 are
     // refused on the units, or it runs.
     c.variant.tile_rows.reset();
     c.Dk = c.Dv = 256;
-    const detail::CoopmatLayout smallest{.keys = 16, .dk_tiles = 16, .column_tiles = 4, .units = device_caps().matrix_units,
-                                         .row_tiles = 2, .q_in_shared = true};
-    if (smallest.shared_bytes(1) > device_caps().max_shared_bytes) {
-        try {
-            testing::run_case(gpu_context(), c, fresh_seed());
-            FAIL("D 256 with two row tiles past the device's shared memory taken");
-        } catch (const InvalidArgument& e) {
-            CHECK(e.argument() == "variant.row_tiles");
-            CHECK_THAT(e.what(), Catch::Contains("shared memory"));
-        }
-    } else if (wide_heads_run_here([&] { testing::run_case(gpu_context(), c, fresh_seed()); })) {
+    if (!coopmat_fits(256, device_caps().matrix_units, device_caps().max_shared_bytes, 2))
+        CHECK_THAT(expect_refused(c, "variant.row_tiles"), Catch::Contains("shared memory"));
+    else if (wide_heads_run_here([&] { testing::run_case(gpu_context(), c, fresh_seed()); })) {
         expect_row_tiles(c);
     }
 }
@@ -172,7 +153,7 @@ TEST_CASE("coopmat kernel, Q from shared memory with one row tile: head shapes, 
         c.Dv = 24;
         apply_fused_features(c, features);
         INFO("features " << features);
-        const AttentionReport r = expect_kernel(c);
+        const AttentionReport r = expect_coopmat(c);
         CHECK_THAT(r.variant, Catch::Contains(" qshared named ") && !Catch::Contains(" rt2"));
     }
     for (const std::int64_t d : {64, 128}) {
@@ -186,15 +167,10 @@ TEST_CASE("coopmat kernel, Q from shared memory with one row tile: head shapes, 
         CHECK(config.coopmat->named);
         CHECK(config.coopmat->row_tiles == 1);
         CHECK(config.coopmat->shared_bytes(config.subgroups) <= device_caps().max_shared_bytes);
-        CHECK_THAT(expect_kernel(c).variant, Catch::Contains(" qshared named "));
+        CHECK_THAT(expect_coopmat(c).variant, Catch::Contains(" qshared named "));
     }
     // Two row tiles with Q held: refused by name.
     Case held = row_tiles_case(Impl::fused, DType::f32);
     held.variant.q_in_shared = false;
-    try {
-        testing::run_case(gpu_context(), held, fresh_seed());
-        FAIL("two row tiles with Q held taken");
-    } catch (const InvalidArgument& e) {
-        CHECK(e.argument() == "variant.q_in_shared");
-    }
+    expect_refused(held, "variant.q_in_shared");
 }

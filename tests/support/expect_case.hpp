@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <optional>
+#include <string>
 
 #include "support/gpu_context.hpp"
+#include "vkattn/errors.hpp"
 #include "vkattn/testing/attention_case.hpp"
 
 namespace vkattn::test {
@@ -25,6 +27,19 @@ inline AttentionReport expect_pass(const testing::Case& c, std::optional<Impl> e
     if (expected_path) CHECK(r.report.path == *expected_path);
     CHECK(take_validation_messages(ctx).empty());
     return r.report;
+}
+
+// Runs a case the engine must refuse: InvalidArgument naming `argument` (a case taken fails).
+// Returns the refusal's message, for the caller to check the limit it names.
+inline std::string expect_refused(const testing::Case& c, const std::string& argument) {
+    try {
+        testing::run_case(gpu_context(), c, fresh_seed());
+        FAIL("taken where " + argument + " should have been refused");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == argument);
+        return e.what();
+    }
+    return {};
 }
 
 }  // namespace vkattn::test

@@ -85,6 +85,13 @@ inline AttentionReport expect_kernel(const testing::Case& c) {
     return r;
 }
 
+// expect_kernel for flash_coopmat.comp, whose products multiply f16 operands.
+inline AttentionReport expect_coopmat(const testing::Case& c) {
+    const AttentionReport r = expect_kernel(c);
+    CHECK(r.f16_products);
+    return r;
+}
+
 // Every feature set at one head shape (Dk, Dv): each shape and path is a pipeline, which the
 // feature sets share. Heads wider than a pass's columns must take column passes.
 inline void expect_every_feature(const testing::Case& base, std::int64_t dk, std::int64_t dv, std::int64_t pass_columns) {

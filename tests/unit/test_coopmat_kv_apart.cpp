@@ -4,13 +4,13 @@
 // its shared memory on the units.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "attention/coopmat_tile.hpp"
 #include "attention/tuning.hpp"
 #include "fake_devices.hpp"
+#include "support/coopmat_layouts.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/variants.hpp"
 
@@ -42,9 +42,7 @@ TEST_CASE("coopmat tuning, K and V apart: a layout every device runs, or a refus
                     // Only where even one subgroup's 16-key tiles do not fit.
                     CHECK(e.argument() == "variant.kv_apart");
                     CHECK_THAT(e.what(), Catch::Contains("shared memory"));
-                    const auto dk_tiles = static_cast<std::uint32_t>((std::max<std::int64_t>(dk, 1) + 15) / 16);
-                    const CoopmatLayout smallest{.keys = 16, .dk_tiles = dk_tiles, .column_tiles = 1, .kv_apart = true};
-                    CHECK(smallest.shared_bytes(1) > caps.max_shared_bytes);
+                    CHECK_FALSE(test::coopmat_fits(dk, caps.matrix_units, caps.max_shared_bytes, 1, true));
                 }
             }
     CHECK(refusals > 0);

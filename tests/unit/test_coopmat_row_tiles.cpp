@@ -4,12 +4,12 @@
 // name, its shared memory on the units, and what it refuses.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <string>
 
 #include "attention/coopmat_tile.hpp"
 #include "attention/tuning.hpp"
 #include "fake_devices.hpp"
+#include "support/coopmat_layouts.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/variants.hpp"
 
@@ -31,12 +31,7 @@ TEST_CASE("coopmat tuning, two row tiles: a layout every device runs, or a refus
                     device.matrix_units = units && caps.kind != vk::DeviceKind::cpu;
                     const Problem p = problem(2, 8, 2, 300, 1000, dk, dv, device.matrix_units ? DType::f16 : DType::f32);
                     INFO(caps.name << " units " << device.matrix_units << " Dk " << dk << " Dv " << dv);
-                    const auto dk_tiles = static_cast<std::uint32_t>((std::max<std::int64_t>(dk, 1) + 15) / 16);
-                    // The smallest tiles it could take: one subgroup, 16 keys, one column tile
-                    // (no wider than Q's, so K/V's rows are Q's width).
-                    const CoopmatLayout smallest{.keys = 16, .dk_tiles = dk_tiles, .column_tiles = 1, .units = device.matrix_units,
-                                                 .row_tiles = 2, .q_in_shared = true};
-                    if (smallest.shared_bytes(1) > device.max_shared_bytes) {
+                    if (!test::coopmat_fits(dk, device.matrix_units, device.max_shared_bytes, 2)) {
                         try {
                             (void)fused_for(device, p, kRowTiles);
                             FAIL("tiles past shared memory taken");
