@@ -1,6 +1,7 @@
 #include "vkattn/tensor.hpp"
 
 #include <bit>
+#include <charconv>
 #include <stdexcept>
 
 #include "vkattn/attention.hpp"
@@ -112,6 +113,33 @@ std::string to_string(GemmKernel kernel) {
         case GemmKernel::coopmat: return "coopmat";
     }
     return "unknown gemm kernel " + std::to_string(static_cast<int>(kernel));
+}
+
+std::string to_string(const GemmShape& shape) {
+    auto n = [](std::uint32_t v) { return std::to_string(v); };
+    return n(shape.subgroups_m) + "x" + n(shape.subgroups_n) + "," + n(shape.tiles_m) + "x" + n(shape.tiles_n) + "," +
+           n(shape.depth) + "," + n(shape.stages) + (shape.wide ? "" : ",words");
+}
+
+std::optional<GemmShape> parse_gemm_shape(std::string_view text) {
+    // "2x2,4x4,32,2" with an optional ",words": numbers and the separators between them, nothing else.
+    std::uint32_t values[6] = {};
+    const char separators[6] = {'x', ',', 'x', ',', ',', '\0'};
+    const char* at = text.data();
+    const char* const end = text.data() + text.size();
+    for (int i = 0; i < 6; ++i) {
+        const auto [next, error] = std::from_chars(at, end, values[i]);
+        if (error != std::errc() || next == at) return std::nullopt;
+        at = next;
+        if (i == 5) break;
+        if (at == end || *at != separators[i]) return std::nullopt;
+        ++at;
+    }
+    GemmShape shape{values[0], values[1], values[2], values[3], values[4], values[5], true};
+    const std::string_view rest(at, static_cast<std::size_t>(end - at));
+    if (rest == ",words") shape.wide = false;
+    else if (!rest.empty()) return std::nullopt;
+    return shape;
 }
 
 std::string to_string(LogitsStage stage) {

@@ -11,9 +11,14 @@ namespace {
 // bmm.comp's constant_ids (bmm_tile.comp shares those it has).
 enum BmmConstant : std::uint32_t {
     kWorkgroup = 0, kWgM, kWgN, kTm, kTn4, kBTransposed, kSharedTiles, kKs4, kAdd, kAType, kBType, kATransposed,
-    kCoopmatSubgroup,  // bmm_coopmat.comp's CM_SG
-    kCoopmatDepth,     // and its K per slice
-    kCoopmatTiles      // and its accumulators per side of a subgroup's square
+    kCoopmatSubgroup,    // bmm_coopmat.comp's CM_SG
+    kCoopmatDepth,       // and its K per slice (BK)
+    kCoopmatTilesM,      // its accumulators per subgroup down C (TM) and across (TN)
+    kCoopmatTilesN,
+    kCoopmatSubgroupsM,  // its subgroups down C (WM) and across (WN)
+    kCoopmatSubgroupsN,
+    kCoopmatStages,      // its slices' buffers
+    kCoopmatWide         // its 16-byte loads
 };
 
 // An output's storage in a variant's name: "32", "16", "bf16".
@@ -53,17 +58,25 @@ std::uint32_t shader_type_code(DType t) {
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form, DType a, DType b, DType out,
                              BmmAdd add) {
     if (c.coopmat) {
+        if (c.coopmat_wide && (form == BmmForm::at_b || a != DType::f16 || b != DType::f16))
+            throw Error("internal: bmm_coopmat.comp's 16-byte loads read f16 A and B along K or N (coopmat_wide_operands).");
+        const GemmShape& s = c.coopmat_shape;
         const vk::KernelKey key{
             .shader = std::string(c.units ? "bmm_coopmat_units_c" : "bmm_coopmat_c") + out_suffix(out),
-            .constants = {{.id = kWorkgroup, .value = 4 * c.subgroup},
+            .constants = {{.id = kWorkgroup, .value = c.subgroups() * c.subgroup},
                           {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
                           {.id = kATransposed, .value = form == BmmForm::at_b ? 1u : 0u},
                           {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
                           {.id = kAType, .value = shader_type_code(a)},
                           {.id = kBType, .value = shader_type_code(b)},
                           {.id = kCoopmatSubgroup, .value = c.subgroup},
-                          {.id = kCoopmatDepth, .value = c.coopmat_depth},
-                          {.id = kCoopmatTiles, .value = c.coopmat_tiles}},
+                          {.id = kCoopmatDepth, .value = s.depth},
+                          {.id = kCoopmatTilesM, .value = s.tiles_m},
+                          {.id = kCoopmatTilesN, .value = s.tiles_n},
+                          {.id = kCoopmatSubgroupsM, .value = s.subgroups_m},
+                          {.id = kCoopmatSubgroupsN, .value = s.subgroups_n},
+                          {.id = kCoopmatStages, .value = s.stages},
+                          {.id = kCoopmatWide, .value = c.coopmat_wide ? 1u : 0u}},
             .required_subgroup_size = c.require_subgroup ? c.subgroup : 0};
         return runtime.kernels().get(key);
     }

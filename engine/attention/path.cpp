@@ -22,12 +22,13 @@ bool nothing_forced(const AttentionOptions& o) {
     const VariantOverrides& v = o.variant;
     return o.impl == Impl::automatic && o.splits == 0 && !v.texel_loads && !v.shared_tiles && !v.subgroup_ops &&
            !v.fused_kernel && !v.gemm_kernel && !v.tile_rows && !v.tile_keys && !v.decode_lanes_per_key &&
-           !v.named_accumulators && !v.row_tiles && !v.q_in_shared && !v.kv_apart;
+           !v.named_accumulators && !v.row_tiles && !v.q_in_shared && !v.kv_apart && !v.gemm_shape;
 }
 
 PathChoice choose_path(const Runtime& runtime, const TuningTable* table, const Problem& problem,
                        const std::array<std::int64_t, 4>& q_strides, const std::array<std::int64_t, 4>& k_strides,
                        const std::array<std::int64_t, 4>& v_strides, const AttentionOptions& options, bool paged) {
+    refuse_gemm_shape(options.variant);
     // The tuner's winner for this problem's bucket, where the caller forced nothing and the winner can
     // run it (a three-stage winner cannot read paged or packed K/V; the weights need three stages).
     if (table && nothing_forced(options))

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 
 #include "attention/coopmat_tile.hpp"
+#include "attention/decode.hpp"
 #include "attention/device_rules.hpp"
 #include "vkattn/errors.hpp"
 
@@ -29,7 +31,23 @@ std::optional<BmmConfig> tile_bmm(const vk::DeviceCaps& caps) {
     return c;
 }
 
+// What is wrong with a GEMM shape whatever the device (each field's range before any product, so
+// that no product wraps), or nothing.
+std::string gemm_shape_fault(const GemmShape& s) {
+    const auto within = [](std::uint32_t v) { return v >= 1 && v <= 16; };
+    if (!within(s.subgroups_m) || !within(s.subgroups_n) || s.subgroups_m * s.subgroups_n > 16)
+        return " has " + std::to_string(s.subgroups_m) + "x" + std::to_string(s.subgroups_n) + " subgroups; 1 to 16 in all.";
+    if (!within(s.tiles_m) || !within(s.tiles_n) || s.tiles_m * s.tiles_n > 16)
+        return " gives each subgroup " + std::to_string(s.tiles_m) + "x" + std::to_string(s.tiles_n) +
+               " accumulators; 1 to 16 (128 registers on the units).";
+    if (s.depth < 16 || s.depth > 128 || s.depth % 16 != 0)
+        return " stages K " + std::to_string(s.depth) + " deep; a multiple of 16 from 16 to 128.";
+    if (s.stages < 1 || s.stages > 2) return " has " + std::to_string(s.stages) + " stages; 1 or 2.";
+    return {};
+}
+
 BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverrides& overrides) {
+    refuse_gemm_shape(overrides);
     // shared_tiles and a forced texel_loads are bmm.comp's knobs: setting one asks for it.
     const bool blocks_asked = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
     const GemmKernel chosen = is_cpu(caps) || blocks_asked ? GemmKernel::blocks : GemmKernel::tile;
@@ -85,11 +103,17 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 }
 
 std::uint64_t BmmConfig::shared_bytes() const {
-    // bmm_coopmat.comp: A's BM×(BK+8) and B's BK×(BN+8) slices (f16 on the units; fp32 holding
-    // f16 values in the portable implementation) and 4 subgroups' 16×20 fp32 staging tiles for C.
+    // bmm_coopmat.comp: per stage A's and B's slices, each as large as either form's rows need (f16
+    // on the units; fp32 holding f16 values in the portable implementation), and the subgroups'
+    // 16×20 fp32 tiles for C, which take A's slices where they fit (C's own tile is then a 16-byte
+    // placeholder).
     if (coopmat) {
-        const std::uint64_t depth = coopmat_depth, side = block_rows();
-        return std::uint64_t{coopmat_operand_bytes(units)} * (side * (depth + 8) + depth * (side + 8)) + 4ull * 4 * 16 * 20;
+        const std::uint64_t depth = coopmat_shape.depth, rows = block_rows(), cols = block_cols();
+        const auto slice = [depth](std::uint64_t side) { return side > depth ? side * (depth + 8) : depth * (side + 8); };
+        const std::uint64_t a_bytes = std::uint64_t{coopmat_operand_bytes(units)} * coopmat_shape.stages * slice(rows);
+        const std::uint64_t b_bytes = std::uint64_t{coopmat_operand_bytes(units)} * coopmat_shape.stages * slice(cols);
+        const std::uint64_t c_bytes = std::uint64_t{subgroups()} * 16 * 20 * 4;
+        return a_bytes + b_bytes + (c_bytes > a_bytes ? c_bytes : 16);
     }
     if (tile) return 2ull * 4 * ks4 * (block_rows() / 4 + 1 + block_cols() / 4 + 1) * 16;
     return shared_tiles ? std::uint64_t{block_rows() + block_cols()} * ks4 * 16 : 0;
@@ -97,8 +121,9 @@ std::uint64_t BmmConfig::shared_bytes() const {
 
 std::string BmmConfig::describe() const {
     if (coopmat)
-        return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + "x4 " + std::to_string(block_rows()) + "x" + std::to_string(block_cols()) + "x" +
-               std::to_string(coopmat_depth) + " f16->f32]";
+        return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
+               " shape " + to_string(coopmat_shape) + ": " + std::to_string(block_rows()) + "x" + std::to_string(block_cols()) + "x" +
+               std::to_string(coopmat_shape.depth) + (coopmat_wide ? " 16-byte loads" : " typed loads") + " f16->f32]";
     if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
     return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);
@@ -180,19 +205,54 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         BmmConfig c;
         c.coopmat = true;
         c.units = caps.matrix_units;
-        c.coopmat_tiles = c.units ? 4 : 2;
-        c.coopmat_depth = c.units ? 32 : 16;
         std::tie(c.subgroup, c.require_subgroup) = *subgroup;
-        if (4 * c.subgroup > caps.max_workgroup_invocations || c.shared_bytes() > caps.max_shared_bytes)
-            throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products need 4 subgroups of " +
-                                                             std::to_string(c.subgroup) + " lanes and " +
-                                                             std::to_string(c.shared_bytes()) + " bytes of shared memory; "
-                                                             "the device has " + std::to_string(caps.max_workgroup_invocations) +
-                                                             " invocations and " + std::to_string(caps.max_shared_bytes) + " bytes.");
-        return c;
+        const auto fits = [&] {
+            return c.subgroups() * c.subgroup <= caps.max_workgroup_invocations && c.shared_bytes() <= caps.max_shared_bytes;
+        };
+        const auto needs = [&] {
+            return " needs " + std::to_string(c.subgroups()) + " subgroups of " + std::to_string(c.subgroup) + " lanes and " +
+                   std::to_string(c.shared_bytes()) + " bytes of shared memory; the device has " +
+                   std::to_string(caps.max_workgroup_invocations) + " invocations and " + std::to_string(caps.max_shared_bytes) + " bytes.";
+        };
+        if (overrides.gemm_shape) {
+            c.coopmat_shape = *overrides.gemm_shape;
+            const std::string named = "the cooperative-matrix GEMM's shape " + to_string(c.coopmat_shape);
+            if (const std::string fault = gemm_shape_fault(c.coopmat_shape); !fault.empty())
+                throw InvalidArgument("variant.gemm_shape", named + fault);
+            if (!fits()) throw InvalidArgument("variant.gemm_shape", named + needs());
+            return c;
+        }
+        // Chosen: the first that fits. On the units 128 × 128 tiles of 4 × 4 accumulators per
+        // subgroup (each operand loaded feeds 4 products), 32-deep slices in two buffers, or one
+        // (devices of 32 KiB); portably 64 × 64 of 2 × 2, 16 deep (fp32 operands in lavapipe's 32 KiB;
+        // its registers). Unmeasured against the other shapes (docs/design/GPU_KERNELS.md, "The
+        // GEMM's shapes").
+        static const GemmShape units_order[] = {{2, 2, 4, 4, 32, 2, true}, {2, 2, 4, 4, 32, 1, true}, {2, 2, 2, 2, 16, 2, true},
+                                                {2, 2, 2, 2, 16, 1, true}};
+        static const GemmShape portable_order[] = {{2, 2, 2, 2, 16, 2, true}, {2, 2, 2, 2, 16, 1, true}};
+        for (const GemmShape& shape : c.units ? std::span<const GemmShape>(units_order) : std::span<const GemmShape>(portable_order)) {
+            c.coopmat_shape = shape;
+            if (fits()) return c;
+        }
+        throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products at their smallest shape, " +
+                                                         to_string(c.coopmat_shape) + "," + needs());
     }
     const bool texel = overrides.texel_loads.value_or(true) && caps.texel_rgba32f && n % 4 == 0 && k % 4 == 0;
     return base_bmm(caps, texel, overrides);
+}
+
+void refuse_gemm_shape(const VariantOverrides& overrides) {
+    if (overrides.gemm_shape)
+        throw InvalidArgument("variant.gemm_shape", "shapes the cooperative-matrix GEMM (gemm_kernel = coopmat, the GEMM "
+                                                    "ceiling's: bench --gemm --gemm-kernel coopmat) alone; the other product "
+                                                    "kernels, the attention paths and the projections "
+                                                    "have no use for it.");
+}
+
+bool coopmat_wide_operands(const BmmConfig& c, BmmForm form, DType a, DType b, const TensorDesc& a_desc,
+                           const TensorDesc& b_desc, std::int64_t n, std::int64_t k) {
+    return c.coopmat && c.coopmat_shape.wide && form != BmmForm::at_b && a == DType::f16 && b == DType::f16 &&
+           decode_wide_rows(a_desc, a, k) && decode_wide_rows(b_desc, b, form == BmmForm::a_bt ? k : n);
 }
 
 BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType> types, bool aligned,

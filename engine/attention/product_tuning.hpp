@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "attention/params.hpp"
 #include "attention/problem.hpp"
 #include "vk/device_caps.hpp"
 
@@ -18,16 +19,15 @@ struct BmmConfig {
     // K slices of 4·ks4 double-buffered in shared memory; word loads. The two fields below are then
     // false. Otherwise bmm.comp.
     bool tile = false;
-    // bmm_coopmat.comp (GemmKernel::coopmat): 4 subgroups of `subgroup` lanes (required of the
-    // pipeline where `require_subgroup`) own a 64×64 tile as 16×16 cooperative matrices; f16
-    // operands, fp32 accumulators. The fields below other than these are then unused.
+    // bmm_coopmat.comp (GemmKernel::coopmat): 16×16 cooperative matrices, f16 operands, fp32
+    // accumulators; `coopmat_shape` its subgroups of `subgroup` lanes (required of the pipeline
+    // where `require_subgroup`), their accumulators, slice depth and buffers; `coopmat_wide` its
+    // 16-byte loads, set by the caller where the operands allow them (coopmat_wide_operands). The
+    // fields below other than these are then unused.
     bool coopmat = false;
     bool units = false;  // coopmat on the matrix units (DeviceCaps::matrix_units), else portable
-    // bmm_coopmat.comp's shape: each subgroup owns coopmat_tiles² accumulators (a square of C
-    // 16·coopmat_tiles wide; the workgroup 2 × 2 of them), and K advances coopmat_depth a slice.
-    // choose_gemm: 4 and 32 on the units (each operand loaded feeds 4 products), 2 and 16 in the
-    // portable implementation (fp32 operands in lavapipe's 32 KiB; its registers).
-    std::uint32_t coopmat_tiles = 2, coopmat_depth = 16;
+    GemmShape coopmat_shape;
+    bool coopmat_wide = false;
     std::uint32_t subgroup = 0;
     bool require_subgroup = false;
     bool texel = false;         // texel-buffer vec4 loads (else scalar SSBO loads)
@@ -35,11 +35,14 @@ struct BmmConfig {
     std::uint32_t wg_m = 8, wg_n = 8;  // invocations per workgroup along rows and columns
     std::uint32_t tm = 4, tn4 = 1;     // register block: tm rows × 4·tn4 columns per invocation
     std::uint32_t ks4 = 4;             // vec4s of K per shared tile
-    std::uint32_t block_rows() const { return coopmat ? 32 * coopmat_tiles : wg_m * tm; }
-    std::uint32_t block_cols() const { return coopmat ? 32 * coopmat_tiles : wg_n * 4 * tn4; }
-    // Shared memory the kernel declares: bmm_tile.comp's two buffers of 4·ks4 k-rows of A's and
-    // B's tiles, each row block/4 + 1 vec4s (the pitch that keeps its transposing stores off bank
-    // conflicts); bmm.comp's one K-slice of both tiles, or none.
+    std::uint32_t block_rows() const { return coopmat ? 16 * coopmat_shape.tiles_m * coopmat_shape.subgroups_m : wg_m * tm; }
+    std::uint32_t block_cols() const { return coopmat ? 16 * coopmat_shape.tiles_n * coopmat_shape.subgroups_n : wg_n * 4 * tn4; }
+    std::uint32_t subgroups() const { return coopmat ? coopmat_shape.subgroups_m * coopmat_shape.subgroups_n : 0; }
+    // Shared memory the kernel declares: bmm_coopmat.comp's slices of A and B in each of its stages
+    // (rows of the stored run plus 8 operands), and C's tiles where they do not fit in A's slices;
+    // bmm_tile.comp's two buffers of 4·ks4 k-rows of A's and B's tiles, each row block/4 + 1 vec4s
+    // (the pitch that keeps its transposing stores off bank conflicts); bmm.comp's one K-slice of
+    // both tiles, or none.
     std::uint64_t shared_bytes() const;
     std::string describe() const;
 };
@@ -105,9 +108,20 @@ BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType
                          std::uint64_t largest_operand_bytes, BmmForm form, const VariantOverrides& overrides);
 
 // The GEMM ceiling's configuration: the products' kernel (bmm_tile.comp on GPUs), for one large square
-// product; with gemm_kernel = coopmat, bmm_coopmat.comp (InvalidArgument naming variant.gemm_kernel
-// where the device has no subgroup size it can run).
+// product; with gemm_kernel = coopmat, bmm_coopmat.comp in overrides.gemm_shape's shape or the
+// default's (InvalidArgument naming variant.gemm_kernel where the device has no subgroup size it can
+// run, variant.gemm_shape where it cannot take the shape).
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides);
+
+// The attention paths' refusal of overrides.gemm_shape (the GEMM ceiling's knob alone).
+void refuse_gemm_shape(const VariantOverrides& overrides);
+
+// Whether bmm_coopmat.comp in `c`'s shape may load A and B 16 bytes at a time (c.coopmat_wide): the
+// shape asks for it, both are f16, the form stages them along rows (not Aᵀ·B, whose chunks run
+// along the rows of C), and every row starts on 16 bytes and holds whole chunks of 8 (K, and N for
+// A·B).
+bool coopmat_wide_operands(const BmmConfig& c, BmmForm form, DType a, DType b, const TensorDesc& a_desc,
+                           const TensorDesc& b_desc, std::int64_t n, std::int64_t k);
 
 }  // namespace vkattn::detail

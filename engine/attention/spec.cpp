@@ -88,6 +88,7 @@ std::string AttentionSpec::key() const {
     put(opt.variant.fused_kernel.value_or(FusedKernel::flash));
     put(opt.variant.gemm_kernel.has_value());
     put(opt.variant.gemm_kernel.value_or(GemmKernel::blocks));
+    put(opt.variant.gemm_shape.has_value());  // refused wherever a plan is made: no cached plan may answer it
     for (const auto* knob : {&opt.variant.tile_rows, &opt.variant.tile_keys, &opt.variant.decode_lanes_per_key,
                               &opt.variant.row_tiles}) {
         put(knob->has_value());

@@ -171,6 +171,7 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
                                               const std::array<std::int64_t, 4>& v_strides,
                                               const std::array<std::int64_t, 4>& grad_out_strides,
                                               const VariantOverrides& overrides, std::string* why) {
+    refuse_gemm_shape(overrides);
     std::string reason;
     const auto subgroup = kernel_subgroup(caps, reason);
     if (!subgroup) {

@@ -62,7 +62,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
-    const detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, overrides);
+    detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, overrides);
     // The cooperative-matrix ceiling reads f16 operands, as cuBLAS hgemm does (its products multiply
     // f16 values anyway); the others read fp32. C is fp32 either way.
     const DType operand = config.coopmat ? DType::f16 : DType::f32;
@@ -90,7 +90,6 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     const void* a_host = operand == DType::f16 ? static_cast<const void*>(a16.data()) : a.data();
     const void* b_host = operand == DType::f16 ? static_cast<const void*>(b16.data()) : b.data();
 
-    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, operand, operand, DType::f32);
     auto flat = [&](DType dtype, std::int64_t count, const std::string& what) {
         return detail::own_dense(runtime, dtype, {1, 1, 1, count}, what);
     };
@@ -111,6 +110,8 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     params.a.stride = {0, 0, static_cast<std::uint32_t>(k), 1};
     params.b.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
     params.c.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
+    config.coopmat_wide = detail::coopmat_wide_operands(config, detail::BmmForm::a_b, operand, operand, params.a, params.b, n, k);
+    const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, operand, operand, DType::f32);
     detail::Dispatch d{.kernel = &kernel, .params = params};
     d.bindings = {{1, &da, 0, da.size()}, {2, &db, 0, db.size()}, {3, &dc, 0, dc.size()}, {4, &no_bias, 0, 16},
                   {5, &no_bias, 0, 16}};  // no addend, no fp8 scales

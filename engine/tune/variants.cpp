@@ -98,6 +98,18 @@ const std::vector<KernelVariant>& backward_variants() {
     return all;
 }
 
+const std::vector<GemmShape>& gemm_shapes() {
+    // docs/design/GPU_KERNELS.md, "The GEMM's shapes", has each one's count: the default, then
+    // the typed loaders, one buffer, 8 subgroups two ways, 64-deep slices in one buffer, 64-column
+    // tiles, 16-deep slices, and the portable default's 64 × 64 tiles.
+    static const std::vector<GemmShape> all{
+        GemmShape{2, 2, 4, 4, 32, 2, true},  GemmShape{2, 2, 4, 4, 32, 2, false}, GemmShape{2, 2, 4, 4, 32, 1, true},
+        GemmShape{2, 4, 4, 2, 32, 2, true},  GemmShape{4, 2, 2, 4, 32, 2, true},  GemmShape{2, 2, 4, 4, 64, 1, true},
+        GemmShape{2, 2, 4, 2, 32, 2, true},  GemmShape{2, 2, 4, 4, 16, 2, true},  GemmShape{2, 2, 2, 2, 16, 2, true},
+    };
+    return all;
+}
+
 namespace {
 // A catalogue's variant of that name, or nullptr; its names, comma-separated.
 const KernelVariant* find_in(const std::vector<KernelVariant>& catalogue, std::string_view name) {

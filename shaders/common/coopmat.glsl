@@ -13,10 +13,11 @@
 //                               (uvec4), so that every matrix load is 16-byte aligned by its type,
 //                               as NVIDIA's own sample declares its tiles; written 8 (CM_PUT8) or 2
 //                               (CM_PUT2) elements at a time. flash_coopmat.comp ran 15-25% faster
-//                               so on an H100 (session 23), bmm_coopmat.comp 10% slower.
+//                               so on an H100 (session 23), bmm_coopmat.comp 10% slower (fp32
+//                               storage, whose loads were its wall); it uses them again since
+//                               session 28, with 16-byte loads and two buffers.
 //   CM_OPERAND_TILE_SCALAR(name, n)  n f16 operands as f16 scalars, written one at a time with
-//                               name[i] = CM_TO_ELEM(x) (the GEMM's; the backward's transposed W
-//                               and dS)
+//                               name[i] = CM_TO_ELEM(x) (the backward's transposed W and dS)
 //   CM_ACC_TILE(name, n)        n fp32 values as vec4 (n a multiple of 4) on the units; elements
 //                               read and written with CM_AT(name, i)
 //   CM_ACC_TILE_SCALAR(name, n) n fp32 values as floats, indexed directly
@@ -30,6 +31,8 @@
 //   CM_LOAD_B(b, tile, offset, stride)  B's element (k, j) = tile[offset + k·stride + j] (row-major)
 //   CM_LOAD_BT(b, tile, offset, stride) B's element (k, j) = tile[offset + j·stride + k] (B stored
 //                                       transposed, as K's rows are for S = Q·Kᵀ)
+//   CM_LOAD_AT(a, tile, offset, stride) A's element (i, k) = tile[offset + k·stride + i] (A stored
+//                                       transposed, as the GEMM's Aᵀ·B reads it)
 //   CM_LOAD_ACC(c, tile, offset, stride) c's element (i, j) = tile[offset + i·stride + j], fp32
 //   CM_COPY_A(a, a2)                    a = a2 (the portable A's array is sized by CM_SG, which GLSL
 //                                       cannot assign whole)
@@ -43,8 +46,13 @@
 //                                       and hi, two CM_ELEM4 (already rounded by CM_TO_ELEM4)
 //   CM_PUT2(tile, i, x, y)              an operand tile's elements i, i+1 (i even) = x, y, rounded
 //   CM_AT(tile, i)                      an fp32 tile's element i (an lvalue)
+//   CM_STORE_F32(c, tile, offset, stride), CM_F32_AT(tile, i): c stored into an operand tile as fp32
+//                                       values, offset and stride counting fp32 values, and value i
+//                                       read back; each takes CM_F32_SLOTS of the tile's n elements
+//                                       (a kernel's slices reused for its output)
 //   CM_ELEM4, CM_TO_ELEM4(v)            4 operand values in registers (f16 on the units), as a
 //                                       kernel holds a tile's loads in flight before it stores them
+//   CM_UNPACK8(word, lo, hi)            lo, hi (CM_ELEM4) = the 8 f16 values of a 16-byte word
 //   CM_FETCH8(load4, at, d, D, lo, hi)  lo, hi (CM_ELEM4) = a row's elements d..d+7 through a
 //                                       4-element loader load4(index, valid), `at` the index of
 //                                       element d; zeros from element D on (nothing loaded there)
@@ -96,6 +104,7 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CM_LOAD_A(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_B(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_BT(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define CM_LOAD_AT(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
 #define CM_LOAD_ACC(c, tile, offset, stride) CM_LOAD_(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_COPY_A(a, a2) a = (a2)
 #define CM_MUL_ADD(c, a, b, tile_b) c = coopMatMulAdd(a, b, c)
@@ -108,6 +117,17 @@ const uint CM_DIM = 16u;  // M = N = K
     tile[(i) / 8u] = uvec4(packFloat2x16((lo).xy), packFloat2x16((lo).zw), packFloat2x16((hi).xy), packFloat2x16((hi).zw))
 #define CM_PUT2(tile, i, x, y) tile[(i) / 8u][((i) / 2u) % 4u] = packFloat2x16(f16vec2(CM_TO_ELEM(x), CM_TO_ELEM(y)))
 #define CM_AT(tile, i) tile[(i) / 4u][(i) % 4u]
+// An fp32 value takes two f16 slots of an operand tile (uvec4: 4 values per word).
+const uint CM_F32_SLOTS = 2u;
+#define CM_STORE_F32(c, tile, offset, stride) \
+    coopMatStore(c, tile, (offset) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_F32_AT(tile, i) uintBitsToFloat(tile[(i) / 4u][(i) % 4u])
+#define CM_UNPACK8(word, lo, hi)                                                 \
+    {                                                                         \
+        const uvec4 cm_w = (word);                                               \
+        lo = f16vec4(unpackFloat2x16(cm_w.x), unpackFloat2x16(cm_w.y));       \
+        hi = f16vec4(unpackFloat2x16(cm_w.z), unpackFloat2x16(cm_w.w));       \
+    }
 
 #else  // the portable implementation
 
@@ -174,6 +194,10 @@ float cm_round_f16(float x) {
     [[unroll]] for (uint cm_k = 0u; cm_k < CM_RPL * CM_DIM; ++cm_k) a.v[cm_k] = (a2).v[cm_k]
 #define CM_LOAD_B(b, tile, offset_, stride_) b = CmB(offset_, stride_, 1u)
 #define CM_LOAD_BT(b, tile, offset_, stride_) b = CmB(offset_, 1u, stride_)
+#define CM_LOAD_AT(a, tile, offset_, stride_)                                                      \
+    [[unroll]] for (uint cm_t = 0u; cm_t < CM_RPL; ++cm_t)                                         \
+        [[unroll]] for (uint cm_k = 0u; cm_k < CM_DIM; ++cm_k)                                     \
+            a.v[cm_t * CM_DIM + cm_k] = float(tile[(offset_) + cm_k * (stride_) + CM_ROW(cm_t)])
 #define CM_LOAD_ACC(c, tile, offset_, stride_)                                                     \
     [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s)                                       \
         c.v[cm_s] = tile[(offset_) + CM_ROW(cm_s / CM_CPL) * (stride_) + CM_COL(cm_s % CM_CPL)]
@@ -197,6 +221,16 @@ float cm_round_f16(float x) {
 #define CM_STORE(c, tile, offset_, stride_)                                                        \
     [[unroll]] for (uint cm_s = 0u; cm_s < CM_SLOTS; ++cm_s)                                       \
         tile[(offset_) + CM_ROW(cm_s / CM_CPL) * (stride_) + CM_COL(cm_s % CM_CPL)] = c.v[cm_s]
+// Every tile is fp32 here: an fp32 value takes one slot.
+const uint CM_F32_SLOTS = 1u;
+#define CM_STORE_F32(c, tile, offset_, stride_) CM_STORE(c, tile, offset_, stride_)
+#define CM_F32_AT(tile, i) tile[i]
+#define CM_UNPACK8(word, lo, hi)                                         \
+    {                                                                 \
+        const uvec4 cm_w = (word);                                       \
+        lo = vec4(unpackHalf2x16(cm_w.x), unpackHalf2x16(cm_w.y));    \
+        hi = vec4(unpackHalf2x16(cm_w.z), unpackHalf2x16(cm_w.w));    \
+    }
 
 #endif  // CM_KHR
 

@@ -18,16 +18,6 @@ CM_ELEM4 stage_lo[STEPS];
 CM_ELEM4 stage_hi[STEPS];
 CM_ELEM4 v_lo[V_HELD];
 CM_ELEM4 v_hi[V_HELD];
-// 8 f16 values of a 16-byte word as two operand vectors.
-void wide_values(uvec4 w, out CM_ELEM4 lo, out CM_ELEM4 hi) {
-#ifdef CM_KHR
-    lo = f16vec4(unpackFloat2x16(w.x), unpackFloat2x16(w.y));
-    hi = f16vec4(unpackFloat2x16(w.z), unpackFloat2x16(w.w));
-#else
-    lo = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
-    hi = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
-#endif
-}
 
 // Chunk e_ of the K (or V) tile at key kb_ into lo_, hi_: a 16-byte word where WIDE, else 4
 // elements at a time through the typed loaders (any type, any alignment, paged pools: the pool
@@ -36,7 +26,7 @@ void wide_values(uvec4 w, out CM_ELEM4 lo, out CM_ELEM4 hi) {
     {                                                                                       \
         const uint key = (e_) / ((run) / 8u), d = (first) + 8u * ((e_) % ((run) / 8u));     \
         const uvec2 at = ROW(min((kb_) + key, key_last));                                   \
-        if (WIDE) wide_values(d < (D) ? words4[(at.y + d) / 8u] : uvec4(0u), lo_, hi_);     \
+        if (WIDE) CM_UNPACK8(d < (D) ? words4[(at.y + d) / 8u] : uvec4(0u), lo_, hi_)       \
         else CM_FETCH8(pooled_load4, at.y + d, d, D, lo_, hi_);                             \
     }
 #define K_POOL_LOAD4(index, valid) load_k4(at.x, index, valid)

@@ -728,6 +728,43 @@ TEST_CASE("cli bench --json: one object per point with the documented keys", "[c
     CHECK(vk_attn("bench --gemm-kernel nope").status != 0);
 }
 
+TEST_CASE("cli bench --gemm-shape: the cooperative-matrix GEMM's shapes, 16-byte loads where the operands allow", "[cli]") {
+    // 72 = 9 chunks of 8: f16 rows on 16 bytes, so the shape's 16-byte loads run unless it says
+    // words; 70 cannot take them.
+    for (const auto& [size, shape, loads] : {std::tuple{72, "1x2,2x4,16,2", "16-byte loads"},
+                                             std::tuple{72, "2x1,2x2,32,1,words", "typed loads"},
+                                             std::tuple{70, "1x2,2x4,16,2", "typed loads"}}) {
+        const Result r = vk_attn("bench --seq 16 --dim 8 --repeat 1 --gemm --gemm-size " + std::to_string(size) +
+                                 " --validate --json --gemm-kernel coopmat --gemm-shape " + shape);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const auto gemm_row = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+        CHECK(gemm_row["rel_l2_err"].get<double>() <= tolerance_for(DType::f32).rel);
+        const std::string variant = gemm_row["variant"];
+        CHECK_THAT(variant, Catch::Contains(std::string("shape ") + shape) && Catch::Contains(loads));
+    }
+    // tune: every candidate shape timed (a row each) or skipped by name where the device cannot take it.
+    const Result tuned = vk_attn("bench --seq 16 --dim 8 --repeat 1 --warmup 0 --gemm --gemm-size 40 --validate --json "
+                                 "--gemm-kernel coopmat --gemm-shape tune");
+    INFO(tuned.err);
+    REQUIRE(tuned.status == 0);
+    std::size_t rows = 0, skipped = 0;
+    for (std::size_t at = 0; (at = tuned.out.find("\"impl\":\"gemm\"", at)) != std::string::npos; ++at) ++rows;
+    for (std::size_t at = 0; (at = tuned.err.find("skipped", at)) != std::string::npos; ++at) ++skipped;
+    CHECK(rows >= 1);
+    CHECK(rows + skipped == gemm_shapes().size());
+    // Refused by name: without the coopmat ceiling, not of the form, or past the device.
+    for (const auto& [args, says] : {std::pair{"--gemm --gemm-shape 2x2,2x2,16,2", "--gemm-shape"},
+                                     std::pair{"--gemm --gemm-kernel coopmat --gemm-shape 2x2,2x2", "--gemm-shape"},
+                                     std::pair{"--gemm --gemm-kernel coopmat --gemm-shape 2x2,2x2,16,3", "variant.gemm_shape"},
+                                     std::pair{"--gemm --gemm-kernel coopmat --gemm-shape 4x4,4x4,128,2", "variant.gemm_shape"}}) {
+        const Result r = vk_attn(std::string("bench --seq 16 --dim 8 --repeat 1 --gemm-size 64 ") + args);
+        INFO(args << ": " << r.err);
+        CHECK(r.status != 0);
+        CHECK_THAT(r.err, Catch::Contains(says));
+    }
+}
+
 TEST_CASE("cli bench --validate: the table and CSV name the error column as JSON does", "[cli]") {
     const Result table = vk_attn("bench --heads 1 --seq 16 --dim 8 --repeat 1 --warmup 0 --validate");
     INFO(table.err);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/bmm_product.hpp"
+#include "support/expect_case.hpp"
 
 using namespace vkattn;
 using namespace vkattn::test;
@@ -23,8 +24,6 @@ detail::BmmConfig coopmat_config() {
 
 TEST_CASE("bmm coopmat: every form at sizes off the tiles and slices", "[gpu][bmm][coopmat]") {
     const detail::BmmConfig config = coopmat_config();
-    CHECK(config.block_rows() == 32 * config.coopmat_tiles);
-    CHECK(config.block_cols() == 32 * config.coopmat_tiles);
     const detail::BmmForm form = GENERATE(detail::BmmForm::a_bt, detail::BmmForm::a_b, detail::BmmForm::at_b);
     check_product(config, {.form = form, .B = 1, .H = 2, .M = 70, .N = 81, .K = 37});
     check_product(config, {.form = form, .M = 1, .N = 1, .K = 1});
@@ -44,21 +43,49 @@ TEST_CASE("bmm coopmat: GQA heads, a chunk of rows, alpha, the addends and the t
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 32, .K = 27, .b = DType::fp8_e5m2, .out = DType::bf16});
 }
 
-TEST_CASE("bmm coopmat: the units' shapes (4 x 4 accumulators per subgroup, several 16-deep steps per slice)", "[gpu][bmm][coopmat]") {
-    // choose_gemm gives the units 4 × 4 accumulators and 32-deep slices; here each shape runs on
-    // whatever implementation this device has, within its shared memory.
-    const detail::BmmConfig chosen = coopmat_config();
-    const std::uint64_t shared = detail::ContextAccess::runtime(gpu_context()).device().caps().max_shared_bytes;
-    const detail::BmmForm form = GENERATE(detail::BmmForm::a_bt, detail::BmmForm::a_b, detail::BmmForm::at_b);
-    for (const auto& [tiles, depth] : {std::pair{4u, 16u}, std::pair{2u, 32u}, std::pair{4u, 32u}}) {
-        detail::BmmConfig config = chosen;
-        config.coopmat_tiles = tiles;
-        config.coopmat_depth = depth;
-        if (config.shared_bytes() > shared) continue;  // fp32 operands on lavapipe: 4 × 32 does not fit
-        INFO(config.describe());
-        CHECK(config.block_rows() == 32 * tiles);
-        check_product(config, {.form = form, .B = 1, .H = 2, .M = 150, .N = 131, .K = 77});
-        check_product(config, {.form = form, .H = 2, .group = 2, .M = 37, .N = 70, .K = 40, .add = detail::BmmAdd::residual,
-                               .first_row = 5, .rows = 20, .alpha = 0.5f});
+TEST_CASE("bmm coopmat: the shapes (subgroups, accumulators, slice depths, buffers, 16-byte loads)", "[gpu][bmm][coopmat]") {
+    // GemmShape's knobs, each shape at sizes off its tiles and slices (several 16-deep steps per
+    // slice, several slices), in every form: f16 A and B with rows on 16 bytes take the 16-byte
+    // loads (A·B, A·Bᵀ), the others the typed loaders. Shapes past this device's shared memory are
+    // refused by name (the units' default, with fp32 operands, on lavapipe).
+    const vk::DeviceCaps& caps = detail::ContextAccess::runtime(gpu_context()).device().caps();
+    int ran = 0;
+    for (const GemmShape shape : {GemmShape{2, 2, 2, 2, 16, 1, true},    // one buffer, two barriers per slice
+                                  GemmShape{2, 4, 1, 1, 32, 2, true},    // 8 subgroups; C's tiles fill A's slices portably (apart on the units)
+                                  GemmShape{1, 2, 2, 4, 16, 2, true},    // subgroups of 32 × 64
+                                  GemmShape{1, 1, 4, 2, 48, 1, true},    // one subgroup, 3 steps per slice
+                                  GemmShape{1, 4, 1, 1, 16, 1, false},   // C's tiles apart; the typed loaders
+                                  GemmShape{2, 2, 4, 4, 32, 2, true}}) { // the units' default
+        INFO(to_string(shape));
+        detail::BmmConfig config;
+        try {
+            config = detail::choose_gemm(caps, 1, 1, 1, {.gemm_kernel = GemmKernel::coopmat, .gemm_shape = shape});
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == "variant.gemm_shape");
+            CHECK_THAT(e.what(), Catch::Contains(std::to_string(caps.max_shared_bytes)));
+            continue;
+        }
+        ++ran;
+        const bool wide = check_product(config, {.form = detail::BmmForm::a_b, .H = 2, .M = 150, .N = 88, .K = 104,
+                                                 .a = DType::f16, .b = DType::f16})
+                              .coopmat_wide;
+        CHECK(wide == shape.wide);
+        check_product(config, {.form = detail::BmmForm::a_bt, .B = 2, .H = 2, .group = 2, .M = 37, .N = 70, .K = 40,
+                               .a = DType::f16, .b = DType::f16, .add = detail::BmmAdd::residual, .first_row = 5, .rows = 20,
+                               .alpha = 0.5f});
+        check_product(config, {.form = detail::BmmForm::at_b, .H = 2, .M = 131, .N = 77, .K = 41, .first_row = 3, .rows = 120});
+    }
+    CHECK(ran >= 5);  // all but the units' default fit 32 KiB with fp32 operands
+}
+
+TEST_CASE("bmm coopmat: the attention paths refuse the GEMM's shape by name", "[gpu][bmm][coopmat]") {
+    for (const Impl impl : {Impl::automatic, Impl::fused, Impl::unfused}) {
+        testing::Case c;
+        c.impl = impl;
+        c.Nq = c.Nkv = 20;
+        c.Dk = c.Dv = 16;
+        c.variant.gemm_shape = GemmShape{};
+        INFO(to_string(impl));
+        CHECK_THAT(expect_refused(c, "variant.gemm_shape"), Catch::Contains("GEMM ceiling"));
     }
 }

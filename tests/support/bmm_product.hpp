@@ -51,12 +51,13 @@ inline detail::TensorDesc dense_desc(const std::array<std::int64_t, 4>& s) {
 // Runs the product with `config` and checks every element of C: computed rows against the
 // reference, the rest of C still its poison. The cooperative-matrix products round their operands
 // to f16 (after an fp8 operand's scale): the reference rounds them alike, so that only the fp32
-// accumulation differs.
-inline void check_product(const detail::BmmConfig& config, const Product& p) {
+// accumulation differs; they load 16 bytes at a time where the operands allow
+// (coopmat_wide_operands). Returns the configuration that ran.
+inline detail::BmmConfig check_product(detail::BmmConfig config, const Product& p) {
     Context& ctx = gpu_context();
     detail::Runtime& runtime = detail::ContextAccess::runtime(ctx);
     const unsigned seed = fresh_seed();
-    INFO("seed " << seed << " " << config.describe() << " form " << static_cast<int>(p.form) << " M=" << p.M << " N=" << p.N
+    INFO("seed " << seed << " form " << static_cast<int>(p.form) << " M=" << p.M << " N=" << p.N
                  << " K=" << p.K << " a=" << to_string(p.a) << " b=" << to_string(p.b) << " out=" << to_string(p.out)
                  << " add=" << static_cast<int>(p.add) << " rows " << p.first_row << "+" << p.rows);
     std::mt19937 rng(seed);
@@ -87,6 +88,8 @@ inline void check_product(const detail::BmmConfig& config, const Product& p) {
     params.a = dense_desc(a_shape(p));
     params.b = dense_desc(b_shape(p));
     params.c = params.residual = dense_desc(c_shape);
+    config.coopmat_wide = detail::coopmat_wide_operands(config, p.form, p.a, p.b, params.a, params.b, p.N, p.K);
+    INFO(config.describe());
     auto buffer = [](const DeviceTensor& t) -> const vk::Buffer& { return detail::TensorAccess::storage(t)->buffer; };
     auto whole = [&](int slot, const DeviceTensor& t) {
         return detail::Binding{static_cast<std::uint32_t>(slot), &buffer(t), t.offset_bytes(), buffer(t).size() - t.offset_bytes()};
@@ -136,6 +139,7 @@ inline void check_product(const detail::BmmConfig& config, const Product& p) {
                         UNSCOPED_INFO("C[" << bi << "," << h << "," << m << "," << n << "] = " << value << ", want " << ref);
                 }
     CHECK(wrong == 0);
+    return config;
 }
 
 }  // namespace vkattn::test

@@ -230,12 +230,11 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
     // The GEMM ceiling's products run there too.
     const BmmConfig gemm = choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat});
     CHECK(gemm.units);
-    // 4 × 4 accumulators per subgroup (128 × 128 per workgroup), 32-deep slices of f16:
-    // 2·(128·40 + 32·136) bytes of operands and 4 staging tiles of 16·20 floats.
-    CHECK(gemm.coopmat_tiles == 4);
-    CHECK(gemm.coopmat_depth == 32);
+    // 4 × 4 accumulators per subgroup (128 × 128 per workgroup), 32-deep slices of f16 in two
+    // buffers (test_gemm_shape.cpp has the shapes' counts).
+    CHECK(gemm.coopmat_shape == GemmShape{2, 2, 4, 4, 32, 2, true});
     CHECK(gemm.block_rows() == 128);
-    CHECK(gemm.shared_bytes() == 24064);
+    CHECK(gemm.shared_bytes() == 40976);
     caps.matrix_units = false;
     CHECK_FALSE(fused_for(caps, problem(1, 8, 8, 4096, 4096, 128, 128, DType::f16), {.fused_kernel = FusedKernel::coopmat})->coopmat->units);
     CHECK_FALSE(choose_gemm(caps, 4096, 4096, 4096, {.gemm_kernel = GemmKernel::coopmat}).units);

@@ -67,7 +67,7 @@ TEST_CASE("gemm tuning: the cooperative-matrix products serve the GEMM ceiling a
         CHECK(c.coopmat);
         CHECK(c.block_rows() == 64);
         CHECK(c.subgroup >= 8);
-        CHECK(4 * c.subgroup <= caps.max_workgroup_invocations);
+        CHECK(c.subgroups() * c.subgroup <= caps.max_workgroup_invocations);
         CHECK(c.shared_bytes() <= caps.max_shared_bytes);
         // The attention paths and the projections refuse it by name.
         try {

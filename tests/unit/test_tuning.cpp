@@ -60,7 +60,7 @@ TEST_CASE("tuning: overrides force each variant where the device allows it", "[u
                     .softmax.subgroup_ops);
     vk::DeviceCaps tiny = nvidia_like();
     tiny.max_shared_bytes = 2048;
-    for (const VariantOverrides knobs : {VariantOverrides{.shared_tiles = true}, VariantOverrides{}}) {
+    for (const VariantOverrides& knobs : {VariantOverrides{.shared_tiles = true}, VariantOverrides{}}) {
         const auto small = choose_unfused(tiny, shape(128, 64), dense, dense, dense, knobs);
         CHECK(small.scores.shared_bytes() <= 2048);  // no tile kernel fits: bmm.comp with smaller slices
         CHECK_FALSE(small.scores.tile);

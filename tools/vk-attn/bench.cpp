@@ -9,6 +9,7 @@
 // rel_l2_err = ‖o − ref‖₂ / ‖ref‖₂). With --backward each point times the backward pass alone (GFLOP/s
 // = 2·(3·Dk + 2·Dv) per visible pair: its five matrix products) and reports forward + backward too;
 // --validate then compares dQ, dK, dV (and the sinks' gradient) with the CPU reference's.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -76,6 +77,20 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     if (o.gemm_kernel != "auto")
         gemm_kernel = o.gemm_kernel == "tile" ? GemmKernel::tile : o.gemm_kernel == "coopmat" ? GemmKernel::coopmat : GemmKernel::blocks;
     if (gemm_kernel != GemmKernel::coopmat) knobs.gemm_kernel = gemm_kernel;  // coopmat: the ceiling's alone
+    // The cooperative-matrix GEMM's shapes: one, or (tune) every candidate the device takes.
+    std::vector<std::optional<GemmShape>> gemm_shapes{std::nullopt};
+    if (!o.gemm_shape.empty()) {
+        if (!o.gemm || gemm_kernel != GemmKernel::coopmat)
+            throw InvalidArgument("--gemm-shape", "shapes the cooperative-matrix GEMM ceiling: add --gemm --gemm-kernel coopmat.");
+        if (o.gemm_shape == "tune") {
+            gemm_shapes.assign(vkattn::gemm_shapes().begin(), vkattn::gemm_shapes().end());
+        } else if (const std::optional<GemmShape> shape = parse_gemm_shape(o.gemm_shape)) {
+            gemm_shapes = {shape};
+        } else {
+            throw InvalidArgument("--gemm-shape", "'" + o.gemm_shape + "' is not 'tune' nor of the form SMxSN,TMxTN,DEPTH,STAGES[,words] "
+                                                  "(e.g. 2x2,4x4,32,2: subgroups, accumulators per subgroup, K per slice, buffers).");
+        }
+    }
     if (forced) knobs = forced->overrides;  // the variant's knobs, the others the tuning's
     const Features features = load_features(o.features);
     const std::string feature_text = features.describe();
@@ -95,28 +110,41 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
 
     double ceiling = 0;
     if (o.gemm) {
-        const testing::GemmResult g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate,
-                                    {.gemm_kernel = gemm_kernel});
-        ceiling = g.gflops;
-        Row r;
-        r.add("impl", std::string("gemm"));
-        r.add("m", g.m);
-        r.add("n", g.n);
-        r.add("k", g.k);
-        r.add("median_ms", g.time.median_ms);
-        r.add("min_ms", g.time.min_ms);
-        r.add("max_ms", g.time.max_ms);
-        r.add("gflops", g.gflops);
-        if (o.validate) r.add("rel_l2_err", g.rel_l2_err);
-        r.add("variant", g.variant);
-        printer.print(r);
-        printer.finish();  // the ceiling gets its own table
-        // The cooperative-matrix products round their operands to f16: f16's tolerance.
-        const DType operands = gemm_kernel == GemmKernel::coopmat ? DType::f16 : DType::f32;
-        if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(operands).rel)) {
-            std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance\n";
-            return 1;
+        // One row per shape timed; the ceiling is the fastest (--gemm-shape tune skips the shapes the
+        // device cannot take, saying which).
+        for (const std::optional<GemmShape>& shape : gemm_shapes) {
+            testing::GemmResult g;
+            try {
+                g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate,
+                                            {.gemm_kernel = gemm_kernel, .gemm_shape = shape});
+            } catch (const InvalidArgument& e) {
+                if (gemm_shapes.size() == 1 || e.argument() != "variant.gemm_shape") throw;
+                std::cerr << "vk-attn: --gemm-shape tune: skipped " << to_string(*shape) << ": " << e.what() << "\n";
+                continue;
+            }
+            ceiling = std::max(ceiling, g.gflops);
+            Row r;
+            r.add("impl", std::string("gemm"));
+            r.add("m", g.m);
+            r.add("n", g.n);
+            r.add("k", g.k);
+            r.add("median_ms", g.time.median_ms);
+            r.add("min_ms", g.time.min_ms);
+            r.add("max_ms", g.time.max_ms);
+            r.add("gflops", g.gflops);
+            if (o.validate) r.add("rel_l2_err", g.rel_l2_err);
+            r.add("variant", g.variant);
+            printer.print(r);
+            // The cooperative-matrix products round their operands to f16: f16's tolerance.
+            const DType operands = gemm_kernel == GemmKernel::coopmat ? DType::f16 : DType::f32;
+            if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(operands).rel)) {
+                printer.finish();
+                std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance\n";
+                return 1;
+            }
         }
+        printer.finish();  // the ceiling gets its own table
+        if (ceiling == 0) throw InvalidArgument("--gemm-shape", "this device takes none of the candidate shapes.");
     }
 
     double copy_gbps = 0;
@@ -293,6 +321,12 @@ Action add_bench(CLI::App& app) {
                    "and C; the points keep the tuning's products)")
         ->check(CLI::IsMember({"auto", "blocks", "tile", "coopmat"}))
         ->capture_default_str();
+    app.add_option("--gemm-shape", o->gemm_shape,
+                   "With --gemm --gemm-kernel coopmat: the kernel's shape SMxSN,TMxTN,DEPTH,STAGES[,words]: SMxSN "
+                   "subgroups per workgroup, each TMxTN 16x16 accumulators of C, K staged DEPTH (a multiple of 16) "
+                   "at a time in STAGES (1 or 2) shared buffers; ',words' keeps the typed loaders where 16-byte "
+                   "loads could run (default: 2x2,4x4,32,2 on the matrix units, 2x2,2x2,16,2 portably); or 'tune': "
+                   "every candidate shape the device takes, a row each, the fastest the ceiling");
     app.add_option("--device", o->device, "Device index or name substring (default: $VKATTN_DEVICE or the best)");
     app.add_option("--devices", o->devices, "Several devices, e.g. 0,1 (a device may repeat): each call's (batch, "
                                             "K/V head) units split among them; gpu time is the slowest device's");

@@ -28,6 +28,7 @@ struct BenchOptions {
     std::string texel_loads = "auto";   // on / off: force texel or word loads
     std::string fused_kernel = "auto";  // flash / decode / tile: force the fused path's kernel
     std::string gemm_kernel = "auto";   // blocks / tile: force the products' kernel
+    std::string gemm_shape;             // coopmat's GemmShape, e.g. 2x2,4x4,32,2 (empty: the chosen)
     std::string variant;                // a catalogued variant (vkattn/variants.hpp): its path and knobs
     bool gemm = false;
     std::int64_t gemm_size = 2048;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vkattn/tensor.hpp"
@@ -67,6 +68,20 @@ enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
 // matrix units where DeviceInfo::matrix_units says so, else portable; the three-stage path refuses it
 // (the fused path's cooperative matrices are FusedKernel::coopmat).
 enum class GemmKernel : std::uint8_t { blocks, tile, coopmat };
+
+// bmm_coopmat.comp's shape (GemmKernel::coopmat; docs/design/GPU_KERNELS.md, "The GEMM's shapes"):
+// a workgroup of subgroups_m × subgroups_n subgroups, each owning tiles_m × tiles_n 16 × 16
+// accumulators of C (at most 16); K staged `depth` at a time (a multiple of 16, up to 128) in
+// `stages` shared buffers (1: two barriers per slice; 2: one); `wide`: one 16-byte load per 8
+// elements where A and B are f16 with every row on 16 bytes (false: the typed loaders, 4 at a time).
+struct GemmShape {
+    std::uint32_t subgroups_m = 2, subgroups_n = 2, tiles_m = 4, tiles_n = 4, depth = 32, stages = 2;
+    bool wide = true;
+    bool operator==(const GemmShape&) const = default;
+};
+std::string to_string(const GemmShape& shape);  // "2x2,4x4,32,2" (",words" where not wide)
+// The inverse; std::nullopt where `text` is not of that form.
+std::optional<GemmShape> parse_gemm_shape(std::string_view text);
 
 std::string to_string(Causal causal);
 std::string to_string(Impl impl);
@@ -156,6 +171,10 @@ struct VariantOverrides {
     //   both a tile ahead in registers: 2 workgroup barriers per key tile rather than 4, for more
     //   registers and shared memory. Chosen: false (unmeasured on a GPU; coopmat-kv-apart).
     std::optional<bool> kv_apart;
+    //   gemm_shape: the cooperative-matrix GEMM's shape (GemmShape), for the GEMM ceiling only
+    //   (`bench --gemm --gemm-kernel coopmat --gemm-shape`); the attention paths refuse it. Chosen:
+    //   2x2,4x4,32,2 on the matrix units, 2x2,2x2,16,2 in the portable implementation.
+    std::optional<GemmShape> gemm_shape;
 };
 
 // A sliding window around the (aligned) diagonal: query i sees key j when

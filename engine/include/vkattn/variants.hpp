@@ -43,4 +43,9 @@ const KernelVariant* find_backward_variant(std::string_view name);
 // Their names, comma-separated.
 std::string backward_variant_names();
 
+// The cooperative-matrix GEMM's candidate shapes (GemmShape), the default first: what `vk-attn bench
+// --gemm --gemm-kernel coopmat --gemm-shape tune` times, reporting the fastest as the ceiling (a
+// device takes those its invocations and shared memory allow).
+const std::vector<GemmShape>& gemm_shapes();
+
 }  // namespace vkattn

@@ -32,7 +32,8 @@ struct GemmResult {
 };
 
 // C[m×n] = A[m×k] · B[k×n] on random data, with the products' kernel the tuning's or the one
-// `overrides` asks for (gemm_kernel, or bmm.comp's knobs). A and B are fp32, or f16 for the
+// `overrides` asks for (gemm_kernel and the cooperative-matrix kernel's gemm_shape, or bmm.comp's
+// knobs). A and B are fp32, or f16 for the
 // cooperative-matrix kernel (as cuBLAS hgemm reads them; rounded on the host, so that the
 // reference multiplies the same values); C is fp32.
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup,
