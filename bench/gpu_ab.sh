@@ -9,7 +9,9 @@
 # POINTS: a file of vk-attn argument lines, each run with --json ('#' comments; "stats: ARGS" also
 # prints the compiler's statistics of the kernels ARGS builds; "tests: TAGS" runs the kit's GPU test
 # binary on those Catch2 tags with VKATTN_TEST_LAYER=off, so that the [coopmat] cases take the
-# matrix units, and records its summary): bench points, or check runs. With
+# matrix units, and records its summary; "tests-layer: TAGS" the same with the layer on, which
+# takes the units only with a layer that knows them: bench/build_validation_layer.sh's, carried as
+# .gpu/pack/layer.tar.xz): bench points, or check runs. With
 # one NAME it is a time-boxed run of one build. Results: $OUT (else /tmp/gpu-out)/ab.jsonl, each line
 # with "kit"; log.txt (stderr).
 set -u
@@ -28,11 +30,12 @@ grep -v '^\s*#' "$points" | grep -v '^\s*$' | while read -r line; do
   extra=(); [[ $line == stats:* ]] && { line=${line#stats:}; extra=(--kernel-statistics); }
   for name in "$@"; do
     (( $(left) > 10 )) || break 2
-    if [[ $line == tests:* ]]; then
-      tags=${line#tests:}; tags=${tags# }; log=$O/tests-$name.log
+    if [[ $line == tests:* || $line == tests-layer:* ]]; then
+      layer=off; [[ $line == tests-layer:* ]] && layer=on
+      tags=${line#*:}; tags=${tags# }; log=$O/tests-$name-layer-$layer.log
       # Line-buffered and compact (a line per failure), so that a run the time box cuts keeps its failures.
-      VKATTN_TEST_LAYER=off timeout "$(( $(left) - 5 ))" stdbuf -oL ".gpu/ab/$name/kit/build/tests/vkattn_gpu_tests" -r compact "$tags" > "$log" 2>&1
-      python3 -c "import sys, json; print(json.dumps({'kit': '$name', 'tests': sys.argv[1], 'rc': int(sys.argv[2]), 'summary': open(sys.argv[3]).read()[-1500:]}))" \
+      VKATTN_TEST_LAYER=$layer timeout "$(( $(left) - 5 ))" stdbuf -oL ".gpu/ab/$name/kit/build/tests/vkattn_gpu_tests" -r compact "$tags" > "$log" 2>&1
+      python3 -c "import sys, json; print(json.dumps({'kit': '$name', 'tests': sys.argv[1], 'layer': '$layer', 'rc': int(sys.argv[2]), 'summary': open(sys.argv[3]).read()[-1500:]}))" \
         "$tags" "$?" "$log" | tee -a "$O/ab.jsonl"
       continue
     fi

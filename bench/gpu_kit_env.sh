@@ -8,6 +8,12 @@
 #   ks SECONDS ARGS    the same with --kernel-statistics, kept in $O/kernels.jsonl
 for d in "$kit"/debs/*.deb; do dpkg -x "$d" /; done; ldconfig
 export XDG_RUNTIME_DIR=/tmp VK_LAYER_PATH=$kit/layers
+# A validation layer that knows VK_KHR_cooperative_matrix (bench/build_validation_layer.sh) where
+# carried: then the units' kernels run with the layer on too (Debian's predates the extension).
+if [[ -f .gpu/pack/layer.tar.xz ]]; then
+  mkdir -p .gpu/newer && tar -xJf .gpu/pack/layer.tar.xz -C .gpu/newer && export VK_LAYER_PATH=$(pwd)/.gpu/newer/layer
+fi
+echo "validation layer: $(python3 -c "import json, glob; print(*[json.load(open(f))['layer']['implementation_version'] + ' api ' + json.load(open(f))['layer']['api_version'] for f in glob.glob('$VK_LAYER_PATH/*validation*.json')])" 2>/dev/null)"
 for icd in /usr/share/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
   [[ -f $icd ]] && { export VK_DRIVER_FILES=$icd; break; }; done
 mkdir -p "$O"; B=$kit/build/vk-attn; T0=$(date +%s); J=$O/vkattn.jsonl; K=$O/kernels.jsonl; : > "$J"; : > "$K"
