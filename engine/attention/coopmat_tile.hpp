@@ -95,9 +95,12 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 // `kernel` (and `instead`). check's D = 256 case came out 16% wrong there on NVIDIA's 580 driver
 // (H100 and H200, session 23; the forward before and after that session's changes), while the
 // portable implementation passes it. Not yet understood, so refused; the backward's, unmeasured
-// there, alike.
+// there, alike. `q_forced_shared`: the forward with q_in_shared forced, taken: that kernel held Q's
+// 16 operands across the key loop, the live state that computed wrong at D 128 too, where Q in a
+// tile of its own validated (session 26); Q so at D 256 is unmeasured on the units, for a GPU
+// session to validate (bench/points/layouts_check.txt).
 void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& problem, const std::string& kernel,
-                                const std::string& instead);
+                                const std::string& instead, bool q_forced_shared = false);
 
 // The cooperative-matrix kernels round every operand to f16: InvalidArgument("variant.fused_kernel")
 // naming `kernel` (and `instead`, what to use) where q, k or v is stored as bf16, whose range passes f16's.

@@ -209,6 +209,25 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
         CHECK(e.argument() == "variant.fused_kernel");
         CHECK_THAT(e.what(), Catch::Contains("up to 128") && Catch::Contains("Dk = 256"));
     }
+    // With Q forced into its own tile (the form that validated at D 128 where held Q failed) they
+    // are taken, for a GPU session to validate: named O in column passes of 128, 32 × 32 tiles
+    // (40,984 bytes of the units' 48 KiB).
+    {
+        Problem q_shared = problem(1, 8, 8, 4096, 4096, 256, 256, DType::f16);
+        q_shared.k_dtype = q_shared.v_dtype = DType::f16;
+        const auto taken = fused_for(caps, q_shared, {.fused_kernel = FusedKernel::coopmat, .q_in_shared = true});
+        REQUIRE(taken);
+        REQUIRE(taken->coopmat);
+        CHECK(taken->coopmat->q_in_shared);
+        CHECK(taken->coopmat->named);
+        CHECK(taken->column_passes == 2);
+        CHECK(taken->coopmat->shared_bytes(taken->subgroups) <= caps.max_shared_bytes);
+        CHECK(taken->coopmat->keys == 32);  // 32 × 32 tiles: Q's and K/V's 264-element rows fill 48 KiB
+        CHECK(taken->subgroups == 2);
+        caps.matrix_units = false;  // (and portably, as always)
+        CHECK(fused_for(caps, q_shared, {.fused_kernel = FusedKernel::coopmat, .q_in_shared = true})->coopmat);
+        caps.matrix_units = true;
+    }
     // The backward's, forced, alike.
     try {
         const auto q256 = bhnd(8, 4096, 256);
