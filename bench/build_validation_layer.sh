@@ -12,7 +12,7 @@
 # from a local mirror where one exists (VKATTN_MIRRORS, default /work/.mirror/OWNER+NAME/repo),
 # else cloned from GitHub. C++17 and CMake 3.17: Debian 12's g++ and cmake build them.
 set -euo pipefail
-[[ -f CMakeLists.txt && -d .git ]] || { echo "run from the project root"; exit 1; }
+[[ -f CMakeLists.txt && -e .git ]] || { echo "run from the project root"; exit 1; }
 root=$(pwd); work=$root/.gpu/vvl; mirrors=${VKATTN_MIRRORS:-/work/.mirror}
 src=$work/src; bld=$work/build; inst=$work/install; out=$work/layer
 mkdir -p "$src" "$bld" "$inst" "$root/.gpu/pack"
@@ -50,13 +50,13 @@ EOF_HEADER
 
 common=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$inst" -DCMAKE_PREFIX_PATH="$inst"
         -DCMAKE_POSITION_INDEPENDENT_CODE=ON -Wno-dev)
-step() {  # NAME [CMAKE ARGS...]: configure, build and install one project (a stamp skips it next time)
-  local name=$1; shift
+step() {  # NAME [CMAKE ARGS...]: configure, build and install one project (a stamp skips it next
+  # time: delete .gpu/vvl to rebuild at other commits)
+  local name=$1 log=$bld/$1.log; shift
   [[ -f $bld/$name.done ]] && return 0
   echo "[$(date +%T)] $name"
-  cmake -S "$src/$name" -B "$bld/$name" "${common[@]}" "$@" > "$bld/$name.log"
-  cmake --build "$bld/$name" -j"$jobs" >> "$bld/$name.log"
-  cmake --install "$bld/$name" >> "$bld/$name.log"
+  { cmake -S "$src/$name" -B "$bld/$name" "${common[@]}" "$@" && cmake --build "$bld/$name" -j"$jobs" &&
+    cmake --install "$bld/$name"; } > "$log" 2>&1 || { echo "$name failed: see $log"; tail -20 "$log"; exit 1; }
   touch "$bld/$name.done"
 }
 step Vulkan-Headers

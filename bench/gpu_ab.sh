@@ -11,7 +11,8 @@
 # binary on those Catch2 tags with VKATTN_TEST_LAYER=off, so that the [coopmat] cases take the
 # matrix units, and records its summary; "tests-layer: TAGS" the same with the layer on, which
 # takes the units only with a layer that knows them: bench/build_validation_layer.sh's, carried as
-# .gpu/pack/layer.tar.xz): bench points, or check runs. With
+# .gpu/pack/layer.tar.xz; each line records the layer's api version, layer_api): bench points, or
+# check runs. With
 # one NAME it is a time-boxed run of one build. Results: $OUT (else /tmp/gpu-out)/ab.jsonl, each line
 # with "kit"; log.txt (stderr).
 set -u
@@ -35,7 +36,7 @@ grep -v '^\s*#' "$points" | grep -v '^\s*$' | while read -r line; do
       tags=${line#*:}; tags=${tags# }; log=$O/tests-$name-layer-$layer.log
       # Line-buffered and compact (a line per failure), so that a run the time box cuts keeps its failures.
       VKATTN_TEST_LAYER=$layer timeout "$(( $(left) - 5 ))" stdbuf -oL ".gpu/ab/$name/kit/build/tests/vkattn_gpu_tests" -r compact "$tags" > "$log" 2>&1
-      python3 -c "import sys, json; print(json.dumps({'kit': '$name', 'tests': sys.argv[1], 'layer': '$layer', 'rc': int(sys.argv[2]), 'summary': open(sys.argv[3]).read()[-1500:]}))" \
+      python3 -c "import sys, json; print(json.dumps({'kit': '$name', 'tests': sys.argv[1], 'layer': '$layer', 'layer_api': '${LAYER_API:-}', 'rc': int(sys.argv[2]), 'summary': open(sys.argv[3]).read()[-1500:]}))" \
         "$tags" "$?" "$log" | tee -a "$O/ab.jsonl"
       continue
     fi

@@ -13,7 +13,8 @@ export XDG_RUNTIME_DIR=/tmp VK_LAYER_PATH=$kit/layers
 if [[ -f .gpu/pack/layer.tar.xz ]]; then
   mkdir -p .gpu/newer && tar -xJf .gpu/pack/layer.tar.xz -C .gpu/newer && export VK_LAYER_PATH=$(pwd)/.gpu/newer/layer
 fi
-echo "validation layer: $(python3 -c "import json, glob; print(*[json.load(open(f))['layer']['implementation_version'] + ' api ' + json.load(open(f))['layer']['api_version'] for f in glob.glob('$VK_LAYER_PATH/*validation*.json')])" 2>/dev/null)"
+LAYER_API=$(python3 -c "import json, glob; print(*[json.load(open(f))['layer']['api_version'] for f in glob.glob('$VK_LAYER_PATH/*validation*.json')])" 2>/dev/null)
+echo "validation layer: ${LAYER_API:-none} (1.3.255 and later know the matrix units)"
 for icd in /usr/share/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
   [[ -f $icd ]] && { export VK_DRIVER_FILES=$icd; break; }; done
 mkdir -p "$O"; B=$kit/build/vk-attn; T0=$(date +%s); J=$O/vkattn.jsonl; K=$O/kernels.jsonl; : > "$J"; : > "$K"

@@ -123,12 +123,13 @@ bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
 }
 
 void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, const std::string& kernel, const std::string& instead,
-                                bool q_forced_shared) {
-    if (caps.matrix_units && (p.Dk > 128 || p.Dv > 128) && !q_forced_shared)
+                                bool q_in_shared) {
+    if (caps.matrix_units && (p.Dk > 128 || p.Dv > 128) && !q_in_shared)
         throw InvalidArgument("variant.fused_kernel", "on the matrix units " + kernel + " takes heads up to 128 wide (Dk = " +
                                                           std::to_string(p.Dk) + ", Dv = " + std::to_string(p.Dv) +
                                                           "): wider ones gave wrong results on NVIDIA's driver with Q held in "
-                                                          "registers; use " + instead + " (or force q_in_shared, unvalidated there).");
+                                                          "registers; use " + instead + " (or read Q from shared memory: q_in_shared "
+                                                          "or two row tiles, unvalidated there).");
 }
 
 void require_f16_operands(const Problem& p, const std::string& kernel, const std::string& instead) {
@@ -142,7 +143,7 @@ FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Prob
     require_f16_operands(p, "the cooperative-matrix kernel", "the tile kernel");
     std::uint32_t subgroups = 4;
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
-    refuse_wide_heads_on_units(caps, p, "the cooperative-matrix kernel", "the tile kernel", overrides.q_in_shared.value_or(false));
+    refuse_wide_heads_on_units(caps, p, "the cooperative-matrix kernel", "the tile kernel", c.coopmat->q_in_shared);
     c.subgroups = subgroups;
     c.rows = 16;
     c.staged = false;

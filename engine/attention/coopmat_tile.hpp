@@ -95,12 +95,15 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 // `kernel` (and `instead`). check's D = 256 case came out 16% wrong there on NVIDIA's 580 driver
 // (H100 and H200, session 23; the forward before and after that session's changes), while the
 // portable implementation passes it. Not yet understood, so refused; the backward's, unmeasured
-// there, alike. `q_forced_shared`: the forward with q_in_shared forced, taken: that kernel held Q's
-// 16 operands across the key loop, the live state that computed wrong at D 128 too, where Q in a
-// tile of its own validated (session 26); Q so at D 256 is unmeasured on the units, for a GPU
-// session to validate (bench/points/layouts_check.txt).
+// there, alike. `q_in_shared`: the forward's layout reads Q from a tile of its own (q_in_shared
+// forced, or two row tiles), taken: the kernel that failed held Q's 16 operands across the key
+// loop, the live state that computed wrong at D 128 too, where Q in its own tile validated
+// (session 26). Q so past 128 is unmeasured on the units and never chosen by the heuristics (they
+// read Q so only with two row tiles, which they never choose); the tuner may time it, keeping it only
+// where it agrees with the heuristics' kernel. For a GPU session to validate
+// (bench/points/layouts_check.txt).
 void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& problem, const std::string& kernel,
-                                const std::string& instead, bool q_forced_shared = false);
+                                const std::string& instead, bool q_in_shared = false);
 
 // The cooperative-matrix kernels round every operand to f16: InvalidArgument("variant.fused_kernel")
 // naming `kernel` (and `instead`, what to use) where q, k or v is stored as bf16, whose range passes f16's.

@@ -41,10 +41,7 @@ TEST_CASE("coopmat tuning, two row tiles: a layout every device runs, or a refus
                         }
                         continue;
                     }
-                    if (device.matrix_units && (dk > 128 || dv > 128)) {
-                        CHECK_THROWS_AS(fused_for(device, p, kRowTiles), InvalidArgument);  // refuse_wide_heads_on_units
-                        continue;
-                    }
+                    // (The matrix units take heads past 128 here too: Q is read from its own tile.)
                     const auto c = fused_for(device, p, kRowTiles);
                     REQUIRE(c);
                     REQUIRE(c->coopmat);

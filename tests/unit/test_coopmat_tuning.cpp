@@ -224,8 +224,21 @@ TEST_CASE("coopmat tuning: on the matrix units, f16 operands in shared memory an
         CHECK(taken->coopmat->shared_bytes(taken->subgroups) <= caps.max_shared_bytes);
         CHECK(taken->coopmat->keys == 32);  // 32 × 32 tiles: Q's and K/V's 264-element rows fill 48 KiB
         CHECK(taken->subgroups == 2);
+        // Two row tiles read Q so too; Q forced held is refused.
+        const auto two = fused_for(caps, q_shared, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 2});
+        REQUIRE(two);
+        CHECK(two->coopmat->q_in_shared);
+        try {
+            (void)fused_for(caps, q_shared, {.fused_kernel = FusedKernel::coopmat, .q_in_shared = false});
+            FAIL("D = 256 with Q held taken on the units");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == "variant.fused_kernel");
+            CHECK_THAT(e.what(), Catch::Contains("up to 128") && Catch::Contains("held"));
+        }
         caps.matrix_units = false;  // (and portably, as always)
-        CHECK(fused_for(caps, q_shared, {.fused_kernel = FusedKernel::coopmat, .q_in_shared = true})->coopmat);
+        const auto portable = fused_for(caps, q_shared, {.fused_kernel = FusedKernel::coopmat, .q_in_shared = true});
+        REQUIRE(portable);
+        CHECK(portable->coopmat);
         caps.matrix_units = true;
     }
     // The backward's, forced, alike.

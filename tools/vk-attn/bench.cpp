@@ -111,7 +111,9 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     double ceiling = 0;
     if (o.gemm) {
         // One row per shape timed; the ceiling is the fastest (--gemm-shape tune skips the shapes the
-        // device cannot take, saying which).
+        // device cannot take, saying which). With --validate every shape is checked; any over
+        // tolerance fails the command once all have run.
+        bool over_tolerance = false;
         for (const std::optional<GemmShape>& shape : gemm_shapes) {
             testing::GemmResult g;
             try {
@@ -138,12 +140,12 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             // The cooperative-matrix products round their operands to f16: f16's tolerance.
             const DType operands = gemm_kernel == GemmKernel::coopmat ? DType::f16 : DType::f32;
             if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(operands).rel)) {
-                printer.finish();
-                std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance\n";
-                return 1;
+                std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance (" << g.variant << ")\n";
+                over_tolerance = true;
             }
         }
         printer.finish();  // the ceiling gets its own table
+        if (over_tolerance) return 1;
         if (ceiling == 0) throw InvalidArgument("--gemm-shape", "this device takes none of the candidate shapes.");
     }
 

@@ -165,8 +165,9 @@ struct VariantOverrides {
     //   q_in_shared: the cooperative-matrix kernel reads Q's operands from a shared tile of their own
     //   at every product of S (true) rather than holding them in registers (false; two row tiles
     //   refuse it). Chosen: with two row tiles only (the tuner times one row tile so as
-    //   coopmat-qshared). Forced, the matrix units take heads past 128 with it (unvalidated there;
-    //   with Q held they measured wrong).
+    //   coopmat-qshared). With Q so (forced, or two row tiles) the matrix units take heads past 128
+    //   (unvalidated there; with Q held they measured wrong): never chosen by the heuristics, and
+    //   the tuner keeps it only where it agrees with their kernel.
     std::optional<bool> q_in_shared;
     //   kv_apart: the cooperative-matrix kernel stages K and V into tiles of their own, together,
     //   both a tile ahead in registers: 2 workgroup barriers per key tile rather than 4, for more
