@@ -122,11 +122,11 @@ const uint CM_F32_SLOTS = 2u;
 #define CM_STORE_F32(c, tile, offset, stride) \
     coopMatStore(c, tile, (offset) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_F32_AT(tile, i) uintBitsToFloat(tile[(i) / 4u][(i) % 4u])
-#define CM_UNPACK8(word, lo, hi)                                                 \
-    {                                                                         \
-        const uvec4 cm_w = (word);                                               \
-        lo = f16vec4(unpackFloat2x16(cm_w.x), unpackFloat2x16(cm_w.y));       \
-        hi = f16vec4(unpackFloat2x16(cm_w.z), unpackFloat2x16(cm_w.w));       \
+#define CM_UNPACK8(word, lo, hi)                                        \
+    {                                                                   \
+        const uvec4 cm_w = (word);                                      \
+        lo = f16vec4(unpackFloat2x16(cm_w.x), unpackFloat2x16(cm_w.y)); \
+        hi = f16vec4(unpackFloat2x16(cm_w.z), unpackFloat2x16(cm_w.w)); \
     }
 
 #else  // the portable implementation
@@ -225,11 +225,11 @@ float cm_round_f16(float x) {
 const uint CM_F32_SLOTS = 1u;
 #define CM_STORE_F32(c, tile, offset_, stride_) CM_STORE(c, tile, offset_, stride_)
 #define CM_F32_AT(tile, i) tile[i]
-#define CM_UNPACK8(word, lo, hi)                                         \
-    {                                                                 \
-        const uvec4 cm_w = (word);                                       \
-        lo = vec4(unpackHalf2x16(cm_w.x), unpackHalf2x16(cm_w.y));    \
-        hi = vec4(unpackHalf2x16(cm_w.z), unpackHalf2x16(cm_w.w));    \
+#define CM_UNPACK8(word, lo, hi)                                   \
+    {                                                              \
+        const uvec4 cm_w = (word);                                 \
+        lo = vec4(unpackHalf2x16(cm_w.x), unpackHalf2x16(cm_w.y)); \
+        hi = vec4(unpackHalf2x16(cm_w.z), unpackHalf2x16(cm_w.w)); \
     }
 
 #endif  // CM_KHR
