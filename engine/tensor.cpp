@@ -124,7 +124,7 @@ std::string to_string(const GemmShape& shape) {
 std::optional<GemmShape> parse_gemm_shape(std::string_view text) {
     // "2x2,4x4,32,2" with an optional ",words": numbers and the separators between them, nothing else.
     std::uint32_t values[6] = {};
-    const char separators[6] = {'x', ',', 'x', ',', ',', '\0'};
+    const char separators[5] = {'x', ',', 'x', ',', ','};  // after each value but the last
     const char* at = text.data();
     const char* const end = text.data() + text.size();
     for (int i = 0; i < 6; ++i) {

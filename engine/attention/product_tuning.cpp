@@ -227,8 +227,8 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         // (devices of 32 KiB); portably 64 × 64 of 2 × 2, 16 deep (fp32 operands in lavapipe's 32 KiB;
         // its registers). Unmeasured against the other shapes (docs/design/GPU_KERNELS.md, "The
         // GEMM's shapes").
-        static const GemmShape units_order[] = {{2, 2, 4, 4, 32, 2, true}, {2, 2, 4, 4, 32, 1, true}, {2, 2, 2, 2, 16, 2, true},
-                                                {2, 2, 2, 2, 16, 1, true}};
+        static const GemmShape units_order[] = {GemmShape{}, {2, 2, 4, 4, 32, 1, true}, {2, 2, 2, 2, 16, 2, true},
+                                                {2, 2, 2, 2, 16, 1, true}};  // GemmShape{}: 2x2,4x4,32,2
         static const GemmShape portable_order[] = {{2, 2, 2, 2, 16, 2, true}, {2, 2, 2, 2, 16, 1, true}};
         for (const GemmShape& shape : c.units ? std::span<const GemmShape>(units_order) : std::span<const GemmShape>(portable_order)) {
             c.coopmat_shape = shape;
