@@ -21,6 +21,38 @@ set_property(CACHE VKATTN_COOPMAT_UNITS PROPERTY STRINGS AUTO ON OFF)
 set(VKATTN_SHADER_TOOLCHAIN ${CMAKE_BINARY_DIR}/toolchain CACHE PATH
     "Where shaders/toolchain.txt is installed (a Python environment with glslangValidator and spirv-val in bin/)")
 set(VKATTN_HAVE_COOPMAT_UNITS FALSE)
+# Compiles a 16×16×16 cooperative-matrix product of `element` operands (float16_t, or bfloat16_t
+# through GL_EXT_bfloat16) with `glslang`, as the units' shaders are, and validates it with the
+# units' spirv-val: <why_var> empty where both pass, else what failed and its output.
+function(vkattn_units_probe glslang element why_var)
+  set(probe ${CMAKE_BINARY_DIR}/coopmat_probe_${element})
+  set(types "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require")
+  if(element STREQUAL "bfloat16_t")
+    set(types "#extension GL_EXT_bfloat16 : require")
+  endif()
+  set(matrix "coopmat<${element}, gl_ScopeSubgroup, 16, 16")
+  set(acc "coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>")
+  file(WRITE ${probe}.comp "#version 450\n#extension GL_KHR_cooperative_matrix : require\n"
+       "#extension GL_KHR_memory_scope_semantics : require\n${types}\n"
+       "layout(local_size_x = 32) in;\nshared uvec4 t[32];\nshared float c_[256];\nvoid main() {\n"
+       "  ${matrix}, gl_MatrixUseA> a;\n  ${matrix}, gl_MatrixUseB> b;\n  ${acc} c = ${acc}(0.0);\n"
+       "  coopMatLoad(a, t, 0, 2, gl_CooperativeMatrixLayoutRowMajor);\n"
+       "  coopMatLoad(b, t, 0, 2, gl_CooperativeMatrixLayoutColumnMajor);\n"
+       "  c = coopMatMulAdd(a, b, c);\n  coopMatStore(c, c_, 0, 16, gl_CooperativeMatrixLayoutRowMajor);\n}\n")
+  execute_process(COMMAND ${glslang} -V --target-env vulkan1.2 -S comp -o ${probe}.spv ${probe}.comp
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT status EQUAL 0)
+    set(${why_var} "${glslang} cannot compile a ${element} cooperative matrix: ${out}" PARENT_SCOPE)
+    return()
+  endif()
+  execute_process(COMMAND ${VKATTN_UNITS_SPIRV_VAL} --target-env vulkan1.2 ${probe}.spv
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT status EQUAL 0)
+    set(${why_var} "${VKATTN_UNITS_SPIRV_VAL} rejects a ${element} cooperative-matrix module: ${out}" PARENT_SCOPE)
+  else()
+    set(${why_var} "" PARENT_SCOPE)
+  endif()
+endfunction()
 if(NOT VKATTN_COOPMAT_UNITS STREQUAL "OFF")
   # Also the README's build/toolchain for other build trees of the checkout (the GPU kit's, the
   # Python package's).
@@ -33,50 +65,40 @@ if(NOT VKATTN_COOPMAT_UNITS STREQUAL "OFF")
   elseif(NOT VKATTN_UNITS_GLSLANG OR NOT VKATTN_UNITS_SPIRV_VAL)
     set(why "no glslangValidator and spirv-val in ${VKATTN_SHADER_TOOLCHAIN}/bin (pip install -r shaders/toolchain.txt there)")
   else()
-    set(probe ${CMAKE_BINARY_DIR}/coopmat_probe)
-    file(WRITE ${probe}.comp "#version 450
-#extension GL_KHR_cooperative_matrix : require
-"
-         "#extension GL_KHR_memory_scope_semantics : require
-"
-         "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-"
-         "layout(local_size_x = 32) in;
-shared float16_t t[256];
-shared float c_[256];
-"
-         "void main() {
-  coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a;
-"
-         "  coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> b;
-"
-         "  coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c = "
-         "coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
-"
-         "  coopMatLoad(a, t, 0, 16, gl_CooperativeMatrixLayoutRowMajor);
-"
-         "  coopMatLoad(b, t, 0, 16, gl_CooperativeMatrixLayoutColumnMajor);
-"
-         "  c = coopMatMulAdd(a, b, c);
-  coopMatStore(c, c_, 0, 16, gl_CooperativeMatrixLayoutRowMajor);
-}
-")
-    execute_process(COMMAND ${VKATTN_UNITS_GLSLANG} -V --target-env vulkan1.2 -S comp -o ${probe}.spv ${probe}.comp
-                    RESULT_VARIABLE compiled OUTPUT_VARIABLE out ERROR_VARIABLE out)
-    if(compiled EQUAL 0)
-      execute_process(COMMAND ${VKATTN_UNITS_SPIRV_VAL} --target-env vulkan1.2 ${probe}.spv
-                      RESULT_VARIABLE validated OUTPUT_VARIABLE out ERROR_VARIABLE out)
-    endif()
-    if(NOT compiled EQUAL 0)
-      set(why "${VKATTN_UNITS_GLSLANG} cannot compile GL_KHR_cooperative_matrix: ${out}")
-    elseif(NOT validated EQUAL 0)
-      set(why "${VKATTN_UNITS_SPIRV_VAL} rejects a cooperative-matrix module: ${out}")
-    else()
+    vkattn_units_probe(${VKATTN_UNITS_GLSLANG} float16_t why)
+    if(NOT why)
       set(VKATTN_HAVE_COOPMAT_UNITS TRUE)
     endif()
   endif()
+  # bf16 operands on the units (GL_EXT_bfloat16, VK_KHR_shader_bfloat16) need glslang >= 15.3, which
+  # PyPI does not have: built where VKATTN_BF16_GLSLANG (default: the units' glslang) compiles a bf16
+  # probe, e.g. a Vulkan SDK's from 1.4.313 or bench/build_glslang.sh's, named by
+  # -DVKATTN_BF16_GLSLANG=...; a glslang of its own, so that the f16 kernels keep the SPIR-V of the
+  # toolchain they were measured with. bf16 storage then multiplies on the units; otherwise the
+  # engine refuses it there by name, and it runs in the portable implementation elsewhere.
+  set(VKATTN_BF16_GLSLANG "" CACHE FILEPATH "A glslang >= 15.3 for the units' bf16 shaders (default: the units' glslang)")
+  set(VKATTN_HAVE_BF16_UNITS FALSE)
+  set(VKATTN_BF16_COMPILER ${VKATTN_UNITS_GLSLANG})
+  if(VKATTN_BF16_GLSLANG)
+    set(VKATTN_BF16_COMPILER ${VKATTN_BF16_GLSLANG})
+  endif()
   if(VKATTN_HAVE_COOPMAT_UNITS)
-    message(STATUS "vkattn: the matrix units' shaders are built (${VKATTN_UNITS_GLSLANG})")
+    vkattn_units_probe(${VKATTN_BF16_COMPILER} bfloat16_t bf16_why)
+    if(NOT bf16_why)
+      set(VKATTN_HAVE_BF16_UNITS TRUE)
+    elseif(VKATTN_BF16_GLSLANG)  # asked for by name: say why not, and stop
+      message(FATAL_ERROR "VKATTN_BF16_GLSLANG=${VKATTN_BF16_GLSLANG} does not build the units' bf16 shaders: ${bf16_why}")
+    else()
+      string(REGEX MATCH "ERROR[^\n]*" bf16_why "${bf16_why}")  # glslang's first error
+    endif()
+  endif()
+  if(VKATTN_HAVE_COOPMAT_UNITS)
+    if(VKATTN_HAVE_BF16_UNITS)
+      set(bf16_note "with bf16 operands (${VKATTN_BF16_COMPILER})")
+    else()
+      set(bf16_note "f16 operands only: ${VKATTN_BF16_COMPILER} does not build GL_EXT_bfloat16 (${bf16_why}; glslang >= 15.3 does: VKATTN_BF16_GLSLANG)")
+    endif()
+    message(STATUS "vkattn: the matrix units' shaders are built (${VKATTN_UNITS_GLSLANG}), ${bf16_note}")
   elseif(VKATTN_COOPMAT_UNITS STREQUAL "ON")
     message(FATAL_ERROR "VKATTN_COOPMAT_UNITS=ON, but ${why}.")
   else()
@@ -87,12 +109,15 @@ endif()
 set_property(GLOBAL PROPERTY VKATTN_SHADER_NAMES "")
 set_property(GLOBAL PROPERTY VKATTN_SHADER_FILES "")
 
-# vkattn_shader(NAME <variant> SOURCE <file.comp> [UNITS] [DEFINES A=1 B ...])
+# vkattn_shader(NAME <variant> SOURCE <file.comp> [UNITS [GLSLANG <path>]] [DEFINES A=1 B ...])
 # UNITS: the matrix units' build (CM_KHR defined; SPIR-V 1.5, Vulkan 1.2 with VK_KHR_cooperative_matrix
 # and the Vulkan memory model): glslc resolves the includes, the
-# toolchain's glslang compiles and its spirv-val checks; only where VKATTN_HAVE_COOPMAT_UNITS.
+# toolchain's glslang (or GLSLANG) compiles and its spirv-val checks; only where VKATTN_HAVE_COOPMAT_UNITS.
 function(vkattn_shader)
-  cmake_parse_arguments(S "UNITS" "NAME;SOURCE" "DEFINES" ${ARGN})
+  cmake_parse_arguments(S "UNITS" "NAME;SOURCE;GLSLANG" "DEFINES" ${ARGN})
+  if(NOT S_GLSLANG)
+    set(S_GLSLANG ${VKATTN_UNITS_GLSLANG})
+  endif()
   set(src ${CMAKE_CURRENT_SOURCE_DIR}/${S_SOURCE})
   set(out ${CMAKE_CURRENT_BINARY_DIR}/spv/${S_NAME}.spv)
   set(dep ${CMAKE_CURRENT_BINARY_DIR}/spv/${S_NAME}.d)
@@ -104,7 +129,7 @@ function(vkattn_shader)
     set(pre ${CMAKE_CURRENT_BINARY_DIR}/spv/${S_NAME}.pre.comp)
     set(cmd ${VKATTN_GLSLC} -E -fshader-stage=compute -DCM_KHR ${defs} -I${CMAKE_CURRENT_SOURCE_DIR}
             -MD -MF ${dep} -MT ${out} -o ${pre} ${src}
-            COMMAND ${VKATTN_UNITS_GLSLANG} -V --target-env vulkan1.2 -S comp -o ${out} ${pre}
+            COMMAND ${S_GLSLANG} -V --target-env vulkan1.2 -S comp -o ${out} ${pre}
             COMMAND ${VKATTN_UNITS_SPIRV_VAL} --target-env vulkan1.2 ${out})
   elseif(VKATTN_GLSLC)
     # -O0: full unrolling of register-blocked loops makes glslc -O explode in memory; the driver's own

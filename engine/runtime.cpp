@@ -54,12 +54,18 @@ std::filesystem::path cache_file(const std::string& dir_option, const vk::Device
     return dir / name.str();
 }
 
-// Why the device's own creation left VK_KHR_cooperative_matrix off where the device offers it.
-std::string matrix_units_not_enabled(const vk::Instance& instance) {
+// Why the device's own creation left VK_KHR_cooperative_matrix (`extension`) off where the device
+// offers it.
+std::string layer_predates(const vk::Instance& instance, const char* extension) {
     const std::uint32_t v = instance.validation_layer_version();
     return "the validation layer (" + std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) +
-           "." + std::to_string(VK_API_VERSION_PATCH(v)) +
-           ") predates VK_KHR_cooperative_matrix and would reject its feature structure";
+           "." + std::to_string(VK_API_VERSION_PATCH(v)) + ") predates " + extension + " and would reject its feature structure";
+}
+// Why it left VK_KHR_shader_bfloat16's features off.
+std::string bf16_matrices_not_enabled(const vk::Instance& instance) {
+    if (instance.validation() && instance.validation_layer_version() < kBfloat16HeaderVersion)
+        return layer_predates(instance, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
+    return "the device does not support shaderBFloat16Type and shaderBFloat16CooperativeMatrix";
 }
 
 }  // namespace
@@ -80,15 +86,19 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     const std::uint32_t index = vk::select_device(devices, options_.device);
     info_ = devices[index];
     const bool layer_knows = !instance_->validation() || instance_->validation_layer_version() >= kCooperativeMatrixHeaderVersion;
+    const bool layer_knows_bf16 = !instance_->validation() || instance_->validation_layer_version() >= kBfloat16HeaderVersion;
     const bool layer_knows_reconvergence =
         !instance_->validation() || instance_->validation_layer_version() >= kMaximalReconvergenceHeaderVersion;
     device_ = std::make_unique<vk::Device>(
         instance_->physical_devices()[index],
         vk::DeviceOptions{.newer_structures = layer_knows,
                           .f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
+                          .bf16_structures = layer_knows_bf16,
+                          .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                           .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                           .kernel_statistics = options_.kernel_statistics});
-    vk::describe_matrix_units(info_, device_->available(), device_->features(), matrix_units_not_enabled(*instance_));
+    vk::describe_matrix_units(info_, device_->available(), device_->features(),
+                              layer_predates(*instance_, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME), bf16_matrices_not_enabled(*instance_));
     start();
 }
 
@@ -160,11 +170,14 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     device_ = std::make_unique<vk::Device>(caller.physical_device, caller.device, caller.queue_family,
                                            caller.queue_index, enabled,
                                            vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
+                                                             .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                                                              .maximal_reconvergence = !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                                                              .kernel_statistics = options_.kernel_statistics});
     info_.features_not_enabled = vk::features_not_enabled(device_->available(), enabled);
     vk::describe_matrix_units(info_, device_->available(), enabled,
-                              "the caller's device was created without VK_KHR_cooperative_matrix's cooperativeMatrix, vulkanMemoryModel and shaderFloat16");
+                              "the caller's device was created without VK_KHR_cooperative_matrix's cooperativeMatrix, vulkanMemoryModel and shaderFloat16",
+                              "the caller's device was created without VK_KHR_shader_bfloat16's shaderBFloat16Type and "
+                              "shaderBFloat16CooperativeMatrix");
     if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
     start();
 }

@@ -2,7 +2,8 @@
 // bmm.comp's contract (common/bmm_params.glsl: forms A·Bᵀ, A·B, Aᵀ·B, every operand type, addends,
 // chunks of rows, GQA indexing) on cooperative 16 × 16 × 16 products (common/coopmat.glsl): the
 // matrix units' where CM_KHR is defined, the portable implementation otherwise. Operands are
-// rounded to f16 as they are staged; products accumulate in fp32. The GEMM ceiling's kernel
+// rounded to f16 (bf16 where CM_BF16 is defined: what this file says of f16 holds for it) as they
+// are staged; products accumulate in fp32. The GEMM ceiling's kernel
 // (bench --gemm --gemm-kernel coopmat); its shape is GemmShape's (docs/design/GPU_KERNELS.md,
 // "The GEMM's shapes").
 //   - A workgroup of WM × WN subgroups owns a BM × BN tile of C; each subgroup a SUB_M × SUB_N
@@ -38,7 +39,7 @@ layout(constant_id = 15) const uint TN = 2u;     // and across its columns
 layout(constant_id = 16) const uint WM = 2u;     // subgroups down
 layout(constant_id = 17) const uint WN = 2u;     // and across
 layout(constant_id = 18) const uint STAGES = 2u; // slices in shared memory, 1 or 2
-layout(constant_id = 19) const bool WIDE = false;  // f16 A and B, every stored row on 16 bytes
+layout(constant_id = 19) const bool WIDE = false;  // A and B stored as the operands, every stored row on 16 bytes
 
 #include "common/coopmat.glsl"
 

@@ -9,8 +9,9 @@
 // Work layout: workgroup = NSG subgroups of SG lanes, each owning 16 keys with their K (DKT) and V
 // (DVT) as operands in registers and their dK and dV columns first_column + 16·t (t < OT) as
 // accumulators. Queries outside query_range() of the workgroup's keys are never visited. Reads words
-// through common/operand_loader.glsl (f32, f16); dK (times the scale) and dV stored as k's and v's
-// types. A subgroup layout other than the pipeline's writes NaN.
+// through common/operand_loader.glsl (f32, f16, bf16); dK (times the scale) and dV stored as k's and
+// v's types. Operands f16, or bf16 where CM_BF16 is defined (what this file says of f16 holds for
+// them). A subgroup layout other than the pipeline's writes NaN.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require

@@ -8,7 +8,8 @@
 // Work layout: workgroup = NSG subgroups of SG lanes, each owning 16 rows ρ = g·Nq + i over the K/V
 // head's query heads, with their Q (DKT) and dO (DVT) as operands in registers and their dQ columns
 // first_column + 16·t (t < OT) as accumulators. Key tiles outside every row's range are skipped.
-// Reads words through common/operand_loader.glsl (f32, f16); dQ stored as q's type, times the scale.
+// Reads words through common/operand_loader.glsl (f32, f16, bf16); dQ stored as q's type, times the
+// scale. Operands f16, or bf16 where CM_BF16 is defined (what this file says of f16 holds for them).
 // A subgroup layout other than the pipeline's writes NaN.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require

@@ -3,8 +3,9 @@
 // (issue #33; docs/design/GPU_KERNELS.md "Cooperative matrices"): flash_tile.comp's contract
 // (flash.comp's bindings and parameters, its SPLIT mode, every feature and storage type) with
 // S = Q·Kᵀ and O += P·V as products of common/coopmat.glsl: the matrix units' where CM_KHR is
-// defined, the portable implementation otherwise. Q, K, P and V are rounded to f16 as they are
-// staged; S and O accumulate in fp32.
+// defined, the portable implementation otherwise. Q, K, P and V are rounded to f16 (bf16 where
+// CM_BF16 is defined: what this file says of f16 operands holds for bf16 ones) as they are staged;
+// S and O accumulate in fp32.
 //
 // Work layout:
 //   workgroup = NSG subgroups of SG lanes; each subgroup owns RT tiles of 16 query rows (Br =
@@ -49,7 +50,7 @@ layout(constant_id = 10) const uint POOLS = 1;
 layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
-layout(constant_id = 14) const bool WIDE = false;  // f16 K/V, dense, every row on 16 bytes: a chunk is one uvec4
+layout(constant_id = 14) const bool WIDE = false;  // K/V stored as the operands, dense, every row on 16 bytes: a chunk is one uvec4
 layout(constant_id = 15) const bool AHEAD = true;  // K/V a phase ahead in registers (CoopmatLayout::ahead)
 layout(constant_id = 16) const bool O_NAMED = false;  // O as named accumulators (CoopmatLayout::named)
 layout(constant_id = 17) const uint RT = 1;           // 16-row tiles per subgroup, 1 or 2 (CoopmatLayout::row_tiles)

@@ -110,7 +110,7 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardChoic
         const BackwardConfig& config = choice.fused;
         if (const std::string why = backward_fused_misfit(caps, config, p); !why.empty()) throw ResourceLimit(why);
         report.variant = config.describe();
-        report.f16_products = config.coopmat.has_value();
+        report.product_type = config.coopmat ? config.coopmat->operands : DType::f32;
         bwd_q_kernel(runtime, config, operand_types(p));
         bwd_kv_kernel(runtime, config, operand_types(p));
     } else {

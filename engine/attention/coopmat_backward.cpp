@@ -17,15 +17,16 @@ std::uint32_t CoopmatBackwardLayout::shared_bytes(std::uint32_t subgroups) const
 
 std::string CoopmatBackwardLayout::describe() const {
     return "tile" + std::to_string(tile) + " dkt" + std::to_string(dk_tiles) + " dvt" + std::to_string(dv_tiles) + " ot" +
-           std::to_string(column_tiles) + (units ? " units" : " portable");
+           std::to_string(column_tiles) + (units ? " units" : " portable") + (operands == DType::bf16 ? " bf16" : "");
 }
 
 CoopmatBackwardLayout choose_coopmat_backward(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                               const Problem& p) {
-    require_f16_operands(p, "the cooperative-matrix backward", "the default kernels");
     refuse_wide_heads_on_units(caps, p, "the cooperative-matrix backward", "the default kernels");
     CoopmatBackwardLayout t;
     t.units = caps.matrix_units;
+    t.operands = coopmat_operands(caps, {p.dtype, p.k_dtype, p.v_dtype}, "variant.fused_kernel", "the cooperative-matrix backward",
+                                  "the default kernels");
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
     t.dv_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dv, 1), 16));
     t.column_tiles = std::min<std::uint32_t>(8, std::max(t.dk_tiles, t.dv_tiles));

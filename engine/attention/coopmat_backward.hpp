@@ -2,7 +2,7 @@
 // flash_bwd_kv_coopmat.comp; issue #33): flash_bwd_q.comp's and flash_bwd_kv.comp's contracts with
 // their products on common/coopmat.glsl. A workgroup owns 16 query rows (dQ) or 16 keys (dK, dV) per
 // subgroup, their operands in registers and their gradients as accumulators; the other side's rows
-// pass through one f16 tile in shared memory, the scores through the subgroup's own. Pure (no Vulkan).
+// pass through one operand tile (f16 or bf16) in shared memory, the scores through the subgroup's own. Pure (no Vulkan).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,8 @@ struct CoopmatBackwardLayout {
     std::uint32_t dk_tiles = 8;      // ceil(Dk / 16)
     std::uint32_t dv_tiles = 8;      // ceil(Dv / 16)
     std::uint32_t column_tiles = 8;  // the gradients' 16-column tiles per pass (at most 8)
-    bool units = false;              // on the matrix units (f16 operands in shared memory), else portable
+    bool units = false;              // on the matrix units (16-bit operands in shared memory), else portable
+    DType operands = DType::f16;     // what the products multiply: f16, or bf16 (coopmat_operands)
     std::uint32_t columns() const { return 16 * column_tiles; }
     // The larger of the two kernels' shared memory: the other side's tile [max(tile, 16·subgroups)]
     // [16·max(dk_tiles, dv_tiles) + 8] and, per subgroup, two fp32 score tiles [16][tile + 4] and one
@@ -29,8 +30,8 @@ struct CoopmatBackwardLayout {
 
 // The layout for subgroups of `subgroup` lanes: 4 subgroups and 64-wide tiles where shared memory
 // allows, then 32-wide, fewer subgroups, 16-wide; passes of up to 128 gradient columns. Returns the
-// subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") for bf16 storage (its
-// range passes the f16 operands') and where even the smallest tiles do not fit.
+// subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") as coopmat_operands
+// does, and where even the smallest tiles do not fit.
 CoopmatBackwardLayout choose_coopmat_backward(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                               const Problem& problem);
 

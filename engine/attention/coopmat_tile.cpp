@@ -29,13 +29,15 @@ std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
            (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (q_in_shared ? " qshared" : "") + (kv_apart ? " kv-apart" : "") +
            (named ? " named" : "") +
-           (ahead ? " ahead" : "") + (units ? " units" : " portable");
+           (ahead ? " ahead" : "") + (units ? " units" : " portable") + (operands == DType::bf16 ? " bf16" : "");
 }
 
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                     const Problem& p, const VariantOverrides& overrides) {
     CoopmatLayout t;
     t.units = caps.matrix_units;
+    t.operands = coopmat_operands(caps, {p.dtype, p.k_dtype, p.v_dtype}, "variant.fused_kernel", "the cooperative-matrix kernel",
+                                  "the tile kernel");
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
     if (overrides.row_tiles) {
         t.row_tiles = *overrides.row_tiles;
@@ -92,7 +94,7 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
                                                     : "variant.fused_kernel",
                               "the cooperative-matrix kernel: " + need);
     }
-    t.ahead = t.ahead_with(p.k_dtype == DType::f16 && p.v_dtype == DType::f16 && p.Dk % 8 == 0 && p.Dv % 8 == 0);
+    t.ahead = t.ahead_with(p.k_dtype == t.operands && p.v_dtype == t.operands && p.Dk % 8 == 0 && p.Dv % 8 == 0);
     t.named = overrides.named_accumulators.value_or(t.named_by_default());
     if (t.named && t.units && !t.named_by_default())
         throw InvalidArgument("variant.named_accumulators",
@@ -122,6 +124,23 @@ bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
            p.v_dtype == DType::f16;
 }
 
+DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, const std::string& argument,
+                       const std::string& kernel, const std::string& instead) {
+    const bool bf16 = std::find(stored.begin(), stored.end(), DType::bf16) != stored.end();
+    if (bf16 && std::find(stored.begin(), stored.end(), DType::f16) != stored.end())
+        throw InvalidArgument(argument, kernel + " multiplies f16 or bf16 operands, one type for all, and these are stored "
+                                                 "as both: use one of them, or " + instead + ".");
+    if (bf16 && caps.matrix_units && !caps.bf16_matrix_units)
+        throw InvalidArgument(argument, kernel + " would multiply bf16 storage on matrix units that do not take bf16 "
+                                                 "here (DeviceInfo::bf16_matrix_units_off says why); rounded to f16, its "
+                                                 "range would overflow past ±65,504: use " + instead + ".");
+    return bf16 ? DType::bf16 : DType::f16;
+}
+
+std::string coopmat_build(bool units, DType operands) {
+    return std::string("coopmat") + (units ? "_units" : "") + (operands == DType::bf16 ? "_bf16" : "");
+}
+
 void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, const std::string& kernel, const std::string& instead,
                                 bool q_in_shared) {
     if (caps.matrix_units && (p.Dk > 128 || p.Dv > 128) && !q_in_shared)
@@ -132,15 +151,7 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, co
                                                           "or two row tiles, unvalidated there).");
 }
 
-void require_f16_operands(const Problem& p, const std::string& kernel, const std::string& instead) {
-    for (const DType t : {p.dtype, p.k_dtype, p.v_dtype})
-        if (t == DType::bf16)
-            throw InvalidArgument("variant.fused_kernel", kernel + " multiplies f16 operands, and bf16 values can pass f16's range "
-                                                                   "(±65,504); use " + instead + " for bf16 storage.");
-}
-
 FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
-    require_f16_operands(p, "the cooperative-matrix kernel", "the tile kernel");
     std::uint32_t subgroups = 4;
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
     refuse_wide_heads_on_units(caps, p, "the cooperative-matrix kernel", "the tile kernel", c.coopmat->q_in_shared);

@@ -2,7 +2,7 @@
 // model is docs/design/GPU_KERNELS.md "Cooperative matrices"): FlashAttention-2's partition with
 // S = Q·Kᵀ and O += P·V as 16×16×16 products (common/coopmat.glsl). A workgroup owns 16 query rows
 // per subgroup (or two tiles of 16: row_tiles); each subgroup holds its rows' Q as operands (or reads
-// them from Q's own tile) and their O as accumulators; K and V pass through one f16 tile in shared
+// them from Q's own tile) and their O as accumulators; K and V pass through one operand tile in shared
 // memory (or two: kv_apart), S and P through the subgroup's own. Pure (no Vulkan).
 #pragma once
 
@@ -14,15 +14,29 @@
 
 namespace vkattn::detail {
 
-// Bytes of one operand element in the cooperative-matrix kernels' shared tiles: f16 on the matrix
-// units, fp32 holding f16 values in the portable implementation (common/coopmat.glsl's CM_ELEM).
+// Bytes of one operand element in the cooperative-matrix kernels' shared tiles: f16 or bf16 on the
+// matrix units, fp32 holding such values in the portable implementation (common/coopmat.glsl's CM_ELEM).
 inline std::uint32_t coopmat_operand_bytes(bool units) { return units ? 2 : 4; }
+
+// The cooperative-matrix kernels' operand type for operands stored as `stored` (q, k and v; A and
+// B): bf16 where one is stored as bf16 (fp32's range, where f16's would overflow past ±65,504),
+// else f16 (f32 storage, and the quantized types' values, rounded to it). InvalidArgument(`argument`)
+// naming `kernel` (and `instead`, what to use) where f16 and bf16 are mixed (one would be rounded to
+// the other's precision or range), and where bf16 would run on matrix units that do not take it
+// (DeviceCaps::bf16_matrix_units; DeviceInfo::bf16_matrix_units_off says why).
+DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, const std::string& argument,
+                       const std::string& kernel, const std::string& instead);
+
+// The name of the kernels' build for `units` and `operands` (shaders/CMakeLists.txt): "coopmat",
+// "coopmat_bf16", "coopmat_units", "coopmat_units_bf16".
+std::string coopmat_build(bool units, DType operands);
 
 struct CoopmatLayout {
     std::uint32_t keys = 64;         // Bc: keys per tile, a multiple of 16
     std::uint32_t dk_tiles = 8;      // Q's and K's 16-dimension tiles: ceil(Dk / 16)
     std::uint32_t column_tiles = 8;  // O's 16-column tiles per pass (OC = 16 of them at most 8)
-    bool units = false;              // on the matrix units (f16 operands in shared memory), else portable
+    bool units = false;              // on the matrix units (16-bit operands in shared memory), else portable
+    DType operands = DType::f16;     // what the products multiply: f16, or bf16 (coopmat_operands)
     bool named = false;              // O as named matrices (O_NAMED), else an array: named_by_default
     bool ahead = false;              // K/V a phase ahead in registers (AHEAD): ahead_with
     // 16-row tiles per subgroup (RT): 1, or 2 (VariantOverrides::row_tiles), where each K and V
@@ -46,11 +60,11 @@ struct CoopmatLayout {
     // flash_coopmat.comp's shared memory: the K/V tile [Bc (or max(Bc, Br) where Q is held, passing
     // through it)][max(16·dk_tiles, OC) + 8] (16·dk_tiles + 8 where K and V are apart), V's own
     // [Bc][OC + 8] with kv_apart, Q's [Br][16·dk_tiles + 8] with q_in_shared (8 elements each
-    // otherwise), and per row S [Bc + 4] (fp32) and P [Bc + 8]; operands f16 on the units,
+    // otherwise), and per row S [Bc + 4] (fp32) and P [Bc + 8]; operands f16 or bf16 on the units,
     // 4-byte floats in the portable implementation; and the workgroup's key range.
     std::uint32_t shared_bytes(std::uint32_t subgroups) const;
     // Whether flash_coopmat.comp holds a tile's K or V in registers a phase ahead (AHEAD) and may
-    // fetch f16 rows on 16 bytes as uvec4s (WIDE) with this layout: up to 6 d-tiles and 6 column
+    // fetch rows stored as its operands (f16, bf16) on 16 bytes as uvec4s (WIDE) with this layout: up to 6 d-tiles and 6 column
     // tiles (heads ≤ 96, measured 1.4× faster and right on the units). At 7 and 8 the 16-byte loads
     // gave wrong results on NVIDIA's 580 driver (H200, session 23: D 112, 120, 128; 4-element loads
     // passed once, at D 124), not yet understood, so wider heads keep the staging chunk by chunk,
@@ -86,8 +100,9 @@ struct CoopmatLayout {
 // where the device cannot take them); overrides.named_accumulators forces O's form
 // (InvalidArgument naming it where named on the units goes past named_by_default). Returns the
 // subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") where even the
-// smallest tiles do not fit. `ahead` assumes 16-byte loads wherever K and V are f16 with rows of a
-// multiple of 8 elements; the run settles it on the tensors' strides (ahead_with).
+// smallest tiles do not fit, and as coopmat_operands does. `ahead` assumes 16-byte loads wherever K
+// and V are stored as the operands' type with rows of a multiple of 8 elements; the run settles it
+// on the tensors' strides (ahead_with).
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                     const Problem& problem, const VariantOverrides& overrides = {});
 
@@ -105,10 +120,6 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& problem, const std::string& kernel,
                                 const std::string& instead, bool q_in_shared = false);
 
-// The cooperative-matrix kernels round every operand to f16: InvalidArgument("variant.fused_kernel")
-// naming `kernel` (and `instead`, what to use) where q, k or v is stored as bf16, whose range passes f16's.
-void require_f16_operands(const Problem& problem, const std::string& kernel, const std::string& instead);
-
 // Whether the tuning's heuristics choose flash_coopmat.comp unforced for the forward: on the
 // device's matrix units (never their portable implementation), for f16 storage of q, k and v (whose
 // products then multiply exactly the stored values; only P rounds to f16, as FlashAttention's
@@ -117,7 +128,10 @@ void require_f16_operands(const Problem& problem, const std::string& kernel, con
 // 21-22, docs/PERFORMANCE.md): 5-7x flash_tile.comp, and correct at every mask the bisect tried
 // once its softmax chose by selects. The backward's kernels follow the same rule (choose_backward)
 // since their causal runs and every [backward][coopmat] case matched the reference on the units
-// (session 26).
+// (session 26). Not bf16 storage, even on units that take bf16 (DeviceCaps::bf16_matrix_units): its
+// kernels are the same with bf16 operands but have never run on a GPU, and the f16 ones computed
+// wrong on NVIDIA's driver several times before they were validated; forced or tuned (the tuner
+// keeps a kernel only where it agrees with the heuristics') until a GPU session validates them.
 bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& problem);
 
 // Loop back-edges one key tile of flash_coopmat.comp may take (lavapipe counts them).

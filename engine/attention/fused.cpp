@@ -37,12 +37,13 @@ public:
         : runtime_(runtime), p_(p), config_(config), planner_(runtime, p, operands, config_, splits),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         const KeyPlan& keys = plan_.keys;
-        // The decode kernel's loads of every type, and the cooperative-matrix kernel's of f16 K/V
-        // (its 16-byte chunks are 8 f16 elements) where its layout allows (CoopmatLayout::staged_ahead),
-        // come as single uvec4s where every row allows; the latter then settles its staging
-        // (CoopmatLayout::ahead_with).
-        const bool coopmat_f16 = config.coopmat && p.k_dtype == DType::f16 && p.v_dtype == DType::f16;
-        const bool wide_candidate = (config.decode || coopmat_f16) && !operands.paged;
+        // The decode kernel's loads of every type, and the cooperative-matrix kernel's of K/V stored as
+        // its operands (its 16-byte chunks are 8 f16 or bf16 elements, copied as they lie) where its
+        // layout allows (CoopmatLayout::staged_ahead), come as single uvec4s where every row allows;
+        // the latter then settles its staging (CoopmatLayout::ahead_with).
+        const bool coopmat_as_stored =
+            config.coopmat && p.k_dtype == config.coopmat->operands && p.v_dtype == config.coopmat->operands;
+        const bool wide_candidate = (config.decode || coopmat_as_stored) && !operands.paged;
         if (wide_candidate) {
             // Every binding's rows start where the whole tensor's do, modulo the chunk (slices begin
             // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
@@ -53,7 +54,7 @@ public:
         if (config_.coopmat) config_.coopmat->ahead = config_.coopmat->ahead_with(wide_dense_);
         report.path = splits > 0 ? Impl::split : Impl::fused;
         report.variant = config_.describe();
-        report.f16_products = config.coopmat.has_value();
+        report.product_type = config.coopmat ? config.coopmat->operands : DType::f32;
         if (keys.split_mode())
             report.variant += " splits=" + std::to_string(keys.splits) + " keys/split=" + std::to_string(keys.keys_per_split);
         if (keys.bindings() > 1) report.variant += " key-slices=" + std::to_string(keys.bindings());
@@ -209,7 +210,7 @@ private:
     FusedConfig config_;
     FusedPlanner planner_;
     FusedPlanner::Plan plan_;
-    bool wide_dense_ = false;  // decode, coopmat (f16): every dense K and V row on 16 bytes (wide_loads)
+    bool wide_dense_ = false;  // decode, coopmat (K/V as its operands): every dense K and V row on 16 bytes (wide_loads)
 };
 
 }  // namespace

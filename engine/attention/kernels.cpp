@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "attention/coopmat_tile.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
 
@@ -58,11 +59,14 @@ std::uint32_t shader_type_code(DType t) {
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form, DType a, DType b, DType out,
                              BmmAdd add) {
     if (c.coopmat) {
-        if (c.coopmat_wide && (form == BmmForm::at_b || a != DType::f16 || b != DType::f16))
-            throw Error("internal: bmm_coopmat.comp's 16-byte loads read f16 A and B along K or N (coopmat_wide_operands).");
+        const DType operands = coopmat_operands(runtime.device().caps(), {a, b}, "a", "the cooperative-matrix GEMM",
+                                                "another GemmKernel");
+        if (c.coopmat_wide && (form == BmmForm::at_b || a != operands || b != operands))
+            throw Error("internal: bmm_coopmat.comp's 16-byte loads read A and B stored as its operands, along K or N "
+                        "(coopmat_wide_operands).");
         const GemmShape& s = c.coopmat_shape;
         const vk::KernelKey key{
-            .shader = std::string(c.units ? "bmm_coopmat_units_c" : "bmm_coopmat_c") + out_suffix(out),
+            .shader = "bmm_" + coopmat_build(c.units, operands) + "_c" + out_suffix(out),
             .constants = {{.id = kWorkgroup, .value = c.subgroups() * c.subgroup},
                           {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
                           {.id = kATransposed, .value = form == BmmForm::at_b ? 1u : 0u},
@@ -200,7 +204,7 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
     if (!c.coopmat) throw Error("internal: flash_coopmat_kernel needs a coopmat config.");
     const CoopmatLayout& t = *c.coopmat;
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
-    std::string shader = t.units ? "flash_coopmat_units" : "flash_coopmat";
+    std::string shader = "flash_" + coopmat_build(t.units, t.operands);
     shader += std::string(paged_pools > 0 ? "_paged_o" : "_o") + out_suffix(out);
     vk::KernelKey key = flash_family_key(std::move(shader), c, types, true, paged_pools, "flash_coopmat.comp");
     key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
@@ -270,7 +274,7 @@ vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, 
     enum : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kTile = 2, kDkTiles = 3, kColumnTiles = 4, kDvTiles = 5,
                            kSubgroups = 6, kQType = 11, kKType = 12, kVType = 13 };
     const CoopmatBackwardLayout& t = *c.coopmat;
-    return {.shader = (t.units ? "bwd_coopmat_units_" : "bwd_coopmat_") + shader,
+    return {.shader = "bwd_" + coopmat_build(t.units, t.operands) + "_" + shader,
             .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
                           {.id = kSubgroup, .value = c.subgroup},
                           {.id = kTile, .value = t.tile},

@@ -52,7 +52,7 @@ BmmConfig base_bmm(const vk::DeviceCaps& caps, bool texel, const VariantOverride
     const bool blocks_asked = overrides.shared_tiles.has_value() || overrides.texel_loads == true;
     const GemmKernel chosen = is_cpu(caps) || blocks_asked ? GemmKernel::blocks : GemmKernel::tile;
     if (overrides.gemm_kernel == GemmKernel::coopmat)
-        throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products (f16 operands) serve only the GEMM "
+        throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products (16-bit operands) serve only the GEMM "
                                                      "ceiling for now (issue #33); the attention paths and the "
                                                      "projections take blocks or tile.");
     if (overrides.gemm_kernel.value_or(chosen) == GemmKernel::tile)
@@ -104,7 +104,7 @@ bool texel_aligned(const std::array<std::int64_t, 4>& strides, std::int64_t row_
 
 std::uint64_t BmmConfig::shared_bytes() const {
     // bmm_coopmat.comp: per stage A's and B's slices, each as large as either form's rows need (f16
-    // on the units; fp32 holding f16 values in the portable implementation), and the subgroups'
+    // or bf16 on the units; fp32 holding such values in the portable implementation), and the subgroups'
     // 16×20 fp32 tiles for C, which take A's slices where they fit (C's own tile is then a 16-byte
     // placeholder).
     if (coopmat) {
@@ -123,7 +123,7 @@ std::string BmmConfig::describe() const {
     if (coopmat)
         return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
                " shape " + to_string(coopmat_shape) + ": " + std::to_string(block_rows()) + "x" + std::to_string(block_cols()) + "x" +
-               std::to_string(coopmat_shape.depth) + (coopmat_wide ? " 16-byte loads" : " typed loads") + " f16->f32]";
+               std::to_string(coopmat_shape.depth) + (coopmat_wide ? " 16-byte loads" : " typed loads") + " ->f32]";
     if (tile) return "tile " + std::to_string(wg_m) + "x" + std::to_string(wg_n) + "/8x8";
     return std::string(texel ? "texel" : "words") + (shared_tiles ? "/shared" : "/regs") + " " +
            std::to_string(tm) + "x" + std::to_string(4 * tn4);
@@ -251,7 +251,7 @@ void refuse_gemm_shape(const VariantOverrides& overrides) {
 
 bool coopmat_wide_operands(const BmmConfig& c, BmmForm form, DType a, DType b, const TensorDesc& a_desc,
                            const TensorDesc& b_desc, std::int64_t n, std::int64_t k) {
-    return c.coopmat && c.coopmat_shape.wide && form != BmmForm::at_b && a == DType::f16 && b == DType::f16 &&
+    return c.coopmat && c.coopmat_shape.wide && form != BmmForm::at_b && a == b && (a == DType::f16 || a == DType::bf16) &&
            decode_wide_rows(a_desc, a, k) && decode_wide_rows(b_desc, b, form == BmmForm::a_bt ? k : n);
 }
 

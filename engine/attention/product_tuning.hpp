@@ -19,7 +19,7 @@ struct BmmConfig {
     // K slices of 4·ks4 double-buffered in shared memory; word loads. The two fields below are then
     // false. Otherwise bmm.comp.
     bool tile = false;
-    // bmm_coopmat.comp (GemmKernel::coopmat): 16×16 cooperative matrices, f16 operands, fp32
+    // bmm_coopmat.comp (GemmKernel::coopmat): 16×16 cooperative matrices, f16 or bf16 operands, fp32
     // accumulators; `coopmat_shape` its subgroups of `subgroup` lanes (required of the pipeline
     // where `require_subgroup`), their accumulators, slice depth and buffers; `coopmat_wide` its
     // 16-byte loads, set by the caller where the operands allow them (coopmat_wide_operands). The
@@ -118,7 +118,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
 void refuse_gemm_shape(const VariantOverrides& overrides);
 
 // Whether bmm_coopmat.comp in `c`'s shape may load A and B 16 bytes at a time (c.coopmat_wide): the
-// shape asks for it, both are f16, the form stages them along rows (not Aᵀ·B, whose chunks run
+// shape asks for it, both are f16 or both bf16 (then the operands' type), the form stages them along rows (not Aᵀ·B, whose chunks run
 // along the rows of C), and every row starts on 16 bytes and holds whole chunks of 8 (K, and N for
 // A·B).
 bool coopmat_wide_operands(const BmmConfig& c, BmmForm form, DType a, DType b, const TensorDesc& a_desc,

@@ -85,8 +85,9 @@ std::optional<FusedConfig> tile_config(FusedConfig base, const vk::DeviceCaps& c
 
 // `base` (choose_fused's) turned into the cooperative-matrix kernel's config (attention/coopmat_tile.cpp):
 // words from storage buffers, as many column passes as its columns need. Throws InvalidArgument
-// ("variant.fused_kernel", or the tile knob it cannot take) where it cannot run: bf16 storage (its
-// operands are f16), or tiles that do not fit the device's shared memory.
+// ("variant.fused_kernel", or the tile knob it cannot take) where it cannot run: storage
+// coopmat_operands refuses (f16 beside bf16; bf16 on units that do not take it), or tiles that do
+// not fit the device's shared memory.
 FusedConfig coopmat_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
                            const VariantOverrides& overrides);
 

@@ -104,7 +104,7 @@ AttentionReport attention(std::span<Context* const> contexts, const AttentionInp
             report.flops += r.flops;
             report.slices += r.slices;
             report.device_bytes += r.device_bytes;
-            report.f16_products = report.f16_products || r.f16_products;  // any share's rounding is the call's
+            if (r.product_type != DType::f32) report.product_type = r.product_type;  // any share's rounding is the call's
         }
         report.gpu_ms = std::max(report.gpu_ms, gpu_ms);
     }

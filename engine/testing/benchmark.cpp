@@ -56,16 +56,19 @@ std::vector<double> timed_runs(detail::Runtime& runtime, int warmup, int repeat,
 }  // namespace
 
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup, int repeat,
-                          bool validate, const VariantOverrides& overrides) {
+                          bool validate, const VariantOverrides& overrides, DType coopmat_operands) {
     if (m < 1 || n < 1 || k < 1) throw InvalidArgument("gemm", "m, n and k must be at least 1.");
     if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
     const auto& caps = runtime.device().caps();
+    if (coopmat_operands != DType::f16 && coopmat_operands != DType::bf16)
+        throw InvalidArgument("coopmat_operands", "the cooperative-matrix GEMM's A and B are f16 or bf16, not " +
+                                                      to_string(coopmat_operands) + ".");
     detail::BmmConfig config = detail::choose_gemm(caps, m, n, k, overrides);
     // The cooperative-matrix ceiling reads f16 operands, as cuBLAS hgemm does (its products multiply
-    // f16 values anyway); the others read fp32. C is fp32 either way.
-    const DType operand = config.coopmat ? DType::f16 : DType::f32;
+    // f16 values anyway), or bf16 ones; the others read fp32. C is fp32 either way.
+    const DType operand = config.coopmat ? coopmat_operands : DType::f32;
     const auto bytes = [](std::int64_t a, std::int64_t b, DType dtype) { return static_cast<std::uint64_t>(a * b) * size_of(dtype); };
     for (auto [what, size] : {std::pair{"A", bytes(m, k, operand)}, std::pair{"B", bytes(k, n, operand)},
                               std::pair{"C", bytes(m, n, DType::f32)}})
@@ -79,16 +82,17 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
     for (auto& x : a) x = dist(rng);
     for (auto& x : b) x = dist(rng);
-    // f16 operands: their bits for the device, and the reference multiplies the same rounded values.
+    // 16-bit operands: their bits for the device, and the reference multiplies the same rounded values.
+    const bool halves = operand != DType::f32;
     std::vector<std::uint16_t> a16, b16;
-    if (operand == DType::f16)
+    if (halves)
         for (auto [values, bits] : {std::pair{&a, &a16}, std::pair{&b, &b16}})
             for (float& x : *values) {
-                bits->push_back(float_to_half(x));
-                x = half_to_float(bits->back());
+                bits->push_back(operand == DType::bf16 ? float_to_bf16(x) : float_to_half(x));
+                x = operand == DType::bf16 ? bf16_to_float(bits->back()) : half_to_float(bits->back());
             }
-    const void* a_host = operand == DType::f16 ? static_cast<const void*>(a16.data()) : a.data();
-    const void* b_host = operand == DType::f16 ? static_cast<const void*>(b16.data()) : b.data();
+    const void* a_host = halves ? static_cast<const void*>(a16.data()) : a.data();
+    const void* b_host = halves ? static_cast<const void*>(b16.data()) : b.data();
 
     auto flat = [&](DType dtype, std::int64_t count, const std::string& what) {
         return detail::own_dense(runtime, dtype, {1, 1, 1, count}, what);
@@ -140,7 +144,8 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     result.time = summarize(samples);
     result.gflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
                     (result.time.median_ms * 1e6);
-    result.variant = "gemm " + config.describe() + (operand == DType::f16 ? " f16 operands" : "");
+    result.variant = "gemm " + config.describe();
+    if (halves) result.variant.append(" ").append(to_string(operand)).append(" operands");
     if (validate) {
         double diff2 = 0, ref2 = 0;
         for (std::int64_t i = 0; i < m; i += std::max<std::int64_t>(1, m / 16))

@@ -70,12 +70,12 @@ double relative_distance(const std::vector<double>& a, const std::vector<double>
 
 // How far a candidate's output may lie from the heuristics' choice: both kernels' errors against
 // the exact result (testing/compare.hpp's rule: fp32 ~1e-5 each and more over long sums, 16-bit
-// storage its own rounding, f16 products f16's), with room. A candidate past it computes something
+// storage its own rounding, 16-bit products f16's at least), with room. A candidate past it computes something
 // else (on an H200 the units' unsplit causal kernel at D = 128 missed by 7.6e-3 to 8.6e-2 in session
 // 21, until session 22 found a subgroup left unreconverged) and must not win for being fast.
-double agreement_bound(DType dtype, bool f16_products) {
+double agreement_bound(DType dtype, bool rounds_operands) {
     const double storage = dtype == DType::f32 ? 1e-4 : dtype == DType::f16 ? 3e-3 : 4e-3;
-    return f16_products ? std::max(storage, 3e-3) : storage;
+    return rounds_operands ? std::max(storage, 3e-3) : storage;
 }
 
 // The problem a shape resolves to, for its bucket.
@@ -141,7 +141,7 @@ TuneResult time_forward(Context& context, const TuneShape& s, const std::vector<
     const std::vector<double> baseline = values_of(out.o);
     for (const KernelVariant* candidate : candidates) {
         const KernelVariant& variant = *candidate;
-        if (f16_products(variant.overrides) && s.dtype != DType::f16) continue;
+        if (rounds_operands(variant.overrides) && s.dtype == DType::f32) continue;
         const AttentionOptions opts{.causal = causal, .impl = variant.impl, .variant = variant.overrides};
         std::unique_ptr<AttentionPlan> plan;
         try {
@@ -153,7 +153,7 @@ TuneResult time_forward(Context& context, const TuneShape& s, const std::vector<
         }
         const double ms = median_gpu_ms(context, options, [&](Batch& batch) { plan->run(batch, in, out); });
         add_timing(result, options, variant.name, ms, relative_distance(values_of(out.o), baseline),
-                   agreement_bound(s.dtype, f16_products(variant.overrides)));
+                   agreement_bound(s.dtype, rounds_operands(variant.overrides)));
     }
     return result;
 }
@@ -202,7 +202,7 @@ TuneResult time_backward(Context& context, const TuneShape& s, const std::vector
     const std::vector<double> baseline = gradients();
     for (const KernelVariant* candidate : candidates) {
         const KernelVariant& variant = *candidate;
-        if (f16_products(variant.overrides) && s.dtype != DType::f16) continue;
+        if (rounds_operands(variant.overrides) && s.dtype == DType::f32) continue;
         AttentionOptions opts = base;
         opts.impl = variant.impl;
         opts.variant = variant.overrides;
@@ -217,7 +217,7 @@ TuneResult time_backward(Context& context, const TuneShape& s, const std::vector
             continue;
         }
         add_timing(result, options, variant.name, ms, relative_distance(gradients(), baseline),
-                   2 * agreement_bound(s.dtype, f16_products(variant.overrides)));
+                   2 * agreement_bound(s.dtype, rounds_operands(variant.overrides)));
     }
     return result;
 }
@@ -235,6 +235,7 @@ std::vector<TuneShape> default_tune_grid(const Context& context) {
     std::vector<TuneShape> grid;
     std::vector<DType> dtypes{DType::f32};
     if (context.device().fp16_storage) dtypes.push_back(DType::f16);
+    if (context.device().fp16_storage && context.device().bf16_matrix_units) dtypes.push_back(DType::bf16);
     for (const DType dtype : dtypes)
         for (const std::int64_t d : {64, 128}) {
             for (const std::int64_t keys : {4096, 32768})

@@ -41,9 +41,9 @@ const std::vector<KernelVariant>& kernel_variants() {
         {"split-decode-lpk16", Impl::split, {.fused_kernel = FusedKernel::decode, .decode_lanes_per_key = 16},
          "flash_decode.comp with 16 lanes per key (subgroups of 16 lanes or more)"},
         {"split-tile", Impl::split, {.fused_kernel = FusedKernel::tile}, "split-KV over flash_tile.comp"},
-        // Issue #33: f16 products, so the tuner times them for f16 storage only (f16_products).
+        // Issue #33: 16-bit products, so the tuner times them for f16 and bf16 storage only (rounds_operands).
         {"coopmat", Impl::fused, {.fused_kernel = FusedKernel::coopmat},
-         "flash_coopmat.comp: FlashAttention-2's tiles on 16x16x16 cooperative matrices, f16 operands (the matrix units, or their portable implementation)"},
+         "flash_coopmat.comp: FlashAttention-2's tiles on 16x16x16 cooperative matrices, f16 or bf16 operands (the matrix units, or their portable implementation)"},
         // Its other shapes (the default is 64 rows x 64 keys where shared memory allows): 2
         // subgroups per workgroup fill more SMs and let more workgroups share one; 32-key tiles
         // halve the scores' tile and the softmax's registers.
@@ -89,7 +89,7 @@ const std::vector<KernelVariant>& backward_variants() {
         {"backward-fused", Impl::fused, {.fused_kernel = FusedKernel::flash},
          "flash_bwd_q.comp and flash_bwd_kv.comp: dQ, and dK with dV, in registers (FP32 units)"},
         {"backward-coopmat", Impl::fused, {.fused_kernel = FusedKernel::coopmat},
-         "flash_bwd_q_coopmat.comp and flash_bwd_kv_coopmat.comp: the five products on 16x16x16 cooperative matrices, f16 operands"},
+         "flash_bwd_q_coopmat.comp and flash_bwd_kv_coopmat.comp: the five products on 16x16x16 cooperative matrices, f16 or bf16 operands"},
         {"backward-unfused", Impl::unfused, {.gemm_kernel = GemmKernel::blocks},
          "three stages, bmm.comp's register blocks (the CPU devices' products)"},
         {"backward-unfused-tile", Impl::unfused, {.gemm_kernel = GemmKernel::tile},
@@ -130,7 +130,7 @@ std::string backward_variant_names() { return names_of(backward_variants()); }
 
 const KernelVariant* find_kernel_variant(std::string_view name) { return find_in(kernel_variants(), name); }
 
-bool f16_products(const VariantOverrides& overrides) { return overrides.fused_kernel == FusedKernel::coopmat; }
+bool rounds_operands(const VariantOverrides& overrides) { return overrides.fused_kernel == FusedKernel::coopmat; }
 
 std::string kernel_variant_names() { return names_of(kernel_variants()); }
 

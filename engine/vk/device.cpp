@@ -40,6 +40,16 @@ std::uint32_t compute_queue_family(VkPhysicalDevice physical) {
     throw Error(std::string("the device ") + props.deviceName + " has no compute queue.");
 }
 
+// Whether the device supports bf16 scalars and bf16 cooperative matrices in shaders (the features
+// VK_KHR_shader_bfloat16 makes optional), asked only where its structure may be chained.
+bool offers_bf16_matrices(VkPhysicalDevice physical) {
+    VkPhysicalDeviceShaderBfloat16FeaturesKHR bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = &bf16;
+    vkGetPhysicalDeviceFeatures2(physical, &features);
+    return bf16.shaderBFloat16Type == VK_TRUE && bf16.shaderBFloat16CooperativeMatrix == VK_TRUE;
+}
+
 }  // namespace
 
 Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physical_(physical), options_(options) {
@@ -48,6 +58,8 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     available_ = available_features(physical);
     features_ = available_;
     features_.cooperative_matrix = available_.cooperative_matrix && options.newer_structures && options.f16_matrix_shape;
+    features_.bf16_matrices = features_.cooperative_matrix && available_.bf16_matrices && options.bf16_structures &&
+                              options.bf16_matrix_shape && bf16_unit_shaders_built() && offers_bf16_matrices(physical);
     features_.maximal_reconvergence = available_.maximal_reconvergence && options.maximal_reconvergence;
     features_.pipeline_statistics = available_.pipeline_statistics && options.kernel_statistics;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
@@ -70,6 +82,13 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
         want12.vulkanMemoryModel = VK_TRUE;
         want_matrices.pNext = want12.pNext;
         want12.pNext = &want_matrices;
+    }
+    VkPhysicalDeviceShaderBfloat16FeaturesKHR want_bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
+    if (features_.bf16_matrices) {
+        want_bf16.shaderBFloat16Type = VK_TRUE;
+        want_bf16.shaderBFloat16CooperativeMatrix = VK_TRUE;
+        want_bf16.pNext = want12.pNext;
+        want12.pNext = &want_bf16;
     }
     VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR want_reconvergence{VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR};
     if (features_.maximal_reconvergence) {
@@ -99,6 +118,7 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     if (features_.portability_subset) extensions.push_back("VK_KHR_portability_subset");
     if (features_.subgroup_size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     if (features_.cooperative_matrix) extensions.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (features_.bf16_matrices) extensions.push_back(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
     if (features_.maximal_reconvergence) extensions.push_back(VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME);
     if (features_.pipeline_statistics) extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
 
@@ -173,6 +193,7 @@ void Device::describe() {
     caps_.subgroup_size_control = features_.subgroup_size_control;
     // As describe_matrix_units says (vk/device_facts.hpp): the feature on, the shape offered, the shaders built.
     caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_shape && matrix_unit_shaders_built();
+    caps_.bf16_matrix_units = caps_.matrix_units && features_.bf16_matrices && options_.bf16_matrix_shape && bf16_unit_shaders_built();
     caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
     caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;

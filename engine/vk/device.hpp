@@ -22,6 +22,10 @@ struct DeviceOptions {
     // Whether the matrix units take 16×16×16 f16 × f16 + f32 products at subgroup scope (the
     // cooperative-matrix shapes DeviceInfo lists).
     bool f16_matrix_shape = false;
+    // Whether VK_KHR_shader_bfloat16's feature structure may be chained (false while a validation
+    // layer older than it is on), and whether the units take 16×16×16 bf16 × bf16 + f32 products.
+    bool bf16_structures = true;
+    bool bf16_matrix_shape = false;
     // Whether VK_KHR_shader_maximal_reconvergence's feature structure may be chained (a validation
     // layer older than it reports it as an error) and the shaders patched with it where offered
     // ($VKATTN_MAXIMAL_RECONVERGENCE=0 turns it off, to compare).

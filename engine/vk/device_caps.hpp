@@ -29,6 +29,11 @@ struct DeviceCaps {
     // f16 × f16 + f32 subgroup shape, and this build has their shaders (VKATTN_COOPMAT_UNITS). The
     // cooperative-matrix kernels run on them then, else their portable implementation.
     bool matrix_units = false;
+    // bf16 operands on the matrix units too (the kernels' bf16 builds): VK_KHR_shader_bfloat16's
+    // features enabled, a 16×16×16 bf16 shape offered, and this build has those shaders (a glslang
+    // that compiles GL_EXT_bfloat16). Else bf16 storage takes the cooperative-matrix kernels only
+    // where they run portably (no matrix units).
+    bool bf16_matrix_units = false;
     std::uint32_t min_subgroup_size = 1, max_subgroup_size = 1;
     std::uint32_t max_shared_bytes = 16384;
     std::uint32_t max_workgroup_invocations = 128;

@@ -143,25 +143,31 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     // What a context's own device gets (no validation layer older than the extension on).
     const DeviceFeatures available = available_features(physical);
     info.maximal_reconvergence = available.maximal_reconvergence;
-    describe_matrix_units(info, available, available, "");
+    describe_matrix_units(info, available, available, "", "");
 
     const ComputeUnits units = compute_units(physical, exts);
     info.compute_units = units.count;
     info.compute_units_source = units.source;
 }
 
-bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes) {
+namespace {
+bool takes_matrices(const std::vector<CooperativeMatrixShape>& shapes, const char* operand) {
     for (const CooperativeMatrixShape& s : shapes)
-        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a == "f16" && s.b == "f16" && s.c == "f32" && s.result == "f32" &&
+        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a == operand && s.b == operand && s.c == "f32" && s.result == "f32" &&
             s.scope == "subgroup" && !s.saturating)
             return true;
     return false;
 }
+}  // namespace
+
+bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes) { return takes_matrices(shapes, "f16"); }
+bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes) { return takes_matrices(shapes, "bf16"); }
 
 void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
-                           const std::string& why_not_enabled) {
-    info.matrix_units = false;
+                           const std::string& why_not_enabled, const std::string& why_bf16_not_enabled) {
+    info.matrix_units = info.bf16_matrix_units = false;
     info.matrix_units_off.clear();
+    info.bf16_matrix_units_off.clear();
     if (info.cooperative_matrix.empty()) return;  // no matrix units to speak of
     if (!takes_f16_matrices(info.cooperative_matrix))
         info.matrix_units_off = "no 16x16x16 f16 x f16 + f32 subgroup shape";
@@ -173,6 +179,18 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
         info.matrix_units_off = "this build has no matrix units' shaders (VKATTN_COOPMAT_UNITS; shaders/toolchain.txt)";
     else
         info.matrix_units = true;
+    if (!info.matrix_units)
+        info.bf16_matrix_units_off = "the matrix units are off";
+    else if (!takes_bf16_matrices(info.cooperative_matrix))
+        info.bf16_matrix_units_off = "no 16x16x16 bf16 x bf16 + f32 subgroup shape";
+    else if (!available.bf16_matrices)
+        info.bf16_matrix_units_off = "VK_KHR_shader_bfloat16 is not offered";
+    else if (!bf16_unit_shaders_built())
+        info.bf16_matrix_units_off = "this build has no bf16 units' shaders (a glslang >= 15.3: VKATTN_BF16_GLSLANG)";
+    else if (!enabled.bf16_matrices)
+        info.bf16_matrix_units_off = why_bf16_not_enabled;
+    else
+        info.bf16_matrix_units = true;
 }
 
 }  // namespace vkattn::vk

@@ -30,11 +30,14 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
 // Whether the shapes include the one the cooperative-matrix kernels are built for: 16×16×16,
 // f16 × f16 + f32 → f32, subgroup scope, not saturating (common/coopmat.glsl).
 bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes);
+// The same with bf16 × bf16 + f32 (the kernels' bf16 builds).
+bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes);
 
 // DeviceInfo::matrix_units and matrix_units_off for a device made with `enabled` of the `available`
 // features: the units run the cooperative-matrix kernels where the shape is offered, the feature is
-// enabled (else `why_not_enabled`) and this build has their shaders.
+// enabled (else `why_not_enabled`) and this build has their shaders; and bf16_matrix_units (_off)
+// alike (`why_bf16_not_enabled`).
 void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
-                           const std::string& why_not_enabled);
+                           const std::string& why_not_enabled, const std::string& why_bf16_not_enabled);
 
 }  // namespace vkattn::vk

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "vk/newer_extensions.hpp"
+#include "vk/pipeline.hpp"
 
 namespace vkattn::vk {
 namespace {
@@ -58,6 +59,7 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
     // structure itself is not queried (an older validation layer rejects it: newer_extensions.hpp).
     out.cooperative_matrix = offers(extensions, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) && f12.vulkanMemoryModel == VK_TRUE &&
                              out.float16;
+    out.bf16_matrices = out.cooperative_matrix && offers(extensions, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
     if (offers(extensions, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
         VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
             VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
@@ -79,7 +81,7 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
     bool size_control = false, full_subgroups = false, matrices = false, memory_model = false, reconvergence = false;
-    bool executables = false;
+    bool executables = false, bf16_type = false, bf16_matrices = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -135,6 +137,11 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
             default:
                 if (s->sType == VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR)
                     matrices |= reinterpret_cast<const VkPhysicalDeviceCooperativeMatrixFeaturesKHR*>(s)->cooperativeMatrix == VK_TRUE;
+                if (s->sType == VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR) {
+                    auto* f = reinterpret_cast<const VkPhysicalDeviceShaderBfloat16FeaturesKHR*>(s);
+                    bf16_type |= f->shaderBFloat16Type == VK_TRUE;
+                    bf16_matrices |= f->shaderBFloat16CooperativeMatrix == VK_TRUE;
+                }
                 if (s->sType == VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR)
                     reconvergence |= reinterpret_cast<const VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR*>(s)
                                          ->shaderMaximalReconvergence == VK_TRUE;
@@ -142,6 +149,7 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
         }
     }
     bool size_extension = false, matrix_extension = false, reconvergence_extension = false, executables_extension = false;
+    bool bf16_extension = false;
     for (std::uint32_t i = 0; i < info.enabledExtensionCount; ++i) {
         const char* name = info.ppEnabledExtensionNames[i];
         if (std::strcmp(name, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) size_extension = true;
@@ -149,10 +157,12 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
         if (std::strcmp(name, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) matrix_extension = true;
         if (std::strcmp(name, VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME) == 0) reconvergence_extension = true;
         if (std::strcmp(name, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) executables_extension = true;
+        if (std::strcmp(name, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME) == 0) bf16_extension = true;
     }
     out.pipeline_statistics = executables_extension && executables;
     out.maximal_reconvergence = reconvergence_extension && reconvergence;
     out.cooperative_matrix = matrix_extension && matrices && memory_model && out.float16;
+    out.bf16_matrices = out.cooperative_matrix && bf16_extension && bf16_type && bf16_matrices;
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
     // Core in Vulkan 1.3 (for an instance and a device of 1.3), whichever structure enabled it.
@@ -178,6 +188,9 @@ std::vector<std::string> features_not_enabled(const DeviceFeatures& available, c
     note(available.cooperative_matrix, enabled.cooperative_matrix,
          "cooperativeMatrix (VK_KHR_cooperative_matrix) with vulkanMemoryModel and shaderFloat16: the cooperative-matrix "
          "kernels run their portable implementation, not the matrix units");
+    note(available.bf16_matrices && enabled.cooperative_matrix && bf16_unit_shaders_built(), enabled.bf16_matrices,
+         "shaderBFloat16Type + shaderBFloat16CooperativeMatrix (VK_KHR_shader_bfloat16): bf16 storage does not multiply "
+         "on the matrix units");
     note(available.maximal_reconvergence, enabled.maximal_reconvergence,
          "shaderMaximalReconvergence (VK_KHR_shader_maximal_reconvergence): subgroup operations after a per-lane branch "
          "rely on the driver reconverging there, which the core rules do not promise");

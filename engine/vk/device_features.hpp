@@ -25,6 +25,11 @@ struct DeviceFeatures {
     // units' shaders use the Vulkan memory model and f16 matrices): the matrix units' kernels (issue #33). Whether a shape they take is
     // offered is DeviceInfo::cooperative_matrix's to say.
     bool cooperative_matrix = false;
+    // VK_KHR_shader_bfloat16's shaderBFloat16Type and shaderBFloat16CooperativeMatrix, with
+    // cooperative_matrix: bf16 operands on the matrix units (the cooperative-matrix kernels' bf16
+    // builds). Offered: the extension with cooperative_matrix (vk::Device confirms the features by a
+    // query, which a validation layer older than the extension would reject, before it enables them).
+    bool bf16_matrices = false;
     // VK_KHR_shader_maximal_reconvergence's shaderMaximalReconvergence: every pipeline's SPIR-V then
     // gets MaximallyReconvergesKHR (vk/spirv_patch.hpp), so subgroup operations after a per-lane
     // branch see the whole subgroup.

@@ -1,6 +1,6 @@
 // Declarations of the device extensions vkattn reads that are newer than the oldest Vulkan headers it
-// builds with (Debian 12's 1.3.239): VK_KHR_cooperative_matrix's properties query and feature, and the names of
-// VK_KHR_shader_bfloat16 and VK_EXT_shader_float8, copied from the Vulkan registry (vk.xml) with
+// builds with (Debian 12's 1.3.239): VK_KHR_cooperative_matrix's properties query and feature,
+// VK_KHR_shader_bfloat16's feature, and the name of VK_EXT_shader_float8, copied from the Vulkan registry (vk.xml) with
 // their enum values. Newer headers define them, and these are skipped.
 #pragma once
 
@@ -85,9 +85,24 @@ constexpr int kVkComponentTypeUint8PackedNv = 1000491001;
 constexpr int kVkComponentTypeFloat8E4M3 = 1000491002;  // VK_EXT_shader_float8 (first VK_NV_cooperative_vector)
 constexpr int kVkComponentTypeFloat8E5M2 = 1000491003;
 
+// VK_KHR_shader_bfloat16 (Vulkan 1.4.311): its feature structure (bf16 operands on the matrix
+// units), and the first validation layer that takes it: 1.4.311's knows the structure, but its
+// checks of bf16 cooperative matrices in SPIR-V were fixed only in 1.4.320 ("layers: Fix BFloat16
+// and Float8", June 2025), and a false message fails the tests.
 #ifndef VK_KHR_shader_bfloat16
 #define VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME "VK_KHR_shader_bfloat16"
+typedef struct VkPhysicalDeviceShaderBfloat16FeaturesKHR {
+    VkStructureType sType;
+    void* pNext;
+    VkBool32 shaderBFloat16Type;
+    VkBool32 shaderBFloat16DotProduct;
+    VkBool32 shaderBFloat16CooperativeMatrix;
+} VkPhysicalDeviceShaderBfloat16FeaturesKHR;
+#define VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR static_cast<VkStructureType>(1000141000)
+#else
+#define VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
 #endif
+constexpr std::uint32_t kBfloat16HeaderVersion = VK_MAKE_API_VERSION(0, 1, 4, 320);
 #ifndef VK_EXT_shader_float8
 #define VK_EXT_SHADER_FLOAT8_EXTENSION_NAME "VK_EXT_shader_float8"
 #endif

@@ -165,6 +165,8 @@ def test_default_context_and_devices():
         assert d["min_subgroup_size"] <= d["subgroup_size"] <= d["max_subgroup_size"]
         assert len(d["uuid"]) == 32 and isinstance(d["cooperative_matrix"], list)
         assert isinstance(d["matrix_units"], bool) and isinstance(d["matrix_units_off"], str)
+        assert isinstance(d["bf16_matrix_units"], bool) and isinstance(d["bf16_matrix_units_off"], str)
+        assert not (d["bf16_matrix_units"] and not d["matrix_units"])
 
 
 @pytest.mark.parametrize("call,argument", [

@@ -2,6 +2,9 @@
 // is written once and runs on a GPU's matrix units or, portably, on any device (lavapipe included):
 //   CM_KHR defined: GL_KHR_cooperative_matrix, subgroup scope, f16 operands, fp32 accumulators;
 //   otherwise:      the portable implementation, from the subgroup's invocations and shared memory.
+// CM_BF16 defined, the operands are bf16 instead of f16 (fp32's range, 8 bits of mantissa): on the
+// units GL_EXT_bfloat16's matrices (VK_KHR_shader_bfloat16), portably fp32 values rounded to bf16.
+// Everything below that says f16 of the operands means the operand type.
 // A subgroup owns each matrix. Operands come from tiles in shared memory; accumulators live in
 // registers, and their elements reach the kernel only through a store into an fp32 tile (the
 // matrix units spread them over the lanes in an order Vulkan does not define), and come back from
@@ -21,8 +24,8 @@
 //   CM_ACC_TILE(name, n)        n fp32 values as vec4 (n a multiple of 4) on the units; elements
 //                               read and written with CM_AT(name, i)
 //   CM_ACC_TILE_SCALAR(name, n) n fp32 values as floats, indexed directly
-// In the portable implementation every tile is an fp32 array (operands hold f16-rounded values, so
-// that both implementations round operands alike) and the macros index it directly.
+// In the portable implementation every tile is an fp32 array (operands hold f16- or bf16-rounded
+// values, so that both implementations round operands alike) and the macros index it directly.
 //
 // The operations (macros: GLSL cannot pass a shared array to a function):
 //   CmA a; CmB b; CmAcc c;              the types: A 16×16 (rows × k), B 16×16 (k × columns), C
@@ -50,9 +53,10 @@
 //                                       values, offset and stride counting fp32 values, and value i
 //                                       read back; each takes CM_F32_SLOTS of the tile's n elements
 //                                       (a kernel's slices reused for its output)
-//   CM_ELEM4, CM_TO_ELEM4(v)            4 operand values in registers (f16 on the units), as a
+//   CM_ELEM4, CM_TO_ELEM4(v)            4 operand values in registers (f16 on the units; bf16 there as
+//                                       two words of pairs), as a
 //                                       kernel holds a tile's loads in flight before it stores them
-//   CM_UNPACK8(word, lo, hi)            lo, hi (CM_ELEM4) = the 8 f16 values of a 16-byte word
+//   CM_UNPACK8(word, lo, hi)            lo, hi (CM_ELEM4) = the 8 f16 (bf16) values of a 16-byte word
 //   CM_FETCH8(load4, at, d, D, lo, hi)  lo, hi (CM_ELEM4) = a row's elements d..d+7 through a
 //                                       4-element loader load4(index, valid), `at` the index of
 //                                       element d; zeros from element D on (nothing loaded there)
@@ -77,18 +81,57 @@
 
 const uint CM_DIM = 16u;  // M = N = K
 
+// bf16's rounding of an fp32 value, as its 16 bits (nearest even, past bf16's range ±inf, NaN kept
+// and quiet): the host's float_to_bf16, in integers, so that every compiler rounds alike.
+uint cm_bf16_bits(float x) {
+    const uint bits = floatBitsToUint(x);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;
+    return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+uint cm_bf16_pair(vec2 v) { return cm_bf16_bits(v.x) | (cm_bf16_bits(v.y) << 16u); }
+uvec2 cm_bf16_four(vec4 v) { return uvec2(cm_bf16_pair(v.xy), cm_bf16_pair(v.zw)); }
+
 #ifdef CM_KHR
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 
 #define CM_LOOP [[unroll]]
+#ifdef CM_BF16
+#extension GL_EXT_bfloat16 : require
+#define CM_ELEM bfloat16_t
+// Rounded in integers, then converted exactly (a bf16 value converts to itself whatever the
+// driver's rounding).
+#define CM_TO_ELEM(value_) bfloat16_t(uintBitsToFloat(cm_bf16_bits(float(value_)) << 16u))
+// 4 operands in registers as two words of bf16 pairs, rounded in integers (cm_bf16_pair above):
+// packing bf16vec2 into a word takes 16-bit integer types, another device feature (shaderInt16).
+#define CM_ELEM4 uvec2
+#define CM_TO_ELEM4(value_) cm_bf16_four(value_)
+#define CM_PUT8(tile, i, lo, hi) tile[(i) / 8u] = uvec4(lo, hi)
+#define CM_PUT2(tile, i, x, y) tile[(i) / 8u][((i) / 2u) % 4u] = cm_bf16_pair(vec2(x, y))
+#define CM_UNPACK8(word, lo, hi)    \
+    {                               \
+        const uvec4 cm_w = (word);  \
+        lo = cm_w.xy;               \
+        hi = cm_w.zw;               \
+    }
+#else
 #define CM_ELEM float16_t
 #define CM_TO_ELEM(value_) float16_t(value_)
 #define CM_ELEM4 f16vec4
 #define CM_TO_ELEM4(value_) f16vec4(value_)
-#define CmA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
-#define CmB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define CM_PUT8(tile, i, lo, hi) \
+    tile[(i) / 8u] = uvec4(packFloat2x16((lo).xy), packFloat2x16((lo).zw), packFloat2x16((hi).xy), packFloat2x16((hi).zw))
+#define CM_PUT2(tile, i, x, y) tile[(i) / 8u][((i) / 2u) % 4u] = packFloat2x16(f16vec2(CM_TO_ELEM(x), CM_TO_ELEM(y)))
+#define CM_UNPACK8(word, lo, hi)                                        \
+    {                                                                   \
+        const uvec4 cm_w = (word);                                      \
+        lo = f16vec4(unpackFloat2x16(cm_w.x), unpackFloat2x16(cm_w.y)); \
+        hi = f16vec4(unpackFloat2x16(cm_w.z), unpackFloat2x16(cm_w.w)); \
+    }
+#endif
+#define CmA coopmat<CM_ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define CmB coopmat<CM_ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define CmAcc coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 // A tile of n elements declared as `type`, `unit` elements each: the loads' offsets and strides
 // count declared elements, name##_unit converts.
@@ -96,7 +139,7 @@ const uint CM_DIM = 16u;  // M = N = K
     shared type name[(n) / (unit)];   \
     const uint name##_unit = unit
 #define CM_OPERAND_TILE(name, n) CM_TILE_(uvec4, name, n, 8u)
-#define CM_OPERAND_TILE_SCALAR(name, n) CM_TILE_(float16_t, name, n, 1u)
+#define CM_OPERAND_TILE_SCALAR(name, n) CM_TILE_(CM_ELEM, name, n, 1u)
 #define CM_ACC_TILE(name, n) CM_TILE_(vec4, name, n, 4u)
 #define CM_ACC_TILE_SCALAR(name, n) CM_TILE_(float, name, n, 1u)
 #define CM_FILL(c, value) c = CmAcc(value)
@@ -113,21 +156,12 @@ const uint CM_DIM = 16u;  // M = N = K
 #define CM_ADD(c, d) c = c + (d)
 #define CM_STORE(c, tile, offset, stride) \
     coopMatStore(c, tile, (offset) / tile##_unit, (stride) / tile##_unit, gl_CooperativeMatrixLayoutRowMajor)
-#define CM_PUT8(tile, i, lo, hi) \
-    tile[(i) / 8u] = uvec4(packFloat2x16((lo).xy), packFloat2x16((lo).zw), packFloat2x16((hi).xy), packFloat2x16((hi).zw))
-#define CM_PUT2(tile, i, x, y) tile[(i) / 8u][((i) / 2u) % 4u] = packFloat2x16(f16vec2(CM_TO_ELEM(x), CM_TO_ELEM(y)))
 #define CM_AT(tile, i) tile[(i) / 4u][(i) % 4u]
 // An fp32 value takes two f16 slots of an operand tile (uvec4: 4 values per word).
 const uint CM_F32_SLOTS = 2u;
 #define CM_STORE_F32(c, tile, offset, stride) \
     coopMatStore(c, tile, (offset) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_F32_AT(tile, i) uintBitsToFloat(tile[(i) / 4u][(i) % 4u])
-#define CM_UNPACK8(word, lo, hi)                                        \
-    {                                                                   \
-        const uvec4 cm_w = (word);                                      \
-        lo = f16vec4(unpackFloat2x16(cm_w.x), unpackFloat2x16(cm_w.y)); \
-        hi = f16vec4(unpackFloat2x16(cm_w.z), unpackFloat2x16(cm_w.w)); \
-    }
 
 #else  // the portable implementation
 
@@ -163,10 +197,30 @@ float cm_round_f16(float x) {
     if (rounded > 0x477fe000u) rounded = 0x7f800000u;                           // past 65,504: inf
     return uintBitsToFloat((bits & 0x80000000u) | rounded);
 }
-#define CM_TO_ELEM(value_) cm_round_f16(float(value_))
+#ifdef CM_BF16
+// bf16's rounding of an fp32 value, as an fp32 value (bf16 is fp32's upper half).
+float cm_round_operand(float x) { return uintBitsToFloat(cm_bf16_bits(x) << 16u); }
+#define CM_UNPACK8(word, lo, hi)                                                                      \
+    {                                                                                                 \
+        const uvec4 cm_w = (word);                                                                    \
+        lo = uintBitsToFloat(uvec4(cm_w.x << 16u, cm_w.x & 0xffff0000u, cm_w.y << 16u, cm_w.y & 0xffff0000u)); \
+        hi = uintBitsToFloat(uvec4(cm_w.z << 16u, cm_w.z & 0xffff0000u, cm_w.w << 16u, cm_w.w & 0xffff0000u)); \
+    }
+#else
+float cm_round_operand(float x) { return cm_round_f16(x); }
+#define CM_UNPACK8(word, lo, hi)                                   \
+    {                                                              \
+        const uvec4 cm_w = (word);                                 \
+        lo = vec4(unpackHalf2x16(cm_w.x), unpackHalf2x16(cm_w.y)); \
+        hi = vec4(unpackHalf2x16(cm_w.z), unpackHalf2x16(cm_w.w)); \
+    }
+#endif
+vec4 cm_round_four(vec4 v) {
+    return vec4(cm_round_operand(v.x), cm_round_operand(v.y), cm_round_operand(v.z), cm_round_operand(v.w));
+}
+#define CM_TO_ELEM(value_) cm_round_operand(float(value_))
 #define CM_ELEM4 vec4
-#define CM_TO_ELEM4(value_) \
-    vec4(cm_round_f16((value_).x), cm_round_f16((value_).y), cm_round_f16((value_).z), cm_round_f16((value_).w))
+#define CM_TO_ELEM4(value_) cm_round_four(value_)
 #define CM_OPERAND_TILE(name, n) shared float name[n]
 #define CM_OPERAND_TILE_SCALAR(name, n) shared float name[n]
 #define CM_ACC_TILE(name, n) shared float name[n]
@@ -176,10 +230,10 @@ float cm_round_f16(float x) {
         tile[(i) + cm_c] = (lo)[cm_c];                   \
         tile[(i) + 4u + cm_c] = (hi)[cm_c];              \
     }
-#define CM_PUT2(tile, i, x, y)              \
-    {                                       \
-        tile[i] = cm_round_f16(float(x));   \
-        tile[(i) + 1u] = cm_round_f16(float(y)); \
+#define CM_PUT2(tile, i, x, y)         \
+    {                                  \
+        tile[i] = CM_TO_ELEM(x);       \
+        tile[(i) + 1u] = CM_TO_ELEM(y); \
     }
 #define CM_AT(tile, i) tile[i]
 #define CM_ROW(t_) (gl_SubgroupInvocationID / CM_LPR + (t_) * (CM_SG / CM_LPR))
@@ -225,12 +279,6 @@ float cm_round_f16(float x) {
 const uint CM_F32_SLOTS = 1u;
 #define CM_STORE_F32(c, tile, offset_, stride_) CM_STORE(c, tile, offset_, stride_)
 #define CM_F32_AT(tile, i) tile[i]
-#define CM_UNPACK8(word, lo, hi)                                   \
-    {                                                              \
-        const uvec4 cm_w = (word);                                 \
-        lo = vec4(unpackHalf2x16(cm_w.x), unpackHalf2x16(cm_w.y)); \
-        hi = vec4(unpackHalf2x16(cm_w.z), unpackHalf2x16(cm_w.w)); \
-    }
 
 #endif  // CM_KHR
 

@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <tuple>
 #include <sys/wait.h>
 
@@ -765,6 +766,35 @@ TEST_CASE("cli bench --gemm-shape: the cooperative-matrix GEMM's shapes, 16-byte
     }
 }
 
+TEST_CASE("cli bench --gemm-operands bf16: the cooperative-matrix GEMM on bf16 operands", "[cli]") {
+    // Where bf16 runs (portably, or on units that take it): validated, its variant says bf16; on
+    // units without bf16, refused naming the argument. Without the coopmat ceiling, refused by name.
+    const Result r = vk_attn("bench --seq 16 --dim 8 --repeat 1 --warmup 0 --gemm --gemm-size 72 --validate --json "
+                             "--gemm-kernel coopmat --gemm-operands bf16");
+    INFO(r.err);
+    const Result devices = vk_attn("devices --json");
+    REQUIRE(devices.status == 0);
+    bool runs = true;  // one JSON object per device, a line each
+    std::istringstream lines(devices.out);
+    for (std::string line; std::getline(lines, line);) {
+        const auto d = nlohmann::json::parse(line);
+        if (d["default_choice"].get<bool>()) runs = !d["matrix_units"].get<bool>() || d["bf16_matrix_units"].get<bool>();
+    }
+    if (runs) {
+        REQUIRE(r.status == 0);
+        const auto gemm_row = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+        CHECK(gemm_row["rel_l2_err"].get<double>() <= tolerance_for(DType::f32).rel);
+        CHECK_THAT(gemm_row["variant"].get<std::string>(), Catch::Contains("bf16 operands") && Catch::Contains("16-byte loads"));
+    } else {
+        CHECK(r.status != 0);
+        CHECK_THAT(r.err, Catch::Contains("bf16_matrix_units_off"));
+    }
+    const Result refused = vk_attn("bench --seq 16 --dim 8 --repeat 1 --gemm --gemm-operands bf16");
+    CHECK(refused.status != 0);
+    CHECK_THAT(refused.err, Catch::Contains("--gemm-operands"));
+    CHECK(vk_attn("bench --gemm --gemm-kernel coopmat --gemm-operands f32").status != 0);
+}
+
 TEST_CASE("cli bench --validate: the table and CSV name the error column as JSON does", "[cli]") {
     const Result table = vk_attn("bench --heads 1 --seq 16 --dim 8 --repeat 1 --warmup 0 --validate");
     INFO(table.err);
@@ -1090,6 +1120,12 @@ TEST_CASE("cli check --variants and bench --variant: the catalogue's kernel vari
     INFO(training.out << training.err);
     CHECK(training.status == 0);
     CHECK_THAT(training.out, Catch::Contains("backward-coopmat["));
+    // bf16 storage on the kernel's bf16 operands over the check matrix (reported unavailable, not
+    // failed, on matrix units that do not take bf16).
+    const Result bf16 = vk_attn("check --variants coopmat --dtype bf16 --json");
+    INFO(bf16.out << bf16.err);
+    CHECK(bf16.status == 0);
+    CHECK_THAT(bf16.out, Catch::Contains("\"dtype\":\"bf16\"") && Catch::Contains("\"failed\":0"));
     for (const std::string args : {"check --variants nope", "bench --variant nope"}) {
         const Result bad = vk_attn(args);
         CHECK(bad.status == 1);

@@ -43,6 +43,37 @@ TEST_CASE("bmm coopmat: GQA heads, a chunk of rows, alpha, the addends and the t
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 32, .K = 27, .b = DType::fp8_e5m2, .out = DType::bf16});
 }
 
+TEST_CASE("bmm coopmat: bf16 operands where A or B is bf16; f16 beside bf16 refused by name", "[gpu][bmm][coopmat][bf16]") {
+    // bf16 A and B multiply as bf16 (fp32's range), 16 bytes at a time where rows allow (A·B, A·Bᵀ)
+    // and through the typed loaders otherwise (Aᵀ·B, K off 8), beside f32 and quantized operands;
+    // on matrix units that do not take bf16, refused by name (DeviceInfo::bf16_matrix_units_off).
+    const detail::BmmConfig config = coopmat_config();
+    const vk::DeviceCaps& caps = detail::ContextAccess::runtime(gpu_context()).device().caps();
+    if (!caps.fp16_storage) return;  // 16-bit operands and outputs
+    auto refusal = [&](const Product& p) {
+        try {
+            check_product(config, p);
+            FAIL("taken");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == "a");
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    const Product bf{.form = detail::BmmForm::a_b, .H = 2, .M = 37, .N = 40, .K = 48, .a = DType::bf16, .b = DType::bf16,
+                     .out = DType::bf16};
+    if (caps.matrix_units && !caps.bf16_matrix_units) {
+        CHECK_THAT(refusal(bf), Catch::Contains("bf16_matrix_units_off"));
+    } else {
+        check_product(config, bf);
+        check_product(config, {.form = detail::BmmForm::at_b, .M = 33, .N = 21, .K = 19, .a = DType::bf16, .b = DType::bf16});
+        check_product(config, {.form = detail::BmmForm::a_bt, .M = 20, .N = 17, .K = 36, .b = DType::bf16, .out = DType::f16});
+        check_product(config, {.form = detail::BmmForm::a_bt, .M = 20, .N = 33, .K = 64, .a = DType::bf16, .b = DType::q4_1});
+    }
+    CHECK_THAT(refusal({.form = detail::BmmForm::a_bt, .M = 16, .N = 16, .K = 16, .a = DType::f16, .b = DType::bf16}),
+               Catch::Contains("f16 or bf16"));
+}
+
 TEST_CASE("bmm coopmat: the shapes (subgroups, accumulators, slice depths, buffers, 16-byte loads)", "[gpu][bmm][coopmat]") {
     // GemmShape's knobs, each shape at sizes off its tiles and slices (several 16-deep steps per
     // slice, several slices), in every form: f16 A and B with rows on 16 bytes take the 16-byte

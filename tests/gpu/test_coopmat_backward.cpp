@@ -27,7 +27,8 @@ AttentionReport check_coopmat(const BackwardCase& c, std::uint32_t seed) {
     const AttentionReport r = check_case(c, seed);
     if (c.options.impl != Impl::unfused) {
         CHECK_THAT(r.variant, Catch::StartsWith("backward-coopmat["));
-        CHECK(r.f16_products);
+        const bool bf16 = c.dtype == DType::bf16 || c.k_dtype == DType::bf16 || c.v_dtype == DType::bf16;
+        CHECK(r.product_type == (bf16 ? DType::bf16 : DType::f16));
     }
     return r;
 }
@@ -82,19 +83,38 @@ TEST_CASE("coopmat backward: the same inputs give the same bits", "[gpu][backwar
     CHECK(first.dv.f32 == second.dv.f32);
 }
 
-TEST_CASE("coopmat backward: bf16 refused by name, three stages unaffected by the knob", "[gpu][backward][coopmat]") {
+TEST_CASE("coopmat backward: bf16 storage on bf16 operands; f16 and bf16 mixed refused by name; three stages unaffected by "
+          "the knob", "[gpu][backward][coopmat][bf16]") {
+    // bf16 storage multiplies bf16 operands (fp32's range): against the reference within bf16's
+    // gradient tolerance, here and on matrix units that take bf16; refused by name on units that do
+    // not (DeviceInfo::bf16_matrix_units_off).
+    auto refused = [](const BackwardCase& c, std::uint32_t seed) {
+        const Inputs in(c, seed);
+        Gradients g = gradients_like(in, c);
+        try {
+            attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(g, false), c.options);
+            FAIL(c.name + " taken");
+            return std::string();
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == "variant.fused_kernel");
+            return std::string(e.what());
+        }
+    };
     BackwardCase c = coopmat(BackwardCase{});
-    c.name = "bf16";
+    c.name = "bf16, causal, GQA 4/2, Dk 40 Dv 24";
+    if (!device_caps().fp16_storage) return;  // bf16 storage takes 16-bit stores
     c.dtype = DType::bf16;
-    const Inputs in(c, 6950);
-    Gradients g = gradients_like(in, c);
-    try {
-        attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(g, false), c.options);
-        FAIL("bf16 taken");
-    } catch (const InvalidArgument& e) {
-        CHECK(e.argument() == "variant.fused_kernel");
-        CHECK_THAT(e.what(), Catch::Contains("bf16"));
-    }
+    c.Hq = 4, c.Hkv = 2, c.Nq = 37, c.Nkv = 45, c.Dk = 40, c.Dv = 24;
+    c.options.causal = Causal::bottom_right;
+    if (device_caps().matrix_units && !device_caps().bf16_matrix_units)
+        CHECK_THAT(refused(c, 6950), Catch::Contains("bf16"));
+    else
+        check_coopmat(c, 6950);
+    BackwardCase mixed = c;
+    mixed.name = "q f16, k and v bf16";
+    mixed.dtype = DType::f16;
+    mixed.k_dtype = mixed.v_dtype = DType::bf16;
+    CHECK_THAT(refused(mixed, 6955), Catch::Contains("f16 or bf16"));
     BackwardCase three = coopmat(BackwardCase{});
     three.name = "three stages with the knob set";
     three.options.impl = Impl::unfused;
@@ -114,5 +134,5 @@ TEST_CASE("coopmat backward: chosen unforced for f16 where the forward's is", "[
     c.options.causal = Causal::bottom_right;
     const AttentionReport r = check_case(c, 6980);
     CHECK_THAT(r.variant, Catch::StartsWith(chosen ? "backward-coopmat[" : "backward["));
-    CHECK(r.f16_products == chosen);
+    CHECK(r.product_type == (chosen ? DType::f16 : DType::f32));
 }

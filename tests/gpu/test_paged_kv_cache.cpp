@@ -11,6 +11,7 @@
 #include <random>
 
 #include "support/cache_support.hpp"
+#include "support/device_tuning.hpp"
 #include "support/gpu_context.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/vkattn.hpp"
@@ -368,7 +369,7 @@ TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled bl
     // table; the same kernel over the contiguous cache computes the same bits.
     Context& ctx = test::gpu_context();
     DecodeCase c;
-    c.dtype = GENERATE(DType::f32, DType::f16);
+    c.dtype = GENERATE(DType::f32, DType::f16, DType::bf16);
     c.block_size = GENERATE(16, 7, 1);
     const int which = GENERATE(0, 1, 2, 3);
     const FusedKernel kernel = which == 0 ? FusedKernel::decode : which == 1 ? FusedKernel::tile : FusedKernel::coopmat;
@@ -378,8 +379,13 @@ TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled bl
     }
     c.impl = GENERATE(Impl::fused, Impl::split);
     if (kernel == FusedKernel::decode && c.impl == Impl::fused) return;  // the decode kernel runs split runs
-    // The cooperative-matrix kernel multiplies f16 operands: f16 storage is what it multiplies.
-    if (kernel == FusedKernel::coopmat && c.dtype != DType::f16) return;
+    // The cooperative-matrix kernel multiplies f16 or bf16 operands: 16-bit storage is what it
+    // multiplies (bf16 where the device runs it: the portable implementation, or units that take
+    // bf16). bf16 runs it alone (the other kernels' storage types have their own tests).
+    if (kernel == FusedKernel::coopmat && c.dtype == DType::f32) return;
+    const vk::DeviceCaps& caps = test::device_caps();
+    if (c.dtype == DType::bf16 && (kernel != FusedKernel::coopmat || !caps.fp16_storage || (caps.matrix_units && !caps.bf16_matrix_units)))
+        return;
     c.variant.fused_kernel = kernel;
     c.dim = 64;  // 16-byte rows (f16's 8-element chunks)
     c.dim_v = 40;

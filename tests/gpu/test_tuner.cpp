@@ -121,9 +121,9 @@ TEST_CASE("tuner: a table of another driver is ignored, and bad requests are ref
     CHECK_THROWS_WITH(tune(ctx, {.shapes = {kDecode}, .agreement = -1}), Catch::Contains("agreement"));
 }
 
-TEST_CASE("tuner: variants with f16 products are timed for f16 storage only", "[gpu][tuner][coopmat]") {
-    // The cooperative-matrix kernel rounds its operands to f16: no measurement may hand it an f32
-    // call, however fast it ran.
+TEST_CASE("tuner: variants with 16-bit products are timed for f16 and bf16 storage only", "[gpu][tuner][coopmat]") {
+    // The cooperative-matrix kernel rounds its operands to f16 (bf16 for bf16 storage): no
+    // measurement may hand it an f32 call, however fast it ran.
     const CacheDir dir;
     Context ctx(options_in(dir));
     const std::vector<std::string> offered{"tile", "coopmat"};
@@ -137,6 +137,12 @@ TEST_CASE("tuner: variants with f16 products are timed for f16 storage only", "[
     const TuneReport f16 = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
     REQUIRE(f16.results.size() == 1);
     CHECK(f16.results[0].timings.size() == 2);
+    // bf16: timed on its bf16 operands where the device runs them (portably, or units that take bf16).
+    prefill.dtype = DType::bf16;
+    const TuneReport bf16 = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
+    REQUIRE(bf16.results.size() == 1);
+    const vk::DeviceCaps& caps = detail::ContextAccess::runtime(ctx).device().caps();
+    CHECK(bf16.results[0].timings.size() == (!caps.matrix_units || caps.bf16_matrix_units ? 2u : 1u));
     // The backward's alike: its cooperative-matrix kernels for f16 storage only.
     const std::vector<std::string> backward_offered{"backward-fused", "backward-coopmat"};
     TuneShape training{.B = 1, .Hq = 2, .Hkv = 2, .Nq = 40, .Nkv = 40, .D = 32, .backward = true};
@@ -191,7 +197,7 @@ TEST_CASE("tuner: the backward's variants, timed on gradients, and its winner ru
     const CacheDir dir;
     Context ctx(options_in(dir));
     // A training shape: the backward's catalogue (vkattn/variants.hpp) on its gradients; the f32
-    // storage leaves out the cooperative-matrix kernels (f16 products).
+    // storage leaves out the cooperative-matrix kernels (16-bit products).
     const TuneShape training{.B = 1, .Hq = 2, .Hkv = 2, .Nq = 40, .Nkv = 56, .D = 32, .causal = true, .backward = true};
     const TuneReport report = tune(ctx, {.shapes = {training}, .warmup = 0, .repeat = 1});
     REQUIRE(report.results.size() == 1);

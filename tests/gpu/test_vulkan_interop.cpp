@@ -359,11 +359,15 @@ TEST_CASE("the matrix units: used where the device enables them with their shape
     Context& ctx = test::gpu_context();
     const DeviceInfo& d = ctx.device();
     CHECK(d.matrix_units == test::device_caps().matrix_units);
+    CHECK(d.bf16_matrix_units == test::device_caps().bf16_matrix_units);
+    CHECK_FALSE((d.bf16_matrix_units && !d.matrix_units));
     if (d.cooperative_matrix.empty()) {
         CHECK_FALSE(d.matrix_units);
         CHECK(d.matrix_units_off.empty());
+        CHECK(d.bf16_matrix_units_off.empty());
     } else {
         CHECK(d.matrix_units != !d.matrix_units_off.empty());
+        CHECK(d.bf16_matrix_units != !d.bf16_matrix_units_off.empty());
     }
     // A forced cooperative-matrix product names which implementation ran.
     testing::Case c;

@@ -3,7 +3,7 @@
 // (reference_attention_backward) by the one tolerance rule, and the feature cases every fused
 // backward runs. Gradients are poisoned with NaN before every run (gpu_context), so an element a
 // kernel forgets fails. A kernel whose products round their operands to f16
-// (AttentionReport::f16_products) is compared with the reference on the rounded inputs.
+// (AttentionReport::product_type) is compared with the reference on the rounded inputs.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -26,7 +26,7 @@
 #include "vkattn/attention.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/testing/compare.hpp"
-#include "vkattn/testing/f16_operands.hpp"
+#include "vkattn/testing/rounded_operands.hpp"
 #include "vkattn/testing/random.hpp"
 
 namespace vkattn::test {
@@ -170,8 +170,10 @@ inline AttentionReport check_case(const BackwardCase& c, std::uint32_t seed) {
     Context& context = c.loop_limited ? loop_limited_context() : test::gpu_context();
     const AttentionReport report = attention_backward(context, in.in, in.grad_out.view(), views(gpu, c.sinks), c.options);
     INFO(report.variant);
-    // Products of f16 operands are checked on those operands (testing::f16_backward_operands).
-    const auto rounded = report.f16_products ? testing::f16_backward_operands(in.in, in.grad_out.view()) : std::nullopt;
+    // Products of 16-bit operands are checked on those operands (testing::rounded_backward_operands).
+    const auto rounded = report.product_type != DType::f32
+                             ? testing::rounded_backward_operands(in.in, in.grad_out.view(), report.product_type)
+                             : std::nullopt;
     reference_attention_backward(rounded ? rounded->forward.inputs : in.in, rounded ? rounded->grad_out.view() : in.grad_out.view(),
                                  views(ref, c.sinks), c.options);
     const std::string messages = test::take_validation_messages(context);
@@ -180,7 +182,7 @@ inline AttentionReport check_case(const BackwardCase& c, std::uint32_t seed) {
     CHECK(report.path == (c.options.impl == Impl::unfused ? Impl::unfused : Impl::fused));
     if (c.column_passes && c.options.impl != Impl::unfused)  // BackwardConfig::describe()
         CHECK_THAT(report.variant, Catch::Contains("passes="));
-    const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype, report.f16_products);
+    const testing::Tolerance tol = testing::gradient_tolerance_for(c.dtype, report.product_type);
     expect_close(gpu, ref, tol);
     // Per-head and per-mask-element sums: their Δ comes from the stored o, so the dtype's tolerance.
     for (const auto& [got, want, name] : {std::tuple{&gpu.d_sinks, &ref.d_sinks, "d_sinks"},

@@ -17,6 +17,7 @@
 #include "submit/batch_state.hpp"
 #include "support/expect_case.hpp"
 #include "tensor/storage.hpp"
+#include "vkattn/testing/rounded_operands.hpp"
 #include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
 
@@ -50,7 +51,8 @@ inline detail::TensorDesc dense_desc(const std::array<std::int64_t, 4>& s) {
 
 // Runs the product with `config` and checks every element of C: computed rows against the
 // reference, the rest of C still its poison. The cooperative-matrix products round their operands
-// to f16 (after an fp8 operand's scale): the reference rounds them alike, so that only the fp32
+// to f16, or bf16 where A or B is stored as bf16 (after an fp8 operand's scale): the reference
+// rounds them alike, so that only the fp32
 // accumulation differs; they load 16 bytes at a time where the operands allow
 // (coopmat_wide_operands). Returns the configuration that ran.
 inline detail::BmmConfig check_product(detail::BmmConfig config, const Product& p) {
@@ -110,7 +112,8 @@ inline detail::BmmConfig check_product(detail::BmmConfig config, const Product& 
     testing::HostTensor got = testing::nan_tensor(p.out, Layout::bhnd, c_shape);
     dc.download(got.mutable_view());
     const double tolerance = p.out == DType::f32 ? 1e-5 : p.out == DType::f16 ? 2e-3 : 1e-2;
-    auto operand = [&](float value) { return config.coopmat ? half_to_float(float_to_half(value)) : value; };
+    const DType product_type = !config.coopmat ? DType::f32 : p.a == DType::bf16 || p.b == DType::bf16 ? DType::bf16 : DType::f16;
+    auto operand = [&](float value) { return product_type == DType::f32 ? value : testing::round_to(product_type, value); };
     std::int64_t wrong = 0;
     for (std::int64_t bi = 0; bi < p.B; ++bi)
         for (std::int64_t h = 0; h < p.H; ++h)

@@ -85,10 +85,12 @@ inline AttentionReport expect_kernel(const testing::Case& c) {
     return r;
 }
 
-// expect_kernel for flash_coopmat.comp, whose products multiply f16 operands.
+// expect_kernel for flash_coopmat.comp, whose products multiply f16 operands, or bf16 ones where q,
+// k or v is stored as bf16.
 inline AttentionReport expect_coopmat(const testing::Case& c) {
     const AttentionReport r = expect_kernel(c);
-    CHECK(r.f16_products);
+    const bool bf16 = c.dtype == DType::bf16 || c.k_dtype == DType::bf16 || c.v_dtype == DType::bf16;
+    CHECK(r.product_type == (bf16 ? DType::bf16 : DType::f16));
     return r;
 }
 

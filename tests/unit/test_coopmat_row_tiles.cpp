@@ -154,5 +154,5 @@ TEST_CASE("coopmat tuning, two row tiles: what it refuses, by name and limit", "
     CHECK(rt2->impl == Impl::fused);
     CHECK(rt2->overrides.row_tiles == 2u);
     CHECK(rt2->overrides.fused_kernel == FusedKernel::coopmat);
-    CHECK(f16_products(rt2->overrides));
+    CHECK(rounds_operands(rt2->overrides));
 }

@@ -31,11 +31,20 @@ TEST_CASE("coopmat tuning: the forward's choice on the units for f16 storage wit
                     CHECK(fused_for(caps, p)->coopmat.has_value() == chosen);
                     CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->coopmat);
                     CHECK_FALSE(fused_for(caps, p, {.fused_kernel = FusedKernel::tile})->coopmat);
-                    // Not for f32 storage (nothing measured hands it f16 products), bf16 (its range
-                    // passes f16's), nor f16 Q with other K/V types; nor where flash.comp's loads
-                    // are forced.
+                    // Not for f32 storage (nothing measured hands it f16 products), bf16 (even where
+                    // the units take bf16 operands: unvalidated on a GPU, forced there), nor f16 Q
+                    // with other K/V types; nor where flash.comp's loads are forced.
                     CHECK_FALSE(fused_for(caps, problem(1, 8, 8, nq, 4096, 128, 128))->coopmat);
-                    CHECK_FALSE(fused_for(caps, problem(1, 8, 8, nq, 4096, 128, 128, DType::bf16))->coopmat);
+                    Problem bf = problem(1, 8, 8, nq, 4096, 128, 128, DType::bf16);
+                    bf.k_dtype = bf.v_dtype = DType::bf16;
+                    CHECK_FALSE(fused_for(caps, bf)->coopmat);
+                    vk::DeviceCaps bf16_units = caps;
+                    bf16_units.bf16_matrix_units = caps.matrix_units;
+                    CHECK_FALSE(fused_for(bf16_units, bf)->coopmat);
+                    const auto bf16_forced = fused_for(bf16_units, bf, {.fused_kernel = FusedKernel::coopmat});
+                    REQUIRE(bf16_forced->coopmat);
+                    CHECK(bf16_forced->coopmat->operands == DType::bf16);
+                    CHECK(bf16_forced->coopmat->units == caps.matrix_units);
                     Problem mixed = p;
                     mixed.k_dtype = mixed.v_dtype = DType::f32;
                     CHECK_FALSE(fused_for(caps, mixed)->coopmat);
@@ -128,9 +137,13 @@ TEST_CASE("coopmat tuning: what it refuses, by name and limit", "[unit][tuning][
     // 64 rows of 512 fp32 dimensions are 131 KiB: no tile fits lavapipe's 32 KiB.
     CHECK_THAT(refused(problem(1, 8, 8, 128, 128, 512, 512), {.fused_kernel = FusedKernel::coopmat}),
                Catch::StartsWith("variant.fused_kernel") && Catch::Contains("shared memory"));
-    // Its operands are f16: bf16 storage is refused, not silently overflowed.
-    CHECK_THAT(refused(problem(1, 8, 8, 128, 128, 64, 64, DType::bf16), {.fused_kernel = FusedKernel::coopmat}),
-               Catch::StartsWith("variant.fused_kernel") && Catch::Contains("bf16"));
+    // f16 and bf16 storage mixed is refused (one type of operands for all); bf16 alone takes bf16
+    // operands portably, and on matrix units that take them, never f16's (which would overflow).
+    Problem mixed = problem(1, 8, 8, 128, 128, 64, 64, DType::bf16);
+    mixed.k_dtype = DType::f16;
+    CHECK_THAT(refused(mixed, {.fused_kernel = FusedKernel::coopmat}),
+               Catch::StartsWith("variant.fused_kernel") && Catch::Contains("f16 or bf16"));
+    CHECK(refused(problem(1, 8, 8, 128, 128, 64, 64, DType::bf16), {.fused_kernel = FusedKernel::coopmat}) == "taken");
     CHECK(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 32, .tile_keys = 48}) == "taken");
 }
 
@@ -300,12 +313,31 @@ TEST_CASE("coopmat tuning: the backward's layout on every device, forced for f32
                     CHECK(backward_queries_limit(caps, *c, p) >= t.tile);
                 }
             }
-    const Problem bf = problem(1, 2, 2, 16, 16, 64, 64, DType::bf16);
+    // bf16 storage: bf16 operands portably and on units that take them; refused by name on units
+    // that do not.
+    Problem bf = problem(1, 2, 2, 16, 16, 64, 64, DType::bf16);
+    bf.k_dtype = bf.v_dtype = DType::bf16;
     const auto dense = bhnd(2, 16, 64);
+    const auto portable = choose_backward(lavapipe_like(), bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+    REQUIRE(portable);
+    REQUIRE(portable->coopmat);
+    CHECK(portable->coopmat->operands == DType::bf16);
+    vk::DeviceCaps units = nvidia_like();
+    units.matrix_units = units.maximal_reconvergence = true;
     try {
-        (void)choose_backward(lavapipe_like(), bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
-        FAIL("bf16 taken");
+        (void)choose_backward(units, bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+        FAIL("bf16 taken on units without bf16");
     } catch (const InvalidArgument& e) {
         CHECK(e.argument() == "variant.fused_kernel");
+        CHECK_THAT(e.what(), Catch::Contains("bf16_matrix_units_off"));
     }
+    units.bf16_matrix_units = true;
+    const auto unforced = choose_backward(units, bf, dense, dense, dense, dense, {}, nullptr);
+    REQUIRE(unforced);
+    CHECK_FALSE(unforced->coopmat);  // as the forward's (coopmat_by_default: f16 alone)
+    const auto on_units = choose_backward(units, bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+    REQUIRE(on_units);
+    REQUIRE(on_units->coopmat);
+    CHECK(on_units->coopmat->operands == DType::bf16);
+    CHECK(on_units->coopmat->units);
 }

@@ -27,7 +27,7 @@ TEST_CASE("variants: the catalogue names every path, fused kernel and gemm kerne
         }
         if (v.overrides.fused_kernel == FusedKernel::decode) CHECK(v.impl == Impl::split);
         // Only the cooperative-matrix kernel rounds its operands to f16 (the tuner keeps it to f16 calls).
-        CHECK(f16_products(v.overrides) == (v.overrides.fused_kernel == FusedKernel::coopmat));
+        CHECK(rounds_operands(v.overrides) == (v.overrides.fused_kernel == FusedKernel::coopmat));
         if (v.overrides.gemm_kernel) {
             CHECK(v.impl == Impl::unfused);  // the products run on the three-stage path
             gemm_kernels.insert(*v.overrides.gemm_kernel);

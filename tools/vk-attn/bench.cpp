@@ -30,7 +30,7 @@
 #include "plot.hpp"
 #include "vkattn/testing/benchmark.hpp"
 #include "vkattn/testing/compare.hpp"
-#include "vkattn/testing/f16_operands.hpp"
+#include "vkattn/testing/rounded_operands.hpp"
 #include "vkattn/testing/random.hpp"
 #include "vkattn/vkattn.hpp"
 #include "bench_common.hpp"
@@ -91,6 +91,10 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                                                   "(e.g. 2x2,4x4,32,2: subgroups, accumulators per subgroup, K per slice, buffers).");
         }
     }
+    // Its operands: f16 (hgemm's) unless --gemm-operands bf16 asks.
+    const DType gemm_operands = o.gemm_operands == "bf16" ? DType::bf16 : DType::f16;
+    if (gemm_operands != DType::f16 && (!o.gemm || gemm_kernel != GemmKernel::coopmat))
+        throw InvalidArgument("--gemm-operands", "sets the cooperative-matrix GEMM ceiling's operands: add --gemm --gemm-kernel coopmat.");
     if (forced) knobs = forced->overrides;  // the variant's knobs, the others the tuning's
     const Features features = load_features(o.features);
     const std::string feature_text = features.describe();
@@ -118,7 +122,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             testing::GemmResult g;
             try {
                 g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate,
-                                            {.gemm_kernel = gemm_kernel, .gemm_shape = shape});
+                                            {.gemm_kernel = gemm_kernel, .gemm_shape = shape}, gemm_operands);
             } catch (const InvalidArgument& e) {
                 if (gemm_shapes.size() == 1 || e.argument() != "variant.gemm_shape") throw;
                 std::cerr << "vk-attn: --gemm-shape tune: skipped " << to_string(*shape) << ": " << e.what() << "\n";
@@ -137,8 +141,8 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             if (o.validate) r.add("rel_l2_err", g.rel_l2_err);
             r.add("variant", g.variant);
             printer.print(r);
-            // The cooperative-matrix products round their operands to f16: f16's tolerance.
-            const DType operands = gemm_kernel == GemmKernel::coopmat ? DType::f16 : DType::f32;
+            // The cooperative-matrix products round their operands to f16 or bf16: that type's tolerance.
+            const DType operands = gemm_kernel == GemmKernel::coopmat ? gemm_operands : DType::f32;
             if (o.validate && !(g.rel_l2_err <= testing::tolerance_for(operands).rel)) {
                 std::cerr << "vk-attn: the GEMM's relative L2 error " << g.rel_l2_err << " is over tolerance (" << g.variant << ")\n";
                 over_tolerance = true;
@@ -213,18 +217,19 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             continue;
         }
         // --validate: the first run is compared with the reference before anything is timed.
-        // Products with f16 operands are compared on what they multiplied (testing/f16_operands.hpp).
-        auto validate = [&](bool f16_products) {
-            const testing::F16Operands rounded = f16_products ? testing::f16_operands(in) : testing::F16Operands{};
-            return testing::compare(o_host.doubles(), reference_stages(f16_products ? rounded.inputs : in, options, false).output,
-                                    testing::tolerance_for(dtype, p.Nkv, f16_products));
+        // Products with 16-bit operands are compared on what they multiplied (testing/rounded_operands.hpp).
+        auto validate = [&](DType product_type) {
+            const bool rounds = product_type != DType::f32;
+            const testing::RoundedOperands rounded = rounds ? testing::rounded_operands(in, product_type) : testing::RoundedOperands{};
+            return testing::compare(o_host.doubles(), reference_stages(rounds ? rounded.inputs : in, options, false).output,
+                                    testing::tolerance_for(dtype, p.Nkv, product_type));
         };
         std::optional<testing::Comparison> validation;
         AttentionReport report;
         std::vector<double> samples;
         with_flag_names([&] {
             if (o.validate) {
-                validation = validate(device_set.attention(in, out, options).f16_products);
+                validation = validate(device_set.attention(in, out, options).product_type);
                 if (!validation->ok) {
                     all_ok = false;
                     if (tty && points.size() > 1) std::cerr << '\n';  // off the progress bar's line
@@ -322,6 +327,11 @@ Action add_bench(CLI::App& app) {
                    "16x16x16 cooperative matrices (A and B stored as f16, as cuBLAS hgemm reads them; fp32 accumulators "
                    "and C; the points keep the tuning's products)")
         ->check(CLI::IsMember({"auto", "blocks", "tile", "coopmat"}))
+        ->capture_default_str();
+    app.add_option("--gemm-operands", o->gemm_operands,
+                   "With --gemm --gemm-kernel coopmat: A and B stored and multiplied as f16 (cuBLAS hgemm's) or bf16 "
+                   "(on the matrix units where `vk-attn devices` says bf16 runs there, else refused there)")
+        ->check(CLI::IsMember({"f16", "bf16"}))
         ->capture_default_str();
     app.add_option("--gemm-shape", o->gemm_shape,
                    "With --gemm --gemm-kernel coopmat: the kernel's shape SMxSN,TMxTN,DEPTH,STAGES[,words]: SMxSN "

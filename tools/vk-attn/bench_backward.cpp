@@ -8,7 +8,7 @@
 #include "parse_impl.hpp"
 #include "plot.hpp"
 #include "vkattn/testing/compare.hpp"
-#include "vkattn/testing/f16_operands.hpp"
+#include "vkattn/testing/rounded_operands.hpp"
 #include "vkattn/testing/random.hpp"
 
 namespace vkattn::tool {
@@ -36,17 +36,18 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
     std::vector<double> forward_ms, backward_ms;
     with_flag_names([&] {
         if (o.validate) {
-            const bool f16_products = attention_backward(context, in, grad_out.view(), grads, options).f16_products;
+            const DType product_type = attention_backward(context, in, grad_out.view(), grads, options).product_type;
             testing::HostTensor rq = dq, rk = dk, rv = dv;
             std::vector<float> rs = d_sinks;
             AttentionGradients ref{.dq = rq.mutable_view(), .dk = rk.mutable_view(), .dv = rv.mutable_view()};
             if (!rs.empty()) ref.d_sinks = rs.data();
-            // Products of f16 operands are checked on those operands (testing::f16_backward_operands).
-            const auto rounded = f16_products ? testing::f16_backward_operands(in, grad_out.view()) : std::nullopt;
+            // Products of 16-bit operands are checked on those operands (testing::rounded_backward_operands).
+            const auto rounded =
+                product_type != DType::f32 ? testing::rounded_backward_operands(in, grad_out.view(), product_type) : std::nullopt;
             reference_attention_backward(rounded ? rounded->forward.inputs : in, rounded ? rounded->grad_out.view() : grad_out.view(),
                                          ref, options);
             rel_err = 0.0;
-            const testing::Tolerance tol = testing::gradient_tolerance_for(dtype, f16_products);
+            const testing::Tolerance tol = testing::gradient_tolerance_for(dtype, product_type);
             for (const auto& [got, want, name] : {std::tuple{&dq, &rq, "dq"}, std::tuple{&dk, &rk, "dk"}, std::tuple{&dv, &rv, "dv"}}) {
                 const testing::Comparison c = testing::compare(got->doubles(), want->doubles(), tol);
                 rel_err = std::max(*rel_err, c.relative_error);

@@ -29,6 +29,7 @@ struct BenchOptions {
     std::string fused_kernel = "auto";  // flash / decode / tile: force the fused path's kernel
     std::string gemm_kernel = "auto";   // blocks / tile: force the products' kernel
     std::string gemm_shape;             // coopmat's GemmShape, e.g. 2x2,4x4,32,2 (empty: the chosen)
+    std::string gemm_operands = "f16";  // coopmat's A and B: f16 or bf16
     std::string variant;                // a catalogued variant (vkattn/variants.hpp): its path and knobs
     bool gemm = false;
     std::int64_t gemm_size = 2048;

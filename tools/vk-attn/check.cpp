@@ -125,9 +125,9 @@ int check(const CheckFlags& flags) {
     if (!flags.dtypes.empty()) {
         dtypes.clear();
         for (const std::string& d : flags.dtypes) {
-            if (d == "f16" && !context.device().fp16_storage)
-                throw InvalidArgument("--dtype", "the device " + context.device().name + " does not store f16.");
-            dtypes.push_back(d == "f16" ? DType::f16 : DType::f32);
+            if (d != "f32" && !context.device().fp16_storage)  // 16-bit outputs
+                throw InvalidArgument("--dtype", "the device " + context.device().name + " does not store " + d + ".");
+            dtypes.push_back(d == "f16" ? DType::f16 : d == "bf16" ? DType::bf16 : DType::f32);
         }
     }
     std::vector<Impl> impls;
@@ -188,9 +188,11 @@ Action add_check(CLI::App& app) {
         ->delimiter(',')
         ->check(CLI::IsMember({"unfused", "fused", "split"}))
         ->capture_default_str();
-    app.add_option("--dtype", flags->dtypes, "Storage types to check (comma-separated; default: every one the device has)")
+    app.add_option("--dtype", flags->dtypes,
+                   "Storage types to check (comma-separated; default: f32, and f16 where the device stores it; bf16 "
+                   "on request, e.g. for the cooperative-matrix kernels' bf16 operands)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"f32", "f16"}));
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
     app.add_option("--variants", flags->variants,
                    "Check the catalogue's kernel variants forced instead of the tuning's choices: all (those of the "
                    "paths --impl names), or names (comma-separated): " + kernel_variant_names())

@@ -40,6 +40,7 @@ nlohmann::json to_json(const DeviceInfo& d) {
             {"bf16_shader", d.bf16_shader}, {"bf16_cooperative_matrix", d.bf16_cooperative_matrix},
             {"fp8_shader", d.fp8_shader}, {"fp8_cooperative_matrix", d.fp8_cooperative_matrix},
             {"cooperative_matrix", shapes}, {"matrix_units", d.matrix_units}, {"matrix_units_off", d.matrix_units_off},
+            {"bf16_matrix_units", d.bf16_matrix_units}, {"bf16_matrix_units_off", d.bf16_matrix_units_off},
             {"inf_nan_preserve", d.inf_nan_preserve}, {"maximal_reconvergence", d.maximal_reconvergence},
             {"timestamp_period_ns", d.timestamp_period_ns}, {"heaps", heaps}, {"default_choice", d.default_choice},
             {"rejected", d.rejected}};
@@ -69,8 +70,13 @@ void print_text(const DeviceInfo& d) {
     if (!d.cooperative_matrix.empty()) {
         std::cout << " (bf16 " << yes(d.bf16_cooperative_matrix) << ", fp8 " << yes(d.fp8_cooperative_matrix) << ")"
                   << "\n    the cooperative-matrix kernels: ";
-        if (d.matrix_units) std::cout << "on the matrix units";
-        else std::cout << "portable (" << d.matrix_units_off << ")";
+        if (d.matrix_units) {
+            std::cout << "on the matrix units; bf16 storage ";
+            if (d.bf16_matrix_units) std::cout << "on them too";
+            else std::cout << "refused (" << d.bf16_matrix_units_off << ")";
+        } else {
+            std::cout << "portable (" << d.matrix_units_off << ")";
+        }
     }
     std::cout << "\n    memory heaps:";
     for (const auto& h : d.heaps) std::cout << ' ' << (h.bytes >> 20) << " MiB" << (h.device_local ? " (device-local)" : "");

@@ -50,12 +50,13 @@ enum class LogitsStage : std::uint8_t {
 // lanes per key, K/V read once per group) or the GPU prefill kernel (FlashAttention-2's tiles in
 // shared memory, register micro-tiles), or the cooperative-matrix prefill kernel (issue #33:
 // FlashAttention-2's tiles with S = Q·Kᵀ and O += P·V as 16×16×16 products of f16 operands into fp32,
-// on the matrix units where DeviceInfo::matrix_units says so, else portably from subgroups and shared
-// memory; f32, f16 and quantized storage: its products have f16's precision,
-// AttentionReport::f16_products). Chosen unforced only on the matrix units, for f16 q, k and v, where
-// the kernels run with maximal reconvergence (DeviceInfo::maximal_reconvergence): for the forward,
-// and for the backward's dQ, dK and dV on cooperative matrices (attention_backward; heads up to 128
-// wide there); elsewhere forced (f32 and f16 storage in the backward) or tuned.
+// or bf16 operands where q, k or v is stored as bf16; on the matrix units where
+// DeviceInfo::matrix_units says so (bf16 where bf16_matrix_units does, else refused there), else
+// portably from subgroups and shared memory; every storage type: its products have their operands'
+// precision, AttentionReport::product_type). Chosen unforced only on the matrix units, for f16 q, k
+// and v (bf16 forced or tuned: unvalidated on a GPU), where the kernels run with maximal reconvergence
+// (DeviceInfo::maximal_reconvergence): for the forward, and for the backward's dQ, dK and dV on
+// cooperative matrices (attention_backward; heads up to 128 wide there); elsewhere forced or tuned.
 // docs/design/GPU_KERNELS.md has their cost models.
 enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
 
@@ -63,7 +64,7 @@ enum class FusedKernel : std::uint8_t { flash, decode, tile, coopmat };
 // projections, the GEMM ceiling): bmm.comp's register blocks, fed by texel or word loads and
 // optionally by shared K-slices (the CPU devices'), or bmm_tile.comp, a GPU SGEMM's tiling: 128×128
 // tiles, 8×8 register micro-tiles, double-buffered shared slices (docs/design/GPU_KERNELS.md); or
-// bmm_coopmat.comp, 16×16×16 cooperative-matrix products with f16 operands and fp32 accumulators
+// bmm_coopmat.comp, 16×16×16 cooperative-matrix products with f16 (or bf16) operands and fp32 accumulators
 // (issue #33): for now the GEMM ceiling's only (`bench --gemm --gemm-kernel coopmat`), on the
 // matrix units where DeviceInfo::matrix_units says so, else portable; the three-stage path refuses it
 // (the fused path's cooperative matrices are FusedKernel::coopmat).
@@ -236,9 +237,11 @@ struct AttentionReport {
     // Where the path and variant came from: "caller" (impl or a knob forced), "tuning" (the context's
     // measured table: vk-attn tune) or "heuristics" (the tuning functions' rules).
     std::string chosen_by;
-    // The products rounded their operands (q, k, v, dO and the probabilities or dS) to f16 before
-    // multiplying into fp32 (the cooperative-matrix kernels): f16's precision whatever the storage.
-    bool f16_products = false;
+    // What the products multiplied: f32 (the FMA kernels: the stored values), or f16 or bf16 (the
+    // cooperative-matrix kernels rounded their operands, q, k, v, dO and the probabilities or dS,
+    // to it before multiplying into fp32: its precision whatever the storage; bf16 where q, k or v
+    // is stored as bf16).
+    DType product_type = DType::f32;
 };
 
 // Runs attention on host data: uploads, one dispatch chain, downloads. Throws InvalidArgument before

@@ -82,6 +82,12 @@ struct DeviceInfo {
     // per-lane branch then see the whole subgroup (docs/design/GPU_KERNELS.md, "Reconvergence").
     bool maximal_reconvergence = false;
     std::string matrix_units_off;
+    // Whether bf16 storage multiplies on the matrix units too (bf16 operands: VK_KHR_shader_bfloat16
+    // enabled with a 16×16×16 bf16 × bf16 + f32 shape, and this build has those shaders, which need
+    // a glslang >= 15.3). Else, where matrix_units holds, the cooperative-matrix kernels refuse bf16
+    // storage by name and bf16_matrix_units_off says why.
+    bool bf16_matrix_units = false;
+    std::string bf16_matrix_units_off;
     double timestamp_period_ns = 0;  // one timestamp tick
 };
 

@@ -28,7 +28,10 @@ struct TuneShape {
 
 // The default grid: decode steps (Hq 32, Hkv 8, Nq 1, 4,096 and 32,768 keys), prefill (H 32, N 1,024
 // and 4,096, causal or not) and training's backward (H 32, N 4,096, causal or not), at D 64 and 128,
-// in f32 and (where the device stores it) f16. Sized for GPUs; a CPU device takes minutes per shape.
+// in f32 and (where the device stores it) f16, and bf16 where the matrix units take bf16
+// (DeviceInfo::bf16_matrix_units: there only the tuner hands bf16 calls to the units' kernels,
+// which the heuristics leave off until a GPU validates them). Sized for GPUs; a CPU device takes
+// minutes per shape.
 std::vector<TuneShape> default_tune_grid(const Context& context);
 
 struct TuneOptions {
@@ -40,7 +43,7 @@ struct TuneOptions {
     bool save = true;               // write the table (merged into this device's) and use it from now on
     // How far (relative L2) a candidate's output may lie from the heuristics' choice on the same
     // random inputs before it is rejected, never a winner however fast; 0: the default for the
-    // storage type (fp32 1e-4; f16 3e-3 and bf16 4e-3, their rounding; f16 products at least 3e-3).
+    // storage type (fp32 1e-4; f16 3e-3 and bf16 4e-3, their rounding; 16-bit products at least 3e-3).
     double agreement = 0;
 };
 

@@ -25,9 +25,10 @@ const std::vector<KernelVariant>& kernel_variants();
 // The variant of that name, or nullptr.
 const KernelVariant* find_kernel_variant(std::string_view name);
 
-// Whether the variant's products round their operands to f16 (AttentionReport::f16_products): the
-// tuner times those for f16 storage only, so that no measurement lowers an f32 call's precision.
-bool f16_products(const VariantOverrides& overrides);
+// Whether the variant's products round their operands to 16 bits (f16, or bf16 for bf16 storage:
+// AttentionReport::product_type): the tuner times those for f16 and bf16 storage only, so that no
+// measurement lowers an f32 call's precision.
+bool rounds_operands(const VariantOverrides& overrides);
 
 // The catalogue's names, comma-separated (for error messages and help).
 std::string kernel_variant_names();

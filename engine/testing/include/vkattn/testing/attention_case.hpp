@@ -14,7 +14,7 @@
 #include "vkattn/context.hpp"
 #include "vkattn/reference.hpp"
 #include "vkattn/testing/compare.hpp"
-#include "vkattn/testing/f16_operands.hpp"
+#include "vkattn/testing/rounded_operands.hpp"
 #include "vkattn/testing/random.hpp"
 
 namespace vkattn::testing {
@@ -165,11 +165,12 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     CaseResult result;
     result.report = attention(context, in, out, options);
 
-    // The reference reads the same (fp16-rounded) inputs, and what the kernel multiplied where its
-    // products round their operands to f16.
-    const bool f16_products = result.report.f16_products;
-    const F16Operands rounded = f16_products ? f16_operands(in) : F16Operands{};
-    const ReferenceStages stages = reference_stages(f16_products ? rounded.inputs : in, options, c.weights);
+    // The reference reads the same (16-bit-rounded) inputs, and what the kernel multiplied where its
+    // products round their operands to f16 or bf16.
+    const DType product_type = result.report.product_type;
+    const bool rounds = product_type != DType::f32;
+    const RoundedOperands rounded = rounds ? rounded_operands(in, product_type) : RoundedOperands{};
+    const ReferenceStages stages = reference_stages(rounds ? rounded.inputs : in, options, c.weights);
 
     // The scores' bound for with_score_rounding (an fp8 K's values are its elements times its scale).
     double max_q = 0.0, max_k = 0.0, k_scale_max = 1.0;
@@ -178,7 +179,7 @@ inline CaseResult run_case(Context& context, const Case& c, unsigned seed) {
     for (const float s : k_scale) k_scale_max = std::max(k_scale_max, static_cast<double>(s));
     const double scale = std::abs(c.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.Dk))));
     const double score_bound = scale * static_cast<double>(c.Dk) * max_q * max_k * k_scale_max;
-    const Tolerance tol = with_score_rounding(tolerance_for(c.dtype, c.Nkv, f16_products), score_bound);
+    const Tolerance tol = with_score_rounding(tolerance_for(c.dtype, c.Nkv, product_type), score_bound);
     std::vector<double> got, want;
     for (std::int64_t b = 0; b < c.B; ++b)
         for (std::int64_t h = 0; h < c.Hq; ++h)

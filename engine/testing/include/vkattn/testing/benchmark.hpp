@@ -33,11 +33,12 @@ struct GemmResult {
 
 // C[m×n] = A[m×k] · B[k×n] on random data, with the products' kernel the tuning's or the one
 // `overrides` asks for (gemm_kernel and the cooperative-matrix kernel's gemm_shape, or bmm.comp's
-// knobs). A and B are fp32, or f16 for the
-// cooperative-matrix kernel (as cuBLAS hgemm reads them; rounded on the host, so that the
-// reference multiplies the same values); C is fp32.
+// knobs). A and B are fp32, or `coopmat_operands` (f16, as cuBLAS hgemm reads them, or bf16) for
+// the cooperative-matrix kernel (rounded on the host, so that the reference multiplies the same
+// values); C is fp32.
 GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup,
-                          int repeat, bool validate, const VariantOverrides& overrides = {});
+                          int repeat, bool validate, const VariantOverrides& overrides = {},
+                          DType coopmat_operands = DType::f16);
 
 struct CopyResult {
     std::uint64_t bytes = 0;

@@ -44,13 +44,17 @@ inline Tolerance tolerance_for(DType dtype, std::int64_t keys) {
     return t;
 }
 
-// A kernel whose products round their operands to f16 (AttentionReport::f16_products) is compared
-// with the reference on those rounded operands (testing/f16_operands.hpp); its probabilities are
-// rounded too, so its output has f16's tolerance at least, whatever the storage.
-inline Tolerance tolerance_for(DType dtype, std::int64_t keys, bool f16_products) {
+// A kernel whose products round their operands to f16 or bf16 (AttentionReport::product_type) is
+// compared with the reference on those rounded operands (testing/rounded_operands.hpp); its
+// probabilities are rounded too, so its output has that type's tolerance at least, whatever the
+// storage. bf16's per element is twice its storage's: the probabilities' rounding (2⁻⁹ of each)
+// adds up to another 2⁻⁹ of the largest value to the output's own (an fp8 K/V's case met 4.3e-3 of
+// it); f16's rounding of them is 4 times finer, inside its storage's tolerance.
+inline Tolerance tolerance_for(DType dtype, std::int64_t keys, DType product_type) {
     Tolerance t = tolerance_for(dtype, keys);
-    if (!f16_products) return t;
-    const Tolerance h = tolerance_for(DType::f16, keys);
+    if (product_type == DType::f32) return t;
+    Tolerance h = tolerance_for(product_type, keys);
+    if (product_type == DType::bf16) h.abs = 2 * h.abs;
     return Tolerance{std::max(t.rel, h.rel), std::max(t.abs, h.abs), std::max(t.floor, h.floor)};
 }
 
@@ -78,13 +82,13 @@ inline Tolerance gradient_tolerance_for(DType dtype) {
     if (dtype == DType::bf16) return Tolerance{4e-3, 8e-3};
     return tolerance_for(dtype);
 }
-// Gradients from products of f16 operands (AttentionReport::f16_products), checked on the rounded
-// inputs: the probabilities and dS are rounded too, and Δ comes from a forward of the same kind, so
-// f16's gradient tolerance at least, whatever the storage.
-inline Tolerance gradient_tolerance_for(DType dtype, bool f16_products) {
+// Gradients from products of f16 or bf16 operands (AttentionReport::product_type), checked on the
+// rounded inputs: the probabilities and dS are rounded too, and Δ comes from a forward of the same
+// kind, so that type's gradient tolerance at least, whatever the storage.
+inline Tolerance gradient_tolerance_for(DType dtype, DType product_type) {
     Tolerance t = gradient_tolerance_for(dtype);
-    if (!f16_products) return t;
-    const Tolerance h = gradient_tolerance_for(DType::f16);
+    if (product_type == DType::f32) return t;
+    const Tolerance h = gradient_tolerance_for(product_type);
     return Tolerance{std::max(t.rel, h.rel), std::max(t.abs, h.abs), std::max(t.floor, h.floor)};
 }
 
