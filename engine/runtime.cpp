@@ -82,11 +82,11 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     if (options_.device.empty()) options_.device = env("VKATTN_DEVICE");
 
     instance_ = std::make_unique<vk::Instance>(options_.validation);
-    auto devices = vk::describe_devices(*instance_);
+    const bool layer_knows_bf16 = !instance_->validation() || instance_->validation_layer_version() >= kBfloat16HeaderVersion;
+    auto devices = vk::describe_devices(*instance_, layer_knows_bf16);
     const std::uint32_t index = vk::select_device(devices, options_.device);
     info_ = devices[index];
     const bool layer_knows = !instance_->validation() || instance_->validation_layer_version() >= kCooperativeMatrixHeaderVersion;
-    const bool layer_knows_bf16 = !instance_->validation() || instance_->validation_layer_version() >= kBfloat16HeaderVersion;
     const bool layer_knows_reconvergence =
         !instance_->validation() || instance_->validation_layer_version() >= kMaximalReconvergenceHeaderVersion;
     device_ = std::make_unique<vk::Device>(
@@ -161,7 +161,7 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     const auto found = std::find(physicals.begin(), physicals.end(), caller.physical_device);
     if (found == physicals.end())
         throw InvalidArgument("physical_device", "it is not one of the instance's physical devices.");
-    info_ = vk::describe_devices(*instance_)[static_cast<std::size_t>(found - physicals.begin())];
+    info_ = vk::describe_devices(*instance_, false)[static_cast<std::size_t>(found - physicals.begin())];
     if (!info_.rejected.empty()) throw InvalidArgument("physical_device", info_.name + " cannot be used: " + info_.rejected + ".");
     const vk::DeviceFeatures enabled = vk::enabled_features(caller.physical_device, *caller.create_info, caller.api_version);
     info_.fp16_storage = enabled.storage_16bit;
@@ -304,7 +304,7 @@ std::uint64_t Runtime::max_binding_bytes() const {
 
 std::vector<DeviceInfo> list_devices() {
     vk::Instance instance(false);
-    return vk::describe_devices(instance);
+    return vk::describe_devices(instance, true);
 }
 
 }  // namespace vkattn

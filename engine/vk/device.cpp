@@ -40,16 +40,6 @@ std::uint32_t compute_queue_family(VkPhysicalDevice physical) {
     throw Error(std::string("the device ") + props.deviceName + " has no compute queue.");
 }
 
-// Whether the device supports bf16 scalars and bf16 cooperative matrices in shaders (the features
-// VK_KHR_shader_bfloat16 makes optional), asked only where its structure may be chained.
-bool offers_bf16_matrices(VkPhysicalDevice physical) {
-    VkPhysicalDeviceShaderBfloat16FeaturesKHR bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
-    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-    features.pNext = &bf16;
-    vkGetPhysicalDeviceFeatures2(physical, &features);
-    return bf16.shaderBFloat16Type == VK_TRUE && bf16.shaderBFloat16CooperativeMatrix == VK_TRUE;
-}
-
 }  // namespace
 
 Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physical_(physical), options_(options) {
@@ -59,7 +49,7 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     features_ = available_;
     features_.cooperative_matrix = available_.cooperative_matrix && options.newer_structures && options.f16_matrix_shape;
     features_.bf16_matrices = features_.cooperative_matrix && available_.bf16_matrices && options.bf16_structures &&
-                              options.bf16_matrix_shape && bf16_unit_shaders_built() && offers_bf16_matrices(physical);
+                              options.bf16_matrix_shape && bf16_unit_shaders_built() && supports_bf16_matrices(physical);
     features_.maximal_reconvergence = available_.maximal_reconvergence && options.maximal_reconvergence;
     features_.pipeline_statistics = available_.pipeline_statistics && options.kernel_statistics;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};

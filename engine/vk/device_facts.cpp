@@ -89,7 +89,7 @@ ComputeUnits compute_units(VkPhysicalDevice physical, const std::vector<VkExtens
 
 ComputeUnits compute_units(VkPhysicalDevice physical) { return compute_units(physical, device_extensions(physical)); }
 
-void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info) {
+void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info, bool ask_bf16) {
     const auto exts = device_extensions(physical);
     VkPhysicalDeviceIDProperties id{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
     VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
@@ -141,7 +141,8 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     info.fp8_cooperative_matrix = shapes_take("e4m3", "e5m2");
 
     // What a context's own device gets (no validation layer older than the extension on).
-    const DeviceFeatures available = available_features(physical);
+    DeviceFeatures available = available_features(physical);
+    if (ask_bf16 && available.bf16_matrices) available.bf16_matrices = supports_bf16_matrices(physical);
     info.maximal_reconvergence = available.maximal_reconvergence;
     describe_matrix_units(info, available, available, "", "");
 

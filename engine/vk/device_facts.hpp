@@ -24,8 +24,10 @@ struct ComputeUnits {
 ComputeUnits compute_units(VkPhysicalDevice physical);
 
 // Fills `info`'s tuning facts (the fields after `rejected` in DeviceInfo). `instance` resolves
-// vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR.
-void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info);
+// vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR. `ask_bf16`: whether VK_KHR_shader_bfloat16's
+// feature structure may be queried (no validation layer older than it on), so that
+// bf16_matrix_units says what the driver supports; else it assumes the offered extension's.
+void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info, bool ask_bf16);
 
 // Whether the shapes include the one the cooperative-matrix kernels are built for: 16×16×16,
 // f16 × f16 + f32 → f32, subgroup scope, not saturating (common/coopmat.glsl).

@@ -78,6 +78,14 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
     return out;
 }
 
+bool supports_bf16_matrices(VkPhysicalDevice physical) {
+    VkPhysicalDeviceShaderBfloat16FeaturesKHR bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = &bf16;
+    vkGetPhysicalDeviceFeatures2(physical, &features);
+    return bf16.shaderBFloat16Type == VK_TRUE && bf16.shaderBFloat16CooperativeMatrix == VK_TRUE;
+}
+
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
     bool size_control = false, full_subgroups = false, matrices = false, memory_model = false, reconvergence = false;

@@ -42,6 +42,11 @@ struct DeviceFeatures {
 // What the physical device offers.
 DeviceFeatures available_features(VkPhysicalDevice physical);
 
+// Whether it supports bf16 scalars and bf16 cooperative matrices in shaders (the features
+// VK_KHR_shader_bfloat16 makes optional; the extension offered): ask only where no validation layer
+// older than the structure is on (newer_extensions.hpp's kBfloat16HeaderVersion).
+bool supports_bf16_matrices(VkPhysicalDevice physical);
+
 // The device extensions the physical device offers, and whether `name` is among them.
 std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical);
 bool offers(const std::vector<VkExtensionProperties>& extensions, const char* name);

@@ -45,7 +45,8 @@ private:
 };
 
 // Describes every physical device, marks the default choice and fills `rejected` for unusable ones.
-std::vector<DeviceInfo> describe_devices(const Instance& instance);
+// `ask_bf16`: describe_tuning_facts's (false for a caller's instance, whose layers are unknown).
+std::vector<DeviceInfo> describe_devices(const Instance& instance, bool ask_bf16);
 // Picks by request (index or name substring; empty = best ranked). Throws InvalidArgument("device").
 std::uint32_t select_device(const std::vector<DeviceInfo>& devices, const std::string& request);
 
