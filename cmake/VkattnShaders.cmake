@@ -89,7 +89,10 @@ if(NOT VKATTN_COOPMAT_UNITS STREQUAL "OFF")
     elseif(VKATTN_BF16_GLSLANG)  # asked for by name: say why not, and stop
       message(FATAL_ERROR "VKATTN_BF16_GLSLANG=${VKATTN_BF16_GLSLANG} does not build the units' bf16 shaders: ${bf16_why}")
     else()
-      string(REGEX MATCH "ERROR[^\n]*" bf16_why "${bf16_why}")  # glslang's first error
+      string(REGEX MATCH "ERROR[^\n]*" first_error "${bf16_why}")  # glslang's first error, where it ran
+      if(first_error)
+        set(bf16_why "${first_error}")
+      endif()
     endif()
   endif()
   if(VKATTN_HAVE_COOPMAT_UNITS)

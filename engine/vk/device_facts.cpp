@@ -122,9 +122,10 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
                                      (size.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     }
 
-    // The newer extensions are read without their feature structures: a validation layer older
-    // than them (Debian 12's) reports an unknown structure in a pNext chain as an error, and every
-    // context is described with the layer on in the tests. The shapes come from
+    // The newer extensions are read without their feature structures (but bf16's, where ask_bf16
+    // says no older layer is on): a validation layer older than them (Debian 12's) reports an
+    // unknown structure in a pNext chain as an error, and every context is described with the
+    // layer on in the tests. The shapes come from
     // vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR, which such a layer passes through (and a
     // device that offers the extension supports its cooperativeMatrix feature); bf16 and fp8 in
     // shaders are their extensions offered, on matrix units the shapes that take them.
@@ -141,10 +142,11 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     info.fp8_cooperative_matrix = shapes_take("e4m3", "e5m2");
 
     // What a context's own device gets (no validation layer older than the extension on).
-    DeviceFeatures available = available_features(physical);
-    if (ask_bf16 && available.bf16_matrices) available.bf16_matrices = supports_bf16_matrices(physical);
+    const DeviceFeatures available = available_features(physical);
+    DeviceFeatures enabled = available;
+    if (ask_bf16 && available.bf16_matrices) enabled.bf16_matrices = supports_bf16_matrices(physical);
     info.maximal_reconvergence = available.maximal_reconvergence;
-    describe_matrix_units(info, available, available, "", "");
+    describe_matrix_units(info, available, enabled, "", "the device does not support shaderBFloat16Type and shaderBFloat16CooperativeMatrix");
 
     const ComputeUnits units = compute_units(physical, exts);
     info.compute_units = units.count;
