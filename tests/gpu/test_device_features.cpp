@@ -83,6 +83,28 @@ TEST_CASE("the caller's device: enabled features are read from every structure o
     matrices.pNext = &model;
     CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).cooperative_matrix);
     model.pNext = &half;
+    // bf16 operands on them: VK_KHR_shader_bfloat16 and both its features (bf16 scalars and bf16
+    // matrices), with the cooperative matrices.
+    VkPhysicalDeviceShaderBfloat16FeaturesKHR bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
+    bf16.shaderBFloat16Type = bf16.shaderBFloat16CooperativeMatrix = VK_TRUE;
+    bf16.pNext = &matrices;
+    info.pNext = &bf16;
+    const char* matrix_and_bf16[] = {VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME};
+    info.ppEnabledExtensionNames = matrix_and_bf16;
+    info.enabledExtensionCount = 2;
+    const vk::DeviceFeatures with_bf16 = vk::enabled_features(own.physical, info, VK_API_VERSION_1_2);
+    CHECK((with_bf16.cooperative_matrix && with_bf16.bf16_matrices));
+    bf16.shaderBFloat16CooperativeMatrix = VK_FALSE;  // bf16 scalars alone: not on the matrices
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).bf16_matrices);
+    bf16.shaderBFloat16CooperativeMatrix = VK_TRUE;
+    info.enabledExtensionCount = 1;  // the structure without its extension
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).bf16_matrices);
+    matrices.cooperativeMatrix = VK_FALSE;  // nor without the cooperative matrices
+    info.enabledExtensionCount = 2;
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).bf16_matrices);
+    matrices.cooperativeMatrix = VK_TRUE;
+    info.pNext = &matrices;
+    info.ppEnabledExtensionNames = &matrix_extension;
     info.enabledExtensionCount = 0;  // nor without the extension
     CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).cooperative_matrix);
 
