@@ -59,39 +59,40 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     want11.uniformAndStorageBuffer16BitAccess = features_.uniform_storage_16bit;
     want12.shaderFloat16 = features_.float16;
     want12.shaderInt8 = features_.int8;
+    // Each optional feature's structure, where wanted, spliced into the chain after want12.
+    auto chain = [&want12](auto& structure) {
+        structure.pNext = want12.pNext;
+        want12.pNext = &structure;
+    };
     VkPhysicalDeviceSubgroupSizeControlFeaturesEXT want_size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
     if (features_.subgroup_size_control) {
         want_size.subgroupSizeControl = VK_TRUE;
         want_size.computeFullSubgroups = VK_TRUE;
-        want12.pNext = &want_size;
+        chain(want_size);
     }
     // The matrix units' shaders use the Vulkan memory model (common/coopmat.glsl).
     VkPhysicalDeviceCooperativeMatrixFeaturesKHR want_matrices{VKATTN_STYPE_COOPERATIVE_MATRIX_FEATURES_KHR};
     if (features_.cooperative_matrix) {
         want_matrices.cooperativeMatrix = VK_TRUE;
         want12.vulkanMemoryModel = VK_TRUE;
-        want_matrices.pNext = want12.pNext;
-        want12.pNext = &want_matrices;
+        chain(want_matrices);
     }
     VkPhysicalDeviceShaderBfloat16FeaturesKHR want_bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
     if (features_.bf16_matrices) {
         want_bf16.shaderBFloat16Type = VK_TRUE;
         want_bf16.shaderBFloat16CooperativeMatrix = VK_TRUE;
-        want_bf16.pNext = want12.pNext;
-        want12.pNext = &want_bf16;
+        chain(want_bf16);
     }
     VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR want_reconvergence{VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR};
     if (features_.maximal_reconvergence) {
         want_reconvergence.shaderMaximalReconvergence = VK_TRUE;
-        want_reconvergence.pNext = want12.pNext;
-        want12.pNext = &want_reconvergence;
+        chain(want_reconvergence);
     }
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR want_executables{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
     if (features_.pipeline_statistics) {
         want_executables.pipelineExecutableInfo = VK_TRUE;
-        want_executables.pNext = want12.pNext;
-        want12.pNext = &want_executables;
+        chain(want_executables);
     }
     VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     want.pNext = &want11;

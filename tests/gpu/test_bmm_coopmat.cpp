@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/bmm_product.hpp"
+#include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
 
 using namespace vkattn;
@@ -62,7 +63,7 @@ TEST_CASE("bmm coopmat: bf16 operands where A or B is bf16; f16 beside bf16 refu
     };
     const Product bf{.form = detail::BmmForm::a_b, .H = 2, .M = 37, .N = 40, .K = 48, .a = DType::bf16, .b = DType::bf16,
                      .out = DType::bf16};
-    if (caps.matrix_units && !caps.bf16_matrix_units) {
+    if (!coopmat_bf16_runs_here()) {
         CHECK_THAT(refusal(bf), Catch::Contains("bf16_matrix_units_off"));
     } else {
         check_product(config, bf);

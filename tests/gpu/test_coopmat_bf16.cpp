@@ -24,7 +24,7 @@ Case bf16_case(Impl impl) { return forced_kernel_case(FusedKernel::coopmat, impl
 
 // Whether the device runs bf16 operands (the portable implementation, or units that take bf16) on
 // bf16 storage (16-bit stores).
-bool bf16_runs_here() { return device_caps().fp16_storage && (!device_caps().matrix_units || device_caps().bf16_matrix_units); }
+bool bf16_runs_here() { return device_caps().fp16_storage && coopmat_bf16_runs_here(); }
 
 }  // namespace
 

@@ -383,8 +383,8 @@ TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled bl
     // multiplies (bf16 where the device runs it: the portable implementation, or units that take
     // bf16). bf16 runs it alone (the other kernels' storage types have their own tests).
     if (kernel == FusedKernel::coopmat && c.dtype == DType::f32) return;
-    const vk::DeviceCaps& caps = test::device_caps();
-    if (c.dtype == DType::bf16 && (kernel != FusedKernel::coopmat || !caps.fp16_storage || (caps.matrix_units && !caps.bf16_matrix_units)))
+    if (c.dtype == DType::bf16 &&
+        (kernel != FusedKernel::coopmat || !test::device_caps().fp16_storage || !test::coopmat_bf16_runs_here()))
         return;
     c.variant.fused_kernel = kernel;
     c.dim = 64;  // 16-byte rows (f16's 8-element chunks)

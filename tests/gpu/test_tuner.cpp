@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "support/backward_case.hpp"
+#include "support/device_tuning.hpp"
 #include "support/gpu_context.hpp"
 #include "vkattn/testing/attention_case.hpp"
 #include "vkattn/errors.hpp"
@@ -141,8 +142,7 @@ TEST_CASE("tuner: variants with 16-bit products are timed for f16 and bf16 stora
     prefill.dtype = DType::bf16;
     const TuneReport bf16 = tune(ctx, {.shapes = {prefill}, .variants = offered, .warmup = 0, .repeat = 1, .save = false});
     REQUIRE(bf16.results.size() == 1);
-    const vk::DeviceCaps& caps = detail::ContextAccess::runtime(ctx).device().caps();
-    CHECK(bf16.results[0].timings.size() == (!caps.matrix_units || caps.bf16_matrix_units ? 2u : 1u));
+    CHECK(bf16.results[0].timings.size() == (coopmat_bf16_runs_here() ? 2u : 1u));
     // The backward's alike: its cooperative-matrix kernels for f16 storage only.
     const std::vector<std::string> backward_offered{"backward-fused", "backward-coopmat"};
     TuneShape training{.B = 1, .Hq = 2, .Hkv = 2, .Nq = 40, .Nkv = 40, .D = 32, .backward = true};

@@ -19,6 +19,11 @@ namespace vkattn::test {
 
 inline const vk::DeviceCaps& device_caps() { return detail::ContextAccess::runtime(gpu_context()).device().caps(); }
 
+// Whether the cooperative-matrix kernels run bf16 operands on the suite's device: their portable
+// implementation, or matrix units that take bf16; elsewhere (units without it) detail::
+// coopmat_operands refuses them by name, and a test expects that refusal.
+inline bool coopmat_bf16_runs_here() { return !device_caps().matrix_units || device_caps().bf16_matrix_units; }
+
 // Heads past 128 (Dk or Dv) for the cooperative-matrix kernels, which on the device's matrix units
 // refuse them by name (detail::refuse_wide_heads_on_units): there `run` must throw that refusal and
 // the function returns false; elsewhere (their portable implementation) it returns true, and the
