@@ -204,14 +204,13 @@ void main() {
     const bool layout_ok = gl_SubgroupSize == CM_SG && gl_NumSubgroups == NSG;
     const uint lane = gl_SubgroupInvocationID, c_base = min(sg, NSG - 1u) * 16u * PITCH_C;  // (in bounds on any layout)
     CM_LOOP for (uint t = 0u; t < TM * TN; ++t) {
-        subgroupBarrier();  // every lane has read the previous accumulator
+        CM_SUBGROUP_SYNC();  // every lane has read the previous accumulator
         if (C_APART) {
             CM_STORE(acc[t], tile_c, c_base, PITCH_C);
         } else {
             CM_STORE_F32(acc[t], tile_a, c_base, PITCH_C);
         }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        CM_SUBGROUP_SYNC();
         for (uint e = lane; e < 256u; e += CM_SG) {
             const uint r = e / 16u, c = e % 16u;
             const uint row = tile_row + sub_row + 16u * (t / TN) + r, col = tile_col + sub_col + 16u * (t % TN) + c;

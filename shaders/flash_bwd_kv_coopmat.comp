@@ -196,8 +196,7 @@ void main() {
                 }
                 CM_STORE(acc, dp_tile, s_base + 16u * qt, PITCH_S);
             }
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
+            CM_SUBGROUP_SYNC();
 
             // Wᵀ and dSᵀ per element (flash_bwd_kv.comp's rules), per query's row mask (a loop: the
             // mask model unrolled BR times would swell every pipeline). Per-lane choices are selects
@@ -234,8 +233,7 @@ void main() {
                     ds_tile[p_base + key_local * PITCH_P + q_local] = CM_TO_ELEM(d);
                 }
             }
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
+            CM_SUBGROUP_SYNC();
 
             // dV += Wᵀ·dO with dO staged, then dK += dSᵀ·Q with Q staged again.
             CM_LOOP for (uint qt = 0u; qt < QT; ++qt) {
@@ -270,11 +268,10 @@ void main() {
         [[unroll]] for (uint which = 0u; which < 2u; ++which) {
             const uint D = which == 0u ? Dk : Dv;
             if (col_base + 16u * ot >= D) continue;  // uniform
-            subgroupBarrier();  // every lane has read the previous tile (and its last scores)
+            CM_SUBGROUP_SYNC();  // every lane has read the previous tile (and its last scores)
             if (which == 0u) CM_STORE(dk[ot], s_tile, s_base, PITCH_S);
             else CM_STORE(dv[ot], s_tile, s_base, PITCH_S);
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
+            CM_SUBGROUP_SYNC();
             [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
                 const uint key_local = lane / SLANES + t * (SG / SLANES), key = key0 + key_local;
                 if (key >= wg_key_end) continue;

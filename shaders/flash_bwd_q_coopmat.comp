@@ -216,8 +216,7 @@ void main() {
             }
             CM_STORE(acc, s_tile, s_base + 16u * kt, PITCH_S);
         }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        CM_SUBGROUP_SYNC();
 
         // dS per element (flash_bwd_q.comp's rules), into the subgroup's f16 tile. Per-lane choices
         // are selects (mix with a bool): the units' operations below follow no per-lane branch.
@@ -251,8 +250,7 @@ void main() {
                 ds_tile[p_base + local_row[t] * PITCH_P + key_local] = CM_TO_ELEM(ds);
             }
         }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        CM_SUBGROUP_SYNC();
 
         // dQ += dS·K for this pass's columns.
         CM_LOOP for (uint kt = 0u; kt < KT; ++kt) {
@@ -271,10 +269,9 @@ void main() {
     const bool loud = gl_SubgroupSize != SG || gl_NumSubgroups != NSG;
     CM_LOOP for (uint ot = 0u; ot < OT; ++ot) {
         if (col_base + 16u * ot >= Dk) continue;  // uniform
-        subgroupBarrier();  // every lane has read the previous tile (and its last scores)
+        CM_SUBGROUP_SYNC();  // every lane has read the previous tile (and its last scores)
         CM_STORE(dq[ot], s_tile, s_base, PITCH_S);
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        CM_SUBGROUP_SYNC();
         [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
             const uint rho = block_rho + sg * 16u + local_row[t];
             if (rho >= rows_end) continue;

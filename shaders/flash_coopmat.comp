@@ -91,13 +91,13 @@ layout(std430, set = 0, binding = 3) readonly buffer VWords4 { uvec4 v_words4[];
 #define SOFTMAX_LOOP [[unroll]]
 #endif
 
-// K's and V's tile (and Q's at the start, where Q is held): rows of max(DKP, OC) elements and 8
-// more, so rows start 16 bytes apart on different banks, staged 8 elements (16 bytes on the units)
-// per store. With Q_OWN (always with two row tiles) Q has a tile of its own, read at every product
-// of S: held, two row tiles' 2·DKT operands beside 8 named accumulators would be D 128's live state
+// K's and V's tile (and Q's at the start, where Q is held, BC rows at a time): rows of max(DKP,
+// OC) elements and 8 more, so rows start 16 bytes apart on different banks, staged 8 elements (16
+// bytes on the units) per store. With Q_OWN (always with two row tiles) Q has a tile of its own,
+// read at every product of S: held, two row tiles' 2·DKT operands beside 8 named accumulators would be D 128's live state
 // at one row tile, which computed wrong on NVIDIA's driver (session 26; Q's own tile validated
 // there). S (fp32) and P (f16 operands, written in pairs of keys) per subgroup, SGR rows each.
-const uint KV_ROWS = Q_OWN ? BC : BC > BR ? BC : BR;
+const uint KV_ROWS = BC;
 const uint PITCH_KV = (KV_APART || DKP > OC ? DKP : OC) + 8u, PITCH_V = OC + 8u, PITCH_Q = DKP + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
 CM_OPERAND_TILE(kv_tile, KV_ROWS * PITCH_KV);            // [key or row][d or column]
@@ -160,25 +160,32 @@ void main() {
         atomicMin(wg_first, lo_first);
         atomicMax(wg_end, hi_limit);
     }
-    // Q's rows through K's tile, then into registers: each subgroup's DKT operands; or (Q_OWN) into
-    // Q's own tile.
-    for (uint e = inv; e < BR * DKP / 8u; e += WG) {
-        const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
-        const uint rho = min(block_rho + row, rows_end - 1u);
-        const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
-        const uint at = tensor_index(P.q, b, h, min(q0 + i, q_last)) + d;
-        CM_ELEM4 lo, hi;
-        CM_FETCH8(load_q4, at, d, Dk, lo, hi);
-        if (Q_OWN) {
-            CM_PUT8(q_tile, row * PITCH_Q + d, lo, hi);
-        } else {
-            CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
-        }
-    }
-    barrier();
+    // Q's rows into Q's own tile (Q_OWN); or through K's tile into registers, each subgroup's DKT
+    // operands, in passes of BC rows (each between two barriers; a subgroup's 16 rows lie in one
+    // pass, as BC is a multiple of 16), so that K's tile needs no more rows than its keys however
+    // many subgroups share it.
     CmA q_ops[DKT];
-    if (!Q_OWN) {
-        CM_LOOP for (uint dt = 0u; dt < DKT; ++dt) CM_LOAD_A(q_ops[dt], kv_tile, sg * 16u * PITCH_KV + 16u * dt, PITCH_KV);
+    for (uint pass_row = 0u; pass_row < BR; pass_row += Q_OWN ? BR : BC) {
+        const uint pass_rows = Q_OWN ? BR : min(BC, BR - pass_row);
+        for (uint e = inv; e < pass_rows * DKP / 8u; e += WG) {
+            const uint row = e / (DKP / 8u), d = 8u * (e % (DKP / 8u));
+            const uint rho = min(block_rho + pass_row + row, rows_end - 1u);
+            const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
+            const uint at = tensor_index(P.q, b, h, min(q0 + i, q_last)) + d;
+            CM_ELEM4 lo, hi;
+            CM_FETCH8(load_q4, at, d, Dk, lo, hi);
+            if (Q_OWN) {
+                CM_PUT8(q_tile, row * PITCH_Q + d, lo, hi);
+            } else {
+                CM_PUT8(kv_tile, row * PITCH_KV + d, lo, hi);
+            }
+        }
+        barrier();
+        if (!Q_OWN && sg * 16u - pass_row < pass_rows) {  // uniform per subgroup
+            CM_LOOP for (uint dt = 0u; dt < DKT; ++dt)
+                CM_LOAD_A(q_ops[dt], kv_tile, (sg * 16u - pass_row) * PITCH_KV + 16u * dt, PITCH_KV);
+        }
+        if (!Q_OWN && pass_row + BC < BR) barrier();  // every pass's subgroups have their operands
     }
     // Row tile r_'s Q operand of d-tile d_: held, or from Q's tile.
 #define Q_OPERAND(name, r_, d_)                                                                \
@@ -268,8 +275,7 @@ void main() {
             }
             CM_STORE(s, s_tile, s_base + 16u * kt, PITCH_S);
         }
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
+        CM_SUBGROUP_SYNC();
 
         // Scale into log2 units, mask (flash.comp's rules), online softmax; P into the subgroup's tile.
         // Per-lane choices are selects (mix with a bool), not branches: the shuffles and the
@@ -325,12 +331,11 @@ void main() {
         // Rescale O where a row's maximum moved (α ≠ 1): the factors as a 16 × 16 tile, row i's in
         // every column, multiplied into each accumulator element by element. Uniform per subgroup.
         if (subgroupMax(moved ? 1u : 0u) != 0u) {
-            subgroupBarrier();  // every lane has read its scores: the tile is free
+            CM_SUBGROUP_SYNC();  // every lane has read its scores: the tile is free
             [[unroll]] for (uint t = 0u; t < SROWS; ++t)
                 [[unroll]] for (uint c = 0u; c < SCOLS; ++c)
                     CM_AT(s_tile, s_base + local_row[t] * PITCH_S + part * SCOLS + c) = alpha[t];
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
+            CM_SUBGROUP_SYNC();
             CmAcc factors;
             CM_LOAD_ACC(factors, s_tile, s_base, PITCH_S);
             CmAcc factors_bottom;  // the second row tile's

@@ -12,9 +12,8 @@ std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
     const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t kv_pitch = (kv_apart ? 16 * dk_tiles : std::max(16 * dk_tiles, columns())) + 8;
     const std::uint32_t v_elements = kv_apart ? keys * (columns() + 8) : 8;
-    const std::uint32_t kv_rows = q_in_shared ? keys : std::max(keys, rows(subgroups));
     const std::uint32_t q_elements = q_in_shared ? rows(subgroups) * (16 * dk_tiles + 8) : 8;
-    return operand * (kv_rows * kv_pitch + v_elements + q_elements) + rows(subgroups) * (4 * (keys + 4) + operand * (keys + 8)) + 8;
+    return operand * (keys * kv_pitch + v_elements + q_elements) + rows(subgroups) * (4 * (keys + 4) + operand * (keys + 8)) + 8;
 }
 
 bool CoopmatLayout::staged_ahead() const { return dk_tiles <= 6 && column_tiles <= 6; }

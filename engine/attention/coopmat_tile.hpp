@@ -57,8 +57,8 @@ struct CoopmatLayout {
     bool kv_apart = false;
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * row_tiles * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
-    // flash_coopmat.comp's shared memory: the K/V tile [Bc (or max(Bc, Br) where Q is held, passing
-    // through it)][max(16·dk_tiles, OC) + 8] (16·dk_tiles + 8 where K and V are apart), V's own
+    // flash_coopmat.comp's shared memory: the K/V tile [Bc][max(16·dk_tiles, OC) + 8] (16·dk_tiles +
+    // 8 where K and V are apart; a held Q passes through it Bc rows at a time), V's own
     // [Bc][OC + 8] with kv_apart, Q's [Br][16·dk_tiles + 8] with q_in_shared (8 elements each
     // otherwise), and per row S [Bc + 4] (fp32) and P [Bc + 8]; operands f16 or bf16 on the units,
     // 4-byte floats in the portable implementation; and the workgroup's key range.

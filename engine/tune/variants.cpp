@@ -53,9 +53,24 @@ const std::vector<KernelVariant>& kernel_variants() {
          "flash_coopmat.comp with 64-row, 32-key tiles"},
         // 8 subgroups: each K/V tile staged and waited on once for 128 rows (half the staging and
         // barriers per row of 64), at the same warps per SM where registers set them (2 × 4 → 1 × 8).
-        // Shared memory takes it up to D 64 on the units (47,144 bytes of 49,152); lavapipe refuses it.
+        // Shared memory takes it up to D 128 on the units (37,416 bytes; K's tile no longer holds Q's 128
+        // rows); lavapipe refuses it.
         {"coopmat-128x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 128, .tile_keys = 32},
          "flash_coopmat.comp with 128-row, 32-key tiles (8 subgroups)"},
+        // 12 and 16 subgroups: a compiler must fit a whole workgroup's registers in one multiprocessor,
+        // so its invocations bound each one's (NVIDIA: 65,536 per SM, so at most 168 at 384 invocations
+        // and 128 at 512), where 4 subgroups at ~200 registers (the kernel's count on NVIDIA's driver,
+        // sessions 22-25) leave 8 warps per SM: these run 12 and 16 there, to hide the latency that
+        // binds the kernel (docs/design/GPU_KERNELS.md, "Where D 64's time goes"). Shared memory takes
+        // 16-key tiles up to D 128 on the units, 32-key tiles with 192 rows up to D 80.
+        {"coopmat-192x16", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 192, .tile_keys = 16},
+         "flash_coopmat.comp with 192-row, 16-key tiles (12 subgroups)"},
+        {"coopmat-192x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 192, .tile_keys = 32},
+         "flash_coopmat.comp with 192-row, 32-key tiles (12 subgroups)"},
+        {"coopmat-256x16", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 256, .tile_keys = 16},
+         "flash_coopmat.comp with 256-row, 16-key tiles (16 subgroups)"},
+        {"coopmat-256x16-kv-apart", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 256, .tile_keys = 16, .kv_apart = true},
+         "flash_coopmat.comp with 256-row, 16-key tiles (16 subgroups), K and V apart"},
         // O's two forms (CoopmatLayout::named_by_default chooses): the array, which NVIDIA's
         // compiler kept in local memory, and named matrices (refused on the units past 112-wide heads).
         {"coopmat-array", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .named_accumulators = false},

@@ -63,9 +63,8 @@
 // Rules for the kernels: a subgroup's lanes all take part in every operation (uniform control
 // flow); B's tile stays unchanged from its CM_LOAD_B to its last CM_MUL_ADD (the portable B refers
 // to its tile; A operands and accumulators are copies in registers on both); a CM_STORE's values
-// are visible to the other lanes after subgroupMemoryBarrierShared() and subgroupBarrier() (or a
-// workgroup barrier). Offsets and strides are multiples of 16 bytes, as the units' loads require
-// (8 operands, 4 fp32 values).
+// are visible to the other lanes after CM_SUBGROUP_SYNC() (or a workgroup barrier). Offsets and
+// strides are multiples of 16 bytes, as the units' loads require (8 operands, 4 fp32 values).
 // One matrix per declaration: glslang 13 drops the use of a second declarator (`CmAcc a[2], b[2];`
 // makes b a matrix of no use, which no assignment converts to).
 // Requires of the includer: CM_SG, the subgroup size the kernel's layout assumes (a constant or a
@@ -77,9 +76,20 @@
 #define VKATTN_COOPMAT_GLSL
 
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_control_flow_attributes : enable
 
 const uint CM_DIM = 16u;  // M = N = K
+
+// A subgroup's lanes meet, and each lane's shared-memory accesses before it happen before every
+// lane's after (a subgroup's tiles: its stores then its lanes' reads, or its reads then the next
+// stores). Shared memory only: subgroupMemoryBarrierShared() with subgroupBarrier() also orders
+// buffer and image memory (subgroupBarrier's semantics are 0xD48), which a driver may honour by a
+// memory fence that waits for every load in flight, the K/V tile held ahead in registers
+// (common/coopmat_kv_staging.glsl) included, so that its loads would land at the first subgroup
+// barrier after they are issued rather than at the store that needs them.
+#define CM_SUBGROUP_SYNC() \
+    controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared, gl_SemanticsAcquireRelease)
 
 // bf16's rounding of an fp32 value, as its 16 bits (nearest even, past bf16's range ±inf, NaN kept
 // and quiet): the host's float_to_bf16, in integers, so that every compiler rounds alike.
@@ -93,7 +103,6 @@ uvec2 cm_bf16_four(vec4 v) { return uvec2(cm_bf16_pair(v.xy), cm_bf16_pair(v.zw)
 
 #ifdef CM_KHR
 #extension GL_KHR_cooperative_matrix : require
-#extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 
 #define CM_LOOP [[unroll]]

@@ -77,8 +77,7 @@ CM_ELEM4 v_hi[V_HELD];
 // made visible to its lanes.
 #define STAGE_VALUES(kb_)                                                                  \
     if (KV_APART) {                                                                        \
-        subgroupMemoryBarrierShared();                                                     \
-        subgroupBarrier();                                                                 \
+        CM_SUBGROUP_SYNC();                                                                \
     } else {                                                                               \
         barrier();                                                                         \
         STAGE(LOAD_V, V_CHUNKS, kb_, OC, kv_tile, PITCH_KV, stage_lo, stage_hi, STEPS)     \

@@ -62,11 +62,10 @@
 // once all are.
 #define O_OUT(acc, f)                                                                                       \
     if (f < OTR && col_base + 16u * (f / RT) < Dv) {                                                        \
-        if (f % RT == 0u) subgroupBarrier();                                                                \
+        if (f % RT == 0u) CM_SUBGROUP_SYNC();                                                               \
         CM_STORE(acc, s_tile, s_base + 16u * (f % RT) * PITCH_S, PITCH_S);                                  \
         if (f % RT == RT - 1u) {                                                                            \
-            subgroupMemoryBarrierShared();                                                                  \
-            subgroupBarrier();                                                                              \
+            CM_SUBGROUP_SYNC();                                                                             \
             [[unroll]] for (uint t = 0u; t < SROWS; ++t)                                                    \
                 [[unroll]] for (uint c = 0u; c < SCOLS; ++c) {                                              \
                     const uint col = col_base + 16u * (f / RT) + part * SCOLS + c;                          \

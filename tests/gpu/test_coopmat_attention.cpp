@@ -93,8 +93,11 @@ TEST_CASE("coopmat kernel: its layout, and what it refuses by name", "[gpu][coop
 }
 
 TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat][variants]") {
-    // Br and Bc through the tile knobs: one subgroup of 16 rows with 16-key tiles, and two with 48.
-    const auto [rows, keys] = GENERATE(std::pair<std::uint32_t, std::uint32_t>{16, 16}, std::pair{32u, 48u});
+    // Br and Bc through the tile knobs: one subgroup of 16 rows with 16-key tiles, two with 48,
+    // eight with 16 (Q through K's 16-row tile in eight passes, as the catalogue's 12 and 16
+    // subgroups take it), and three with 32 (passes of 32 rows and 16).
+    const auto [rows, keys] = GENERATE(std::pair<std::uint32_t, std::uint32_t>{16, 16}, std::pair{32u, 48u}, std::pair{128u, 16u},
+                                       std::pair{48u, 32u});
     const Impl impl = GENERATE(Impl::fused, Impl::split);
     for (int features = 0; features < kFusedFeatureSets; ++features) {
         Case c = coopmat_case(impl, DType::f32);
@@ -105,10 +108,11 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
         const AttentionReport r = expect_coopmat(c);
         CHECK_THAT(r.variant, Catch::Contains(" rows" + std::to_string(rows) + " keys" + std::to_string(keys) + " "));
     }
-    // The catalogue's shapes, as the tuner forces them: 128 rows (8 subgroups) where the device's
-    // shared memory takes their tiles (the units' f16 operands do at this D; lavapipe's 4-byte
-    // ones in 32 KiB do not), else refused by name.
-    for (const char* name : {"coopmat-32x64", "coopmat-64x32", "coopmat-128x32"}) {
+    // The catalogue's shapes, as the tuner forces them: 128 to 256 rows (8 to 16 subgroups) where
+    // the device's shared memory takes their tiles (the units' f16 operands do at this D;
+    // lavapipe's 4-byte ones in 32 KiB do not), else refused by name.
+    for (const char* name : {"coopmat-32x64", "coopmat-64x32", "coopmat-128x32", "coopmat-192x16", "coopmat-192x32",
+                             "coopmat-256x16", "coopmat-256x16-kv-apart"}) {
         const VariantOverrides& shape = find_kernel_variant(name)->overrides;
         Case c = coopmat_case(impl, DType::f32);
         c.variant = shape;
@@ -116,7 +120,7 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
         INFO(name);
         const auto d_tiles = static_cast<std::uint32_t>((c.Dk + 15) / 16);  // Dk = Dv: no narrower pass
         const detail::CoopmatLayout tiles{.keys = *shape.tile_keys, .dk_tiles = d_tiles, .column_tiles = d_tiles,
-                                          .units = device_caps().matrix_units};
+                                          .units = device_caps().matrix_units, .kv_apart = shape.kv_apart.value_or(false)};
         if (tiles.shared_bytes(*shape.tile_rows / 16) > device_caps().max_shared_bytes) {
             CHECK_THAT(expect_refused(c, "variant.tile_rows"), Catch::Contains("shared memory"));
             continue;

@@ -72,12 +72,12 @@ TEST_CASE("coopmat tuning, K and V apart: on the matrix units", "[unit][tuning][
     CHECK(rt2->coopmat->keys == 32);
     CHECK(rt2->coopmat->shared_bytes(rt2->subgroups) == 32776);
     CHECK_THAT(rt2->describe(), Catch::Contains(" rt2 qshared kv-apart named"));
-    // D 128: 32-key tiles (40,472 bytes), chunk by chunk.
+    // D 128: 32-key tiles (31,768 bytes: K's tile 32 rows, Q passing through it in two), chunk by chunk.
     p.Dk = p.Dv = 128;
     const auto wide = fused_for(caps, p, apart);
     REQUIRE(wide);
     CHECK(wide->coopmat->keys == 32);
-    CHECK(wide->coopmat->shared_bytes(wide->subgroups) == 40472);
+    CHECK(wide->coopmat->shared_bytes(wide->subgroups) == 31768);
     CHECK_FALSE(wide->coopmat->ahead);
     // Never unforced; the catalogue's variants are these overrides.
     caps.maximal_reconvergence = true;
