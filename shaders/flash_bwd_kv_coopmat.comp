@@ -96,6 +96,11 @@ CM_ACC_TILE_SCALAR(s_tile, NSG * 16u * PITCH_S);   // Sᵀ, then dK's and dV's t
 CM_ACC_TILE_SCALAR(dp_tile, NSG * 16u * PITCH_S);
 CM_OPERAND_TILE_SCALAR(w_tile, NSG * 16u * PITCH_P);
 CM_OPERAND_TILE_SCALAR(ds_tile, NSG * 16u * PITCH_P);
+// The query tile's per-query terms (lse, Δ, the row mask's key range), staged with Q once per tile.
+// Until session 30 every lane read lse and Δ from their buffers and rebuilt the query's row mask
+// (kv_lengths among its reads) at each query of its elementwise loop, loads the loop waited on.
+shared float tile_lse[BR], tile_delta[BR];
+shared uint tile_first[BR], tile_limit[BR];
 
 // The query rows [i0, i0 + BR) of head h into t_tile: q's (dO = false) or dO's.
 void stage_rows(uint b, uint h, uint i0, uint i_end, bool d_out) {
@@ -169,8 +174,16 @@ void main() {
         for (uint qb0 = queries.x; qb0 < queries.y; qb0 += 4096u * BR)
         for (uint qb = qb0; qb < min(queries.y, qb0 + 4096u * BR); qb += BR) {
             // Sᵀ = K·Qᵀ.
-            barrier();  // every subgroup is done with the previous tile's Q (and the start's staging)
+            barrier();  // every subgroup is done with the previous tile's Q and terms (and the start's staging)
             stage_rows(b, h, qb, queries.y, false);
+            for (uint e = inv; e < BR; e += WG) {
+                const uint ic = min(qb + e, queries.y - 1u);
+                const RowMask mask = row_mask(b, h, ic);
+                tile_lse[e] = lse[tensor_index(P.lse, b, h, ic)];
+                tile_delta[e] = delta[tensor_index(P.delta, b, h, ic)];
+                tile_first[e] = mask.first;
+                tile_limit[e] = mask.limit;
+            }
             barrier();
             CM_LOOP for (uint qt = 0u; qt < QT; ++qt) {
                 CmAcc acc;
@@ -204,9 +217,10 @@ void main() {
             for (uint c = 0u; c < SQ; ++c) {
                 const uint q_local = c * SLANES + part, i = qb + q_local;
                 const uint ic = min(i, queries.y - 1u);
-                const RowMask mask = row_mask(b, h, ic);
-                const float lse_i = lse[tensor_index(P.lse, b, h, ic)];
-                const float delta_i = delta[tensor_index(P.delta, b, h, ic)];
+                RowMask mask;
+                if (elementwise) mask = row_mask(b, h, ic);  // key_terms reads its masks and ALiBi
+                const float lse_i = tile_lse[q_local], delta_i = tile_delta[q_local];
+                const uint first_i = tile_first[q_local], limit_i = tile_limit[q_local];
                 [[unroll]] for (uint t = 0u; t < SROWS; ++t) {
                     const uint key_local = lane / SLANES + t * (SG / SLANES), key = key0 + key_local;
                     const uint at = key_local * PITCH_S + q_local;
@@ -219,7 +233,7 @@ void main() {
                         const bool kept = key_terms(mask, key, terms);  // false past the row's keys
                         visible = all(bvec2(inside, kept));
                     } else {
-                        visible = all(bvec3(inside, key >= mask.first, key < mask.limit));
+                        visible = all(bvec3(inside, key >= first_i, key < limit_i));
                     }
                     const float p = mix(0.0, exp2((x + terms - lse_i) * LOG2E), visible);
                     float kappa = 1.0;

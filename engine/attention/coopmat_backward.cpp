@@ -11,8 +11,10 @@ namespace vkattn::detail {
 std::uint32_t CoopmatBackwardLayout::shared_bytes(std::uint32_t subgroups) const {
     const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t rows = std::max(tile, 16 * subgroups), pitch = 16 * std::max(dk_tiles, dv_tiles) + 8;
-    // The dK/dV kernel's two operand tiles per subgroup are the larger need (the dQ kernel has one).
-    return operand * rows * pitch + subgroups * 16 * (2 * 4 * (tile + 4) + 2 * operand * (tile + 8)) + 8;
+    // The dK/dV kernel's two operand tiles per subgroup and its query tile's terms (lse, Δ and the
+    // row mask's key range: 16 bytes a query) are the larger need: the dQ kernel has one operand tile
+    // per subgroup and, for the terms, only its key range's 8 bytes.
+    return operand * rows * pitch + subgroups * 16 * (2 * 4 * (tile + 4) + 2 * operand * (tile + 8)) + 16 * tile;
 }
 
 std::string CoopmatBackwardLayout::describe() const {
@@ -66,7 +68,9 @@ std::int64_t coopmat_backward_loops_per_key_tile(const CoopmatBackwardLayout& t,
 std::int64_t coopmat_backward_loops_per_query_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup,
                                                    std::uint32_t subgroups) {
     const std::int64_t lanes = std::int64_t{subgroup} * subgroups, tiles = t.tile / 16;
-    const std::int64_t stage = 2 * ceil_div(t.tile * 16 * t.dk_tiles / 4, lanes) + ceil_div(t.tile * 16 * t.dv_tiles / 4, lanes);
+    // Q (twice) and dO, and the tile's per-query terms.
+    const std::int64_t stage = 2 * ceil_div(t.tile * 16 * t.dk_tiles / 4, lanes) + ceil_div(t.tile * 16 * t.dv_tiles / 4, lanes) +
+                               ceil_div(t.tile, lanes);
     const std::int64_t elementwise = t.tile / std::max<std::uint32_t>(1, subgroup / 16);
     return 4 + stage + products(tiles, t.dk_tiles, subgroup) + products(tiles, t.dv_tiles, subgroup) + elementwise +
            2 * products(tiles, t.column_tiles, subgroup);

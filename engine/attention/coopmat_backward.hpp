@@ -23,7 +23,8 @@ struct CoopmatBackwardLayout {
     std::uint32_t columns() const { return 16 * column_tiles; }
     // The larger of the two kernels' shared memory: the other side's tile [max(tile, 16·subgroups)]
     // [16·max(dk_tiles, dv_tiles) + 8] and, per subgroup, two fp32 score tiles [16][tile + 4] and one
-    // (dQ) or two (dK, dV) operand tiles [16][tile + 8].
+    // (dQ) or two (dK, dV) operand tiles [16][tile + 8]; the dK/dV kernel's per-query terms (16 bytes
+    // a query of its tile; more than the dQ kernel's key range, 8 bytes).
     std::uint32_t shared_bytes(std::uint32_t subgroups) const;
     std::string describe() const;
 };
