@@ -94,9 +94,10 @@ layout(std430, set = 0, binding = 3) readonly buffer VWords4 { uvec4 v_words4[];
 // K's and V's tile (and Q's at the start, where Q is held, BC rows at a time): rows of max(DKP,
 // OC) elements and 8 more, so rows start 16 bytes apart on different banks, staged 8 elements (16
 // bytes on the units) per store. With Q_OWN (always with two row tiles) Q has a tile of its own,
-// read at every product of S: held, two row tiles' 2·DKT operands beside 8 named accumulators would be D 128's live state
-// at one row tile, which computed wrong on NVIDIA's driver (session 26; Q's own tile validated
-// there). S (fp32) and P (f16 operands, written in pairs of keys) per subgroup, SGR rows each.
+// read at every product of S: held, two row tiles' 2·DKT operands beside 8 named accumulators
+// would be D 128's live state at one row tile, which computed wrong on NVIDIA's driver (session
+// 26; Q's own tile validated there). S (fp32) and P (f16 operands, written in pairs of keys) per
+// subgroup, SGR rows each.
 const uint KV_ROWS = BC;
 const uint PITCH_KV = (KV_APART || DKP > OC ? DKP : OC) + 8u, PITCH_V = OC + 8u, PITCH_Q = DKP + 8u;
 const uint PITCH_S = BC + 4u, PITCH_P = BC + 8u;
