@@ -33,7 +33,9 @@ for l in sys.stdin:
         if s.get('Local Memory Size', 0) >= 2 ** 36: s['Local Memory Size'] -= 2 ** 36
         print(r.get('kit', ''), r['kernel'], r['constants'], json.dumps(s))
     elif 'median_ms' in r or 'gpu_ms_per_step' in r:
-        print(json.dumps({k: r[k] for k in keys if k in r}))
+        # bench/patches/phase_clocks.patch's clocks, rounded, where the kit has them.
+        clocks = {k: round(v) for k, v in r.items() if k.startswith('clk_') and isinstance(v, (int, float))}
+        print(json.dumps({**{k: r[k] for k in keys if k in r}, **clocks}))
     else:
         print(l.strip()[:400])"; }
 pt() { (( $(left) > 10 )) || return 0; timeout "$1" "$B" "${@:2}" --json 2>>"$O/log.txt" | grep '^{' | tee -a "$J" | short; }
