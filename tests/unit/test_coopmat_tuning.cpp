@@ -6,7 +6,9 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 
+#include "attention/coopmat_backward.hpp"
 #include "attention/coopmat_tile.hpp"
 #include "attention/tuning.hpp"
 #include "fake_devices.hpp"
@@ -340,4 +342,24 @@ TEST_CASE("coopmat tuning: the backward's layout on every device, forced for f32
     REQUIRE(on_units->coopmat);
     CHECK(on_units->coopmat->operands == DType::bf16);
     CHECK(on_units->coopmat->units);
+}
+
+TEST_CASE("coopmat tuning: the backward's shared memory on the units, term by term", "[unit][tuning][coopmat][backward]") {
+    vk::DeviceCaps units = nvidia_like();
+    units.matrix_units = units.maximal_reconvergence = true;
+    // The dK/dV kernel's declarations (flash_bwd_kv_coopmat.comp): the Q/dO tile [max(tile, 64)][D + 8]
+    // f16, per subgroup two fp32 tiles [16][tile + 4] and two f16 tiles [16][tile + 8], and the query
+    // tile's lse, Δ, first and limit (16 bytes a query). 64-wide tiles would need 71,680 bytes at
+    // D 128 and 63,488 at D 64 on 4 subgroups, so 48 KiB takes 32-wide ones at both.
+    for (const auto& [d, tile, bytes] : {std::tuple<std::int64_t, std::uint32_t, std::uint32_t>{128, 32, 17408 + 28672 + 512},
+                                         std::tuple<std::int64_t, std::uint32_t, std::uint32_t>{64, 32, 9216 + 28672 + 512}}) {
+        Problem p = problem(1, 32, 32, 4096, 4096, d, d, DType::f16);
+        p.k_dtype = p.v_dtype = DType::f16;
+        std::uint32_t subgroups = 4;
+        INFO("D " << d);
+        const CoopmatBackwardLayout t = choose_coopmat_backward(units, 32, subgroups, p);
+        CHECK(subgroups == 4);
+        CHECK(t.tile == tile);
+        CHECK(t.shared_bytes(subgroups) == bytes);
+    }
 }
