@@ -65,6 +65,8 @@ const std::vector<KernelVariant>& kernel_variants() {
         // 16-key tiles up to D 128 on the units, 32-key tiles with 192 rows up to D 80.
         {"coopmat-192x16", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 192, .tile_keys = 16},
          "flash_coopmat.comp with 192-row, 16-key tiles (12 subgroups)"},
+        {"coopmat-192x16-kv-apart", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 192, .tile_keys = 16, .kv_apart = true},
+         "flash_coopmat.comp with 192-row, 16-key tiles (12 subgroups), K and V apart"},
         {"coopmat-192x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 192, .tile_keys = 32},
          "flash_coopmat.comp with 192-row, 32-key tiles (12 subgroups)"},
         {"coopmat-256x16", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 256, .tile_keys = 16},

@@ -111,8 +111,8 @@ TEST_CASE("coopmat kernel: forced tile shapes, fused and split", "[gpu][coopmat]
     // The catalogue's shapes, as the tuner forces them: 128 to 256 rows (8 to 16 subgroups) where
     // the device's shared memory takes their tiles (the units' f16 operands do at this D;
     // lavapipe's 4-byte ones in 32 KiB do not), else refused by name.
-    for (const char* name : {"coopmat-32x64", "coopmat-64x32", "coopmat-128x32", "coopmat-192x16", "coopmat-192x32",
-                             "coopmat-256x16", "coopmat-256x16-kv-apart"}) {
+    for (const char* name : {"coopmat-32x64", "coopmat-64x32", "coopmat-128x32", "coopmat-192x16", "coopmat-192x16-kv-apart",
+                             "coopmat-192x32", "coopmat-256x16", "coopmat-256x16-kv-apart"}) {
         const VariantOverrides& shape = find_kernel_variant(name)->overrides;
         Case c = coopmat_case(impl, DType::f32);
         c.variant = shape;

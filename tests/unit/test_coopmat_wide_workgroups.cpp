@@ -1,5 +1,5 @@
 // The cooperative-matrix prefill kernel's wide workgroups (the catalogue's coopmat-192x16,
-// coopmat-192x32, coopmat-256x16 and coopmat-256x16-kv-apart: 12 and 16 subgroups, whose
+// coopmat-192x16-kv-apart, coopmat-192x32, coopmat-256x16 and coopmat-256x16-kv-apart: 12 and 16 subgroups, whose
 // invocations bound a compiler's registers per invocation): their layouts and shared memory on the
 // units, with a held Q passing through K's tile Bc rows at a time, and the refusals by name.
 #include <catch2/catch.hpp>
@@ -53,6 +53,7 @@ TEST_CASE("coopmat tuning, wide workgroups: 12 and 16 subgroups on the units, K'
     // placeholders (V's own [Bc][D + 8] with K and V apart), the key range's 8 bytes.
     const Expected expected[] = {
         {"coopmat-192x16", 64, 192, 16, 12, 26920},  {"coopmat-192x16", 128, 192, 16, 12, 28968},
+        {"coopmat-192x16-kv-apart", 128, 192, 16, 12, 33304},
         {"coopmat-192x32", 64, 192, 32, 12, 47656},  {"coopmat-256x16", 64, 256, 16, 16, 35112},
         {"coopmat-256x16", 128, 256, 16, 16, 37160}, {"coopmat-256x16-kv-apart", 128, 256, 16, 16, 41496},
         // 8 subgroups at D 128: K's tile no longer holds Q's 128 rows (47,144 bytes at D 64 before).
