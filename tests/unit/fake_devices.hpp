@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/tuning.hpp"
+#include "vkattn/errors.hpp"
 
 namespace vkattn::detail::fake {
 
@@ -100,6 +101,16 @@ inline std::optional<FusedConfig> fused_for(const vk::DeviceCaps& caps, const Pr
                                      std::string* why = nullptr) {
     return choose_fused(caps, p, bhnd(p.Hq, p.Nq, p.Dk), bhnd(p.Hkv, p.Nkv, p.Dk), bhnd(p.Hkv, p.Nkv, p.Dv), overrides,
                         why);
+}
+
+// fused_for's refusal as "argument: message" (InvalidArgument's), or "taken".
+inline std::string fused_refusal(const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
+    try {
+        (void)fused_for(caps, p, overrides);
+    } catch (const InvalidArgument& e) {
+        return e.argument() + ": " + e.what();
+    }
+    return "taken";
 }
 
 }  // namespace vkattn::detail::fake

@@ -132,14 +132,7 @@ TEST_CASE("coopmat tuning, Q from shared memory with one row tile: D 128 on 32-k
 TEST_CASE("coopmat tuning, two row tiles: what it refuses, by name and limit", "[unit][tuning][coopmat]") {
     const vk::DeviceCaps caps = nvidia_like();
     const Problem p = problem(1, 8, 8, 128, 128, 64, 64);
-    auto refused = [&](const VariantOverrides& o) -> std::string {
-        try {
-            (void)fused_for(caps, p, o);
-        } catch (const InvalidArgument& e) {
-            return e.argument() + ": " + e.what();
-        }
-        return "taken";
-    };
+    auto refused = [&](const VariantOverrides& o) { return fused_refusal(caps, p, o); };
     for (const std::uint32_t n : {0u, 3u, 4u})
         CHECK_THAT(refused({.fused_kernel = FusedKernel::coopmat, .row_tiles = n}),
                    Catch::StartsWith("variant.row_tiles") && Catch::Contains("1 or 2"));

@@ -125,14 +125,7 @@ TEST_CASE("coopmat tuning: the default tile where shared memory allows, smaller 
 TEST_CASE("coopmat tuning: what it refuses, by name and limit", "[unit][tuning][coopmat]") {
     const vk::DeviceCaps caps = lavapipe_like();
     const Problem p = problem(1, 8, 8, 128, 128, 64, 64);
-    auto refused = [&](const Problem& problem, const VariantOverrides& o) -> std::string {
-        try {
-            (void)fused_for(caps, problem, o);
-        } catch (const InvalidArgument& e) {
-            return e.argument() + ": " + e.what();
-        }
-        return "taken";
-    };
+    auto refused = [&](const Problem& problem, const VariantOverrides& o) { return fused_refusal(caps, problem, o); };
     CHECK_THAT(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 24}), Catch::StartsWith("variant.tile_rows"));
     CHECK_THAT(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_keys = 8}), Catch::StartsWith("variant.tile_keys"));
     CHECK_THAT(refused(p, {.fused_kernel = FusedKernel::coopmat, .tile_keys = 272}), Catch::StartsWith("variant.tile_keys"));

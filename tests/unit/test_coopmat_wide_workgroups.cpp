@@ -10,7 +10,6 @@
 #include "attention/coopmat_tile.hpp"
 #include "attention/tuning.hpp"
 #include "fake_devices.hpp"
-#include "vkattn/errors.hpp"
 #include "vkattn/variants.hpp"
 
 using namespace vkattn;
@@ -29,15 +28,6 @@ Problem f16_problem(std::int64_t d) {
     Problem p = problem(1, 32, 32, 4096, 4096, d, d, DType::f16);
     p.k_dtype = p.v_dtype = DType::f16;
     return p;
-}
-
-std::string refusal(const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
-    try {
-        fused_for(caps, p, overrides);
-    } catch (const InvalidArgument& e) {
-        return e.argument() + ": " + e.what();
-    }
-    return "taken";
 }
 
 }  // namespace
@@ -76,12 +66,12 @@ TEST_CASE("coopmat tuning, wide workgroups: 12 and 16 subgroups on the units, K'
         CHECK(c->column_passes == 1);
     }
     // 192 rows of 32 keys need 51,752 bytes at D 128: refused by the knob forced, with the limit.
-    CHECK_THAT(refusal(units(), f16_problem(128), find_kernel_variant("coopmat-192x32")->overrides),
+    CHECK_THAT(fused_refusal(units(), f16_problem(128), find_kernel_variant("coopmat-192x32")->overrides),
                Catch::StartsWith("variant.tile_rows") && Catch::Contains("51752") && Catch::Contains("49152"));
     // A device of 256 invocations takes 8 subgroups of 32 lanes: 256 rows refused, naming the most.
     vk::DeviceCaps small = units();
     small.max_workgroup_invocations = 256;
-    CHECK_THAT(refusal(small, f16_problem(64), find_kernel_variant("coopmat-256x16")->overrides),
+    CHECK_THAT(fused_refusal(small, f16_problem(64), find_kernel_variant("coopmat-256x16")->overrides),
                Catch::StartsWith("variant.tile_rows") && Catch::Contains("up to 128"));
     // Never unforced: the heuristics keep 4 subgroups.
     vk::DeviceCaps chosen = units();
