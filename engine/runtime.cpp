@@ -63,9 +63,8 @@ std::string layer_predates(const vk::Instance& instance, const char* extension) 
 }
 // Why it left VK_KHR_shader_bfloat16's features off.
 std::string bf16_matrices_not_enabled(const vk::Instance& instance) {
-    if (instance.validation() && instance.validation_layer_version() < kBfloat16HeaderVersion)
-        return layer_predates(instance, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
-    return "the device does not support shaderBFloat16Type and shaderBFloat16CooperativeMatrix";
+    if (!instance.layer_knows(kBfloat16HeaderVersion)) return layer_predates(instance, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
+    return vk::kNoBf16MatrixFeatures;
 }
 
 }  // namespace
@@ -82,13 +81,12 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     if (options_.device.empty()) options_.device = env("VKATTN_DEVICE");
 
     instance_ = std::make_unique<vk::Instance>(options_.validation);
-    const bool layer_knows_bf16 = !instance_->validation() || instance_->validation_layer_version() >= kBfloat16HeaderVersion;
+    const bool layer_knows_bf16 = instance_->layer_knows(kBfloat16HeaderVersion);
     auto devices = vk::describe_devices(*instance_, layer_knows_bf16);
     const std::uint32_t index = vk::select_device(devices, options_.device);
     info_ = devices[index];
-    const bool layer_knows = !instance_->validation() || instance_->validation_layer_version() >= kCooperativeMatrixHeaderVersion;
-    const bool layer_knows_reconvergence =
-        !instance_->validation() || instance_->validation_layer_version() >= kMaximalReconvergenceHeaderVersion;
+    const bool layer_knows = instance_->layer_knows(kCooperativeMatrixHeaderVersion);
+    const bool layer_knows_reconvergence = instance_->layer_knows(kMaximalReconvergenceHeaderVersion);
     device_ = std::make_unique<vk::Device>(
         instance_->physical_devices()[index],
         vk::DeviceOptions{.newer_structures = layer_knows,

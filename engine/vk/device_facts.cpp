@@ -146,7 +146,7 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     DeviceFeatures enabled = available;
     if (ask_bf16 && available.bf16_matrices) enabled.bf16_matrices = supports_bf16_matrices(physical);
     info.maximal_reconvergence = available.maximal_reconvergence;
-    describe_matrix_units(info, available, enabled, "", "the device does not support shaderBFloat16Type and shaderBFloat16CooperativeMatrix");
+    describe_matrix_units(info, available, enabled, "", kNoBf16MatrixFeatures);
 
     const ComputeUnits units = compute_units(physical, exts);
     info.compute_units = units.count;

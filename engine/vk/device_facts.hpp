@@ -35,6 +35,10 @@ bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes);
 // The same with bf16 × bf16 + f32 (the kernels' bf16 builds).
 bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes);
 
+// Why bf16 matrices are off where the driver lacks VK_KHR_shader_bfloat16's two features.
+inline constexpr const char* kNoBf16MatrixFeatures =
+    "the device does not support shaderBFloat16Type and shaderBFloat16CooperativeMatrix";
+
 // DeviceInfo::matrix_units and matrix_units_off for a device made with `enabled` of the `available`
 // features: the units run the cooperative-matrix kernels where the shape is offered, the feature is
 // enabled (else `why_not_enabled`) and this build has their shaders; and bf16_matrix_units (_off)

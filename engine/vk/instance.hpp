@@ -25,6 +25,9 @@ public:
     bool validation() const { return validation_; }
     // The Vulkan header version the validation layer was built with (its specVersion); 0 without it.
     std::uint32_t validation_layer_version() const { return layer_version_; }
+    // Whether no validation layer is on, or it was built with headers of `header_version` or later
+    // (and so knows the structures of what came then).
+    bool layer_knows(std::uint32_t header_version) const { return !validation_ || layer_version_ >= header_version; }
 
     std::vector<VkPhysicalDevice> physical_devices() const;
     std::vector<std::string> messages() const;
