@@ -2,7 +2,7 @@
 // and agrees with the library's reference, and reads Fortran-order and big-endian files as NumPy
 // writes them; every bad input exits 1 with one line naming the file or flag and leaves no output
 // behind; bench --json parses; check passes.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,7 +1,7 @@
 // The distributed suite's main: MPI around Catch2. Every rank runs every test in the same order (the
 // ring's collectives need it), so the tests use CHECK, never REQUIRE, around collective calls.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <mpi.h>
 
 int main(int argc, char** argv) {

@@ -2,7 +2,7 @@
 // with its own lavapipe instance. Every rank builds the same whole inputs (the same seed), passes its
 // shard, and checks its shard of o and lse against the CPU reference of the whole call: every
 // feature, both shardings, uneven shards; a rank with a bad shard makes every rank throw, no hang.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <mpi.h>
 
 #include <chrono>

@@ -1,6 +1,6 @@
 // The three-stage path against the CPU reference: awkward shapes, every mask kind and combination,
 // cross-attention, GQA/MQA, both layouts, every kernel variant, fp32 and fp16 storage.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

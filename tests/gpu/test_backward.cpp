@@ -1,7 +1,7 @@
 // The backward pass on the device (vkattn::attention_backward) against the CPU reference
 // (reference_attention_backward): every feature, awkward shapes, GQA/MQA, both layouts, f32/f16/bf16;
 // bit-identical reruns; what it refuses. The cases and their check: support/backward_case.hpp.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <array>
 #include <cmath>

@@ -3,7 +3,7 @@
 // alone with its origin and its own slices of the masks, slopes and lengths, and the key blocks of
 // each query block merged by their log-sum-exp, equals the whole: every mask and model feature
 // keeps its meaning, dropout included (the whole's Philox numbers), the sinks counted once.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

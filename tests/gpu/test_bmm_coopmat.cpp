@@ -3,7 +3,7 @@
 // no glslang that compiles them yet). Each form at sizes off its 64×64 tiles and 16-deep slices,
 // GQA heads, chunks of rows, the addends, operand and output types, against a double-precision
 // product of the operands rounded to f16 as the kernel rounds them.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/bmm_product.hpp"
 #include "support/device_tuning.hpp"

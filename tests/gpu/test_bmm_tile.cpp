@@ -3,7 +3,7 @@
 // product of the operands' stored values: sizes off every tile and slice, GQA heads, a chunk of rows,
 // every addend, the operand types the engine feeds it and every output type. The paths that use it
 // (three stages, backward, projections) are tested forced in their own files.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/bmm_product.hpp"
 

@@ -6,7 +6,7 @@
 //
 // Catch2's assertions are not thread-safe, so the threads only record outcomes; the checks run on
 // the main thread after the join.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <exception>

@@ -5,7 +5,7 @@
 // name on the matrix units, where the storage types run at D = 128). Outputs are NaN-poisoned and
 // compared by run_case with the CPU reference on the operands it multiplied (rounded to f16), within
 // f16's tolerance. Paged K/V, varlen and key slices run it in their own tests.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

@@ -4,7 +4,7 @@
 // implementation: every feature case the fused backward runs, shapes off every tile, GQA, f16, the
 // same bits on every run, and what they refuse. Gradients are compared with the reference on the
 // f16-rounded operands at f16's gradient tolerance (support/backward_case.hpp).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

@@ -6,7 +6,7 @@
 // beside bf16 Q, values past f16's range; NaN-poisoned outputs against the reference on the
 // bf16-rounded operands (testing/rounded_operands.hpp) within bf16's tolerance. The backward's and
 // the paged cache's bf16 cases are in their own tests.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 

@@ -5,7 +5,7 @@
 // every feature set, fused and split, with one row tile and two; GQA over several key tiles,
 // staged ahead (D 64) and chunk by chunk (D 128); paged K/V; its tiles within the device's shared
 // memory.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

@@ -6,7 +6,7 @@
 // holds four softmax rows at two row tiles): shapes that are not multiples of its tiles, every mask
 // and feature, fused and split, GQA over several key tiles, and what it refuses by name. The tiles it
 // takes are the device's (CoopmatLayout::shared_bytes against its shared memory), not assumed.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <string>

@@ -2,7 +2,7 @@
 // runs it too: every storage type, head shapes that are not multiples of its chunks or lanes, GQA
 // ratios, every mask and feature, key counts from 1 to 100,000, both load widths, split counts, and
 // the tuning's rules. Outputs are NaN-poisoned and compared with the CPU reference by run_case.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // Determinism: the same request on the same device gives bit-identical results, run after run, in
 // every path and dtype (with masks, features and dropout), and for the multi-head layer. Nothing in
 // the kernels depends on timing: no atomics, fixed reduction orders, fixed split boundaries.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstring>
 #include <random>

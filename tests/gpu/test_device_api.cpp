@@ -1,6 +1,6 @@
 // Device tensors, batches and plans: the embeddable engine's API. Every output starts as NaN (or a
 // sentinel, where what must stay untouched is checked) and is compared with the CPU reference.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <optional>

@@ -1,7 +1,7 @@
 // The model features (causal offset, sliding window, softcap, ALiBi, sinks, dropout) in every path
 // and dtype against the CPU reference: each alone, all together with every mask kind, the edge
 // cases their definitions call out, and dropout's own contract.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <cstring>

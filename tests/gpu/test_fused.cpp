@@ -1,6 +1,6 @@
 // The fused and split-KV paths against the CPU reference over the foundation's test matrix, in
 // fp32 and fp16 storage, with split counts from 1 to many and key lengths that do not divide.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <random>
 #include <string>

@@ -1,7 +1,7 @@
 // What the driver's compiler reports per kernel (vkattn/kernel_statistics.hpp): nothing unless a
 // context asks; where the device reports statistics, every kernel the context built has its values.
 // lavapipe reports none, so there the test checks the refusal path; a GPU's driver checks the rest.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdlib>
 #include <random>

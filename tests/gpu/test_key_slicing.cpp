@@ -4,7 +4,7 @@
 // small tensors: fused and split-KV bind a few splits at a time and merge them in combine.comp; the
 // three-stage path runs stages 1 and 3 per key slice (P·V accumulated over the slices) and stage 2
 // on whole rows, or in two passes over the slices when one row of scores exceeds a binding.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstring>
 #include <functional>

@@ -2,7 +2,7 @@
 // against a host model of the cache), the lengths advance on the device, bad appends are refused
 // before anything is recorded, a decode loop over the cache matches the CPU reference on every
 // path, and a cache over several bindings appends and attends exactly as one binding does.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <optional>

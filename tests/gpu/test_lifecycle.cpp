@@ -7,7 +7,7 @@
 //   the first context (the driver starts its threads and opens its files per device);
 // - on NVIDIA's driver, whose static TLS a reload used up, the 7th context failed to find a driver
 //   before the engine kept the drivers loaded (vk/driver_pin.hpp; tests/lifecycle/instance_churn.cpp).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <filesystem>
 #include <random>

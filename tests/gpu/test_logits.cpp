@@ -2,7 +2,7 @@
 // scores on their way to the softmax at each stage, written by the three-stage softmax beside P.
 // Checked against the reference at every stage with every feature, and once by hand from q and k so
 // that the reference and the kernels cannot share a mistake.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <array>
 #include <cmath>

@@ -3,7 +3,7 @@
 // hours at this size, so sampled rows are checked against a direct double-precision computation.
 // Hidden from the default listing ([.]): tests/CMakeLists.txt runs it on its own (RUN_SERIAL), as it
 // takes minutes of both cores.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <random>

@@ -2,7 +2,7 @@
 // random layers (self/cross, kdim/vdim != embed_dim, with and without bias, packed or separate
 // weights, batch_first, unbatched, every PyTorch mask form, weights averaged or per head, every
 // path, fp32 and fp16), and both against the outputs PyTorch itself computed (tests/fixtures/mha).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -2,7 +2,7 @@
 // autograd's (tests/fixtures/mha: float64 autograd over the same layers and inputs), and the GPU's
 // against the reference over random layers (self/cross, kdim/vdim, bias or not, inputs shared,
 // masks, dropout, both attention paths, f32/f16/bf16).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <filesystem>
 #include <fstream>

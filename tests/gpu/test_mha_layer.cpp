@@ -2,7 +2,7 @@
 // its decode steps over both KV caches, each checked against the CPU layer
 // (reference_multi_head_attention, itself checked against PyTorch in test_mha.cpp). Outputs start as
 // NaN (the suite's context poisons them).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <optional>

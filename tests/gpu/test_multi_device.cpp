@@ -2,7 +2,7 @@
 // contexts on the same lavapipe device beside the suite's (the code path is a real multi-GPU one's:
 // separate instances, queues and memory), and one context given twice. Every output against the CPU
 // reference of the whole call, every feature at once (dropout's Philox numbers are the whole's).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <limits>

@@ -1,7 +1,7 @@
 // Numerics at the edges, in every path: NaN and infinity in the inputs propagate as
 // docs/SEMANTICS.md says (the same rows as the reference turn NaN, the others stay exact), extreme
 // scales keep the softmax stable, and masks that leave one key per row pick exactly that key.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <limits>

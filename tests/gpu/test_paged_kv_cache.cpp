@@ -3,7 +3,7 @@
 // arguments are refused before anything is recorded, and attention over random block tables
 // (shuffled, non-contiguous blocks; lengths ending mid-block; GQA; f16; pools over several
 // bindings) matches the reference and gives the contiguous cache's outputs bit for bit.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -4,7 +4,7 @@
 // CI) is reproducible; explore with VKATTN_PROPERTY_SEED=random, replay a run with
 //   VKATTN_PROPERTY_SEED=<seed> build/tests/vkattn_gpu_tests "[property]"
 // and change the count with VKATTN_PROPERTY_CASES (default 300).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdlib>
 #include <random>

@@ -1,7 +1,7 @@
 // Resource limits: a request larger than the device's memory is refused with both sizes named
 // before anything is allocated; one that slips past planning is stopped at allocation with what it
 // had allocated freed; either way the context serves the next, smaller request.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <random>
 

@@ -1,6 +1,6 @@
 // The runtime around the kernels: stage-by-stage checks, slicing under a lowered binding limit,
 // the staging path, the pipeline cache on disk, argument errors, and device selection.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <filesystem>
 #include <cmath>

@@ -3,7 +3,7 @@
 // its output dtype's tolerance against the reference run on the values the tensors stand for
 // (vkattn/quantize.hpp's decoding, itself checked against ggml's own in [quantize]). Outputs start
 // as NaN.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <random>
 #include <string>

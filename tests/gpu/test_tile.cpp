@@ -3,7 +3,7 @@
 // column passes, every mask and feature on the fused and split paths, every storage type. Outputs
 // are NaN-poisoned and compared with the CPU reference by run_case. Paged K/V, varlen and key
 // slices run it in their own tests.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // The tuner (vkattn/tune.hpp): it times the catalogue's variants on this device, writes the winners
 // beside the pipeline cache, and contexts on this device then run a bucket's winner for calls that
 // force nothing; a table of another device or driver, or VKATTN_TUNING=off, leaves the heuristics.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // packed without padding, queries and keys alike or queries over a KV cache. Every sequence's rows
 // are checked against the CPU reference run on that sequence alone; the outputs start as NaN (the
 // suite's context poisons them), so a row the kernels skip cannot pass.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // command buffers, which the caller submits. The caller's instance runs the validation layer with its
 // own messenger: any message fails. Outputs start as NaN; results are checked against the CPU
 // reference.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <chrono>
 #include <cstring>

@@ -6,7 +6,7 @@
 // (AttentionReport::product_type) is compared with the reference on the rounded inputs.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <array>
 #include <cmath>

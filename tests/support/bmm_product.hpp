@@ -3,7 +3,7 @@
 // operands' stored values: the kernel tests' common check (test_bmm_tile.cpp, test_bmm_coopmat.cpp).
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <random>

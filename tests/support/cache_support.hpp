@@ -2,7 +2,7 @@
 // ints, and one decode step's check against the CPU reference over the host model of the cache.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdint>
 #include <cstring>

@@ -3,7 +3,7 @@
 // memory: the tuning functions themselves answer, so that a test and the engine share one rule.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdint>
 #include <string>

@@ -3,7 +3,7 @@
 // the case with its seed. Returns the report, whose variant says which kernels ran.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <optional>
 #include <string>

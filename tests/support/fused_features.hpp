@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

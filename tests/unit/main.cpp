@@ -2,7 +2,7 @@
 // what they expect from them), so a table that `vk-attn tune` left on this machine is ignored
 // (VKATTN_TUNING=off) unless the environment says otherwise; the tuner's tests turn it back on.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdlib>
 

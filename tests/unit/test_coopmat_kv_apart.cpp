@@ -2,7 +2,7 @@
 // (CoopmatLayout::kv_apart, VariantOverrides::kv_apart; the catalogue's coopmat-kv-apart and
 // coopmat-rt2-kv-apart): its layout on every made-up device and head size or a refusal by name, and
 // its shared memory on the units.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // The cooperative-matrix kernels' operand type (attention/coopmat_tile.hpp's coopmat_operands) and
 // the shader build it names (coopmat_build): bf16 where an operand is stored as bf16, else f16;
 // f16 beside bf16 and bf16 on matrix units that do not take it refused by the argument named.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

@@ -2,7 +2,7 @@
 // VariantOverrides::row_tiles; the catalogue's coopmat-rt2) and with Q read from shared memory
 // (q_in_shared; coopmat-qshared): its layout on every made-up device and head size or a refusal by
 // name, its shared memory on the units, and what it refuses.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <string>
 

@@ -2,7 +2,7 @@
 // on the matrix units for f16 storage where the kernels run with maximal reconvergence, forced
 // anywhere; its layout
 // on every made-up device and head size, its shared memory and loop budget, and its refusals.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <optional>
 #include <string>

@@ -2,7 +2,7 @@
 // coopmat-192x16-kv-apart, coopmat-192x32, coopmat-256x16 and coopmat-256x16-kv-apart: 12 and 16 subgroups, whose
 // invocations bound a compiler's registers per invocation): their layouts and shared memory on the
 // units, with a held Q passing through K's tile Bc rows at a time, and the refusals by name.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
 // The GPU decode kernel's tuning (attention/decode.hpp): its layout on every made-up device and
 // head size, when it is chosen, its loop budget and its load widths.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <bit>
 #include <string>

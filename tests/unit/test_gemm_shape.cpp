@@ -1,7 +1,7 @@
 // The cooperative-matrix GEMM's shapes (GemmShape, bmm_coopmat.comp; docs/design/GPU_KERNELS.md "The
 // GEMM's shapes"): their text form, the defaults, the shared memory each declares, the refusals by
 // name, the 16-byte loads' rule, and the attention paths' refusal of the knob.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <optional>
 #include <string>

@@ -1,6 +1,6 @@
 // The products' kernel choice (BmmConfig, GemmKernel): bmm.comp's register blocks on CPU devices,
 // bmm_tile.comp on GPUs, on every made-up device (fake_devices.hpp), in every form.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "fake_devices.hpp"
 

@@ -3,7 +3,7 @@
 // corruption a reader must refuse (each with the words that tell a user what is wrong, header bytes
 // quoted escaped), state dicts from both exports, and the PyTorch fixtures of tests/fixtures/mha
 // loaded both ways.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +21,7 @@
 #include "vkattn/errors.hpp"
 
 using namespace vkattn;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,6 +1,6 @@
 // detail::resolve(): argument validation, broadcasting and defaults. resolve() never reads tensor
 // data, so the buffers here only have to exist and be large enough for the views.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <array>
 #include <cmath>

@@ -3,7 +3,7 @@
 // subnormals) with ggml's quantize_row_<type>_ref and dequantize_row_<type> of each, compiled from
 // ggml's unmodified ggml-quants.c (see its README). Every block must match byte for byte, every
 // dequantized value bit for bit: this is what makes a llama.cpp cache readable as it is.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <cstring>

@@ -1,7 +1,7 @@
 // The CPU reference against hand-derived or independently computed expectations. The independent
 // computation (naive() below) works on dense [B, H, N, D] arrays with a visibility predicate written
 // out per test, and a softmax without the max subtraction: it shares no code with the reference.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <array>

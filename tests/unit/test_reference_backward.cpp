@@ -2,7 +2,7 @@
 // double), against a closed form (dV = Wᵀ·dO with dropout's weights), against PyTorch autograd
 // (tests/fixtures/backward, whose forward must also be the forward reference's), and its argument
 // checks.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <array>

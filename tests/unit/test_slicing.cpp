@@ -1,5 +1,5 @@
 // Slicing and SPIR-V patching are pure: check them without a device.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <string>

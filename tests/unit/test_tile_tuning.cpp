@@ -1,6 +1,6 @@
 // The GPU prefill kernel's tuning (attention/tile.hpp): its layout on every made-up device and head
 // size, when it is chosen, its shared memory and loop budget.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <bit>
 #include <string>

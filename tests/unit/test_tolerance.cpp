@@ -3,7 +3,7 @@
 // (the dot products and softmax in float, against the same in double) stays within the widened one
 // while passing 1e-5 where two scores nearly tie: the term is what any fp32 kernel needs, not
 // slack for one.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // The tuning function is pure: drive it with made-up devices.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <optional>
 #include <span>

@@ -1,5 +1,5 @@
 // The tuner's table (tune/table.hpp): buckets, the text format, and which tables a device takes.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -3,7 +3,7 @@
 // agree with the reference on the stored values to fp32 level ([storage_types]), so this is the
 // error a user sees. docs/SEMANTICS.md's table holds the measured values; this test fails when a
 // type's error grows past twice its entry (a changed encoder, a lost rounding).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The kernel-variant catalogue (vkattn/variants.hpp): one entry per way to run a call, found by name.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <set>
 #include <string>

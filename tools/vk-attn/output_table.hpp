@@ -1,6 +1,7 @@
 // Results as rows of named fields, printed as an aligned table, CSV, or JSON lines.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <variant>
