@@ -330,13 +330,19 @@ void main() {
             }
         }
         // Rescale O where a row's maximum moved (α ≠ 1): the factors as a 16 × 16 tile, row i's in
-        // every column, multiplied into each accumulator element by element. Uniform per subgroup.
-        if (subgroupMax(moved ? 1u : 0u) != 0u) {
-            CM_SUBGROUP_SYNC();  // every lane has read its scores: the tile is free
+        // every column, multiplied into each accumulator element by element. Uniform per subgroup,
+        // not per workgroup, so its subgroup syncs stand outside the branches: llvmpipe (Mesa 26.1)
+        // holds a subgroup-scope control barrier as the workgroup's, and one that only some
+        // subgroups reach never returns there (docs/LAVAPIPE.md, "The matrix units on a CPU").
+        const bool rescale = subgroupMax(moved ? 1u : 0u) != 0u;
+        CM_SUBGROUP_SYNC();  // every lane has read its scores: the tile is free
+        if (rescale) {
             [[unroll]] for (uint t = 0u; t < SROWS; ++t)
                 [[unroll]] for (uint c = 0u; c < SCOLS; ++c)
                     CM_AT(s_tile, s_base + local_row[t] * PITCH_S + part * SCOLS + c) = alpha[t];
-            CM_SUBGROUP_SYNC();
+        }
+        CM_SUBGROUP_SYNC();
+        if (rescale) {
             CmAcc factors;
             CM_LOAD_ACC(factors, s_tile, s_base, PITCH_S);
             CmAcc factors_bottom;  // the second row tile's
