@@ -81,8 +81,8 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     if (options_.device.empty()) options_.device = env("VKATTN_DEVICE");
 
     instance_ = std::make_unique<vk::Instance>(options_.validation);
-    const bool layer_knows_bf16 = instance_->layer_knows(kBfloat16HeaderVersion);
-    auto devices = vk::describe_devices(*instance_, layer_knows_bf16);
+    const vk::NewerQueries queries = vk::newer_queries(*instance_);
+    auto devices = vk::describe_devices(*instance_, queries);
     const std::uint32_t index = vk::select_device(devices, options_.device);
     info_ = devices[index];
     const bool layer_knows = instance_->layer_knows(kCooperativeMatrixHeaderVersion);
@@ -91,8 +91,9 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
         instance_->physical_devices()[index],
         vk::DeviceOptions{.newer_structures = layer_knows,
                           .f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
-                          .bf16_structures = layer_knows_bf16,
+                          .bf16_structures = queries.bf16,
                           .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
+                          .flexible_matrix_shapes = vk::matrices_need_flexible_dimensions(info_.cooperative_matrix),
                           .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                           .kernel_statistics = options_.kernel_statistics});
     vk::describe_matrix_units(info_, device_->available(), device_->features(),
@@ -159,9 +160,13 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     const auto found = std::find(physicals.begin(), physicals.end(), caller.physical_device);
     if (found == physicals.end())
         throw InvalidArgument("physical_device", "it is not one of the instance's physical devices.");
-    info_ = vk::describe_devices(*instance_, false)[static_cast<std::size_t>(found - physicals.begin())];
+    info_ = vk::describe_devices(*instance_, {})[static_cast<std::size_t>(found - physicals.begin())];
     if (!info_.rejected.empty()) throw InvalidArgument("physical_device", info_.name + " cannot be used: " + info_.rejected + ".");
     const vk::DeviceFeatures enabled = vk::enabled_features(caller.physical_device, *caller.create_info, caller.api_version);
+    // Flexible shapes count where the caller enabled their feature (which the device then supports).
+    if (enabled.flexible_matrices)
+        for (CooperativeMatrixShape& shape : vk::flexible_matrix_shapes(caller.instance, caller.physical_device))
+            info_.cooperative_matrix.push_back(std::move(shape));
     info_.fp16_storage = enabled.storage_16bit;
     info_.fp16_arithmetic = enabled.float16;
     info_.int8_arithmetic = enabled.int8;
@@ -169,6 +174,7 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                                            caller.queue_index, enabled,
                                            vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
                                                              .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
+                                                             .flexible_matrix_shapes = enabled.flexible_matrices,
                                                              .maximal_reconvergence = !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                                                              .kernel_statistics = options_.kernel_statistics});
     info_.features_not_enabled = vk::features_not_enabled(device_->available(), enabled);
@@ -302,7 +308,7 @@ std::uint64_t Runtime::max_binding_bytes() const {
 
 std::vector<DeviceInfo> list_devices() {
     vk::Instance instance(false);
-    return vk::describe_devices(instance, true);
+    return vk::describe_devices(instance, vk::newer_queries(instance));
 }
 
 }  // namespace vkattn

@@ -50,6 +50,7 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     features_.cooperative_matrix = available_.cooperative_matrix && options.newer_structures && options.f16_matrix_shape;
     features_.bf16_matrices = features_.cooperative_matrix && available_.bf16_matrices && options.bf16_structures &&
                               options.bf16_matrix_shape && bf16_unit_shaders_built() && supports_bf16_matrices(physical);
+    features_.flexible_matrices = features_.cooperative_matrix && options.flexible_matrix_shapes;
     features_.maximal_reconvergence = available_.maximal_reconvergence && options.maximal_reconvergence;
     features_.pipeline_statistics = available_.pipeline_statistics && options.kernel_statistics;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
@@ -76,6 +77,11 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
         want_matrices.cooperativeMatrix = VK_TRUE;
         want12.vulkanMemoryModel = VK_TRUE;
         chain(want_matrices);
+    }
+    VkPhysicalDeviceCooperativeMatrix2FeaturesNV want_flexible{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV};
+    if (features_.flexible_matrices) {
+        want_flexible.cooperativeMatrixFlexibleDimensions = VK_TRUE;
+        chain(want_flexible);
     }
     VkPhysicalDeviceShaderBfloat16FeaturesKHR want_bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
     if (features_.bf16_matrices) {
@@ -109,6 +115,7 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     if (features_.portability_subset) extensions.push_back("VK_KHR_portability_subset");
     if (features_.subgroup_size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     if (features_.cooperative_matrix) extensions.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (features_.flexible_matrices) extensions.push_back(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
     if (features_.bf16_matrices) extensions.push_back(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
     if (features_.maximal_reconvergence) extensions.push_back(VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME);
     if (features_.pipeline_statistics) extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);

@@ -26,6 +26,10 @@ struct DeviceOptions {
     // layer older than it is on), and whether the units take 16×16×16 bf16 × bf16 + f32 products.
     bool bf16_structures = true;
     bool bf16_matrix_shape = false;
+    // Whether those shapes are offered only as multiples of a flexible shape: the device then
+    // enables VK_NV_cooperative_matrix2's cooperativeMatrixFlexibleDimensions with the units (the
+    // shapes list a flexible one only where the device supports it and its structure may be chained).
+    bool flexible_matrix_shapes = false;
     // Whether VK_KHR_shader_maximal_reconvergence's feature structure may be chained (a validation
     // layer older than it reports it as an error) and the shaders patched with it where offered
     // ($VKATTN_MAXIMAL_RECONVERGENCE=0 turns it off, to compare).

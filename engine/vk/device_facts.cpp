@@ -61,6 +61,13 @@ std::vector<CooperativeMatrixShape> cooperative_matrix_shapes(VkInstance instanc
     return out;
 }
 
+// Whether a (fixed or flexible) shape's extents take a 16 × 16 × 16 matrix.
+bool fits_16(const CooperativeMatrixShape& s, bool flexible) {
+    if (!s.flexible) return s.m == 16 && s.n == 16 && s.k == 16;
+    return flexible && s.m > 0 && s.n > 0 && s.k > 0 && 16 % s.m == 0 && 16 % s.n == 0 && 16 % s.k == 0 &&
+           s.max_dimension >= 16;
+}
+
 // compute_units with the extensions already read.
 ComputeUnits compute_units(VkPhysicalDevice physical, const std::vector<VkExtensionProperties>& exts) {
     VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -89,7 +96,31 @@ ComputeUnits compute_units(VkPhysicalDevice physical, const std::vector<VkExtens
 
 ComputeUnits compute_units(VkPhysicalDevice physical) { return compute_units(physical, device_extensions(physical)); }
 
-void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info, bool ask_bf16) {
+std::vector<CooperativeMatrixShape> flexible_matrix_shapes(VkInstance instance, VkPhysicalDevice physical) {
+    auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV>(
+        vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
+    if (!get) return {};
+    VkPhysicalDeviceCooperativeMatrix2PropertiesNV limits{VKATTN_STYPE_COOPERATIVE_MATRIX_2_PROPERTIES_NV};
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &limits;
+    vkGetPhysicalDeviceProperties2(physical, &props);
+    std::uint32_t count = 0;
+    if (get(physical, &count, nullptr) != VK_SUCCESS) return {};
+    std::vector<VkCooperativeMatrixFlexibleDimensionsPropertiesNV> shapes(count, {VKATTN_STYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV});
+    if (get(physical, &count, shapes.data()) < VK_SUCCESS) return {};
+    std::vector<CooperativeMatrixShape> out;
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const auto& p = shapes[i];
+        out.push_back({.m = p.MGranularity, .n = p.NGranularity, .k = p.KGranularity,
+                       .a = component_name(p.AType), .b = component_name(p.BType), .c = component_name(p.CType),
+                       .result = component_name(p.ResultType), .scope = scope_name(p.scope),
+                       .saturating = p.saturatingAccumulation == VK_TRUE, .flexible = true,
+                       .max_dimension = limits.cooperativeMatrixFlexibleDimensionsMaxDimension});
+    }
+    return out;
+}
+
+void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info, NewerQueries ask) {
     const auto exts = device_extensions(physical);
     VkPhysicalDeviceIDProperties id{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
     VkPhysicalDeviceSubgroupSizeControlPropertiesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
@@ -122,15 +153,20 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
                                      (size.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     }
 
-    // The newer extensions are read without their feature structures (but bf16's, where ask_bf16
-    // says no older layer is on): a validation layer older than them (Debian 12's) reports an
-    // unknown structure in a pNext chain as an error, and every context is described with the
-    // layer on in the tests. The shapes come from
+    // The newer extensions are read without their feature structures (but bf16's and
+    // VK_NV_cooperative_matrix2's, where `ask` says no older layer is on): a validation layer older
+    // than them (Debian 12's) reports an unknown structure in a pNext chain as an error, and every
+    // context is described with the layer on in the tests. The shapes come from
     // vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR, which such a layer passes through (and a
-    // device that offers the extension supports its cooperativeMatrix feature); bf16 and fp8 in
-    // shaders are their extensions offered, on matrix units the shapes that take them.
+    // device that offers the extension supports its cooperativeMatrix feature), and the flexible
+    // ones where the device supports flexible dimensions; bf16 and fp8 in shaders are their
+    // extensions offered, on matrix units the shapes that take them.
     info.cooperative_matrix.clear();
     if (offers(exts, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME)) info.cooperative_matrix = cooperative_matrix_shapes(instance, physical);
+    const bool flexible = !info.cooperative_matrix.empty() && offers(exts, VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME) &&
+                          ask.matrix2 && supports_flexible_matrices(physical);
+    if (flexible)
+        for (CooperativeMatrixShape& shape : flexible_matrix_shapes(instance, physical)) info.cooperative_matrix.push_back(std::move(shape));
     auto shapes_take = [&](const char* a, const char* b = nullptr) {
         for (const auto& shape : info.cooperative_matrix)
             if (shape.a == a || (b && shape.a == b)) return true;
@@ -142,9 +178,10 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     info.fp8_cooperative_matrix = shapes_take("e4m3", "e5m2");
 
     // What a context's own device gets (no validation layer older than the extension on).
-    const DeviceFeatures available = available_features(physical);
+    DeviceFeatures available = available_features(physical);
+    available.flexible_matrices = flexible;
     DeviceFeatures enabled = available;
-    if (ask_bf16 && available.bf16_matrices) enabled.bf16_matrices = supports_bf16_matrices(physical);
+    if (ask.bf16 && available.bf16_matrices) enabled.bf16_matrices = supports_bf16_matrices(physical);
     info.maximal_reconvergence = available.maximal_reconvergence;
     describe_matrix_units(info, available, enabled, "", kNoBf16MatrixFeatures);
 
@@ -154,17 +191,25 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
 }
 
 namespace {
-bool takes_matrices(const std::vector<CooperativeMatrixShape>& shapes, const char* operand) {
+bool takes_matrices(const std::vector<CooperativeMatrixShape>& shapes, const char* operand, bool flexible) {
     for (const CooperativeMatrixShape& s : shapes)
-        if (s.m == 16 && s.n == 16 && s.k == 16 && s.a == operand && s.b == operand && s.c == "f32" && s.result == "f32" &&
-            s.scope == "subgroup" && !s.saturating)
+        if (fits_16(s, flexible) && s.a == operand && s.b == operand && s.c == "f32" && s.result == "f32" && s.scope == "subgroup" &&
+            !s.saturating)
             return true;
     return false;
 }
 }  // namespace
 
-bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes) { return takes_matrices(shapes, "f16"); }
-bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes) { return takes_matrices(shapes, "bf16"); }
+bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool flexible) {
+    return takes_matrices(shapes, "f16", flexible);
+}
+bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool flexible) {
+    return takes_matrices(shapes, "bf16", flexible);
+}
+bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>& shapes) {
+    return (takes_f16_matrices(shapes) && !takes_f16_matrices(shapes, false)) ||
+           (takes_bf16_matrices(shapes) && !takes_bf16_matrices(shapes, false));
+}
 
 void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
                            const std::string& why_not_enabled, const std::string& why_bf16_not_enabled) {
@@ -172,7 +217,7 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
     info.matrix_units_off.clear();
     info.bf16_matrix_units_off.clear();
     if (info.cooperative_matrix.empty()) return;  // no matrix units to speak of
-    if (!takes_f16_matrices(info.cooperative_matrix))
+    if (!takes_f16_matrices(info.cooperative_matrix, enabled.flexible_matrices))
         info.matrix_units_off = "no 16x16x16 f16 x f16 + f32 subgroup shape";
     else if (!available.cooperative_matrix)
         info.matrix_units_off = "vulkanMemoryModel or shaderFloat16 is not offered";
@@ -184,7 +229,7 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
         info.matrix_units = true;
     if (!info.matrix_units)
         info.bf16_matrix_units_off = "the matrix units are off";
-    else if (!takes_bf16_matrices(info.cooperative_matrix))
+    else if (!takes_bf16_matrices(info.cooperative_matrix, enabled.flexible_matrices))
         info.bf16_matrix_units_off = "no 16x16x16 bf16 x bf16 + f32 subgroup shape";
     else if (!available.bf16_matrices)
         info.bf16_matrix_units_off = "VK_KHR_shader_bfloat16 is not offered";

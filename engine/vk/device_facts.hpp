@@ -23,17 +23,34 @@ struct ComputeUnits {
 // VK_ARM_shader_core_builtins' shader cores, whichever the device offers.
 ComputeUnits compute_units(VkPhysicalDevice physical);
 
+// Which feature structures newer than the oldest headers vkattn builds with may be chained into a
+// query: those no validation layer on predates (an older one reports them as errors); none for a
+// caller's instance, whose layers are unknown.
+struct NewerQueries {
+    bool bf16 = false;     // VK_KHR_shader_bfloat16's (kBfloat16HeaderVersion)
+    bool matrix2 = false;  // VK_NV_cooperative_matrix2's (kCooperativeMatrix2HeaderVersion)
+};
+
 // Fills `info`'s tuning facts (the fields after `rejected` in DeviceInfo). `instance` resolves
-// vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR. `ask_bf16`: whether VK_KHR_shader_bfloat16's
-// feature structure may be queried (no validation layer older than it on), so that
-// bf16_matrix_units says what the driver supports; else it assumes the offered extension's.
-void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info, bool ask_bf16);
+// vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR. With `ask.bf16`, bf16_matrix_units says what
+// the driver supports, else it assumes the offered extension's; with `ask.matrix2`, the shapes
+// include the flexible ones where the device supports flexible dimensions.
+void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, DeviceInfo& info, NewerQueries ask);
+
+// VK_NV_cooperative_matrix2's flexible shapes (CooperativeMatrixShape::flexible), for a device that
+// offers the extension and supports its cooperativeMatrixFlexibleDimensions (queried with
+// supports_flexible_matrices, or known from the create info of a caller's device that enabled it).
+std::vector<CooperativeMatrixShape> flexible_matrix_shapes(VkInstance instance, VkPhysicalDevice physical);
 
 // Whether the shapes include the one the cooperative-matrix kernels are built for: 16×16×16,
-// f16 × f16 + f32 → f32, subgroup scope, not saturating (common/coopmat.glsl).
-bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes);
+// f16 × f16 + f32 → f32, subgroup scope, not saturating (common/coopmat.glsl): a shape of its own,
+// or with `flexible` a flexible shape whose granularities divide 16.
+bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool flexible = true);
 // The same with bf16 × bf16 + f32 (the kernels' bf16 builds).
-bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes);
+bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool flexible = true);
+// Whether the kernels' shapes come only from flexible ones: the device must then enable
+// VK_NV_cooperative_matrix2's cooperativeMatrixFlexibleDimensions for them.
+bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>& shapes);
 
 // Why bf16 matrices are off where the driver lacks VK_KHR_shader_bfloat16's two features.
 inline constexpr const char* kNoBf16MatrixFeatures =

@@ -86,10 +86,18 @@ bool supports_bf16_matrices(VkPhysicalDevice physical) {
     return bf16.shaderBFloat16Type == VK_TRUE && bf16.shaderBFloat16CooperativeMatrix == VK_TRUE;
 }
 
+bool supports_flexible_matrices(VkPhysicalDevice physical) {
+    VkPhysicalDeviceCooperativeMatrix2FeaturesNV matrix2{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV};
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = &matrix2;
+    vkGetPhysicalDeviceFeatures2(physical, &features);
+    return matrix2.cooperativeMatrixFlexibleDimensions == VK_TRUE;
+}
+
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
     bool size_control = false, full_subgroups = false, matrices = false, memory_model = false, reconvergence = false;
-    bool executables = false, bf16_type = false, bf16_matrices = false;
+    bool executables = false, bf16_type = false, bf16_matrices = false, flexible = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -150,6 +158,9 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                     bf16_type |= f->shaderBFloat16Type == VK_TRUE;
                     bf16_matrices |= f->shaderBFloat16CooperativeMatrix == VK_TRUE;
                 }
+                if (s->sType == VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV)
+                    flexible |= reinterpret_cast<const VkPhysicalDeviceCooperativeMatrix2FeaturesNV*>(s)
+                                    ->cooperativeMatrixFlexibleDimensions == VK_TRUE;
                 if (s->sType == VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR)
                     reconvergence |= reinterpret_cast<const VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR*>(s)
                                          ->shaderMaximalReconvergence == VK_TRUE;
@@ -157,7 +168,7 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
         }
     }
     bool size_extension = false, matrix_extension = false, reconvergence_extension = false, executables_extension = false;
-    bool bf16_extension = false;
+    bool bf16_extension = false, matrix2_extension = false;
     for (std::uint32_t i = 0; i < info.enabledExtensionCount; ++i) {
         const char* name = info.ppEnabledExtensionNames[i];
         if (std::strcmp(name, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) size_extension = true;
@@ -166,11 +177,13 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
         if (std::strcmp(name, VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME) == 0) reconvergence_extension = true;
         if (std::strcmp(name, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) executables_extension = true;
         if (std::strcmp(name, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME) == 0) bf16_extension = true;
+        if (std::strcmp(name, VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME) == 0) matrix2_extension = true;
     }
     out.pipeline_statistics = executables_extension && executables;
     out.maximal_reconvergence = reconvergence_extension && reconvergence;
     out.cooperative_matrix = matrix_extension && matrices && memory_model && out.float16;
     out.bf16_matrices = out.cooperative_matrix && bf16_extension && bf16_type && bf16_matrices;
+    out.flexible_matrices = out.cooperative_matrix && matrix2_extension && flexible;
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
     // Core in Vulkan 1.3 (for an instance and a device of 1.3), whichever structure enabled it.

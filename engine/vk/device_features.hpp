@@ -30,6 +30,11 @@ struct DeviceFeatures {
     // builds). Offered: the extension with cooperative_matrix (vk::Device confirms the features by a
     // query, which a validation layer older than the extension would reject, before it enables them).
     bool bf16_matrices = false;
+    // VK_NV_cooperative_matrix2's cooperativeMatrixFlexibleDimensions, with cooperative_matrix: the
+    // kernels' 16×16×16 matrices as multiples of a flexible shape's granularities, where the device
+    // lists no 16×16×16 shape of its own (lavapipe: 8×8×8). Offered: known only by a query
+    // (supports_flexible_matrices), which a validation layer older than the extension rejects.
+    bool flexible_matrices = false;
     // VK_KHR_shader_maximal_reconvergence's shaderMaximalReconvergence: every pipeline's SPIR-V then
     // gets MaximallyReconvergesKHR (vk/spirv_patch.hpp), so subgroup operations after a per-lane
     // branch see the whole subgroup.
@@ -46,6 +51,10 @@ DeviceFeatures available_features(VkPhysicalDevice physical);
 // VK_KHR_shader_bfloat16 makes optional; the extension offered): ask only where no validation layer
 // older than the structure is on (newer_extensions.hpp's kBfloat16HeaderVersion).
 bool supports_bf16_matrices(VkPhysicalDevice physical);
+
+// Whether it supports VK_NV_cooperative_matrix2's flexible dimensions (the extension offered): ask
+// only where no validation layer older than the structure is on (kCooperativeMatrix2HeaderVersion).
+bool supports_flexible_matrices(VkPhysicalDevice physical);
 
 // The device extensions the physical device offers, and whether `name` is among them.
 std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical);

@@ -6,6 +6,7 @@
 #include "vk/check.hpp"
 #include "vk/device_facts.hpp"
 #include "vk/driver_pin.hpp"
+#include "vk/newer_extensions.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::vk {
@@ -147,7 +148,11 @@ std::vector<VkPhysicalDevice> Instance::physical_devices() const {
     return devices;
 }
 
-std::vector<DeviceInfo> describe_devices(const Instance& instance, bool ask_bf16) {
+NewerQueries newer_queries(const Instance& instance) {
+    return {.bf16 = instance.layer_knows(kBfloat16HeaderVersion), .matrix2 = instance.layer_knows(kCooperativeMatrix2HeaderVersion)};
+}
+
+std::vector<DeviceInfo> describe_devices(const Instance& instance, NewerQueries ask) {
     std::vector<DeviceInfo> out;
     const auto devices = instance.physical_devices();
     for (std::uint32_t i = 0; i < devices.size(); ++i) {
@@ -190,7 +195,7 @@ std::vector<DeviceInfo> describe_devices(const Instance& instance, bool ask_bf16
         for (std::uint32_t h = 0; h < memory.memoryHeapCount; ++h)
             info.heaps.push_back({memory.memoryHeaps[h].size,
                                   (memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
-        describe_tuning_facts(instance.get(), devices[i], info, ask_bf16);
+        describe_tuning_facts(instance.get(), devices[i], info, ask);
         if (props.properties.apiVersion < VK_API_VERSION_1_2)
             info.rejected = "it supports Vulkan " + info.api_version + ", and vkattn needs 1.2";
         out.push_back(std::move(info));

@@ -9,6 +9,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include "vk/device_facts.hpp"
 #include "vk/handle.hpp"
 #include "vkattn/context.hpp"
 
@@ -48,8 +49,10 @@ private:
 };
 
 // Describes every physical device, marks the default choice and fills `rejected` for unusable ones.
-// `ask_bf16`: describe_tuning_facts's (false for a caller's instance, whose layers are unknown).
-std::vector<DeviceInfo> describe_devices(const Instance& instance, bool ask_bf16);
+// `ask`: describe_tuning_facts's (none for a caller's instance, whose layers are unknown).
+std::vector<DeviceInfo> describe_devices(const Instance& instance, NewerQueries ask);
+// The queries the instance's validation layer (if any) knows the structures of.
+NewerQueries newer_queries(const Instance& instance);
 // Picks by request (index or name substring; empty = best ranked). Throws InvalidArgument("device").
 std::uint32_t select_device(const std::vector<DeviceInfo>& devices, const std::string& request);
 

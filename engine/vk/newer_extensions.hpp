@@ -1,6 +1,7 @@
 // Declarations of the device extensions vkattn reads that are newer than the oldest Vulkan headers it
 // builds with (Debian 12's 1.3.239): VK_KHR_cooperative_matrix's properties query and feature,
-// VK_KHR_shader_bfloat16's feature, and the name of VK_EXT_shader_float8, copied from the Vulkan registry (vk.xml) with
+// VK_KHR_shader_bfloat16's feature, VK_NV_cooperative_matrix2's flexible dimensions, and the name of
+// VK_EXT_shader_float8, copied from the Vulkan registry (vk.xml) with
 // their enum values. Newer headers define them, and these are skipped.
 #pragma once
 
@@ -106,3 +107,55 @@ constexpr std::uint32_t kBfloat16HeaderVersion = VK_MAKE_API_VERSION(0, 1, 4, 32
 #ifndef VK_EXT_shader_float8
 #define VK_EXT_SHADER_FLOAT8_EXTENSION_NAME "VK_EXT_shader_float8"
 #endif
+
+// VK_NV_cooperative_matrix2 (Vulkan 1.3.301): only its flexible dimensions are read, the feature
+// and the shapes. A device that offers them takes any multiple of a shape's granularities, up to
+// its maximal dimension, as a cooperative matrix at that scope: Mesa's lavapipe (26.1) lists only
+// 8×8×8 shapes and so runs the kernels' 16×16×16 matrices (docs/LAVAPIPE.md, "The matrix units on a
+// CPU"). The feature structure is chained only where no validation layer older than it is on.
+#ifndef VK_NV_cooperative_matrix2
+#define VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME "VK_NV_cooperative_matrix2"
+typedef struct VkPhysicalDeviceCooperativeMatrix2FeaturesNV {
+    VkStructureType sType;
+    void* pNext;
+    VkBool32 cooperativeMatrixWorkgroupScope;
+    VkBool32 cooperativeMatrixFlexibleDimensions;
+    VkBool32 cooperativeMatrixReductions;
+    VkBool32 cooperativeMatrixConversions;
+    VkBool32 cooperativeMatrixPerElementOperations;
+    VkBool32 cooperativeMatrixTensorAddressing;
+    VkBool32 cooperativeMatrixBlockLoads;
+} VkPhysicalDeviceCooperativeMatrix2FeaturesNV;
+typedef struct VkCooperativeMatrixFlexibleDimensionsPropertiesNV {
+    VkStructureType sType;
+    void* pNext;
+    uint32_t MGranularity;
+    uint32_t NGranularity;
+    uint32_t KGranularity;
+    VkComponentTypeKHR AType;
+    VkComponentTypeKHR BType;
+    VkComponentTypeKHR CType;
+    VkComponentTypeKHR ResultType;
+    VkBool32 saturatingAccumulation;
+    VkScopeKHR scope;
+    uint32_t workgroupInvocations;
+} VkCooperativeMatrixFlexibleDimensionsPropertiesNV;
+typedef struct VkPhysicalDeviceCooperativeMatrix2PropertiesNV {
+    VkStructureType sType;
+    void* pNext;
+    uint32_t cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+    uint32_t cooperativeMatrixFlexibleDimensionsMaxDimension;
+    uint32_t cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+} VkPhysicalDeviceCooperativeMatrix2PropertiesNV;
+typedef VkResult(VKAPI_PTR* PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV)(
+    VkPhysicalDevice physicalDevice, uint32_t* pPropertyCount, VkCooperativeMatrixFlexibleDimensionsPropertiesNV* pProperties);
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV static_cast<VkStructureType>(1000593000)
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV static_cast<VkStructureType>(1000593001)
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_2_PROPERTIES_NV static_cast<VkStructureType>(1000593002)
+#else
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV \
+    VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV
+#define VKATTN_STYPE_COOPERATIVE_MATRIX_2_PROPERTIES_NV VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV
+#endif
+constexpr std::uint32_t kCooperativeMatrix2HeaderVersion = VK_MAKE_API_VERSION(0, 1, 3, 301);

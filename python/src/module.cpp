@@ -61,6 +61,8 @@ nb::dict device_dict(const vkattn::DeviceInfo& d) {
         shape["c"] = c.c;
         shape["result"] = c.result;
         shape["scope"] = c.scope;
+        shape["flexible"] = c.flexible;  // m, n, k: granularities, up to max_dimension
+        shape["max_dimension"] = c.max_dimension;
         shapes.append(shape);
     }
     out["cooperative_matrix"] = shapes;

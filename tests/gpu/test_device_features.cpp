@@ -1,6 +1,6 @@
 // The caller's VkDeviceCreateInfo read for what it enabled (vk::enabled_features): every structure
 // that can carry a feature vkattn uses, each feature with its extension where it has one.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <vulkan/vulkan.h>
 
@@ -102,6 +102,26 @@ TEST_CASE("the caller's device: enabled features are read from every structure o
     matrices.cooperativeMatrix = VK_FALSE;  // nor without the cooperative matrices
     info.enabledExtensionCount = 2;
     CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).bf16_matrices);
+    matrices.cooperativeMatrix = VK_TRUE;
+    // Flexible dimensions (the kernels' 16 × 16 × 16 matrices as multiples of a device's smaller
+    // shapes): VK_NV_cooperative_matrix2 and its cooperativeMatrixFlexibleDimensions, with the
+    // cooperative matrices.
+    VkPhysicalDeviceCooperativeMatrix2FeaturesNV matrix2{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV};
+    matrix2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
+    matrix2.pNext = &matrices;
+    info.pNext = &matrix2;
+    const char* matrix_and_matrix2[] = {VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME};
+    info.ppEnabledExtensionNames = matrix_and_matrix2;
+    const vk::DeviceFeatures flexible = vk::enabled_features(own.physical, info, VK_API_VERSION_1_2);
+    CHECK((flexible.cooperative_matrix && flexible.flexible_matrices && !flexible.bf16_matrices));
+    info.enabledExtensionCount = 1;  // the structure without its extension
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).flexible_matrices);
+    info.enabledExtensionCount = 2;
+    matrix2.cooperativeMatrixFlexibleDimensions = VK_FALSE;  // the extension without the feature
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).flexible_matrices);
+    matrix2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
+    matrices.cooperativeMatrix = VK_FALSE;  // nor without the cooperative matrices
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).flexible_matrices);
     matrices.cooperativeMatrix = VK_TRUE;
     info.pNext = &matrices;
     info.ppEnabledExtensionNames = &matrix_extension;

@@ -76,7 +76,7 @@ public:
         {
             const auto adopted = vk::Instance::adopt(instance);  // borrowed: never destroys it
             const char* request = std::getenv("VKATTN_DEVICE");
-            const std::uint32_t index = vk::select_device(vk::describe_devices(*adopted, false), request ? request : "");
+            const std::uint32_t index = vk::select_device(vk::describe_devices(*adopted, {}), request ? request : "");
             physical = adopted->physical_devices()[index];
         }
         std::uint32_t count = 0;

@@ -17,7 +17,9 @@ const char* yes(bool b) { return b ? "yes" : "no"; }
 
 std::string shape_text(const CooperativeMatrixShape& s) {
     std::ostringstream out;
+    if (s.flexible) out << "multiples of ";
     out << s.m << "x" << s.n << "x" << s.k << " " << s.a << "*" << s.b << "+" << s.c << "->" << s.result;
+    if (s.flexible) out << " up to " << s.max_dimension;
     if (s.scope != "subgroup") out << " (" << s.scope << ")";
     if (s.saturating) out << " saturating";
     return out.str();
@@ -28,7 +30,8 @@ nlohmann::json to_json(const DeviceInfo& d) {
     for (const auto& h : d.heaps) heaps.push_back({{"bytes", h.bytes}, {"device_local", h.device_local}});
     for (const auto& s : d.cooperative_matrix)
         shapes.push_back({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"a", s.a}, {"b", s.b}, {"c", s.c}, {"result", s.result},
-                          {"scope", s.scope}, {"saturating", s.saturating}});
+                          {"scope", s.scope}, {"saturating", s.saturating}, {"flexible", s.flexible},
+                          {"max_dimension", s.max_dimension}});
     return {{"index", d.index}, {"name", d.name}, {"type", d.type}, {"driver", d.driver}, {"api_version", d.api_version},
             {"vendor_id", d.vendor_id}, {"device_id", d.device_id}, {"uuid", d.uuid},
             {"compute_units", d.compute_units}, {"compute_units_source", d.compute_units_source},

@@ -24,11 +24,15 @@ struct MemoryHeap {
 
 // One product shape a device's matrix units take (VK_KHR_cooperative_matrix): A is m×k, B k×n, C and
 // the result m×n; component types as "f16", "bf16", "f32", "i8", "u8", "i32", "e4m3", ...
+// A flexible shape (VK_NV_cooperative_matrix2's flexible dimensions, listed where the device
+// supports them) gives granularities: any multiples of m, n and k up to max_dimension.
 struct CooperativeMatrixShape {
     std::uint32_t m = 0, n = 0, k = 0;
     std::string a, b, c, result;
     std::string scope;  // "subgroup" (the common one), "workgroup", ...
     bool saturating = false;
+    bool flexible = false;
+    std::uint32_t max_dimension = 0;  // a flexible shape's
 };
 
 // What `vk-attn devices` shows and what device selection ranks.
@@ -72,7 +76,8 @@ struct DeviceInfo {
     bool fp8_shader = false, fp8_cooperative_matrix = false;
     // Whether the cooperative-matrix kernels (FusedKernel::coopmat, GemmKernel::coopmat) run on the
     // matrix units: VK_KHR_cooperative_matrix enabled with the 16×16×16 f16 × f16 + f32 subgroup
-    // shape they are built for, and this build has their shaders. Else they run their portable
+    // shape they are built for (a shape of its own, or a flexible one it is a multiple of, with
+    // VK_NV_cooperative_matrix2's flexible dimensions enabled), and this build has their shaders. Else they run their portable
     // implementation, and matrix_units_off says why (empty where the device has no matrix units).
     // A context's own device enables the units unless a validation layer older than the extension
     // is on; a context on the caller's device uses them where its create info enabled them.

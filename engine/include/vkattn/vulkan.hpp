@@ -47,7 +47,10 @@ struct VulkanDevice {
     // Vulkan cannot be asked afterwards which features were enabled. vkattn reads pEnabledFeatures,
     // the extensions, and the feature structures of the pNext chain (VkPhysicalDeviceFeatures2,
     // Vulkan11/12/13Features, 16BitStorageFeatures, ShaderFloat16Int8Features,
-    // SubgroupSizeControlFeaturesEXT). Nothing is required beyond Vulkan 1.2 and a compute queue;
+    // SubgroupSizeControlFeaturesEXT, the cooperative-matrix, bf16, maximal-reconvergence and
+    // pipeline-executable features; VK_NV_cooperative_matrix2's flexible dimensions, which run the
+    // matrix units where the device lists no 16×16×16 shape of its own, as Mesa's lavapipe).
+    // Nothing is required beyond Vulkan 1.2 and a compute queue;
     // an optional feature left off costs what DeviceInfo::features_not_enabled says.
     const VkDeviceCreateInfo* create_info = nullptr;
     // The queue vkattn submits to (Batch::submit, the blocking calls): a family with compute, an

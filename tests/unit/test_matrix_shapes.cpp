@@ -1,0 +1,51 @@
+// Which cooperative-matrix shapes take the kernels' 16 × 16 × 16 matrices (vk/device_facts.hpp): a
+// shape of that size, or a flexible one (VK_NV_cooperative_matrix2) whose granularities divide 16,
+// only where flexible dimensions count; and when a device must enable them.
+#include "support/catch.hpp"
+
+#include "vk/device_facts.hpp"
+
+using namespace vkattn;
+
+namespace {
+
+CooperativeMatrixShape shape(std::uint32_t m, std::uint32_t n, std::uint32_t k, const char* operand, bool flexible = false,
+                             std::uint32_t max_dimension = 0) {
+    return {.m = m, .n = n, .k = k, .a = operand, .b = operand, .c = "f32", .result = "f32", .scope = "subgroup",
+            .flexible = flexible, .max_dimension = max_dimension};
+}
+
+}  // namespace
+
+TEST_CASE("matrix shapes: a 16x16x16 shape of its own, or a flexible one whose granularities divide 16", "[unit][coopmat]") {
+    // NVIDIA's: 16 × 16 × 16 among others; no flexible dimensions needed.
+    const std::vector<CooperativeMatrixShape> nvidia{shape(16, 8, 16, "f16"), shape(16, 16, 16, "f16"), shape(16, 16, 16, "bf16")};
+    CHECK(vk::takes_f16_matrices(nvidia, false));
+    CHECK(vk::takes_bf16_matrices(nvidia, false));
+    CHECK_FALSE(vk::matrices_need_flexible_dimensions(nvidia));
+
+    // Mesa's lavapipe (26.1): 8 × 8 × 8 only, and flexible dimensions of granularity 8 up to 1,024.
+    const std::vector<CooperativeMatrixShape> lavapipe{shape(8, 8, 8, "f16"), shape(8, 8, 8, "f16", true, 1024)};
+    CHECK_FALSE(vk::takes_f16_matrices(lavapipe, false));
+    CHECK(vk::takes_f16_matrices(lavapipe, true));
+    CHECK_FALSE(vk::takes_bf16_matrices(lavapipe, true));
+    CHECK(vk::matrices_need_flexible_dimensions(lavapipe));
+
+    // A fixed 8 × 8 × 8 shape alone never takes them; nor flexible granularities that do not divide
+    // 16, or whose largest dimension is below it.
+    CHECK_FALSE(vk::takes_f16_matrices({shape(8, 8, 8, "f16")}, true));
+    CHECK_FALSE(vk::takes_f16_matrices({shape(8, 8, 32, "f16", true, 1024)}, true));
+    CHECK_FALSE(vk::takes_f16_matrices({shape(6, 8, 8, "f16", true, 1024)}, true));
+    CHECK_FALSE(vk::takes_f16_matrices({shape(8, 8, 8, "f16", true, 8)}, true));
+    CHECK(vk::takes_f16_matrices({shape(16, 16, 16, "f16", true, 16)}, true));
+
+    // The scope, the accumulator and the saturation must be the kernels' as well.
+    CooperativeMatrixShape workgroup = shape(8, 8, 8, "f16", true, 1024);
+    workgroup.scope = "workgroup";
+    CooperativeMatrixShape f16_accumulator = shape(8, 8, 8, "f16", true, 1024);
+    f16_accumulator.c = f16_accumulator.result = "f16";
+    CooperativeMatrixShape saturating = shape(16, 16, 16, "f16");
+    saturating.saturating = true;
+    CHECK_FALSE(vk::takes_f16_matrices({workgroup, f16_accumulator, saturating}, true));
+    CHECK_FALSE(vk::matrices_need_flexible_dimensions({workgroup, f16_accumulator, saturating}));
+}
