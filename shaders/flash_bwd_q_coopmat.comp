@@ -124,8 +124,8 @@ void main() {
     }
     barrier();
     if (has_rows && lo_first < hi_limit) {
-        atomicMin(wg_first, lo_first);
-        atomicMax(wg_end, hi_limit);
+        CM_SHARED_ATOMIC_MIN(wg_first, lo_first);
+        CM_SHARED_ATOMIC_MAX(wg_end, hi_limit);
     }
     // Q's rows, then dO's, through the K/V tile into registers.
     for (uint e = inv; e < BR * DKP / 8u; e += WG) {

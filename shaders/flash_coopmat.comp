@@ -158,8 +158,8 @@ void main() {
     }
     barrier();
     if (has_rows && lo_first < hi_limit) {
-        atomicMin(wg_first, lo_first);
-        atomicMax(wg_end, hi_limit);
+        CM_SHARED_ATOMIC_MIN(wg_first, lo_first);
+        CM_SHARED_ATOMIC_MAX(wg_end, hi_limit);
     }
     // Q's rows into Q's own tile (Q_OWN); or through K's tile into registers, each subgroup's DKT
     // operands, in passes of BC rows (each between two barriers; a subgroup's 16 rows lie in one
