@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attention/ceil_div.hpp"
+#include "attention/device_rules.hpp"
 #include "attention/tuning.hpp"
 #include "vkattn/errors.hpp"
 
@@ -119,7 +120,7 @@ std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgro
 }
 
 bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
-    return caps.matrix_units && caps.maximal_reconvergence && p.dtype == DType::f16 && p.k_dtype == DType::f16 &&
+    return caps.matrix_units && !is_cpu(caps) && caps.maximal_reconvergence && p.dtype == DType::f16 && p.k_dtype == DType::f16 &&
            p.v_dtype == DType::f16;
 }
 

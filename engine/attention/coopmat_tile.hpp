@@ -121,7 +121,8 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& probl
                                 const std::string& instead, bool q_in_shared = false);
 
 // Whether the tuning's heuristics choose flash_coopmat.comp unforced for the forward: on the
-// device's matrix units (never their portable implementation), for f16 storage of q, k and v (whose
+// device's matrix units (never their portable implementation, nor a CPU's: lavapipe's, from Mesa
+// 26.1, split every product into 8 × 8 × 8 scalar loops, docs/LAVAPIPE.md), for f16 storage of q, k and v (whose
 // products then multiply exactly the stored values; only P rounds to f16, as FlashAttention's
 // does), and where the kernels run with maximal reconvergence (vk/spirv_patch.hpp), so that no
 // driver's reconvergence rules can reach the units' operations. Measured on an H200 (sessions
