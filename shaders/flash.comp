@@ -47,6 +47,7 @@
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/flash_params.glsl"
+#include "common/shared_atomics.glsl"
 
 layout(local_size_x_id = 0) in;                 // NSG · SG
 layout(constant_id = 1) const uint SG = 8;      // lanes per subgroup (the pipeline requires it)
@@ -269,8 +270,8 @@ void main() {
         }
         barrier();
         if (has_rows && lane == 0u && k_begin < k_end) {
-            atomicMin(wg_first, k_begin);
-            atomicMax(wg_end, k_end);
+            SHARED_ATOMIC_MIN(wg_first, k_begin);
+            SHARED_ATOMIC_MAX(wg_end, k_end);
         }
         barrier();
         k_begin = wg_first;

@@ -30,6 +30,7 @@ layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
 
 #include "common/coopmat.glsl"
+#include "common/shared_atomics.glsl"
 
 const uint SG = CM_SG;
 const uint BR = 16u * NSG;
@@ -124,8 +125,8 @@ void main() {
     }
     barrier();
     if (has_rows && lo_first < hi_limit) {
-        CM_SHARED_ATOMIC_MIN(wg_first, lo_first);
-        CM_SHARED_ATOMIC_MAX(wg_end, hi_limit);
+        SHARED_ATOMIC_MIN(wg_first, lo_first);
+        SHARED_ATOMIC_MAX(wg_end, hi_limit);
     }
     // Q's rows, then dO's, through the K/V tile into registers.
     for (uint e = inv; e < BR * DKP / 8u; e += WG) {

@@ -58,6 +58,7 @@ layout(constant_id = 18) const bool Q_SHARED = false; // Q read from its own til
 layout(constant_id = 19) const bool KV_APART = false; // K and V in tiles of their own (CoopmatLayout::kv_apart)
 
 #include "common/coopmat.glsl"
+#include "common/shared_atomics.glsl"
 
 const uint SG = CM_SG;
 const uint SGR = 16u * RT;                      // rows per subgroup
@@ -158,8 +159,8 @@ void main() {
     }
     barrier();
     if (has_rows && lo_first < hi_limit) {
-        CM_SHARED_ATOMIC_MIN(wg_first, lo_first);
-        CM_SHARED_ATOMIC_MAX(wg_end, hi_limit);
+        SHARED_ATOMIC_MIN(wg_first, lo_first);
+        SHARED_ATOMIC_MAX(wg_end, hi_limit);
     }
     // Q's rows into Q's own tile (Q_OWN); or through K's tile into registers, each subgroup's DKT
     // operands, in passes of BC rows (each between two barriers; a subgroup's 16 rows lie in one

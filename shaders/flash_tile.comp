@@ -29,6 +29,7 @@
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/flash_params.glsl"
+#include "common/shared_atomics.glsl"
 
 layout(local_size_x_id = 0) in;                 // NSG · SG
 layout(constant_id = 1) const uint SG = 32;     // lanes per subgroup (the pipeline requires it)
@@ -116,8 +117,8 @@ void main() {
     }
     barrier();
     if (has_rows && lo_first < hi_limit) {
-        atomicMin(wg_first, lo_first);
-        atomicMax(wg_end, hi_limit);
+        SHARED_ATOMIC_MIN(wg_first, lo_first);
+        SHARED_ATOMIC_MAX(wg_end, hi_limit);
     }
     barrier();
     const uint k_begin = wg_first, k_end = wg_end;

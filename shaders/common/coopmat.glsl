@@ -81,14 +81,6 @@
 
 const uint CM_DIM = 16u;  // M = N = K
 
-// atomicMin / atomicMax on a shared variable at the workgroup's scope. GLSL's two-argument forms
-// take Device scope, which a module of the Vulkan memory model (the units' builds) may use only
-// with vulkanMemoryModelDeviceScope enabled (VUID-RuntimeSpirv-vulkanMemoryModel-06265, reported
-// by the validation layer on lavapipe's units); shared memory needs no wider scope. Relaxed, of no
-// storage class: the barrier() after them orders them before the variables are read.
-#define CM_SHARED_ATOMIC_MIN(mem, value) atomicMin(mem, value, gl_ScopeWorkgroup, gl_StorageSemanticsNone, gl_SemanticsRelaxed)
-#define CM_SHARED_ATOMIC_MAX(mem, value) atomicMax(mem, value, gl_ScopeWorkgroup, gl_StorageSemanticsNone, gl_SemanticsRelaxed)
-
 // A subgroup's lanes meet, and each lane's shared-memory accesses before it happen before every
 // lane's after (a subgroup's tiles: its stores then its lanes' reads, or its reads then the next
 // stores). Shared memory only: subgroupMemoryBarrierShared() with subgroupBarrier() also orders
