@@ -42,6 +42,13 @@ std::string scope_name(int scope) {
     }
 }
 
+// A shape from a fixed or flexible properties structure (the same fields after the extents).
+template <typename Properties>
+CooperativeMatrixShape shape_of(std::uint32_t m, std::uint32_t n, std::uint32_t k, const Properties& p) {
+    return {.m = m, .n = n, .k = k, .a = component_name(p.AType), .b = component_name(p.BType), .c = component_name(p.CType),
+            .result = component_name(p.ResultType), .scope = scope_name(p.scope), .saturating = p.saturatingAccumulation == VK_TRUE};
+}
+
 std::vector<CooperativeMatrixShape> cooperative_matrix_shapes(VkInstance instance, VkPhysicalDevice physical) {
     auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR>(
         vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
@@ -51,13 +58,7 @@ std::vector<CooperativeMatrixShape> cooperative_matrix_shapes(VkInstance instanc
     std::vector<VkCooperativeMatrixPropertiesKHR> props(count, {VKATTN_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR});
     if (get(physical, &count, props.data()) < VK_SUCCESS) return {};
     std::vector<CooperativeMatrixShape> out;
-    for (std::uint32_t i = 0; i < count; ++i) {
-        const auto& p = props[i];
-        out.push_back({.m = p.MSize, .n = p.NSize, .k = p.KSize,
-                       .a = component_name(p.AType), .b = component_name(p.BType), .c = component_name(p.CType),
-                       .result = component_name(p.ResultType), .scope = scope_name(p.scope),
-                       .saturating = p.saturatingAccumulation == VK_TRUE});
-    }
+    for (std::uint32_t i = 0; i < count; ++i) out.push_back(shape_of(props[i].MSize, props[i].NSize, props[i].KSize, props[i]));
     return out;
 }
 
@@ -111,11 +112,10 @@ std::vector<CooperativeMatrixShape> flexible_matrix_shapes(VkInstance instance, 
     std::vector<CooperativeMatrixShape> out;
     for (std::uint32_t i = 0; i < count; ++i) {
         const auto& p = shapes[i];
-        out.push_back({.m = p.MGranularity, .n = p.NGranularity, .k = p.KGranularity,
-                       .a = component_name(p.AType), .b = component_name(p.BType), .c = component_name(p.CType),
-                       .result = component_name(p.ResultType), .scope = scope_name(p.scope),
-                       .saturating = p.saturatingAccumulation == VK_TRUE, .flexible = true,
-                       .max_dimension = limits.cooperativeMatrixFlexibleDimensionsMaxDimension});
+        CooperativeMatrixShape shape = shape_of(p.MGranularity, p.NGranularity, p.KGranularity, p);
+        shape.flexible = true;
+        shape.max_dimension = limits.cooperativeMatrixFlexibleDimensionsMaxDimension;
+        out.push_back(std::move(shape));
     }
     return out;
 }
