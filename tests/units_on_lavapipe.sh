@@ -38,9 +38,10 @@ packages="cmake make g++ libvulkan-dev glslc glslang-tools spirv-tools vulkan-va
 if [[ ! -f $root/.vkattn-ready ]]; then
     step "a Debian 13 root in $root"
     mirror=$(grep -rhE '^\s*(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-             grep -oE 'https?://[^ ]+/debian/?$' | head -n 1)
+             grep -oE 'https?://[^ ]+/debian/?$' | head -n 1 || true)  # a missing sources file is no error
     mirror=${mirror:-http://deb.debian.org/debian}
     rm -rf "$root"
+    mkdir -p "$(dirname "$root")"
     debootstrap --variant=minbase --include=ca-certificates trixie "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
         fail "debootstrap failed: $(tail -n 1 "$root.debootstrap.log")"
     rm -f "$root/etc/apt/sources.list"
