@@ -78,11 +78,14 @@ public:
         const std::optional<PagedOperands>& paged = planner_.paged();
         if (config_.decode && !split) throw Error("internal: the decode kernel runs split runs only.");
         const std::uint32_t pools = paged ? paged->pools : 0;
+        // The operand types are named first: a temporary among the arguments of a function that returns
+        // a reference is what GCC 14's -Wdangling-reference warns of.
+        const auto types = operand_types(p);
         const vk::Kernel& flash =
-            config_.decode ? flash_decode_kernel(runtime_, config_, operand_types(p), wide_loads(d), pools)
-            : config_.tile    ? flash_tile_kernel(runtime_, config_, operand_types(p), split, pools)
-            : config_.coopmat ? flash_coopmat_kernel(runtime_, config_, operand_types(p), split, pools, wide_dense_)
-                              : flash_kernel(runtime_, config_, operand_types(p), split, pools);
+            config_.decode ? flash_decode_kernel(runtime_, config_, types, wide_loads(d), pools)
+            : config_.tile    ? flash_tile_kernel(runtime_, config_, types, split, pools)
+            : config_.coopmat ? flash_coopmat_kernel(runtime_, config_, types, split, pools, wide_dense_)
+                              : flash_kernel(runtime_, config_, types, split, pools);
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);
