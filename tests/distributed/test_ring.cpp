@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 
+#include "support/suite_lifetime.hpp"
 #include "vkattn/distributed.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/testing/compare.hpp"
@@ -38,13 +39,12 @@ int ranks_of() {
 }
 
 Context& context() {
-    static Context c([] {
+    return vkattn::test::suite_object([] {
         ContextOptions o;
         o.validation = true;
         o.poison_outputs = true;
-        return o;
-    }());
-    return c;
+        return Context(o);
+    });
 }
 
 // The rows of `segments` of a [B, H, N, D] tensor, one after the other, as a new bhnd tensor (any

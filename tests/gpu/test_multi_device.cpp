@@ -20,7 +20,8 @@ using namespace vkattn::testing;
 namespace {
 
 std::vector<Context*> contexts_of(std::initializer_list<int> which) {
-    static Context second(test::test_context_options()), third(test::test_context_options());
+    Context& second = test::suite_object([] { return Context(test::test_context_options()); });
+    Context& third = test::suite_object([] { return Context(test::test_context_options()); });
     std::vector<Context*> all{&test::gpu_context(), &second, &third};
     std::vector<Context*> picked;
     for (const int i : which) picked.push_back(all[static_cast<std::size_t>(i)]);

@@ -145,12 +145,11 @@ inline void expect_close(const Gradients& got, const Gradients& want, testing::T
 // The suite's context, but with the work cut as lavapipe's 65,535-iteration loop limit requires
 // (ContextOptions::max_loop_iterations), so those cuts and refusals are tested on every device.
 inline Context& loop_limited_context() {
-    static Context context = [] {
+    return test::suite_object([] {
         ContextOptions options = test::test_context_options();
         options.max_loop_iterations = 65535;
         return Context(options);
-    }();
-    return context;
+    });
 }
 
 // 3 queries over 120,000 keys (GQA 2/1, D 64, causal): past the fused dQ kernel's loop budget under

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "support/suite_lifetime.hpp"
 #include "vkattn/context.hpp"
 
 namespace vkattn::test {
@@ -28,9 +29,9 @@ inline ContextOptions test_context_options() {
     return o;
 }
 
+// Made on first use, ended with the run (suite_lifetime.hpp).
 inline Context& gpu_context() {
-    static Context context(test_context_options());
-    return context;
+    return suite_object([] { return Context(test_context_options()); });
 }
 
 // All validation messages since the last call, as one string (empty when there were none).

@@ -6,7 +6,11 @@
 
 #include <cstdlib>
 
+#include "support/suite_lifetime.hpp"
+
 int main(int argc, char* argv[]) {
     ::setenv("VKATTN_TUNING", "off", 0);
-    return Catch::Session().run(argc, argv);
+    const int failed = Catch::Session().run(argc, argv);
+    vkattn::test::end_suite_objects();  // the suite's Contexts end before the layers' statics do
+    return failed;
 }

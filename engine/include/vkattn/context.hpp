@@ -136,6 +136,9 @@ struct ContextOptions {
     std::uint64_t simulate_timeout_on_submission = 0;
 };
 
+// End a Context before main returns rather than at static destruction (a `static Context` is ended
+// there): by then a Vulkan layer may have destroyed statics of its own that the Context's destruction
+// calls into (Debian 13's validation layer 1.4.309 crashes so at exit).
 class Context {
 public:
     explicit Context(const ContextOptions& options = {});
