@@ -66,7 +66,10 @@ for dir in proc dev; do
         mounted+=("$root/$dir")
     fi
 done
-run() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 XDG_RUNTIME_DIR=/tmp bash -c "$1"; }
+# An hour's fence wait for the tests: lavapipe compiles a kernel at its first dispatch, inside the
+# wait, and through the units the widest layouts take past the engine's 10 minutes to compile.
+run() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 XDG_RUNTIME_DIR=/tmp \
+            VKATTN_TEST_FENCE_TIMEOUT=3600 bash -c "$1"; }
 
 mesa=$(run "dpkg-query -W -f '\${Version}' mesa-vulkan-drivers")
 [[ $(printf '%s\n26.1\n' "$mesa" | sort -V | head -n 1) == 26.1 ]] || fail "Mesa $mesa in $root; the units need 26.1 or newer"

@@ -2,6 +2,7 @@
 // every run.
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -22,10 +23,16 @@ inline bool test_layer_on() {
     return v == nullptr || std::string(v) != "off";
 }
 
+// VKATTN_TEST_FENCE_TIMEOUT=seconds: how long a submission may run before the suite's contexts call
+// it hung (ContextOptions::fence_timeout; the engine's 10 minutes otherwise). Lavapipe compiles a
+// kernel when it first dispatches it, inside that wait, and through Mesa 26.1's matrix units a
+// D 256 kernel of two row tiles took past 10 minutes to compile (tests/units_on_lavapipe.sh).
 inline ContextOptions test_context_options() {
     ContextOptions o;
     o.validation = test_layer_on();
     o.poison_outputs = true;
+    if (const char* s = std::getenv("VKATTN_TEST_FENCE_TIMEOUT"); s != nullptr && std::atoi(s) > 0)
+        o.fence_timeout = std::chrono::seconds(std::atoi(s));
     return o;
 }
 
