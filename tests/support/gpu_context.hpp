@@ -26,7 +26,7 @@ inline bool test_layer_on() {
 // VKATTN_TEST_FENCE_TIMEOUT=seconds: how long a submission may run before the suite's contexts call
 // it hung (ContextOptions::fence_timeout; the engine's 10 minutes otherwise). Lavapipe compiles a
 // kernel when it first dispatches it, inside that wait, and through Mesa 26.1's matrix units a
-// D 256 kernel of two row tiles took past 10 minutes to compile (tests/units_on_lavapipe.sh).
+// D 256 kernel of two row tiles met the 10 minutes (tests/units_on_lavapipe.sh).
 inline ContextOptions test_context_options() {
     ContextOptions o;
     o.validation = test_layer_on();

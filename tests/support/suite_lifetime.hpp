@@ -1,9 +1,8 @@
 // Objects the suite keeps for all its tests (Contexts: a VkInstance and a VkDevice each) end when the
-// tests end, before main returns, not at static destruction. Ended there they would outlive what the
-// Vulkan loader's layers hold in statics of their own: a layer's function-local statics, first
-// touched after the Context was made, are destroyed before it, and the Context's destruction then
-// calls into them (Debian 13's validation layer 1.4.309 crashed so at exit, after every test had
-// passed). Every test main calls end_suite_objects() after the run.
+// tests end, before main returns, not at static destruction. Ended there, a Context's destruction
+// calls into the Vulkan layers among their own statics' destruction, in an order nothing fixes:
+// Debian 13's validation layer (1.4.309) crashed so at exit, inside ~Context, after every test had
+// passed. Every test main calls end_suite_objects() after the run.
 #pragma once
 
 #include <functional>
