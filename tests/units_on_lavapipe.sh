@@ -67,7 +67,7 @@ for dir in proc dev; do
     fi
 done
 # An hour's fence wait for the tests: lavapipe compiles a kernel at its first dispatch, inside the
-# wait, and through the units the widest layouts take past the engine's 10 minutes to compile.
+# wait, and through the units a D 256 kernel of two row tiles met the engine's 10 minutes.
 run() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 XDG_RUNTIME_DIR=/tmp \
             VKATTN_TEST_FENCE_TIMEOUT=3600 bash -c "$1"; }
 

@@ -31,8 +31,8 @@ inline ContextOptions test_context_options() {
     ContextOptions o;
     o.validation = test_layer_on();
     o.poison_outputs = true;
-    if (const char* s = std::getenv("VKATTN_TEST_FENCE_TIMEOUT"); s != nullptr && std::atoi(s) > 0)
-        o.fence_timeout = std::chrono::seconds(std::atoi(s));
+    const char* fence_wait = std::getenv("VKATTN_TEST_FENCE_TIMEOUT");
+    if (const int seconds = fence_wait ? std::atoi(fence_wait) : 0; seconds > 0) o.fence_timeout = std::chrono::seconds(seconds);
     return o;
 }
 
