@@ -83,13 +83,15 @@ const float LN2 = 0.6931471805599453;
 layout(std430, set = 0, binding = 2) readonly buffer KWords4 { uvec4 k_words4[]; };
 layout(std430, set = 0, binding = 3) readonly buffer VWords4 { uvec4 v_words4[]; };
 
-// The softmax's loops over a lane's keys: unrolled in the portable implementation, whose loop budget
-// (lavapipe's; coopmat_loops_per_tile) counts them as unrolled; the compiler's choice on the units,
-// where unrolled they held 32 more registers (session 22's statistics).
+// The softmax's loops over a lane's keys: the compiler's choice on the units, where unrolled they
+// held 32 more registers (session 22's statistics); loops in the portable implementation, as the
+// backward's are: unrolled, every key of a lane took its own copy of the mask model and of dropout's
+// Philox rounds (64 of each at 32-key tiles on 8 lanes), and lavapipe compiled each pipeline for
+// about 15 s. Its loop budget counts them (coopmat_loops_per_tile).
 #ifdef CM_KHR
 #define SOFTMAX_LOOP
 #else
-#define SOFTMAX_LOOP [[unroll]]
+#define SOFTMAX_LOOP [[dont_unroll]]
 #endif
 
 // K's and V's tile (and Q's at the start, where Q is held, BC rows at a time): rows of max(DKP,

@@ -107,8 +107,9 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 
 std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups, const Problem&) {
     // The portable products loop over each lane's accumulator slots (256 / SG of them), and over the
-    // operands (common/coopmat.glsl's CM_LOOP); the softmax is unrolled. (Devices that count loops
-    // have no matrix units; the count is the portable implementation's.)
+    // operands (common/coopmat.glsl's CM_LOOP); the softmax over each of a lane's rows' keys, twice
+    // (the scores, then P in pairs). (Devices that count loops have no matrix units; the count is
+    // the portable implementation's.)
     const std::int64_t lanes = std::int64_t{subgroup} * subgroups, slots = std::max<std::int64_t>(1, 256 / subgroup);
     const std::int64_t key_tiles = t.keys / 16, dk = 16 * t.dk_tiles, oc = t.columns();
     // The staging: K's and V's 8-element chunks, fetched and stored in loops of the larger's steps.
@@ -116,7 +117,12 @@ std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgro
     const std::int64_t products = t.row_tiles * (1 + slots);
     const std::int64_t scores = key_tiles * (1 + t.dk_tiles * products);
     const std::int64_t pv = key_tiles * (1 + t.column_tiles * products);
-    return 4 + stage + scores + t.column_tiles * t.row_tiles + pv;
+    // flash_coopmat.comp's SLANES lanes per row, SROWS rows per lane, SKEYS keys per lane.
+    const std::int64_t row_lanes = subgroup >= 16 ? subgroup / 16 : 1;
+    const std::int64_t lane_rows = subgroup >= 16 ? t.row_tiles : 16 * t.row_tiles / subgroup;
+    const std::int64_t lane_keys = t.keys / row_lanes;
+    const std::int64_t softmax = lane_rows * (lane_keys + lane_keys / 2);
+    return 4 + stage + scores + softmax + t.column_tiles * t.row_tiles + pv;
 }
 
 bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
