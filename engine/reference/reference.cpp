@@ -21,6 +21,8 @@
 namespace vkattn {
 namespace {
 
+using detail::DenseRows;
+using detail::dense_rows;
 using detail::load;
 using detail::Problem;
 using detail::store;
@@ -32,32 +34,15 @@ struct Row {
     std::int64_t b, h, i;
 };
 
-// A block-typed or fp8 K or V dequantized once into dense fp32 (the stages read every element Nq
-// times, and each read of a block element would decode its block): the values the kernels see, an
-// fp8 element times its head's scale (`scales`, [H]) in one fp32 rounding as the kernels take it.
-TensorView dequantized(const TensorView& t, const std::vector<float>& scales, std::vector<float>& storage) {
-    if (!is_block_type(t.dtype) && !is_fp8(t.dtype)) return t;
-    const auto [B, H, N, D] = t.shape;
-    storage.resize(static_cast<std::size_t>(B * H * N * D));
-    const TensorView dense = make_view<const void*>(storage.data(), DType::f32, Layout::bhnd, t.shape);
-    const std::uint64_t bytes = row_bytes(t.dtype, D);
-    for (std::int64_t b = 0; b < B; ++b)
-        for (std::int64_t h = 0; h < H; ++h)
-            for (std::int64_t n = 0; n < N; ++n) {
-                const auto* row = static_cast<const std::uint8_t*>(t.data) + storage_bytes(t.dtype, t.offset(b, h, n, 0));
-                dequantize_row(t.dtype, {row, bytes}, {storage.data() + dense.offset(b, h, n, 0), static_cast<std::size_t>(D)},
-                               scales.empty() ? 1.0f : scales[static_cast<std::size_t>(h)]);
-            }
-    return dense;
-}
-
 // Stage 1: the unmasked scaled scores of one row, scores[j] for j in [0, Nkv).
-void scores_row(const Problem& p, const AttentionInputs& in, Row r, std::vector<double>& scores) {
+void scores_row(const Problem& p, const AttentionInputs& in, const DenseRows& k, Row r, std::vector<double>& q_row,
+                std::vector<double>& scores) {
     const std::int64_t kh = p.kv_head(r.h);
+    for (std::int64_t d = 0; d < p.Dk; ++d) q_row[static_cast<std::size_t>(d)] = load(in.q, r.b, r.h, r.i, d);
     for (std::int64_t j = 0; j < p.Nkv; ++j) {
+        const float* key = k.row(r.b, kh, j);
         double dot = 0.0;
-        for (std::int64_t d = 0; d < p.Dk; ++d)
-            dot += load(in.q, r.b, r.h, r.i, d) * load(in.k, r.b, kh, j, d);
+        for (std::int64_t d = 0; d < p.Dk; ++d) dot += q_row[static_cast<std::size_t>(d)] * key[d];
         scores[static_cast<std::size_t>(j)] = p.scale * dot;
     }
 }
@@ -100,17 +85,16 @@ double softmax_row(const Problem& p, Row r, const std::vector<double>& scores,
     return m + std::log(sum);
 }
 
-// Stage 3: one row of the output, out[e] = Σ_j weights[j] · V[j, e].
-void weighted_sum_row(const Problem& p, const AttentionInputs& in, Row r,
-                      const std::vector<double>& weights, std::vector<double>& out) {
+// Stage 3: one row of the output, out[e] = Σ_j weights[j] · V[j, e], each sum over j in order.
+void weighted_sum_row(const Problem& p, const DenseRows& v, Row r, const std::vector<double>& weights,
+                      std::vector<double>& out) {
     const std::int64_t kh = p.kv_head(r.h);
-    for (std::int64_t e = 0; e < p.Dv; ++e) {
-        double acc = 0.0;
-        for (std::int64_t j = 0; j < p.Nkv; ++j) {
-            const double w = weights[static_cast<std::size_t>(j)];
-            if (w != 0.0) acc += w * load(in.v, r.b, kh, j, e);  // skip masked keys (0·inf, 0·NaN)
-        }
-        out[static_cast<std::size_t>(e)] = acc;
+    std::fill(out.begin(), out.end(), 0.0);
+    for (std::int64_t j = 0; j < p.Nkv; ++j) {
+        const double w = weights[static_cast<std::size_t>(j)];
+        if (w == 0.0) continue;  // skip masked keys (0·inf, 0·NaN)
+        const float* value = v.row(r.b, kh, j);
+        for (std::int64_t e = 0; e < p.Dv; ++e) out[static_cast<std::size_t>(e)] += w * value[e];
     }
 }
 
@@ -118,10 +102,8 @@ void weighted_sum_row(const Problem& p, const AttentionInputs& in, Row r,
 // as sink(row_index, row, scores, weights, lse, out).
 template <class Sink>
 void for_each_row(const Problem& p, const AttentionInputs& inputs, Sink&& sink) {
-    std::vector<float> k_values, v_values;
-    AttentionInputs in = inputs;
-    in.k = dequantized(inputs.k, p.k_scale, k_values);
-    in.v = dequantized(inputs.v, p.v_scale, v_values);
+    const DenseRows k = dense_rows(inputs.k, p.k_scale), v = dense_rows(inputs.v, p.v_scale);
+    std::vector<double> q_row(static_cast<std::size_t>(p.Dk));
     std::vector<double> scores(static_cast<std::size_t>(p.Nkv));
     std::vector<double> weights(static_cast<std::size_t>(p.Nkv));
     std::vector<double> out(static_cast<std::size_t>(p.Dv));
@@ -130,9 +112,9 @@ void for_each_row(const Problem& p, const AttentionInputs& inputs, Sink&& sink) 
         for (std::int64_t h = 0; h < p.Hq; ++h)
             for (std::int64_t i = 0; i < p.Nq; ++i, ++index) {
                 const Row r{b, h, i};
-                scores_row(p, in, r, scores);
+                scores_row(p, inputs, k, r, q_row, scores);
                 const double lse = softmax_row(p, r, scores, weights);
-                weighted_sum_row(p, in, r, weights, out);
+                weighted_sum_row(p, v, r, weights, out);
                 sink(index, r, scores, weights, lse, out);
             }
 }

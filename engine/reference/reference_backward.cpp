@@ -27,6 +27,8 @@
 namespace vkattn {
 namespace {
 
+using detail::DenseRows;
+using detail::dense_rows;
 using detail::load;
 using detail::Problem;
 using detail::store;
@@ -61,6 +63,8 @@ void reference_attention_backward(const AttentionInputs& in, const TensorView& g
     std::vector<double> d_mask(static_cast<std::size_t>(grads.d_float_mask != nullptr ? p.float_mask.elements : 0), 0.0);
     const auto nkv = static_cast<std::size_t>(p.Nkv);
     std::vector<double> s(nkv), x(nkv), prob(nkv), dp(nkv), d_o(static_cast<std::size_t>(p.Dv));
+    std::vector<double> q_row(static_cast<std::size_t>(p.Dk));
+    const DenseRows k = dense_rows(in.k, p.k_scale), v = dense_rows(in.v, p.v_scale);
 
     for (std::int64_t b = 0; b < p.B; ++b)
         for (std::int64_t h = 0; h < p.Hq; ++h)
@@ -70,10 +74,12 @@ void reference_attention_backward(const AttentionInputs& in, const TensorView& g
                 // the denominator only), probabilities.
                 const double sink = p.sink(h);
                 double m = sink;
+                for (std::int64_t d = 0; d < p.Dk; ++d) q_row[static_cast<std::size_t>(d)] = load(in.q, b, h, i, d);
                 for (std::int64_t j = 0; j < p.Nkv; ++j) {
                     const auto jj = static_cast<std::size_t>(j);
+                    const float* key = k.row(b, kh, j);
                     double dot = 0.0;
-                    for (std::int64_t d = 0; d < p.Dk; ++d) dot += load(in.q, b, h, i, d) * load(in.k, b, kh, j, d);
+                    for (std::int64_t d = 0; d < p.Dk; ++d) dot += q_row[static_cast<std::size_t>(d)] * key[d];
                     s[jj] = p.scale * dot;
                     x[jj] = p.logit(b, h, i, j, s[jj]);
                     if (std::isnan(x[jj]) || x[jj] > m) m = std::isnan(m) ? m : x[jj];
@@ -93,10 +99,11 @@ void reference_attention_backward(const AttentionInputs& in, const TensorView& g
                     // Dropout: the kept weights are rescaled, the dropped ones pass no gradient.
                     const double keep = p.drop_threshold == 0 ? 1.0 : p.kept(b, h, i, j) ? p.keep_scale() : 0.0;
                     if (keep == 0.0) continue;
+                    const float* value = v.row(b, kh, j);
                     double dw = 0.0;
                     for (std::int64_t e = 0; e < p.Dv; ++e) {
                         const double g = d_o[static_cast<std::size_t>(e)];
-                        dw += g * load(in.v, b, kh, j, e);
+                        dw += g * value[e];
                         dv.at(b, kh, j, e) += prob[jj] * keep * g;
                     }
                     dp[jj] = dw * keep;
@@ -114,9 +121,10 @@ void reference_attention_backward(const AttentionInputs& in, const TensorView& g
                         const double t = std::tanh(s[jj] / p.softcap);
                         ds *= 1.0 - t * t;
                     }
+                    const float* key = k.row(b, kh, j);
                     for (std::int64_t d = 0; d < p.Dk; ++d) {
-                        dq.at(b, h, i, d) += p.scale * ds * load(in.k, b, kh, j, d);
-                        dk.at(b, kh, j, d) += p.scale * ds * load(in.q, b, h, i, d);
+                        dq.at(b, h, i, d) += p.scale * ds * key[d];
+                        dk.at(b, kh, j, d) += p.scale * ds * q_row[static_cast<std::size_t>(d)];
                     }
                 }
             }
