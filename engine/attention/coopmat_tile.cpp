@@ -117,11 +117,10 @@ std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgro
     const std::int64_t products = t.row_tiles * (1 + slots);
     const std::int64_t scores = key_tiles * (1 + t.dk_tiles * products);
     const std::int64_t pv = key_tiles * (1 + t.column_tiles * products);
-    // flash_coopmat.comp's SLANES lanes per row, SROWS rows per lane, SKEYS keys per lane.
-    const std::int64_t row_lanes = subgroup >= 16 ? subgroup / 16 : 1;
-    const std::int64_t lane_rows = subgroup >= 16 ? t.row_tiles : 16 * t.row_tiles / subgroup;
-    const std::int64_t lane_keys = t.keys / row_lanes;
-    const std::int64_t softmax = lane_rows * (lane_keys + lane_keys / 2);
+    // A lane's rows (flash_coopmat.comp's SROWS) times its keys of each (SKEYS), as the backward's
+    // elementwise counts (coopmat_backward.cpp).
+    const std::int64_t lane_keys = t.keys / std::max<std::uint32_t>(1, subgroup / 16);
+    const std::int64_t softmax = t.row_tiles * std::max<std::int64_t>(1, 16 / subgroup) * (lane_keys + lane_keys / 2);
     return 4 + stage + scores + softmax + t.column_tiles * t.row_tiles + pv;
 }
 
