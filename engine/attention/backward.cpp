@@ -11,11 +11,10 @@
 #include "runtime.hpp"
 #include "tensor/storage.hpp"
 #include "vkattn/errors.hpp"
+#include "types/narrow.hpp"
 
 namespace vkattn::detail {
 namespace {
-
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 
 Operand delta_operand(const Problem& p) { return {{p.Hq * p.Nq, p.Nq, 1, 0}, 0, backward_scratch_bytes(p)}; }
 

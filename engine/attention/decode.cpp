@@ -3,6 +3,7 @@
 #include "attention/ceil_div.hpp"
 #include "attention/tuning.hpp"
 #include "vkattn/errors.hpp"
+#include "types/narrow.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -10,7 +11,6 @@
 
 namespace vkattn::detail {
 namespace {
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 // 4-element vec4s per chunk.
 std::uint32_t chunk4(DType t) { return decode_chunk_elements(t) / 4; }
 }  // namespace

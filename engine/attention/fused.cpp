@@ -20,14 +20,14 @@ namespace {
 // from the chunk's first (b, h, i): (u − u0)·rows·width + (ρ − r0)·width.
 TensorDesc chunk_local(const Chunk& c, const Problem& p, std::int64_t width) {
     TensorDesc d;
-    d.stride = {fused_u32(p.Hq * p.Nq * width), fused_u32(p.Nq * width), fused_u32(width), 1};
-    d.origin = {fused_u32(c.u0 / p.Hkv), fused_u32((c.u0 % p.Hkv) * p.group + c.r0 / p.Nq), fused_u32(c.r0 % p.Nq), 0};
+    d.stride = {u32(p.Hq * p.Nq * width), u32(p.Nq * width), u32(width), 1};
+    d.origin = {u32(c.u0 / p.Hkv), u32((c.u0 % p.Hkv) * p.group + c.r0 / p.Nq), u32(c.r0 % p.Nq), 0};
     return d;
 }
 
 Varlen varlen(const Problem& p) {
-    return {.packed_q = p.packed_q ? 1u : 0u, .packed_k = p.packed_k ? 1u : 0u, .total_q = fused_u32(p.total_q),
-            .total_k = fused_u32(p.total_k)};
+    return {.packed_q = p.packed_q ? 1u : 0u, .packed_k = p.packed_k ? 1u : 0u, .total_q = u32(p.total_q),
+            .total_k = u32(p.total_k)};
 }
 
 class FusedRun final : public PathRun {
@@ -89,8 +89,8 @@ public:
         const vk::Kernel* combine = split ? &combine_kernel(runtime_, p.dtype) : nullptr;
         for (const Chunk& c : plan_.chunks) {
             const FusedSlices s = planner_.slices(c);
-            const ChunkRange chunk{.first_unit = fused_u32(c.u0), .first_row = fused_u32(c.r0), .rows = fused_u32(c.rows)};
-            const std::uint32_t o_split_stride = fused_u32(c.units * c.rows * p.Dv), lse_split_stride = fused_u32(c.units * c.rows);
+            const ChunkRange chunk{.first_unit = u32(c.u0), .first_row = u32(c.r0), .rows = u32(c.rows)};
+            const std::uint32_t o_split_stride = u32(c.units * c.rows * p.Dv), lse_split_stride = u32(c.units * c.rows);
 
             const Slice o_part = whole(planner_.partial_o_bytes(c, keys));
             const Slice lse_part = whole(planner_.partial_lse_bytes(c, keys));
@@ -100,7 +100,7 @@ public:
                                    .chunk = chunk,
                                    .mask = mask_params(p),
                                    .scale = static_cast<float>(p.scale),
-                                   .keys_per_split = fused_u32(keys.keys_per_split),
+                                   .keys_per_split = u32(keys.keys_per_split),
                                    .first_split = keys.first_split(binding),
                                    .o_split_stride = o_split_stride,
                                    .lse_split_stride = lse_split_stride,
@@ -129,8 +129,8 @@ public:
                                  bind(8, *d.float_mask, k.masks.float_mask),
                                  bind(9, *d.head_terms, whole(d.head_terms_bytes)), bind(17, *d.cu_q, d.cu_q_slice),
                                  bind(18, *d.cu_k, d.cu_k_slice)});
-                main.groups = {fused_u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()),
-                               fused_u32(c.units), keys.splits_in(binding)};
+                main.groups = {u32((c.rows + config_.rows_per_workgroup() - 1) / config_.rows_per_workgroup()),
+                               u32(c.units), keys.splits_in(binding)};
                 for (std::uint32_t pass = 0; pass < config_.column_passes; ++pass) {
                     params.first_column = pass * config_.columns_per_pass();
                     main.params = params;
@@ -155,7 +155,7 @@ public:
             merge.bindings = {bind(1, *o_partial, o_part), bind(2, *lse_partial, lse_part), bind(3, *d.o, s.o),
                               bind(4, *d.lse, s.lse), bind(5, *d.head_terms, whole(d.head_terms_bytes)),
                               bind(6, *d.cu_q, d.cu_q_slice), bind(7, *d.cu_k, d.cu_k_slice)};
-            merge.groups = {fused_u32(c.rows), fused_u32(c.units), 1};
+            merge.groups = {u32(c.rows), u32(c.units), 1};
             r.dispatch(merge);
             r.barrier();
         }

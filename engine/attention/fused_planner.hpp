@@ -13,12 +13,11 @@
 #include "attention/tuning.hpp"
 #include "runtime.hpp"
 #include "tensor/storage_rules.hpp"
+#include "types/narrow.hpp"
 
 namespace vkattn::detail {
 
-// The narrowings its descriptors take (the shaders index with 32 bits; resolve() bounds the sizes).
-inline std::uint32_t fused_u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-inline std::uint64_t fused_u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+// Its descriptors take types/narrow.hpp's u32 and u64 (resolve() bounds the sizes first).
 
 // Chunks here count units as (b, key/value head) and rows as ρ = g·Nq + i over the group's query
 // heads; slicing::Chunk holds the same four numbers.
@@ -124,10 +123,10 @@ public:
     const std::optional<PagedOperands>& paged() const { return ops_.paged; }
 
     std::uint64_t partial_o_bytes(const Chunk& c, const KeyPlan& keys) const {
-        return fused_u64(std::max(1u, keys.splits)) * fused_u64(c.units * c.rows * p_.Dv) * 4;
+        return u64(std::max(1u, keys.splits)) * u64(c.units * c.rows * p_.Dv) * 4;
     }
     std::uint64_t partial_lse_bytes(const Chunk& c, const KeyPlan& keys) const {
-        return fused_u64(std::max(1u, keys.splits)) * fused_u64(c.units * c.rows) * 4;
+        return u64(std::max(1u, keys.splits)) * u64(c.units * c.rows) * 4;
     }
 
     // The first binding or grid dimension the chunk exceeds, or nullptr when it fits.

@@ -123,10 +123,9 @@ namespace {
 // The constant_ids the flash kernels (flash.comp, flash_decode.comp, flash_tile.comp) number alike:
 // the workgroup size (0), the subgroup size (1), the subgroups (6), the paged pools (10) and the
 // operands' storage types (11-13, for the variants that read words). Each kernel adds its own.
-enum FlashFamilyConstant : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kSubgroups = 6, kPools = 10, kQType, kKType, kVType };
-
 vk::KernelKey flash_family_key(std::string shader, const FusedConfig& c, const OperandTypes& types, bool typed,
                                std::uint32_t paged_pools, const char* kernel) {
+    enum : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kSubgroups = 6, kPools = 10, kQType, kKType, kVType };
     if (paged_pools > kMaxPagedPools) throw Error(std::string("internal: ") + kernel + " binds at most 4 pools.");
     vk::KernelKey key{.shader = std::move(shader),
                       .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},

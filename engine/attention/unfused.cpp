@@ -16,13 +16,10 @@
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
 #include "tensor/storage_rules.hpp"
+#include "types/narrow.hpp"
 
 namespace vkattn::detail {
 namespace {
-
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-
-std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
 // How the keys are cut. Stages 1 and 3 run once per key slice (K and V bound a slice at a time,
 // P·V accumulated over the slices); stage 2 works on whole score rows when a chunk's S fits one

@@ -18,11 +18,11 @@
 #include "plan/program.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
+#include "types/narrow.hpp"
 
 namespace vkattn::detail {
 namespace {
 
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 std::int64_t padded_keys(const Problem& p) { return (p.Nkv + 3) / 4 * 4; }
 
 // A query-side tensor's view as units (b, hk): head hk·group + g.

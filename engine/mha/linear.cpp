@@ -8,12 +8,10 @@
 #include "runtime.hpp"
 #include "tensor/storage.hpp"
 #include "vkattn/errors.hpp"
+#include "types/narrow.hpp"
 
 namespace vkattn::detail {
 namespace {
-
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
-std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
 // A tensor bound from its first element: its bytes rounded up to a vec4, within its buffer.
 Binding bound(std::uint32_t binding, const DeviceTensor& t, TexelView view = TexelView::rgba32f) {

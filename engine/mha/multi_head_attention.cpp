@@ -17,6 +17,7 @@
 #include "vkattn/quantize.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/mha.hpp"
+#include "types/narrow.hpp"
 
 namespace vkattn {
 namespace {
@@ -34,7 +35,7 @@ std::vector<float> checked_copy(std::span<const float> values, std::int64_t rows
     return {values.begin(), values.end()};
 }
 
-std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+using detail::u64;
 
 }  // namespace
 

@@ -7,11 +7,10 @@
 #include "submit/batch_state.hpp"
 #include "submit/host_copy.hpp"
 #include "tensor/storage.hpp"
+#include "types/narrow.hpp"
 
 namespace vkattn::detail {
 namespace {
-
-std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
 std::array<std::int64_t, 4> flat(std::int64_t n) { return {1, 1, 1, n}; }
 

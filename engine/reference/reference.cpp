@@ -27,7 +27,7 @@ using detail::load;
 using detail::Problem;
 using detail::store;
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+using detail::kNegInf;
 
 // One query row: batch b, query head h, query position i.
 struct Row {

@@ -33,7 +33,7 @@ using detail::load;
 using detail::Problem;
 using detail::store;
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+using detail::kNegInf;
 
 // A dense double accumulator shaped like a [B, H, N, D] tensor, stored through a view at the end.
 struct Accumulator {

@@ -3,12 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "vkattn/quantize.hpp"
 #include "vkattn/tensor.hpp"
 
 namespace vkattn::detail {
+
+// A row's maximum before any key is seen (and after none was visible).
+inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 inline double load(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t d) {
     return load_element(t.data, t.dtype, t.offset(b, h, n, d));

@@ -1,4 +1,5 @@
 #include "vk/spirv_patch.hpp"
+#include "vk/spirv_reflect.hpp"
 
 #include <string>
 
@@ -7,7 +8,6 @@
 namespace vkattn::vk {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x07230203u;
 constexpr std::uint32_t kOpExtension = 10, kOpCapability = 17, kOpEntryPoint = 15, kOpExecutionMode = 16;
 constexpr std::uint32_t kCapabilitySignedZeroInfNanPreserve = 4466;
 constexpr std::uint32_t kModeSignedZeroInfNanPreserve = 4461;
@@ -30,7 +30,7 @@ bool at_least(std::uint32_t version_word, std::uint32_t major, std::uint32_t min
 }  // namespace
 
 std::vector<std::uint32_t> patch_spirv(std::span<const std::uint32_t> spirv, const SpirvPatch& patch) {
-    if (spirv.size() < 5 || spirv[0] != kMagic) throw Error("internal: not a SPIR-V module.");
+    if (spirv.size() < 5 || spirv[0] != kSpirvMagic) throw Error("internal: not a SPIR-V module.");
     if (patch.preserve_inf_nan_f32 && !at_least(spirv[1], 1, 4))
         throw Error("internal: SignedZeroInfNanPreserve needs SPIR-V 1.4 or later.");
     if (patch.maximal_reconvergence && !at_least(spirv[1], 1, 3))

@@ -9,7 +9,6 @@ namespace vkattn::vk {
 namespace {
 
 // The few opcodes, decorations and storage classes we read (SPIR-V 1.x specification, section 3).
-constexpr std::uint32_t kMagic = 0x07230203;
 constexpr std::uint32_t OpTypeImage = 25, OpTypeSampledImage = 27, OpTypeStruct = 30,
                         OpTypePointer = 32, OpVariable = 59, OpDecorate = 71;
 constexpr std::uint32_t DecorationBlock = 2, DecorationBufferBlock = 3, DecorationBinding = 33,
@@ -20,7 +19,7 @@ constexpr std::uint32_t DimBuffer = 5;
 }  // namespace
 
 std::vector<ReflectedBinding> reflect_bindings(std::span<const std::uint32_t> spirv) {
-    if (spirv.size() < 5 || spirv[0] != kMagic) throw Error("internal: an embedded shader is not SPIR-V.");
+    if (spirv.size() < 5 || spirv[0] != kSpirvMagic) throw Error("internal: an embedded shader is not SPIR-V.");
     std::map<std::uint32_t, std::uint32_t> binding_of, set_of;
     std::map<std::uint32_t, bool> block, buffer_block;
     std::map<std::uint32_t, std::uint32_t> pointee;          // pointer type -> pointee type

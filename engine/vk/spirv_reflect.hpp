@@ -10,6 +10,9 @@
 
 namespace vkattn::vk {
 
+// A SPIR-V module's first word (SPIR-V specification, section 3.1).
+inline constexpr std::uint32_t kSpirvMagic = 0x07230203u;
+
 struct ReflectedBinding {
     std::uint32_t binding = 0;
     VkDescriptorType type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;

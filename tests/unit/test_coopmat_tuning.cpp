@@ -313,25 +313,25 @@ TEST_CASE("coopmat tuning: the backward's layout on every device, forced for f32
     // that do not.
     Problem bf = problem(1, 2, 2, 16, 16, 64, 64, DType::bf16);
     bf.k_dtype = bf.v_dtype = DType::bf16;
-    const auto dense = bhnd(2, 16, 64);
-    const auto portable = choose_backward(lavapipe_like(), bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+    const auto strides = bhnd(2, 16, 64);
+    const auto portable = choose_backward(lavapipe_like(), bf, strides, strides, strides, strides, {.fused_kernel = FusedKernel::coopmat}, nullptr);
     REQUIRE(portable);
     REQUIRE(portable->coopmat);
     CHECK(portable->coopmat->operands == DType::bf16);
     vk::DeviceCaps units = nvidia_like();
     units.matrix_units = units.maximal_reconvergence = true;
     try {
-        (void)choose_backward(units, bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+        (void)choose_backward(units, bf, strides, strides, strides, strides, {.fused_kernel = FusedKernel::coopmat}, nullptr);
         FAIL("bf16 taken on units without bf16");
     } catch (const InvalidArgument& e) {
         CHECK(e.argument() == "variant.fused_kernel");
         CHECK_THAT(e.what(), Catch::Contains("bf16_matrix_units_off"));
     }
     units.bf16_matrix_units = true;
-    const auto unforced = choose_backward(units, bf, dense, dense, dense, dense, {}, nullptr);
+    const auto unforced = choose_backward(units, bf, strides, strides, strides, strides, {}, nullptr);
     REQUIRE(unforced);
     CHECK_FALSE(unforced->coopmat);  // as the forward's (coopmat_by_default: f16 alone)
-    const auto on_units = choose_backward(units, bf, dense, dense, dense, dense, {.fused_kernel = FusedKernel::coopmat}, nullptr);
+    const auto on_units = choose_backward(units, bf, strides, strides, strides, strides, {.fused_kernel = FusedKernel::coopmat}, nullptr);
     REQUIRE(on_units);
     REQUIRE(on_units->coopmat);
     CHECK(on_units->coopmat->operands == DType::bf16);

@@ -27,10 +27,10 @@ using Shape = std::array<std::int64_t, 4>;
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
-std::size_t count(const Shape& s) { return static_cast<std::size_t>(s[0] * s[1] * s[2] * s[3]); }
-std::size_t count(const std::vector<std::int64_t>& s) {
+std::size_t elements(const Shape& s) { return static_cast<std::size_t>(s[0] * s[1] * s[2] * s[3]); }
+std::size_t elements(const std::vector<std::int64_t>& s) {
     std::size_t n = 1;
     for (const auto d : s) n *= static_cast<std::size_t>(d);
     return n;
@@ -62,24 +62,24 @@ struct Data {
         std::mt19937 rng(seed);
         std::uniform_real_distribution<float> dist(-c.spread, c.spread), unit(-1.0f, 1.0f);
         for (auto [vec, shape] : {std::pair{&q, q_shape}, std::pair{&k, k_shape}, std::pair{&v, v_shape}}) {
-            vec->resize(count(shape));
+            vec->resize(elements(shape));
             for (auto& x : *vec) x = dist(rng);
         }
-        grad_out.resize(count(o_shape));
+        grad_out.resize(elements(o_shape));
         for (auto& x : grad_out) x = unit(rng);
         if (c.bool_mask) {
-            bool_mask.resize(count(*c.bool_mask));
+            bool_mask.resize(elements(*c.bool_mask));
             for (auto& m : bool_mask) m = unit(rng) < 0.5f ? 1 : 0;  // 3 in 4 attend
         }
         if (c.float_mask) {
-            float_mask.resize(count(*c.float_mask));
+            float_mask.resize(elements(*c.float_mask));
             for (auto& x : float_mask) x = unit(rng);
-            float_mask[1] = -kInf;  // a blocked entry: no gradient reaches it
+            float_mask[1] = -kInfinity;  // a blocked entry: no gradient reaches it
         }
         if (c.sinks) {
             sinks.resize(static_cast<std::size_t>(c.Hq));
             for (auto& x : sinks) x = unit(rng);
-            sinks[0] = -kInf;  // a head without a sink
+            sinks[0] = -kInfinity;  // a head without a sink
         }
         if (c.alibi) slopes = alibi_slopes(c.Hq, 8.0);
     }

@@ -29,29 +29,29 @@ TEST_CASE("tolerance: scores' rounding widens fp32's tolerance only where scores
 }
 
 TEST_CASE("tolerance: fp32 attention over scores near 1e4 needs the term, and stays within it", "[unit][tolerance]") {
-    constexpr int kD = 16, kKeys = 47, kRows = 400;
+    constexpr int kDim = 16, kKeys = 47, kRows = 400;
     std::mt19937 rng(139);
     std::uniform_real_distribution<float> qk(-100.0f, 100.0f), vd(-1.0f, 1.0f);
     std::vector<double> got, want;
     for (int row = 0; row < kRows; ++row) {
-        std::vector<float> q(kD), k(kKeys * kD), v(kKeys);
+        std::vector<float> q(kDim), k(kKeys * kDim), v(kKeys);
         for (auto& x : q) x = qk(rng);
         for (auto& x : k) x = qk(rng);
         for (auto& x : v) x = vd(rng);
         // Key 1 nearly ties key 0 (scores of ~10⁴ a few units apart), and key 0 leads the rest.
-        for (int d = 0; d < kD; ++d) {
+        for (int d = 0; d < kDim; ++d) {
             k[d] = q[d] >= 0 ? 100.0f : -100.0f;
-            k[kD + d] = k[d];
+            k[kDim + d] = k[d];
         }
-        k[kD] -= q[0] >= 0 ? 0.02f : -0.02f;
+        k[kDim] -= q[0] >= 0 ? 0.02f : -0.02f;
         std::vector<float> s(kKeys);
         std::vector<double> sd(kKeys);
         for (int j = 0; j < kKeys; ++j) {
             float acc = 0.0f;
             double accd = 0.0;
-            for (int d = 0; d < kD; ++d) {
-                acc += q[d] * k[j * kD + d];
-                accd += static_cast<double>(q[d]) * k[j * kD + d];
+            for (int d = 0; d < kDim; ++d) {
+                acc += q[d] * k[j * kDim + d];
+                accd += static_cast<double>(q[d]) * k[j * kDim + d];
             }
             s[j] = acc * 1.4426950408889634f;  // a kernel's log2 units
             sd[j] = accd;
@@ -73,7 +73,7 @@ TEST_CASE("tolerance: fp32 attention over scores near 1e4 needs the term, and st
     }
     const Tolerance f32 = tolerance_for(DType::f32, kKeys);
     const Comparison strict = compare(got, want, f32);
-    const Comparison scored = compare(got, want, with_score_rounding(f32, kD * 100.0 * 100.0));
+    const Comparison scored = compare(got, want, with_score_rounding(f32, kDim * 100.0 * 100.0));
     INFO("relative L2 error " << strict.relative_error);
     CHECK_FALSE(strict.ok);  // fp32 itself misses 1e-5 here
     CHECK(scored.ok);

@@ -295,18 +295,18 @@ TEST_CASE("tuning: the fused backward fits the loop budget; three stages take th
 }
 
 TEST_CASE("tuning: choose_splits splits the keys only when the rows cannot fill the device", "[unit][tuning]") {
-    struct Shape {
+    struct Point {
         std::int64_t B, Hq, Hkv, Nq, Nkv;
     };
-    const Shape decode[] = {{1, 32, 8, 1, 4096}, {1, 8, 1, 1, 6464}, {1, 32, 8, 1, 32768}, {2, 16, 4, 1, 100000}};
-    const Shape prefill[] = {{4, 32, 32, 4096, 4096}, {8, 32, 8, 2048, 6464}};
-    const Shape short_keys[] = {{1, 8, 8, 1, 1}, {1, 32, 8, 1, 63}, {1, 8, 1, 1, 200}};
+    const Point decode[] = {{1, 32, 8, 1, 4096}, {1, 8, 1, 1, 6464}, {1, 32, 8, 1, 32768}, {2, 16, 4, 1, 100000}};
+    const Point prefill[] = {{4, 32, 32, 4096, 4096}, {8, 32, 8, 2048, 6464}};
+    const Point short_keys[] = {{1, 8, 8, 1, 1}, {1, 32, 8, 1, 63}, {1, 8, 1, 1, 200}};
     const unsigned threads[] = {1, 2, 16, 64};
     for (const vk::DeviceCaps& caps : all_devices())
         for (const std::int64_t d : {64, 128, 512})
-            for (const auto& group : {std::span<const Shape>(decode), std::span<const Shape>(prefill),
-                                      std::span<const Shape>(short_keys)})
-                for (const Shape& s : group)
+            for (const auto& group : {std::span<const Point>(decode), std::span<const Point>(prefill),
+                                      std::span<const Point>(short_keys)})
+                for (const Point& s : group)
                     for (const unsigned t : threads) {
                         const Problem p = problem(s.B, s.Hq, s.Hkv, s.Nq, s.Nkv, d, d);
                         const auto c = fused_for(caps, p);

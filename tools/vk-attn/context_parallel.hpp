@@ -58,7 +58,7 @@ public:
                               std::int64_t X) const;
 
 private:
-    bool zigzag_ = false;
+    [[maybe_unused]] bool zigzag_ = false;  // read only where vk-attn is built with MPI
     int rank_ = 0, ranks_ = 1;
     npy::RowSelector rows_;
     mutable std::int64_t last_total_ = 0;
