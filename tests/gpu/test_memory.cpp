@@ -1,8 +1,10 @@
-// The fused path's memory is O(N·D): attention at N = 32768 (an N² score matrix would be 32 GiB for
-// 8 heads) completes on lavapipe within a small device footprint. The full reference would take
+// The fused path's memory is O(N·D): attention at N = 32768 (an N² score matrix would be 8 GiB for
+// its 2 heads) completes on lavapipe within a small device footprint. The full reference would take
 // hours at this size, so sampled rows are checked against a direct double-precision computation.
+// Two heads, not more: the footprint's bound is per tensor, and each head is ~9 s of both of
+// lavapipe's cores (8 heads took 71 s of the suite's run, twice in CI).
 // Hidden from the default listing ([.]): tests/CMakeLists.txt runs it on its own (RUN_SERIAL), as it
-// takes minutes of both cores.
+// takes both cores.
 #include "support/catch.hpp"
 
 #include <cmath>
@@ -15,7 +17,7 @@
 using namespace vkattn;
 
 TEST_CASE("memory: fused causal attention at N = 32768 stays O(N*D)", "[gpu][memory][.]") {
-    const std::int64_t B = 1, H = 8, N = 32768, D = 64;
+    const std::int64_t B = 1, H = 2, N = 32768, D = 64;
     std::mt19937 rng(32768);
     std::uniform_real_distribution<float> dist(-1, 1);
     std::vector<float> q(static_cast<std::size_t>(B * H * N * D)), k(q.size()), v(q.size()), o(q.size(), NAN);
@@ -33,10 +35,13 @@ TEST_CASE("memory: fused causal attention at N = 32768 stays O(N*D)", "[gpu][mem
     WARN("fused N=32768 D=64 causal: device memory " << report.device_bytes / (1 << 20) << " MiB (an N^2 score matrix: "
                                                      << n_squared_bytes / (1 << 30) << " GiB), " << report.gpu_ms << " ms");
     CHECK(static_cast<double>(report.device_bytes) < n_squared_bytes / 100);
+    // q, k, v and o (B·H·N·D each) and the lse (B·H·N): nothing grows with N².
+    const auto tensor_bytes = static_cast<std::uint64_t>(B * H * N * D * 4);
+    CHECK(report.device_bytes < 5 * tensor_bytes);
 
     // Sampled rows of several heads, against double precision.
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-    for (const auto& [h, i] : {std::pair<std::int64_t, std::int64_t>{0, 0}, {3, 1}, {5, 4095}, {7, 32767}, {2, 20000}}) {
+    for (const auto& [h, i] : {std::pair<std::int64_t, std::int64_t>{0, 0}, {1, 1}, {0, 4095}, {1, 32767}, {1, 20000}}) {
         std::vector<double> s(static_cast<std::size_t>(i + 1));
         double m = -INFINITY;
         for (std::int64_t j = 0; j <= i; ++j) {

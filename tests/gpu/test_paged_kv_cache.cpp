@@ -363,7 +363,7 @@ TEST_CASE("paged kv cache: decoding over fp8 pools matches the reference and the
 }
 
 TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled blocks and odd block sizes",
-          "[gpu][cache][paged][decode][tile][coopmat]") {
+          "[gpu][cache][paged][decode][tile][coopmat][kernel_sweep]") {
     // flash_decode.comp, flash_tile.comp and flash_coopmat.comp (with one row tile per subgroup, and
     // with two and K and V in tiles of their own) forced: their lanes look keys' rows up in the block
     // table; the same kernel over the contiguous cache computes the same bits.
