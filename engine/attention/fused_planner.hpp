@@ -13,11 +13,9 @@
 #include "attention/tuning.hpp"
 #include "runtime.hpp"
 #include "tensor/storage_rules.hpp"
-#include "types/narrow.hpp"
+#include "types/narrow.hpp"  // u32, u64 for the descriptors: resolve() bounds the sizes first
 
 namespace vkattn::detail {
-
-// Its descriptors take types/narrow.hpp's u32 and u64 (resolve() bounds the sizes first).
 
 // Chunks here count units as (b, key/value head) and rows as ρ = g·Nq + i over the group's query
 // heads; slicing::Chunk holds the same four numbers.

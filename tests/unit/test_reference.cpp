@@ -2,6 +2,7 @@
 // computation (naive() below) works on dense [B, H, N, D] arrays with a visibility predicate written
 // out per test, and a softmax without the max subtraction: it shares no code with the reference.
 #include "support/catch.hpp"
+#include "support/element_count.hpp"
 
 #include <algorithm>
 #include <array>
@@ -27,7 +28,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::size_t count(const Shape& s) { return static_cast<std::size_t>(s[0] * s[1] * s[2] * s[3]); }
+using test::element_count;
 
 // A logical [B, H, N, D] tensor, dense in bhnd order.
 struct Tensor {
@@ -40,7 +41,7 @@ struct Tensor {
 
 Tensor random_tensor(std::mt19937& rng, const Shape& shape, float lo = -1.0f, float hi = 1.0f) {
     std::uniform_real_distribution<float> dist(lo, hi);
-    Tensor t{shape, std::vector<float>(count(shape))};
+    Tensor t{shape, std::vector<float>(element_count(shape))};
     for (auto& x : t.data) x = dist(rng);
     return t;
 }
@@ -69,14 +70,14 @@ Result run(const Tensor& q, const Tensor& k, const Tensor& v, AttentionInputs ex
     std::vector<float> buffers[3];
     TensorView* views[] = {&extra.q, &extra.k, &extra.v};
     for (int t = 0; t < 3; ++t) {
-        buffers[t] = store(*in[t], dense_strides(layout, in[t]->shape), count(in[t]->shape));
+        buffers[t] = store(*in[t], dense_strides(layout, in[t]->shape), element_count(in[t]->shape));
         *views[t] = make_view<const void*>(buffers[t].data(), DType::f32, layout, in[t]->shape);
     }
     const Shape o_shape{q.shape[0], q.shape[1], q.shape[2], v.shape[3]};
-    std::vector<float> o(count(o_shape), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> o(element_count(o_shape), std::numeric_limits<float>::quiet_NaN());
     Result r;
-    r.weights.resize(count({q.shape[0], q.shape[1], q.shape[2], k.shape[2]}));
-    r.lse.resize(count({q.shape[0], q.shape[1], q.shape[2], 1}));
+    r.weights.resize(element_count({q.shape[0], q.shape[1], q.shape[2], k.shape[2]}));
+    r.lse.resize(element_count({q.shape[0], q.shape[1], q.shape[2], 1}));
     AttentionOutputs out{make_view<void*>(o.data(), DType::f32, layout, o_shape), r.weights.data(),
                          r.lse.data()};
     reference_attention(extra, out, options);
@@ -358,9 +359,9 @@ TEST_CASE("reference: bnhd and padded strides give the bhnd answer", "[reference
     // q with padded rows and a padded head stride (poisoned with NaN), other tensors bnhd.
     const Shape padded{Hq * (Nq * (Dk + 3) + 5) + 7, Nq * (Dk + 3) + 5, Dk + 3, 1};
     const auto q_padded = store(q, padded, static_cast<std::size_t>(B * padded[0]));
-    const auto k_data = store(k, dense_strides(Layout::bnhd, k.shape), count(k.shape));
-    const auto v_data = store(v, dense_strides(Layout::bnhd, v.shape), count(v.shape));
-    std::vector<float> o(count({B, Hq, Nq, Dv}));
+    const auto k_data = store(k, dense_strides(Layout::bnhd, k.shape), element_count(k.shape));
+    const auto v_data = store(v, dense_strides(Layout::bnhd, v.shape), element_count(v.shape));
+    std::vector<float> o(element_count({B, Hq, Nq, Dv}));
     AttentionInputs in;
     in.q = TensorView{q_padded.data(), DType::f32, q.shape, padded};
     in.k = make_view<const void*>(k_data.data(), DType::f32, Layout::bnhd, k.shape);
@@ -429,7 +430,7 @@ TEST_CASE("reference: fp16 inputs and outputs", "[reference]") {
     opt.causal = Causal::bottom_right;
     const auto f32 = run(t[0], t[1], t[2], {}, opt);
 
-    std::vector<std::uint16_t> o(count(os));
+    std::vector<std::uint16_t> o(element_count(os));
     std::vector<float> weights(f32.weights.size()), lse(f32.lse.size());
     AttentionInputs in;
     in.q = make_view<const void*>(half[0].data(), DType::f16, Layout::bhnd, qs);
@@ -514,9 +515,9 @@ TEST_CASE("reference_stages agrees with reference_attention", "[reference]") {
     opt.causal = Causal::bottom_right;
     const auto r = run(q, k, v, extra, opt);
 
-    const auto qd = store(q, dense_strides(Layout::bhnd, q.shape), count(q.shape));
-    const auto kd = store(k, dense_strides(Layout::bhnd, k.shape), count(k.shape));
-    const auto vd = store(v, dense_strides(Layout::bhnd, v.shape), count(v.shape));
+    const auto qd = store(q, dense_strides(Layout::bhnd, q.shape), element_count(q.shape));
+    const auto kd = store(k, dense_strides(Layout::bhnd, k.shape), element_count(k.shape));
+    const auto vd = store(v, dense_strides(Layout::bhnd, v.shape), element_count(v.shape));
     AttentionInputs in = extra;
     in.q = make_view<const void*>(qd.data(), DType::f32, Layout::bhnd, q.shape);
     in.k = make_view<const void*>(kd.data(), DType::f32, Layout::bhnd, k.shape);

@@ -3,6 +3,7 @@
 // (tests/fixtures/backward, whose forward must also be the forward reference's), and its argument
 // checks.
 #include "support/catch.hpp"
+#include "support/element_count.hpp"
 
 #include <algorithm>
 #include <array>
@@ -29,12 +30,7 @@ namespace {
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
-std::size_t elements(const Shape& s) { return static_cast<std::size_t>(s[0] * s[1] * s[2] * s[3]); }
-std::size_t elements(const std::vector<std::int64_t>& s) {
-    std::size_t n = 1;
-    for (const auto d : s) n *= static_cast<std::size_t>(d);
-    return n;
-}
+using test::element_count;
 
 // One backward problem: its settings, and its data as dense float buffers in `layout`.
 struct Case {
@@ -62,17 +58,17 @@ struct Data {
         std::mt19937 rng(seed);
         std::uniform_real_distribution<float> dist(-c.spread, c.spread), unit(-1.0f, 1.0f);
         for (auto [vec, shape] : {std::pair{&q, q_shape}, std::pair{&k, k_shape}, std::pair{&v, v_shape}}) {
-            vec->resize(elements(shape));
+            vec->resize(element_count(shape));
             for (auto& x : *vec) x = dist(rng);
         }
-        grad_out.resize(elements(o_shape));
+        grad_out.resize(element_count(o_shape));
         for (auto& x : grad_out) x = unit(rng);
         if (c.bool_mask) {
-            bool_mask.resize(elements(*c.bool_mask));
+            bool_mask.resize(element_count(*c.bool_mask));
             for (auto& m : bool_mask) m = unit(rng) < 0.5f ? 1 : 0;  // 3 in 4 attend
         }
         if (c.float_mask) {
-            float_mask.resize(elements(*c.float_mask));
+            float_mask.resize(element_count(*c.float_mask));
             for (auto& x : float_mask) x = unit(rng);
             float_mask[1] = -kInfinity;  // a blocked entry: no gradient reaches it
         }
