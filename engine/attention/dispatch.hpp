@@ -35,7 +35,8 @@ inline Binding bind(std::uint32_t binding, const vk::Buffer& buffer, const Slice
 
 // A kernel's parameter block: the struct of its shader (the recorder checks the kernel's name).
 using KernelParams =
-    std::variant<BmmParams, SoftmaxParams, FlashParams, CombineParams, AppendParams, BackwardParams, CopyParams>;
+    std::variant<BmmParams, SoftmaxParams, FlashParams, CombineParams, AppendParams, BackwardParams, CopyParams,
+                 ClockProbeParams>;
 
 struct Dispatch {
     const vk::Kernel* kernel = nullptr;

@@ -233,6 +233,8 @@ const vk::Kernel& bwd_delta_kernel(Runtime& runtime, DType o) {
 
 const vk::Kernel& copy_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "copy"}); }
 
+const vk::Kernel& clock_probe_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "clock_probe"}); }
+
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_sinks"}); }
 
 const vk::Kernel& bwd_scores_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_scores"}); }

@@ -61,5 +61,7 @@ const vk::Kernel& kv_append_kernel(Runtime& runtime, DType in, DType k_out, DTyp
 const vk::Kernel& kv_advance_kernel(Runtime& runtime);
 // copy.comp: the bandwidth ceiling's copy in 16-byte words.
 const vk::Kernel& copy_kernel(Runtime& runtime);
+// clock_probe.comp: needs DeviceCaps::subgroup_clock.
+const vk::Kernel& clock_probe_kernel(Runtime& runtime);
 
 }  // namespace vkattn::detail

@@ -133,6 +133,12 @@ struct alignas(16) CopyParams {
     std::uint32_t count = 0;  // 16-byte words in the dispatch's bindings
 };
 
+// clock_probe.comp (vkattn/testing/clock_probe.hpp).
+struct alignas(16) ClockProbeParams {
+    static constexpr std::string_view shader = "clock_probe";
+    std::uint32_t trips = 0;  // trips of 16 dependent FMAs
+};
+
 // The backward kernels (bwd_delta, bwd_sinks, bwd_q_*, bwd_kv_*: shaders/common/backward_params.glsl).
 struct alignas(16) BackwardParams {
     static constexpr std::string_view shader = "bwd";
@@ -258,6 +264,7 @@ static_assert(offsetof(BmmParams, residual) == 144);
 static_assert(sizeof(BmmParams) == 176);
 
 static_assert(sizeof(CopyParams) == 16);
+static_assert(sizeof(ClockProbeParams) == 16);
 static_assert(offsetof(CombineParams, shape) == 0);
 static_assert(offsetof(CombineParams, chunk) == 32);
 static_assert(offsetof(CombineParams, splits) == 48);

@@ -18,6 +18,7 @@
 #include "vkattn/context.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/testing/benchmark.hpp"
+#include "testing/timed_runs.hpp"
 
 namespace vkattn::testing {
 
@@ -29,33 +30,8 @@ Timing summarize(std::vector<double> samples) {
     return {median, samples.front(), samples.back()};
 }
 
-namespace {
 
-// Warm-up, then timed runs, one batch each: `record(commands)` between the timestamps, `upload(state)`
-// before it on the first run, `download(state)` after it on the last. The timed runs' GPU times.
-template <class Upload, class Record, class Download>
-std::vector<double> timed_runs(detail::Runtime& runtime, int warmup, int repeat, Upload&& upload, Record&& record,
-                               Download&& download) {
-    std::vector<double> samples;
-    for (int r = 0; r < warmup + repeat; ++r) {
-        Batch batch = detail::BatchAccess::make(runtime);
-        detail::BatchState& state = detail::BatchAccess::state(batch);
-        if (r == 0) upload(state);
-        const VkCommandBuffer commands = state.begin_op();
-        state.time_begin();
-        record(commands);
-        state.time_end();
-        if (r == warmup + repeat - 1) download(state);
-        Submission submission = batch.submit();
-        submission.wait();
-        if (r >= warmup) samples.push_back(submission.gpu_ms());
-    }
-    return samples;
-}
-
-}  // namespace
-
-GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup, int repeat,
+GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, const WarmUp& warmup, int repeat,
                           bool validate, const VariantOverrides& overrides, DType coopmat_operands) {
     if (m < 1 || n < 1 || k < 1) throw InvalidArgument("gemm", "m, n and k must be at least 1.");
     if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
@@ -125,13 +101,13 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     detail::Program program(runtime);
     program.dispatch(d);
     std::vector<float> c(validate ? static_cast<std::size_t>(m * n) : 0);
-    const std::vector<double> samples = timed_runs(
+    const std::vector<double> samples = timing::timed_runs(
         runtime, warmup, repeat,
         [&](detail::BatchState& state) {
             detail::write_fresh(state, ta, a_host);
             detail::write_fresh(state, tb, b_host);
         },
-        [&](VkCommandBuffer commands) { program.replay(commands); },
+        [&](detail::BatchState&, VkCommandBuffer commands) { program.replay(commands); },
         [&](detail::BatchState& state) {
             if (validate)
                 detail::read_back(state, tc, make_view(static_cast<void*>(c.data()), DType::f32, Layout::bhnd, tc.shape()));
@@ -162,7 +138,7 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     return result;
 }
 
-CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int repeat, bool validate) {
+CopyResult benchmark_copy(Context& context, std::uint64_t bytes, const WarmUp& warmup, int repeat, bool validate) {
     if (bytes < 16 || bytes % 16 != 0) throw InvalidArgument("copy", "the bytes copied are a multiple of 16, at least 16.");
     if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
@@ -199,7 +175,7 @@ CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int
 
     auto measure = [&](auto&& record, bool& valid) {
         std::vector<std::uint32_t> back(validate ? source.size() : 0);
-        const std::vector<double> samples = timed_runs(
+        const std::vector<double> samples = timing::timed_runs(
             runtime, warmup, repeat,
             [&](detail::BatchState& state) {
                 detail::write_fresh(state, from, source.data());
@@ -215,11 +191,12 @@ CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int
     };
     CopyResult result;
     result.bytes = bytes;
-    result.time = measure([&](VkCommandBuffer commands) { program.replay(commands); }, result.valid);
+    result.time = measure([&](detail::BatchState&, VkCommandBuffer commands) { program.replay(commands); }, result.valid);
     result.gbps = static_cast<double>(bytes) / (result.time.median_ms * 1e6);
     const VkBufferCopy region{0, 0, bytes};
     result.transfer_time =
-        measure([&](VkCommandBuffer commands) { vkCmdCopyBuffer(commands, src.get(), dst.get(), 1, &region); }, result.valid);
+        measure([&](detail::BatchState&, VkCommandBuffer commands) { vkCmdCopyBuffer(commands, src.get(), dst.get(), 1, &region); },
+                result.valid);
     result.transfer_gbps = static_cast<double>(bytes) / (result.transfer_time.median_ms * 1e6);
     const std::uint64_t slices = (bytes + slice - 1) / slice;
     result.variant = "copy.comp: uvec4 x4 per invocation, 256 per workgroup, " + std::to_string(most_groups) +

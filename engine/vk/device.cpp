@@ -100,6 +100,11 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
         want_executables.pipelineExecutableInfo = VK_TRUE;
         chain(want_executables);
     }
+    VkPhysicalDeviceShaderClockFeaturesKHR want_clock{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
+    if (features_.subgroup_clock) {
+        want_clock.shaderSubgroupClock = VK_TRUE;
+        chain(want_clock);
+    }
     VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     want.pNext = &want11;
     want.features.shaderInt64 = features_.int64;
@@ -119,6 +124,7 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     if (features_.bf16_matrices) extensions.push_back(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
     if (features_.maximal_reconvergence) extensions.push_back(VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME);
     if (features_.pipeline_statistics) extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    if (features_.subgroup_clock) extensions.push_back(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
 
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &want;
@@ -180,6 +186,7 @@ void Device::describe() {
     caps_.preserve_inf_nan_f32 = float_controls.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
     caps_.maximal_reconvergence = features_.maximal_reconvergence;
     caps_.kernel_statistics = features_.pipeline_statistics;
+    caps_.subgroup_clock = features_.subgroup_clock;
     if (std::string(props.properties.deviceName).find("llvmpipe") != std::string::npos) caps_.max_loop_iterations = 65535;
     caps_.subgroup_size = subgroup.subgroupSize;
     caps_.compute_units = compute_units(physical).count;

@@ -60,6 +60,7 @@ struct DeviceCaps {
     bool preserve_inf_nan_f32 = false;
     bool maximal_reconvergence = false;  // every pipeline gets MaximallyReconvergesKHR (vk/spirv_patch.hpp)
     bool kernel_statistics = false;      // every pipeline captures its statistics (vk/pipeline_statistics.hpp)
+    bool subgroup_clock = false;         // shaders may read the subgroup's clock (vkattn/testing/clock_probe.hpp)
     // The most loop iterations one invocation may run before the driver ends its loops silently (0:
     // no such limit). Mesa's llvmpipe (lavapipe) stops after 65,535 back-edges, counted across the
     // loops nested in one invocation (docs/LAVAPIPE.md); kernels whose trip

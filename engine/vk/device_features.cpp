@@ -75,6 +75,13 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
         vkGetPhysicalDeviceFeatures2(physical, &g);
         out.maximal_reconvergence = reconvergence.shaderMaximalReconvergence == VK_TRUE;
     }
+    if (offers(extensions, VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
+        VkPhysicalDeviceShaderClockFeaturesKHR clock{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+        g.pNext = &clock;
+        vkGetPhysicalDeviceFeatures2(physical, &g);
+        out.subgroup_clock = clock.shaderSubgroupClock == VK_TRUE;
+    }
     return out;
 }
 
@@ -97,7 +104,7 @@ bool supports_flexible_matrices(VkPhysicalDevice physical) {
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
     bool size_control = false, full_subgroups = false, matrices = false, memory_model = false, reconvergence = false;
-    bool executables = false, bf16_type = false, bf16_matrices = false, flexible = false;
+    bool executables = false, bf16_type = false, bf16_matrices = false, flexible = false, clock = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -142,6 +149,9 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                 executables |= reinterpret_cast<const VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR*>(s)
                                    ->pipelineExecutableInfo == VK_TRUE;
                 break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR:
+                clock |= reinterpret_cast<const VkPhysicalDeviceShaderClockFeaturesKHR*>(s)->shaderSubgroupClock == VK_TRUE;
+                break;
 #ifdef VK_API_VERSION_1_3
             case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES: {
                 auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan13Features*>(s);
@@ -168,7 +178,7 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
         }
     }
     bool size_extension = false, matrix_extension = false, reconvergence_extension = false, executables_extension = false;
-    bool bf16_extension = false, matrix2_extension = false;
+    bool bf16_extension = false, matrix2_extension = false, clock_extension = false;
     for (std::uint32_t i = 0; i < info.enabledExtensionCount; ++i) {
         const char* name = info.ppEnabledExtensionNames[i];
         if (std::strcmp(name, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0) size_extension = true;
@@ -178,8 +188,10 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
         if (std::strcmp(name, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) executables_extension = true;
         if (std::strcmp(name, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME) == 0) bf16_extension = true;
         if (std::strcmp(name, VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME) == 0) matrix2_extension = true;
+        if (std::strcmp(name, VK_KHR_SHADER_CLOCK_EXTENSION_NAME) == 0) clock_extension = true;
     }
     out.pipeline_statistics = executables_extension && executables;
+    out.subgroup_clock = clock_extension && clock;
     out.maximal_reconvergence = reconvergence_extension && reconvergence;
     out.cooperative_matrix = matrix_extension && matrices && memory_model && out.float16;
     out.bf16_matrices = out.cooperative_matrix && bf16_extension && bf16_type && bf16_matrices;

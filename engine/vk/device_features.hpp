@@ -42,6 +42,10 @@ struct DeviceFeatures {
     // VK_KHR_pipeline_executable_properties's pipelineExecutableInfo: the compiler's statistics per
     // kernel (vkattn/kernel_statistics.hpp); enabled only when a context asks for them.
     bool pipeline_statistics = false;
+    // VK_KHR_shader_clock's shaderSubgroupClock: a shader may read its subgroup's clock (the SM's
+    // cycles on NVIDIA), which the benchmarks' clock probe (vkattn/testing/clock_probe.hpp) reads to
+    // say at what clock a timed run ran. Enabled wherever offered; no kernel of the engine reads it.
+    bool subgroup_clock = false;
 };
 
 // What the physical device offers.

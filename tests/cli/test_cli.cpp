@@ -795,6 +795,31 @@ TEST_CASE("cli bench --gemm-operands bf16: the cooperative-matrix GEMM on bf16 o
     CHECK(vk_attn("bench --gemm --gemm-kernel coopmat --gemm-operands f32").status != 0);
 }
 
+TEST_CASE("cli bench --inputs, --warmup-ms: how each point was timed, and at what clock", "[cli]") {
+    // device (the default): uploaded once, the runs back to back; host: each run a host call. Both say
+    // so, with the warm-up runs made and, where the device reads a shader clock, the clock after.
+    const Result device = vk_attn("bench --heads 2 --seq 40 --dim 8 --repeat 2 --warmup 3 --warmup-ms 0 --validate --json");
+    const Result host = vk_attn("bench --heads 2 --seq 40 --dim 8 --repeat 2 --warmup 1 --warmup-ms 0 --inputs host --validate --json");
+    INFO(device.err << host.err);
+    REQUIRE(device.status == 0);
+    REQUIRE(host.status == 0);
+    const auto d = nlohmann::json::parse(device.out), h = nlohmann::json::parse(host.out);
+    CHECK(d["inputs"] == "device");
+    CHECK(h["inputs"] == "host");
+    CHECK(d["warmup_runs"] == 3);
+    CHECK(h["warmup_runs"] == 1);
+    CHECK(d["variant"] == h["variant"]);
+    CHECK(d["valid"] == true);
+    CHECK(d.contains("sm_mhz") == h.contains("sm_mhz"));
+    if (d.contains("sm_mhz")) CHECK(d["sm_mhz"].get<double>() > 0);
+    // A time: at least one run after the first, until 100 ms have passed.
+    const Result timed = vk_attn("bench --heads 2 --seq 40 --dim 8 --repeat 1 --warmup 0 --warmup-ms 100 --json");
+    REQUIRE(timed.status == 0);
+    CHECK(nlohmann::json::parse(timed.out)["warmup_runs"].get<int>() >= 2);
+    CHECK(vk_attn("bench --seq 16 --dim 8 --inputs disk").status != 0);
+    CHECK(vk_attn("bench --seq 16 --dim 8 --warmup-ms -5").status != 0);
+}
+
 TEST_CASE("cli bench --validate: the table and CSV name the error column as JSON does", "[cli]") {
     const Result table = vk_attn("bench --heads 1 --seq 16 --dim 8 --repeat 1 --warmup 0 --validate");
     INFO(table.err);

@@ -147,4 +147,18 @@ TEST_CASE("the caller's device: enabled features are read from every structure o
     CHECK((reconverging.maximal_reconvergence && !reconverging.pipeline_statistics));
     reconvergence.shaderMaximalReconvergence = VK_FALSE;  // the extension without its feature
     CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).maximal_reconvergence);
+
+    // The subgroup clock (the benchmarks' clock probe): VK_KHR_shader_clock and its shaderSubgroupClock.
+    VkPhysicalDeviceShaderClockFeaturesKHR clock{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
+    clock.shaderSubgroupClock = VK_TRUE;
+    info.pNext = &clock;
+    const char* clock_extension = VK_KHR_SHADER_CLOCK_EXTENSION_NAME;
+    info.enabledExtensionCount = 1;
+    info.ppEnabledExtensionNames = &clock_extension;
+    CHECK(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).subgroup_clock);
+    info.enabledExtensionCount = 0;  // the structure without its extension
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).subgroup_clock);
+    info.enabledExtensionCount = 1;
+    clock.shaderSubgroupClock = VK_FALSE;  // the extension without the subgroup's clock
+    CHECK_FALSE(vk::enabled_features(own.physical, info, VK_API_VERSION_1_2).subgroup_clock);
 }

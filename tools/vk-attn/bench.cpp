@@ -28,6 +28,7 @@
 #include "parse_integer.hpp"
 #include "parse_impl.hpp"
 #include "plot.hpp"
+#include "vkattn/testing/attention_timing.hpp"
 #include "vkattn/testing/benchmark.hpp"
 #include "vkattn/testing/compare.hpp"
 #include "vkattn/testing/rounded_operands.hpp"
@@ -106,6 +107,8 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     std::cerr << "device: " << context.device().name << " (" << context.device().type << ", "
               << context.device().driver << ")\n";
     const DeviceSet device_set(o.devices, context);
+    // Each timed run a host call (uploads and the read-back between runs): asked for, or several devices.
+    const bool host_inputs = o.inputs == "host" || device_set.several();
     if (device_set.several()) {
         if (o.backward) throw InvalidArgument("--devices", "the backward pass runs on one device; drop --devices.");
         std::cerr << "attention on " << device_set.describe() << " (ceilings on the first)\n";
@@ -121,7 +124,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         for (const std::optional<GemmShape>& shape : gemm_shapes) {
             testing::GemmResult g;
             try {
-                g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, o.warmup, o.repeat, o.validate,
+                g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, warm_up_of(o, context), o.repeat, o.validate,
                                             {.gemm_kernel = gemm_kernel, .gemm_shape = shape}, gemm_operands);
             } catch (const InvalidArgument& e) {
                 if (gemm_shapes.size() == 1 || e.argument() != "variant.gemm_shape") throw;
@@ -139,6 +142,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             r.add("max_ms", g.time.max_ms);
             r.add("gflops", g.gflops);
             if (o.validate) r.add("rel_l2_err", g.rel_l2_err);
+            add_shader_clock(r, context);
             r.add("variant", g.variant);
             printer.print(r);
             // The cooperative-matrix products round their operands to f16 or bf16: that type's tolerance.
@@ -156,7 +160,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     double copy_gbps = 0;
     if (o.copy) {
         const testing::CopyResult c =
-            testing::benchmark_copy(context, static_cast<std::uint64_t>(o.copy_mib) << 20, o.warmup, o.repeat, o.validate);
+            testing::benchmark_copy(context, static_cast<std::uint64_t>(o.copy_mib) << 20, warm_up_of(o, context), o.repeat, o.validate);
         copy_gbps = c.ceiling_gbps();
         Row r;
         r.add("impl", std::string("copy"));
@@ -169,6 +173,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         r.add("transfer_gbps", c.transfer_gbps);
         r.add("ceiling_gbps", c.ceiling_gbps());
         if (o.validate) r.add("valid", c.valid);
+        add_shader_clock(r, context);
         r.add("variant", c.variant);
         printer.print(r);
         printer.finish();  // the ceiling gets its own table
@@ -227,6 +232,7 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         std::optional<testing::Comparison> validation;
         AttentionReport report;
         std::vector<double> samples;
+        int warmup_runs = 0;
         with_flag_names([&] {
             if (o.validate) {
                 validation = validate(device_set.attention(in, out, options).product_type);
@@ -238,10 +244,17 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
                               << to_string(dtype) << "/" << to_string(kv_dtype) << ": " << validation->message << '\n';
                 }
             }
-            for (int w = 0; w < o.warmup; ++w) device_set.attention(in, out, options);
-            for (int r = 0; r < o.repeat; ++r) {
-                report = device_set.attention(in, out, options);
-                samples.push_back(report.gpu_ms);
+            if (host_inputs) {
+                warmup_runs = warm_up_calls(warm_up_of(o, context), [&] { device_set.attention(in, out, options); });
+                for (int r = 0; r < o.repeat; ++r) {
+                    report = device_set.attention(in, out, options);
+                    samples.push_back(report.gpu_ms);
+                }
+            } else {
+                testing::AttentionTiming timed = testing::time_attention(context, in, out, options, warm_up_of(o, context), o.repeat);
+                samples = std::move(timed.samples_ms);
+                warmup_runs = timed.warmup_runs;
+                report = timed.report;
             }
         });
         const testing::Timing t = testing::summarize(samples);
@@ -261,6 +274,9 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
         if (ceiling > 0) r.add("vs_gemm", flops / (t.median_ms * 1e6) / ceiling);
         if (copy_gbps > 0) r.add("kv_vs_copy", kv_gbps / copy_gbps);
         r.add("device_mib", static_cast<double>(report.device_bytes) / (1 << 20));
+        r.add("inputs", std::string(host_inputs ? "host" : "device"));
+        r.add("warmup_runs", static_cast<std::int64_t>(warmup_runs));
+        add_shader_clock(r, context);
         if (validation) {
             r.add("rel_l2_err", validation->relative_error);
             r.add("valid", validation->ok);
@@ -293,7 +309,17 @@ Action add_bench(CLI::App& app) {
     app.add_flag("--causal", o->causal, "Causal mask (top-left)");
     add_feature_flags(app, o->features);
     app.add_option("--repeat", o->repeat, "Timed runs per point")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--warmup", o->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::NonNegativeNumber);
+    app.add_option("--warmup", o->warmup, "Untimed runs before timing (at least)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    app.add_option("--warmup-ms", o->warmup_ms,
+                   "And untimed runs until this many milliseconds of wall time have passed after the first (a GPU idle "
+                   "a moment ago runs at a fraction of its clock: each row's sm_mhz says what it ran at; default: " +
+                       std::to_string(static_cast<int>(kWarmUpMs)) + " on a GPU, 0 on a CPU); 0: --warmup alone")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--inputs", o->inputs,
+                   "device: each point's tensors uploaded once and its runs timed back to back, as a loop on device "
+                   "tensors runs them (the default); host: each run a host call (upload, attention, read-back), the GPU "
+                   "idle between runs (always so with --devices)")
+        ->check(CLI::IsMember({"device", "host"}))->capture_default_str();
     app.add_flag("--validate", o->validate, "Compare each point's first run with the CPU reference before timing it; exit 1 when over tolerance");
     app.add_option("--dtype", o->dtype, "Storage type of Q and O (and of K and V without --kv-dtype)")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();

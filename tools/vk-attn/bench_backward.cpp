@@ -60,10 +60,10 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
                 }
             }
         }
-        for (int w = 0; w < o.warmup; ++w) {
+        warm_up_calls(warm_up_of(o, context), [&] {
             attention(context, in, out, options);
             attention_backward(context, in, grad_out.view(), grads, options);
-        }
+        });
         for (int r = 0; r < o.repeat; ++r) {
             forward = attention(context, in, out, options);
             forward_ms.push_back(forward.gpu_ms);
@@ -83,6 +83,7 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
     r.add("fwd_bwd_ms", f.median_ms + t.median_ms);
     r.add("fwd_bwd_gflops", (forward.flops + backward.flops) / ((f.median_ms + t.median_ms) * 1e6));
     r.add("device_mib", static_cast<double>(backward.device_bytes) / (1 << 20));
+    add_shader_clock(r, context);
     if (rel_err) {
         r.add("rel_l2_err", *rel_err);
         r.add("valid", ok);

@@ -4,6 +4,7 @@
 
 #include "bench_common.hpp"
 #include "parse_integer.hpp"
+#include "vkattn/testing/clock_probe.hpp"
 
 namespace vkattn::tool {
 
@@ -47,6 +48,10 @@ void add_point(Row& r, const Point& p, bool causal, const std::string& feature_t
     r.add("median_ms", t.median_ms);
     r.add("min_ms", t.min_ms);
     r.add("max_ms", t.max_ms);
+}
+
+void add_shader_clock(Row& r, Context& context) {
+    if (const std::optional<double> mhz = testing::shader_clock_mhz(context)) r.add("sm_mhz", *mhz);
 }
 
 }  // namespace vkattn::tool

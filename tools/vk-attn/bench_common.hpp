@@ -2,6 +2,7 @@
 // a --backward point; bench_ring.cpp: --context-parallel): the options, a point, its columns.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -21,6 +22,8 @@ struct BenchOptions {
     std::int64_t kv_heads = 0, kv_seq = 0, dim_v = 0;  // 0: same as heads / seq / dim
     bool causal = false;
     int repeat = 10, warmup = 2;
+    double warmup_ms = -1;          // and untimed runs until this much wall time has passed (-1: kWarmUpMs on a GPU)
+    std::string inputs = "device";  // device: uploaded once, runs back to back; host: each run a host call
     bool validate = false;
     std::string dtype = "f32", layout = "bhnd", impl = "auto", device, devices;
     KvStorageFlags storage;             // K's and V's type (empty: --dtype) and fp8 scales
@@ -52,6 +55,37 @@ struct Point {
 
 // A point's shape, mask and timing columns (every row of a point has them in this order).
 void add_point(Row& r, const Point& p, bool causal, const std::string& feature_text, const testing::Timing& t);
+
+// --warmup-ms's default on a GPU: long enough for a GPU's clock to leave its idle state. A CPU (lavapipe)
+// runs at its clock from the first run, and a run there takes milliseconds to seconds, so --warmup alone.
+constexpr double kWarmUpMs = 200;
+
+// The untimed runs the flags ask for (--warmup, --warmup-ms) on the context's device.
+inline testing::WarmUp warm_up_of(const BenchOptions& o, Context& context) {
+    return {o.warmup, o.warmup_ms >= 0 ? o.warmup_ms : context.device().type == "cpu" ? 0.0 : kWarmUpMs};
+}
+
+// Untimed calls of `run` as `warm_up` asks (the host-call timings, which testing::time_attention's
+// loop does not time); returns how many.
+template <class Run>
+int warm_up_calls(const testing::WarmUp& warm_up, Run&& run) {
+    int done = 0;
+    std::chrono::steady_clock::time_point since;
+    for (;; ++done) {
+        if (done >= warm_up.runs) {
+            if (warm_up.ms <= 0) break;
+            if (done > 0 && std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count() >= warm_up.ms)
+                break;
+        }
+        run();
+        if (done == 0) since = std::chrono::steady_clock::now();
+    }
+    return done;
+}
+
+// The clock the device's shaders ran at right after a point's timed runs (testing::shader_clock_mhz):
+// sm_mhz, where the device can read it.
+void add_shader_clock(Row& r, Context& context);
 
 // One point of --backward: the forward's and the backward's median GPU times, the backward's GFLOP/s
 // (and its ratio to the GEMM ceiling); with --validate the gradients against the reference first.

@@ -23,6 +23,17 @@ struct Timing {
 // Median, min and max of samples (milliseconds).
 Timing summarize(std::vector<double> samples_ms);
 
+// The untimed runs before a measurement: at least `runs`, and then more until `ms` milliseconds of
+// wall time have passed after the first (which uploads and builds the pipelines). A GPU idle a
+// moment ago runs at a fraction of its clock until it has been kept busy a while (an H200 sat at
+// 345 MHz after sub-millisecond points, docs/PERFORMANCE.md), so a fixed count of a short kernel's
+// runs measures the ramp; a time keeps every point's warm-up alike.
+struct WarmUp {
+    WarmUp(int runs_ = 2, double ms_ = 0) : runs(runs_), ms(ms_) {}
+    int runs;
+    double ms;
+};
+
 struct GemmResult {
     std::int64_t m = 0, n = 0, k = 0;
     Timing time;
@@ -36,7 +47,7 @@ struct GemmResult {
 // knobs). A and B are fp32, or `coopmat_operands` (f16, as cuBLAS hgemm reads them, or bf16) for
 // the cooperative-matrix kernel (rounded on the host, so that the reference multiplies the same
 // values); C is fp32.
-GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, int warmup,
+GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std::int64_t k, const WarmUp& warmup,
                           int repeat, bool validate, const VariantOverrides& overrides = {},
                           DType coopmat_operands = DType::f16);
 
@@ -57,6 +68,6 @@ struct CopyResult {
 // shader with 16-byte loads, several in flight per invocation, over a grid that fills the device
 // (the memory's rate), and by vkCmdCopyBuffer (a copy engine's rate, often far lower on a discrete
 // GPU), both timed like attention. A decode's K/V read rate is quoted against the shader copy.
-CopyResult benchmark_copy(Context& context, std::uint64_t bytes, int warmup, int repeat, bool validate);
+CopyResult benchmark_copy(Context& context, std::uint64_t bytes, const WarmUp& warmup, int repeat, bool validate);
 
 }  // namespace vkattn::testing
