@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -28,6 +29,7 @@
 #include "output_table.hpp"
 #include "parse_impl.hpp"
 #include "parse_integer.hpp"
+#include "vkattn/testing/clock_probe.hpp"
 #include "vkattn/testing/compare.hpp"
 #include "vkattn/testing/host_kv_cache.hpp"
 #include "vkattn/testing/random.hpp"
@@ -253,6 +255,8 @@ int run_decode(const DecodeFlags& f) {
     r.add("gpu_ms_per_step", median(totals.gpu_ms));
     r.add("host_us_per_step", median(totals.host_us));
     r.add("tokens_per_s", static_cast<double>(B) / (ms * 1e-3));
+    // The shader clock right after the steps (testing::shader_clock_mhz), where the device reads one.
+    if (const std::optional<double> mhz = testing::shader_clock_mhz(context)) r.add("sm_mhz", *mhz);
     if (f.validate) r.add("max_rel_err", totals.max_rel_err);
     r.add("valid", f.validate ? totals.valid : true);
     r.add("variant", totals.report.variant);
