@@ -4,6 +4,7 @@
 
 #include "attention/path.hpp"
 #include "context_state.hpp"
+#include "plan/host_backward.hpp"
 #include "plan/host_tensors.hpp"
 #include "plan/plan_state.hpp"
 #include "testing/timed_runs.hpp"
@@ -35,6 +36,31 @@ AttentionTiming time_attention(Context& context, const AttentionInputs& in, cons
     result.report.flops = p.flops();  // the host knows the key lengths
     result.report.gpu_ms = summarize(result.samples_ms).median_ms;
     result.report.device_bytes = host.bytes() + plan->scratch_bytes;
+    return result;
+}
+
+AttentionTiming time_attention_backward(Context& context, const AttentionInputs& in, const TensorView& grad_out,
+                                        const AttentionGradients& grads, const AttentionOptions& options,
+                                        const WarmUp& warm_up, int repeat) {
+    if (repeat < 1) throw InvalidArgument("repeat", "at least one timed repeat is needed.");
+    detail::HostBackward call(context, in, grad_out, grads, options);
+    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
+    // The context's tuner winners, as the host call's batch has them (the backward chooses as it records).
+    const auto* tuning = &detail::ContextAccess::state(context).tuning;
+    AttentionTiming result;
+    result.samples_ms = timing::timed_runs(
+        runtime, warm_up, repeat,
+        [&](detail::BatchState& state) {
+            state.tuning = tuning;
+            call.upload(state);
+        },
+        [&](detail::BatchState& state, VkCommandBuffer) {
+            state.tuning = tuning;
+            result.report = call.record(state);
+        },
+        [&](detail::BatchState& state) { call.download(state); }, &result.warmup_runs);
+    result.report.gpu_ms = summarize(result.samples_ms).median_ms;
+    result.report.device_bytes = call.device_bytes();
     return result;
 }
 

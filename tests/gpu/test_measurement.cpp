@@ -4,6 +4,7 @@
 // where the device can, and says nothing where it cannot.
 #include "support/catch.hpp"
 
+#include <array>
 #include <chrono>
 #include <random>
 
@@ -93,5 +94,29 @@ TEST_CASE("the clock probe reads the shader clock where the device can", "[gpu][
         CHECK(*mhz > 10);
         CHECK(*mhz < 20000);
     }
+    CHECK(take_validation_messages(context).empty());
+}
+
+TEST_CASE("the backward timed on device tensors: the host call's gradients, the runs asked for", "[gpu][measurement][backward]") {
+    Context& context = gpu_context();
+    TimedCall call;
+    const testing::HostTensor grad_out = testing::random_tensor(call.rng, DType::f16, Layout::bhnd, {2, 4, 37, 24});
+    auto gradients = [] {
+        return std::array{testing::nan_tensor(DType::f16, Layout::bhnd, {2, 4, 37, 24}),
+                          testing::nan_tensor(DType::f16, Layout::bhnd, {2, 2, 53, 24}),
+                          testing::nan_tensor(DType::f16, Layout::bhnd, {2, 2, 53, 24})};
+    };
+    auto by_host = gradients(), timed = gradients();
+    const AttentionReport host_report = attention_backward(
+        context, call.inputs(), grad_out.view(),
+        {.dq = by_host[0].mutable_view(), .dk = by_host[1].mutable_view(), .dv = by_host[2].mutable_view()}, call.options);
+    const testing::AttentionTiming t = testing::time_attention_backward(
+        context, call.inputs(), grad_out.view(),
+        {.dq = timed[0].mutable_view(), .dk = timed[1].mutable_view(), .dv = timed[2].mutable_view()}, call.options,
+        testing::WarmUp(2), 3);
+    CHECK(t.warmup_runs == 2);
+    CHECK(t.samples_ms.size() == 3);
+    CHECK(t.report.variant == host_report.variant);
+    for (std::size_t g = 0; g < timed.size(); ++g) CHECK(timed[g].f16 == by_host[g].f16);  // deterministic: the same bits
     CHECK(take_validation_messages(context).empty());
 }

@@ -7,6 +7,7 @@
 #include "bench_common.hpp"
 #include "parse_impl.hpp"
 #include "plot.hpp"
+#include "vkattn/testing/attention_timing.hpp"
 #include "vkattn/testing/compare.hpp"
 #include "vkattn/testing/rounded_operands.hpp"
 #include "vkattn/testing/random.hpp"
@@ -60,15 +61,25 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
                 }
             }
         }
-        warm_up_calls(warm_up_of(o, context), [&] {
-            attention(context, in, out, options);
-            attention_backward(context, in, grad_out.view(), grads, options);
-        });
-        for (int r = 0; r < o.repeat; ++r) {
-            forward = attention(context, in, out, options);
-            forward_ms.push_back(forward.gpu_ms);
-            backward = attention_backward(context, in, grad_out.view(), grads, options);
-            backward_ms.push_back(backward.gpu_ms);
+        if (o.inputs == "host") {
+            warm_up_calls(warm_up_of(o, context), [&] {
+                attention(context, in, out, options);
+                attention_backward(context, in, grad_out.view(), grads, options);
+            });
+            for (int r = 0; r < o.repeat; ++r) {
+                forward = attention(context, in, out, options);
+                forward_ms.push_back(forward.gpu_ms);
+                backward = attention_backward(context, in, grad_out.view(), grads, options);
+                backward_ms.push_back(backward.gpu_ms);
+            }
+        } else {
+            // Each pass timed on device tensors, its runs back to back (testing::attention_timing.hpp).
+            testing::AttentionTiming timed = testing::time_attention(context, in, out, options, warm_up_of(o, context), o.repeat);
+            forward = timed.report;
+            forward_ms = std::move(timed.samples_ms);
+            timed = testing::time_attention_backward(context, in, grad_out.view(), grads, options, warm_up_of(o, context), o.repeat);
+            backward = timed.report;
+            backward_ms = std::move(timed.samples_ms);
         }
     });
     const testing::Timing f = testing::summarize(forward_ms), t = testing::summarize(backward_ms);
@@ -83,6 +94,7 @@ bool run_backward_point(Context& context, const BenchOptions& o, const Point& p,
     r.add("fwd_bwd_ms", f.median_ms + t.median_ms);
     r.add("fwd_bwd_gflops", (forward.flops + backward.flops) / ((f.median_ms + t.median_ms) * 1e6));
     r.add("device_mib", static_cast<double>(backward.device_bytes) / (1 << 20));
+    r.add("inputs", o.inputs);
     add_shader_clock(r, context);
     if (rel_err) {
         r.add("rel_l2_err", *rel_err);

@@ -31,4 +31,12 @@ struct AttentionTiming {
 AttentionTiming time_attention(Context& context, const AttentionInputs& in, const AttentionOutputs& out,
                                const AttentionOptions& options, const WarmUp& warm_up, int repeat);
 
+// The backward pass alike: the host backward call's tensors (vkattn::attention_backward's: the
+// inputs, grad_out, the gradients) filled and the forward (o, lse) run once; then the backward alone,
+// run after run (it reads o and lse and writes the gradients whole, so every run computes the same);
+// the last run's gradients come back into `grads`. The report is the backward's.
+AttentionTiming time_attention_backward(Context& context, const AttentionInputs& in, const TensorView& grad_out,
+                                        const AttentionGradients& grads, const AttentionOptions& options,
+                                        const WarmUp& warm_up, int repeat);
+
 }  // namespace vkattn::testing
