@@ -1,8 +1,7 @@
 // vkattn::attention on host memory: upload, the same device path as every other call, download.
-#include <cstring>
+#include "plan/host_attention.hpp"
 
 #include "attention/path.hpp"
-#include "plan/host_tensors.hpp"
 #include "context_state.hpp"
 #include "plan/plan_state.hpp"
 #include "runtime.hpp"
@@ -11,33 +10,54 @@
 #include "vkattn/context.hpp"
 
 namespace vkattn {
+namespace detail {
+namespace {
+Runtime& usable(Context& context) {
+    Runtime& runtime = ContextAccess::runtime(context);
+    runtime.ensure_usable();
+    return runtime;
+}
+}  // namespace
+
+HostAttention::HostAttention(Context& context, const AttentionInputs& in, const AttentionOutputs& out,
+                             const AttentionOptions& options)
+    : problem_(resolve(in, out, options)),
+      runtime_(&usable(context)),
+      plan_(ContextAccess::state(context).plan(spec_of(in, out, options))),
+      host_(*runtime_, problem_, in, out) {
+    check_device_memory(*runtime_, host_.bytes() + plan_->scratch_bytes,
+                        host_.itemised() + ", the path's scratch " + std::to_string(plan_->scratch_bytes));
+}
+
+void HostAttention::upload(BatchState& state) { host_.upload(state, device_in_, device_out_); }
+
+void HostAttention::record(BatchState& state, bool cache) const { plan_->run(state, device_in_, device_out_, cache); }
+
+void HostAttention::download(BatchState& state) { host_.download(state, device_out_); }
+
+AttentionReport HostAttention::report() const {
+    AttentionReport report = plan_->report;
+    report.flops = problem_.flops();  // the host knows the key lengths
+    report.device_bytes = host_.bytes() + plan_->scratch_bytes;
+    return report;
+}
+
+}  // namespace detail
 
 AttentionReport attention(Context& context, const AttentionInputs& in, const AttentionOutputs& out,
                           const AttentionOptions& options) {
-    const detail::Problem p = detail::resolve(in, out, options);
-    detail::Runtime& runtime = detail::ContextAccess::runtime(context);
-    runtime.ensure_usable();
-    const auto plan = detail::ContextAccess::state(context).plan(detail::spec_of(in, out, options));
-
-    detail::HostTensors host(runtime, p, in, out);
-    detail::check_device_memory(runtime, host.bytes() + plan->scratch_bytes, host.itemised() + ", the path's scratch " +
-                                                                                 std::to_string(plan->scratch_bytes));
-    Batch batch = detail::BatchAccess::make(runtime);
+    detail::HostAttention call(context, in, out, options);
+    Batch batch = detail::BatchAccess::make(detail::ContextAccess::runtime(context));
     detail::BatchState& state = detail::BatchAccess::state(batch);
-    DeviceAttentionInputs device_in;
-    DeviceAttentionOutputs device_out;
-    host.upload(state, device_in, device_out);
+    call.upload(state);
     state.time_begin();
-    plan->run(state, device_in, device_out, false);
+    call.record(state, false);
     state.time_end();
-    host.download(state, device_out);
+    call.download(state);
     Submission submission = batch.submit();
     submission.wait();
-
-    AttentionReport report = plan->report;
-    report.flops = p.flops();  // the host knows the key lengths
+    AttentionReport report = call.report();
     report.gpu_ms = submission.gpu_ms();
-    report.device_bytes = host.bytes() + plan->scratch_bytes;
     return report;
 }
 

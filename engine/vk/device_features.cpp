@@ -17,6 +17,15 @@ bool compute_size_control(VkPhysicalDevice physical) {
     return (size.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
 }
 
+// A feature structure (sType set) as the physical device fills it.
+template <class Structure>
+Structure queried(VkPhysicalDevice physical, Structure structure) {
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = &structure;
+    vkGetPhysicalDeviceFeatures2(physical, &features);
+    return structure;
+}
+
 }  // namespace
 
 std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical) {
@@ -48,10 +57,8 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
     out.int8 = f12.shaderInt8 == VK_TRUE;
     out.int64 = f.features.shaderInt64 == VK_TRUE;
     if (offers(extensions, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) {
-        VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
-        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-        g.pNext = &size;
-        vkGetPhysicalDeviceFeatures2(physical, &g);
+        const auto size = queried(physical, VkPhysicalDeviceSubgroupSizeControlFeaturesEXT{
+                                                VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT});
         out.subgroup_size_control = size.subgroupSizeControl && size.computeFullSubgroups && compute_size_control(physical);
     }
     out.portability_subset = offers(extensions, "VK_KHR_portability_subset");
@@ -61,44 +68,31 @@ DeviceFeatures available_features(VkPhysicalDevice physical) {
                              out.float16;
     out.bf16_matrices = out.cooperative_matrix && offers(extensions, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
     if (offers(extensions, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
-        VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
-            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
-        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-        g.pNext = &executables;
-        vkGetPhysicalDeviceFeatures2(physical, &g);
-        out.pipeline_statistics = executables.pipelineExecutableInfo == VK_TRUE;
+        out.pipeline_statistics = queried(physical, VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR{
+                                                        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR})
+                                      .pipelineExecutableInfo == VK_TRUE;
     }
     if (offers(extensions, VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME)) {
-        VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR reconvergence{VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR};
-        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-        g.pNext = &reconvergence;
-        vkGetPhysicalDeviceFeatures2(physical, &g);
-        out.maximal_reconvergence = reconvergence.shaderMaximalReconvergence == VK_TRUE;
+        out.maximal_reconvergence =
+            queried(physical, VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR{VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR})
+                .shaderMaximalReconvergence == VK_TRUE;
     }
     if (offers(extensions, VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
-        VkPhysicalDeviceShaderClockFeaturesKHR clock{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
-        VkPhysicalDeviceFeatures2 g{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-        g.pNext = &clock;
-        vkGetPhysicalDeviceFeatures2(physical, &g);
-        out.subgroup_clock = clock.shaderSubgroupClock == VK_TRUE;
+        out.subgroup_clock =
+            queried(physical, VkPhysicalDeviceShaderClockFeaturesKHR{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR})
+                .shaderSubgroupClock == VK_TRUE;
     }
     return out;
 }
 
 bool supports_bf16_matrices(VkPhysicalDevice physical) {
-    VkPhysicalDeviceShaderBfloat16FeaturesKHR bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
-    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-    features.pNext = &bf16;
-    vkGetPhysicalDeviceFeatures2(physical, &features);
+    const auto bf16 = queried(physical, VkPhysicalDeviceShaderBfloat16FeaturesKHR{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR});
     return bf16.shaderBFloat16Type == VK_TRUE && bf16.shaderBFloat16CooperativeMatrix == VK_TRUE;
 }
 
 bool supports_flexible_matrices(VkPhysicalDevice physical) {
-    VkPhysicalDeviceCooperativeMatrix2FeaturesNV matrix2{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV};
-    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-    features.pNext = &matrix2;
-    vkGetPhysicalDeviceFeatures2(physical, &features);
-    return matrix2.cooperativeMatrixFlexibleDimensions == VK_TRUE;
+    return queried(physical, VkPhysicalDeviceCooperativeMatrix2FeaturesNV{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV})
+               .cooperativeMatrixFlexibleDimensions == VK_TRUE;
 }
 
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
