@@ -12,7 +12,7 @@
 namespace vkattn {
 namespace detail {
 namespace {
-Runtime& usable(Context& context) {
+Runtime& usable_runtime(Context& context) {
     Runtime& runtime = ContextAccess::runtime(context);
     runtime.ensure_usable();
     return runtime;
@@ -22,7 +22,7 @@ Runtime& usable(Context& context) {
 HostAttention::HostAttention(Context& context, const AttentionInputs& in, const AttentionOutputs& out,
                              const AttentionOptions& options)
     : problem_(resolve(in, out, options)),
-      runtime_(&usable(context)),
+      runtime_(&usable_runtime(context)),
       plan_(ContextAccess::state(context).plan(spec_of(in, out, options))),
       host_(*runtime_, problem_, in, out) {
     check_device_memory(*runtime_, host_.bytes() + plan_->scratch_bytes,

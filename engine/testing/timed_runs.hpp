@@ -22,17 +22,9 @@ template <class Upload, class Record, class Download>
 std::vector<double> timed_runs(detail::Runtime& runtime, const WarmUp& warm_up, int repeat, Upload&& upload, Record&& record,
                                Download&& download, int* warmed = nullptr) {
     std::vector<double> samples;
-    // The wall time counts from the end of the first run, which uploads and builds the pipelines.
-    std::chrono::steady_clock::time_point since;
-    auto warming = [&](int done) {
-        if (done < warm_up.runs) return true;
-        if (warm_up.ms <= 0) return false;
-        if (done == 0) return true;
-        const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - since;
-        return elapsed.count() < warm_up.ms;
-    };
+    std::chrono::steady_clock::time_point since;  // the end of the first run, which uploads and builds the pipelines
     int warm = 0;
-    for (; warming(warm); ++warm) {
+    for (; warm_up.wants_more(warm, since); ++warm) {
         Batch batch = detail::BatchAccess::make(runtime);
         detail::BatchState& state = detail::BatchAccess::state(batch);
         if (warm == 0) upload(state);

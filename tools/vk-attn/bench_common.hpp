@@ -71,12 +71,7 @@ template <class Run>
 int warm_up_calls(const testing::WarmUp& warm_up, Run&& run) {
     int done = 0;
     std::chrono::steady_clock::time_point since;
-    for (;; ++done) {
-        if (done >= warm_up.runs) {
-            if (warm_up.ms <= 0) break;
-            if (done > 0 && std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count() >= warm_up.ms)
-                break;
-        }
+    for (; warm_up.wants_more(done, since); ++done) {
         run();
         if (done == 0) since = std::chrono::steady_clock::now();
     }

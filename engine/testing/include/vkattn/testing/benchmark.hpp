@@ -4,6 +4,7 @@
 // as a fraction of what a copy reaches.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +33,12 @@ struct WarmUp {
     WarmUp(int runs_ = 2, double ms_ = 0) : runs(runs_), ms(ms_) {}
     int runs;
     double ms;
+    // Whether another untimed run is due after `done` of them, the first of which ended at `first_end`.
+    bool wants_more(int done, std::chrono::steady_clock::time_point first_end) const {
+        if (done < runs) return true;
+        if (ms <= 0) return false;
+        return done == 0 || std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first_end).count() < ms;
+    }
 };
 
 struct GemmResult {
