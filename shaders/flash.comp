@@ -78,90 +78,12 @@ layout(constant_id = 10) const uint POOLS = 1;  // K (and V) pools bound: 1 to 4
 layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
-// An fp8 K's and V's scales for this workgroup's head (the head terms' [2·Hq + hk] and
-// [2·Hq + Hkv + hk]), set once in main; the word loaders multiply by them.
-float k_scale = 1.0, v_scale = 1.0;
-#define OL_NAME load_q4
-#define OL_SLOT 1
-#define OL_TYPE Q_TYPE
-#include "common/operand_loader.glsl"
-#define OL_NAME load_k4_0
-#define OL_SLOT 2
-#define OL_TYPE K_TYPE
-#define OL_SCALE k_scale
-#include "common/operand_loader.glsl"
-#define OL_NAME load_v4_0
-#define OL_SLOT 3
-#define OL_TYPE V_TYPE
-#define OL_SCALE v_scale
-#include "common/operand_loader.glsl"
-#ifdef PAGED
-#define OL_NAME load_k4_1
-#define OL_SLOT 10
-#define OL_TYPE K_TYPE
-#define OL_SCALE k_scale
-#include "common/operand_loader.glsl"
-#define OL_NAME load_k4_2
-#define OL_SLOT 11
-#define OL_TYPE K_TYPE
-#define OL_SCALE k_scale
-#include "common/operand_loader.glsl"
-#define OL_NAME load_k4_3
-#define OL_SLOT 12
-#define OL_TYPE K_TYPE
-#define OL_SCALE k_scale
-#include "common/operand_loader.glsl"
-#define OL_NAME load_v4_1
-#define OL_SLOT 13
-#define OL_TYPE V_TYPE
-#define OL_SCALE v_scale
-#include "common/operand_loader.glsl"
-#define OL_NAME load_v4_2
-#define OL_SLOT 14
-#define OL_TYPE V_TYPE
-#define OL_SCALE v_scale
-#include "common/operand_loader.glsl"
-#define OL_NAME load_v4_3
-#define OL_SLOT 15
-#define OL_TYPE V_TYPE
-#define OL_SCALE v_scale
-#include "common/operand_loader.glsl"
-#endif
-#ifdef PAGED
-vec4 load_k4(uint pool, uint index, uint valid) {
-    if (POOLS == 1u || pool == 0u) return load_k4_0(index, valid);
-    if (pool == 1u) return load_k4_1(index, valid);
-    if (pool == 2u) return load_k4_2(index, valid);
-    return load_k4_3(index, valid);
-}
-vec4 load_v4(uint pool, uint index, uint valid) {
-    if (POOLS == 1u || pool == 0u) return load_v4_0(index, valid);
-    if (pool == 1u) return load_v4_1(index, valid);
-    if (pool == 2u) return load_v4_2(index, valid);
-    return load_v4_3(index, valid);
-}
-#ifndef TEXEL
-TlBlock load_k_block(uint pool, uint index) {
-    if (POOLS == 1u || pool == 0u) return load_k4_0_block(index);
-    if (pool == 1u) return load_k4_1_block(index);
-    if (pool == 2u) return load_k4_2_block(index);
-    return load_k4_3_block(index);
-}
-TlBlock load_v_half_block(uint pool, uint index) {
-    if (POOLS == 1u || pool == 0u) return load_v4_0_half_block(index);
-    if (pool == 1u) return load_v4_1_half_block(index);
-    if (pool == 2u) return load_v4_2_half_block(index);
-    return load_v4_3_half_block(index);
-}
-#endif
-#else
-vec4 load_k4(uint pool, uint index, uint valid) { return load_k4_0(index, valid); }
-vec4 load_v4(uint pool, uint index, uint valid) { return load_v4_0(index, valid); }
-#ifndef TEXEL
-TlBlock load_k_block(uint pool, uint index) { return load_k4_0_block(index); }
-TlBlock load_v_half_block(uint pool, uint index) { return load_v4_0_half_block(index); }
-#endif
-#endif
+// The operands through the typed loaders, paged K/V through up to four pools (load_k4 / load_v4, and
+// ggml's blocks a block at a time: load_k_block / load_v_half_block), an fp8 K's and V's scales
+// for this workgroup's head (k_scale, v_scale: the head terms' [2·Hq + hk] and [2·Hq + Hkv + hk],
+// set once in main), O's store, the masks, varlen and paged rows, as the GPU prefill kernels have
+// them.
+#include "common/tile_operands.glsl"
 // Streamed ggml-block V with 4 output slots per lane (16 columns, half a block): the lane's slots
 // are consecutive columns, so that each key's V is one half-block load per lane (6 words for q8_0,
 // the whole block's 5-6 for the 4- and 5-bit types) instead of 4 vec4 loads of 2-3 words each.
@@ -172,22 +94,6 @@ const bool V_BLOCKS = false;
 #else
 const bool V_BLOCKS = V_TYPE >= TYPE_Q8_0 && V_TYPE <= TYPE_IQ4_NL && !STAGE && DV4 == 4u;  // is_block_type(V_TYPE)
 #endif
-
-#define OUT_SLOT 4
-#include "common/typed_store.glsl"
-layout(std430, set = 0, binding = 5) writeonly buffer Lse { float lse[]; };
-layout(std430, set = 0, binding = 6) readonly buffer KvLengths { int kv_lengths[]; };
-layout(std430, set = 0, binding = 7) readonly buffer BoolMask { uint bool_words[]; };
-layout(std430, set = 0, binding = 8) readonly buffer FloatMask { float float_mask[]; };
-layout(std430, set = 0, binding = 9) readonly buffer HeadTerms { float head_terms[]; };
-layout(std430, set = 0, binding = 17) readonly buffer CuSeqlensQ { int cu_q[]; };
-layout(std430, set = 0, binding = 18) readonly buffer CuSeqlensK { int cu_k[]; };
-
-#define VARLEN
-#include "common/mask.glsl"
-#include "common/philox.glsl"
-
-#include "common/paged_rows.glsl"
 
 // STAGE's tiles (one element where STAGE is off, so the streaming variant reserves nothing):
 // K as [KD4][KB + 1] (the padding spreads a chunk's stores over the banks), V as [KB][VW4]: the

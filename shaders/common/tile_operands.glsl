@@ -1,8 +1,9 @@
-// The GPU prefill kernels' operands (flash_tile.comp, flash_coopmat.comp): flash.comp's bindings
-// read through the typed loaders (every storage type dequantizes as it loads; paged K/V through up
-// to four pools), the masks, varlen and paged rows. Requires of the includer: the specialization
+// The fused kernels' operands (flash.comp, flash_tile.comp, flash_coopmat.comp): flash.comp's
+// bindings read through the typed loaders (every storage type dequantizes as it loads; paged K/V
+// through up to four pools), the masks, varlen and paged rows. Requires of the includer: the specialization
 // constants Q_TYPE, K_TYPE, V_TYPE (and POOLS where PAGED), and common/flash_params.glsl included.
-// load_k4 / load_v4 take a (pool, index) pair, as K_ROW and V_ROW (common/paged_rows.glsl) give.
+// load_k4 / load_v4 take a (pool, index) pair, as K_ROW and V_ROW (common/paged_rows.glsl) give;
+// so do load_k_block / load_v_half_block (ggml's blocks a block at a time; not with TEXEL).
 #ifndef VKATTN_TILE_OPERANDS_GLSL
 #define VKATTN_TILE_OPERANDS_GLSL
 
@@ -64,9 +65,27 @@ vec4 load_v4(uint pool, uint index, uint valid) {
     if (pool == 2u) return load_v4_2(index, valid);
     return load_v4_3(index, valid);
 }
+#ifndef TEXEL
+TlBlock load_k_block(uint pool, uint index) {
+    if (POOLS == 1u || pool == 0u) return load_k4_0_block(index);
+    if (pool == 1u) return load_k4_1_block(index);
+    if (pool == 2u) return load_k4_2_block(index);
+    return load_k4_3_block(index);
+}
+TlBlock load_v_half_block(uint pool, uint index) {
+    if (POOLS == 1u || pool == 0u) return load_v4_0_half_block(index);
+    if (pool == 1u) return load_v4_1_half_block(index);
+    if (pool == 2u) return load_v4_2_half_block(index);
+    return load_v4_3_half_block(index);
+}
+#endif
 #else
 vec4 load_k4(uint pool, uint index, uint valid) { return load_k4_0(index, valid); }
 vec4 load_v4(uint pool, uint index, uint valid) { return load_v4_0(index, valid); }
+#ifndef TEXEL
+TlBlock load_k_block(uint pool, uint index) { return load_k4_0_block(index); }
+TlBlock load_v_half_block(uint pool, uint index) { return load_v4_0_half_block(index); }
+#endif
 #endif
 
 #define OUT_SLOT 4
