@@ -11,6 +11,7 @@
 #include "attention/problem.hpp"
 #include "collective.hpp"
 #include "device_shard.hpp"
+#include "ring_backward_checks.hpp"
 #include "reference/tensor_access.hpp"
 #include "ring_setup.hpp"
 #include "vkattn/batch.hpp"
@@ -23,8 +24,6 @@ namespace {
 
 using detail::Clock;
 using detail::ms_since;
-
-vkattn::detail::TensorLayout layout_of(const auto& t) { return {t.dtype, t.shape, t.strides}; }
 
 // The bytes of the first `elements` floats of a buffer, to send or receive.
 std::span<std::uint8_t> bytes_of(std::vector<float>& values, std::int64_t elements) {
@@ -41,50 +40,6 @@ struct PairGradients {
 detail::CallFlags call_flags(const AttentionGradients& grads) {
     return {{grads.dk.data != nullptr, "whether dk and dv are asked for"},
             {grads.d_sinks != nullptr, "whether d_sinks is asked for"}};
-}
-
-// The backward's own checks (beyond prepare's): o, lse, grad_out and the gradients of this rank.
-void check_call(const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block,
-                const AttentionInputs& shard, const TensorView& o, std::span<const float> lse, const TensorView& grad_out,
-                const AttentionGradients& grads) {
-    const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dv = shard.v.shape[3];
-    const bool want_dq = grads.dq.data != nullptr, want_kv = grads.dk.data != nullptr;
-    vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);
-    if (grads.d_float_mask && !shard.float_mask)
-        throw InvalidArgument("d_float_mask", "there is no float mask to differentiate; give float_mask or no "
-                                              "d_float_mask.");
-    if (want_kv != (grads.dv.data != nullptr))
-        throw InvalidArgument(want_kv ? "dv" : "dk", "the backward pass computes dK and dV together; give both.");
-    const std::array<std::int64_t, 4> o_shape{B, Hq, nq, Dv};
-    for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&grad_out, "grad_out"}}) {
-        if (t->data == nullptr) throw InvalidArgument(name, "the tensor has no data pointer.");
-        if (t->shape != o_shape || t->dtype != shard.q.dtype)
-            throw InvalidArgument(name, "must be this rank's shard of the forward's o: " +
-                                            vkattn::detail::shape_text(o_shape) + " of q's dtype.");
-    }
-    if (lse.size() != static_cast<std::size_t>(B * Hq * nq))
-        throw InvalidArgument("lse", "has " + std::to_string(lse.size()) + " values but this rank's shard of the "
-                                         "forward's log-sum-exp has B·Hq·n_q = " + std::to_string(B * Hq * nq) + ".");
-    for (const auto& [grad, input, name, input_name] :
-         {std::tuple{&grads.dq, &shard.q, "dq", "q"}, std::tuple{&grads.dk, &shard.k, "dk", "k"},
-          std::tuple{&grads.dv, &shard.v, "dv", "v"}})
-        if (grad->data != nullptr && grad->shape != input->shape)
-            throw InvalidArgument(name, "the shape is " + vkattn::detail::shape_text(grad->shape) + " but must be " +
-                                            input_name + "'s, " + vkattn::detail::shape_text(input->shape) + ".");
-    // The engine's checks of the first pair's backward.
-    const std::int64_t rows = r.q_segments[0].length, keys = first.k.shape[2];
-    std::uint32_t unused = 0;
-    const AttentionOutputs part{
-        .o = make_view(static_cast<void*>(&unused), shard.q.dtype, Layout::bhnd, {B, Hq, rows, Dv})};
-    const vkattn::detail::Problem p = vkattn::detail::resolve(first, part, block);
-    vkattn::detail::check_backward(
-        p, vkattn::detail::spec_of(first, part, block),
-        {.grad_out = layout_of(detail::rows(grad_out, 0, rows)),
-         .dq = want_dq ? std::optional(layout_of(detail::rows(grads.dq, 0, rows))) : std::nullopt,
-         .dk = want_kv ? std::optional(layout_of(detail::rows(grads.dk, 0, keys))) : std::nullopt,
-         .dv = want_kv ? std::optional(layout_of(detail::rows(grads.dv, 0, keys))) : std::nullopt,
-         .d_sinks = grads.d_sinks != nullptr,
-         .d_float_mask = grads.d_float_mask != nullptr});
 }
 
 // The backward on the device: q, o and grad_out on the device, `shard`, `o`, `lse` and `grad_out`
@@ -352,7 +307,7 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Attent
     const detail::RingSetup setup = detail::prepare(
         comm, shard, options, ring,
         [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
-            check_call(r, first, block, shard, o, lse, grad_out, grads);
+            detail::check_backward_call(r, first, block, shard, o, lse, grad_out, grads);
         },
         call_flags(grads));
     return run_backward(context, setup, shard, o, lse, grad_out, grads, DeviceTensor::from_host(context, shard.q),
@@ -402,7 +357,7 @@ RingReport ring_attention_backward(MPI_Comm comm, Context& context, const Device
     const detail::RingSetup setup = detail::prepare(
         comm, host.inputs, options, ring,
         [&](const detail::RingSetup& r, const AttentionInputs& first, const AttentionOptions& block) {
-            check_call(r, first, block, host.inputs, o_host.view, lse_values, grad_host.view, out);
+            detail::check_backward_call(r, first, block, host.inputs, o_host.view, lse_values, grad_host.view, out);
         },
         call_flags(out), early);
     const RingReport report = run_backward(context, setup, host.inputs, o_host.view, lse_values, grad_host.view, out,

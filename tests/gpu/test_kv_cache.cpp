@@ -20,6 +20,7 @@ namespace {
 
 using test::download_floats;
 using test::floats_of;
+using test::host_cache;
 using test::rows_on_device;
 
 std::vector<std::int32_t> download_lengths(const KvCache& cache) { return test::download_i32(cache.lengths()); }
@@ -31,10 +32,6 @@ void check_cache(const KvCache& cache, const HostKvCache& want) {
     CHECK(download_floats(cache.v()) == floats_of(want.v));
     test::check_same_bytes(cache.k(), want.k);  // bf16 and blocks: byte for byte the host's (ggml's) encoding
     test::check_same_bytes(cache.v(), want.v);
-}
-
-HostKvCache host_cache(const KvCacheOptions& o) {
-    return HostKvCache(o.dtype, o.batch, o.kv_heads, o.capacity, o.dim, o.dim_v ? o.dim_v : o.dim, o.dtype_v, o.k_scale, o.v_scale);
 }
 
 void append_and_check(Context& ctx, DType in, DType stored, std::int64_t dim = 24, std::int64_t dim_v = 20,

@@ -91,4 +91,14 @@ inline void check_step(const testing::HostTensor& q, const testing::HostTensor& 
     REQUIRE(cmp.ok);
 }
 
+// The host model of a cache: its types, shape, capacity and scales, no rows yet.
+inline testing::HostKvCache host_cache(const KvCacheOptions& o) {
+    return testing::HostKvCache(o.dtype, o.batch, o.kv_heads, o.capacity, o.dim, o.dim_v ? o.dim_v : o.dim, o.dtype_v, o.k_scale,
+                                o.v_scale);
+}
+inline testing::HostKvCache host_cache(const PagedKvCache& cache) {
+    const PagedKvCacheOptions& o = cache.options();
+    return testing::HostKvCache(o.dtype, o.batch, o.kv_heads, cache.capacity(), o.dim, o.dim_v, o.dtype_v, o.k_scale, o.v_scale);
+}
+
 }  // namespace vkattn::test
