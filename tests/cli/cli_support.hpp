@@ -55,6 +55,7 @@ inline Result vk_attn_with(const std::string& program, const std::string& args) 
 
 inline Result vk_attn(const std::string& args) { return vk_attn_with(VK_ATTN_PATH, args); }
 
+// A scratch directory per test case, removed after it.
 struct Workdir {
     fs::path path;
     Workdir() : path(fs::temp_directory_path() / ("vkattn-cli-case-" + std::to_string(::getpid()) + "-" + std::to_string(next()))) {
@@ -69,6 +70,7 @@ struct Workdir {
     }
 };
 
+// `n` values uniform in [-1, 1).
 inline std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
     std::uniform_real_distribution<float> d(-1, 1);
     std::vector<float> v(n);
@@ -92,6 +94,7 @@ inline std::vector<float> write_tensor(std::mt19937& rng, const std::string& pat
     return values;
 }
 
+// A shape of rank 1 to 4 as rank 4, left-padded with 1s (the library's views).
 inline std::array<std::int64_t, 4> as4(const std::vector<std::int64_t>& s) {
     std::array<std::int64_t, 4> r{1, 1, 1, 1};
     for (std::size_t i = 0; i < s.size(); ++i) r[4 - s.size() + i] = s[i];
@@ -108,6 +111,7 @@ inline void expect_same_floats(const fs::path& a, const fs::path& b, Tolerance t
     CHECK(c.ok);
 }
 
+// A float32 .npy array's values.
 inline std::vector<float> floats(const npy::Array& a) { return {a.as<float>(), a.as<float>() + a.count()}; }
 inline std::vector<double> doubles(const npy::Array& a) { return {a.as<float>(), a.as<float>() + a.count()}; }
 
