@@ -18,8 +18,8 @@ vkattn::detail::TensorLayout backward_layout_of(const auto& t) { return {t.dtype
 
 // The backward's own checks (beyond prepare's): o, lse, grad_out and the gradients of this rank.
 void check_backward_call(const RingSetup& r, const AttentionInputs& first, const AttentionOptions& block,
-                const AttentionInputs& shard, const TensorView& o, std::span<const float> lse, const TensorView& grad_out,
-                const AttentionGradients& grads) {
+                         const AttentionInputs& shard, const TensorView& o, std::span<const float> lse,
+                         const TensorView& grad_out, const AttentionGradients& grads) {
     const std::int64_t B = shard.q.shape[0], Hq = shard.q.shape[1], nq = shard.q.shape[2], Dv = shard.v.shape[3];
     const bool want_dq = grads.dq.data != nullptr, want_kv = grads.dk.data != nullptr;
     vkattn::detail::check_backward_types(shard.k.dtype, shard.v.dtype);

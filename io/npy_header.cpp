@@ -1,5 +1,6 @@
 #include "npy_header.hpp"
 
+#include <bit>
 #include <optional>
 
 namespace vkattn::npy::detail {

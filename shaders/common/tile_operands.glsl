@@ -1,7 +1,8 @@
 // The fused kernels' operands (flash.comp, flash_tile.comp, flash_coopmat.comp): flash.comp's
 // bindings read through the typed loaders (every storage type dequantizes as it loads; paged K/V
-// through up to four pools), the masks, varlen and paged rows. Requires of the includer: the specialization
-// constants Q_TYPE, K_TYPE, V_TYPE (and POOLS where PAGED), and common/flash_params.glsl included.
+// through up to four pools), the masks, varlen and paged rows. Requires of the includer: the
+// specialization constants Q_TYPE, K_TYPE, V_TYPE (and POOLS where PAGED), and
+// common/flash_params.glsl included.
 // load_k4 / load_v4 take a (pool, index) pair, as K_ROW and V_ROW (common/paged_rows.glsl) give;
 // so do load_k_block / load_v_half_block (ggml's blocks a block at a time; not with TEXEL).
 #ifndef VKATTN_TILE_OPERANDS_GLSL

@@ -2,6 +2,8 @@
 // validates.
 #include "cli/cli_support.hpp"
 
+#include <tuple>
+
 using namespace vkattn;
 using namespace vkattn::testing;
 using namespace vkattn::cli_test;

@@ -2,6 +2,9 @@
 // point is timed, the forced kernels and storage types, validated; the plot.
 #include "cli/cli_support.hpp"
 
+#include <sstream>
+#include <tuple>
+
 using namespace vkattn;
 using namespace vkattn::testing;
 using namespace vkattn::cli_test;

@@ -1,6 +1,8 @@
 // vk-attn under mpirun: ring attention's run and bench across ranks write what one device writes.
 #include "cli/cli_support.hpp"
 
+#include <limits>
+
 using namespace vkattn;
 using namespace vkattn::testing;
 using namespace vkattn::cli_test;

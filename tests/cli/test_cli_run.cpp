@@ -5,6 +5,7 @@
 #include "cli/cli_support.hpp"
 
 #include <cstring>
+#include <limits>
 #include <optional>
 
 using namespace vkattn;

@@ -1,7 +1,7 @@
-// Ring attention over MPI (vkattn/distributed.hpp), run by ctest under mpirun with 2 and 3 ranks, each
-// with its own lavapipe instance. Every rank builds the same whole inputs (the same seed), passes its
-// shard, and checks its shard of o and lse against the CPU reference of the whole call: every
-// feature, both shardings, uneven shards; a rank with a bad shard makes every rank throw, no hang.
+// Ring attention over MPI (vkattn/distributed.hpp), run by ctest under mpirun with 2 and 3 ranks: every
+// feature and both shardings, forward and backward, quantized K/V shards, the weights and logits,
+// and zigzag's skipped blocks, each rank's shard against the CPU reference of the whole call
+// (ring_cases.hpp). A rank's bad input, a lost device, a rank that never calls: test_ring_failures.cpp.
 #include "distributed/ring_cases.hpp"
 
 #include <chrono>

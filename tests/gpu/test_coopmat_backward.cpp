@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "attention/coopmat_tile.hpp"
 #include "support/backward_case.hpp"
 #include "support/device_tuning.hpp"
 #include "vkattn/errors.hpp"
@@ -122,11 +123,13 @@ TEST_CASE("coopmat backward: bf16 storage on bf16 operands; f16 and bf16 mixed r
 }
 
 TEST_CASE("coopmat backward: chosen unforced for f16 where the forward's is", "[gpu][backward][coopmat]") {
-    // The tuning's rule (detail::choose_backward): on the matrix units with maximal reconvergence,
-    // f16 storage takes the cooperative-matrix kernels unforced; elsewhere (lavapipe) the register
-    // kernels. Either way the gradients match the reference.
-    const vk::DeviceCaps& caps = device_caps();
-    const bool chosen = caps.matrix_units && caps.maximal_reconvergence;
+    // The tuning's rule (detail::choose_backward reads the forward's, detail::coopmat_by_default):
+    // f16 storage takes the cooperative-matrix kernels unforced on a GPU's matrix units with maximal
+    // reconvergence; elsewhere the register kernels, on lavapipe with its units too (Mesa 26.1:
+    // forced or tuned there, never chosen). Either way the gradients match the reference.
+    detail::Problem f16;
+    f16.dtype = f16.k_dtype = f16.v_dtype = DType::f16;
+    const bool chosen = detail::coopmat_by_default(device_caps(), f16);
     BackwardCase c;
     c.name = "f16, unforced, causal, GQA 6/2";
     c.dtype = DType::f16;

@@ -127,7 +127,6 @@ struct WholeData {
 // What a named case changes of the default Whole.
 using Setup = std::function<void(Whole&)>;
 
-
 // Every feature a block must keep the whole's meaning of.
 inline const std::vector<std::pair<const char*, Setup>>& feature_cases() {
     static const std::vector<std::pair<const char*, Setup>> cases{

@@ -1,5 +1,6 @@
 // What the tensor file format tests share (tests/unit/test_npy.cpp, test_safetensors.cpp,
-// test_state_dict.cpp): a scratch directory per test, random arrays, and the refusal a call throws.
+// test_state_dict.cpp): a scratch directory per test, random arrays of every element type and their
+// comparison, the refusal a call throws, and the check that a message is printable ASCII.
 #pragma once
 
 #include "support/catch.hpp"

@@ -59,7 +59,7 @@ struct Result {
 // Runs reference_attention with q, k, v and o stored in the given layouts; `extra` supplies the
 // kv_lengths and masks.
 inline Result run(const Tensor& q, const Tensor& k, const Tensor& v, AttentionInputs extra = {},
-           const AttentionOptions& options = {}, Layout layout = Layout::bhnd) {
+                  const AttentionOptions& options = {}, Layout layout = Layout::bhnd) {
     const Tensor* in[] = {&q, &k, &v};
     std::vector<float> buffers[3];
     TensorView* views[] = {&extra.q, &extra.k, &extra.v};
@@ -96,8 +96,8 @@ struct Expected {
 // Independent attention: direct exp without the max (inputs here are small), masked keys skipped;
 // optional logit cap and per-head sink logits.
 inline Expected naive(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-               const Predicate& visible, const Additive& additive = {}, double softcap = 0.0,
-               const std::vector<double>& sinks = {}) {
+                      const Predicate& visible, const Additive& additive = {}, double softcap = 0.0,
+                      const std::vector<double>& sinks = {}) {
     const auto [B, Hq, Nq, Dk] = q.shape;
     const std::int64_t Hkv = k.shape[1], Nkv = k.shape[2], Dv = v.shape[3];
     Expected e;

@@ -1,8 +1,10 @@
 // The reference's fp16 conversions: every bit pattern round-trips, rounding is to nearest even.
 #include "support/catch.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "vkattn/tensor.hpp"
 

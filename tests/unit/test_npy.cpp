@@ -1,4 +1,4 @@
-// The .npy format (io/npy.cpp): round trips for every dtype, files that NumPy itself wrote
+// The .npy format (io/npy.cpp, io/npy_header.cpp): round trips for every dtype, files that NumPy itself wrote
 // (tests/fixtures/npy: Fortran order, format 2.0 and 3.0, big-endian), row selections, and every
 // corruption a reader must refuse, each with the words that tell a user what is wrong, header bytes
 // quoted escaped.

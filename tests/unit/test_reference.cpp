@@ -1,6 +1,8 @@
-// The CPU reference against hand-derived or independently computed expectations. The independent
-// computation (naive() below) works on dense [B, H, N, D] arrays with a visibility predicate written
-// out per test, and a softmax without the max subtraction: it shares no code with the reference.
+// The CPU reference against hand-derived or independently computed expectations: causal alignment,
+// key lengths, masks, GQA, layouts and strides, huge logits, fp16, its stages and its argument checks.
+// The independent computation (naive(), support/naive_attention.hpp) works on dense [B, H, N, D]
+// arrays with a visibility predicate written out per test, and a softmax without the max
+// subtraction: it shares no code with the reference.
 #include "support/catch.hpp"
 
 #include <algorithm>
