@@ -37,9 +37,12 @@ TEST_CASE("bmm coopmat: GQA heads, a chunk of rows, alpha, the addends and the t
     check_product(config, {.form = detail::BmmForm::a_bt, .M = 70, .N = 33, .K = 9, .add = detail::BmmAdd::bias});
     check_product(config, {.form = detail::BmmForm::a_b, .H = 2, .M = 45, .N = 12, .K = 130, .add = detail::BmmAdd::residual});
     check_product(config, {.form = detail::BmmForm::at_b, .H = 2, .M = 131, .N = 20, .K = 17, .first_row = 64, .rows = 67});
-    for (const DType k : {DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::fp8_e4m3})
+    for (const DType k : {DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::fp8_e4m3}) {
+        // On matrix units without bf16 (lavapipe's), bf16 is refused by name: the bf16 case below.
+        if (k == DType::bf16 && !coopmat_bf16_runs_here()) continue;
         check_product(config, {.form = detail::BmmForm::a_bt, .H = 2, .group = 2, .M = 19, .N = 35, .K = 64,
                                .a = k == DType::bf16 ? DType::bf16 : DType::f16, .b = k});
+    }
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 64, .K = 27, .b = DType::q5_1, .out = DType::f16});
     check_product(config, {.form = detail::BmmForm::a_b, .M = 30, .N = 32, .K = 27, .b = DType::fp8_e5m2, .out = DType::bf16});
 }
