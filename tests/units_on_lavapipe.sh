@@ -13,7 +13,9 @@
 # Root (debootstrap, chroot). VKATTN_UNITS_ROOT: where the root lives (default
 # ~/.cache/vkattn-units-root, about 1.5 GiB); VKATTN_JOBS: build parallelism (default 2);
 # VKATTN_UNITS_VARIANTS: the variants `vk-attn check` forces (default coopmat,split-coopmat: the
-# other layouts compile for minutes each on lavapipe; the [coopmat] tests force them at their shapes).
+# other layouts compile for minutes each on lavapipe; the [coopmat] tests force them at their shapes);
+# VKATTN_UNITS_TEST_ARGS: more arguments for the test program (`-d yes` prints each case's time as it
+# ends, the only sign of progress in a run of 45 minutes).
 # The first run takes about 25 minutes on 2 cores (the root, then the build); later ones rebuild
 # what changed. Not in CI: the root alone would take a tenth of its time.
 set -euo pipefail
@@ -22,6 +24,7 @@ root=${VKATTN_UNITS_ROOT:-$HOME/.cache/vkattn-units-root}
 jobs=${VKATTN_JOBS:-2}
 spec=${1:-[coopmat]}
 variants=${VKATTN_UNITS_VARIANTS:-coopmat,split-coopmat}
+test_args=${VKATTN_UNITS_TEST_ARGS:-}
 fail() {
     echo "tests/units_on_lavapipe.sh: $*" >&2
     exit 1
@@ -90,5 +93,5 @@ step "vk-attn check --variants $variants through the units"
 run "cd /src && build-units/vk-attn check --variants $variants --dtype f16,f32" | grep -E "FAIL|passed|failed"
 
 step "the tests $spec, validation layer on"
-run "cd /src && build-units/tests/vkattn_gpu_tests '$spec'"
+run "cd /src && build-units/tests/vkattn_gpu_tests '$spec' $test_args"
 echo "tests/units_on_lavapipe.sh: every check passed on the units of lavapipe (Mesa $mesa)"
