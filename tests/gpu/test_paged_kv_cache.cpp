@@ -17,7 +17,6 @@ using namespace vkattn;
 using namespace vkattn::testing;
 using test::download_floats;
 using test::download_i32;
-using test::floats_of;
 using test::host_cache;
 using test::rows_on_device;
 using test::shuffled_table;
