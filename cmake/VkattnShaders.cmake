@@ -53,6 +53,39 @@ function(vkattn_units_probe glslang element why_var)
     set(${why_var} "" PARENT_SCOPE)
   endif()
 endfunction()
+# Compiles a probe of what flash_cm2.comp uses of GL_NV_cooperative_matrix2 (a workgroup-scope tensor
+# load, a row reduction, an element operation, a conversion to an A operand) for Vulkan 1.3 with
+# `glslang` and validates it: <why_var> empty where both pass.
+function(vkattn_workgroup_probe glslang why_var)
+  set(probe ${CMAKE_BINARY_DIR}/workgroup_matrix_probe)
+  set(acc "coopmat<float, gl_ScopeWorkgroup, 64, 64, gl_MatrixUseAccumulator>")
+  file(WRITE ${probe}.comp "#version 450\n#extension GL_KHR_cooperative_matrix : require\n"
+       "#extension GL_NV_cooperative_matrix2 : require\n#extension GL_KHR_memory_scope_semantics : require\n"
+       "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+       "#extension GL_EXT_shader_16bit_storage : require\nlayout(local_size_x = 128) in;\n"
+       "layout(std430, binding = 0) buffer B { float16_t h[]; };\n"
+       "float add(const in float x, const in float y) { return x + y; }\n"
+       "float twice(const in uint r, const in uint c, const in float x) { return 2.0 * x; }\n"
+       "void main() {\n  tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> t = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);\n"
+       "  t = setTensorLayoutDimensionNV(t, 100, 64);\n"
+       "  coopmat<float16_t, gl_ScopeWorkgroup, 64, 64, gl_MatrixUseB> b;\n"
+       "  coopMatLoadTensorNV(b, h, 0, sliceTensorLayoutNV(t, 0, 64, 0, 64));\n"
+       "  ${acc} c = ${acc}(1.0);\n  coopMatPerElementNV(c, c, twice);\n  ${acc} r;\n"
+       "  coopMatReduceNV(r, c, gl_CooperativeMatrixReduceRowNV, add);\n"
+       "  coopmat<float16_t, gl_ScopeWorkgroup, 64, 64, gl_MatrixUseA> a = coopmat<float16_t, gl_ScopeWorkgroup, 64, 64, gl_MatrixUseA>(r);\n"
+       "  c = coopMatMulAdd(a, b, c);\n  coopMatStoreTensorNV(c, h, 0, t);\n}\n")
+  execute_process(COMMAND ${glslang} -V --target-env vulkan1.3 -S comp -o ${probe}.spv ${probe}.comp
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(status EQUAL 0)
+    execute_process(COMMAND ${VKATTN_UNITS_SPIRV_VAL} --target-env vulkan1.3 ${probe}.spv
+                    RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  endif()
+  if(status EQUAL 0)
+    set(${why_var} "" PARENT_SCOPE)
+  else()
+    set(${why_var} "${out}" PARENT_SCOPE)
+  endif()
+endfunction()
 if(NOT VKATTN_COOPMAT_UNITS STREQUAL "OFF")
   # Also the README's build/toolchain for other build trees of the checkout (the GPU kit's, the
   # Python package's).
@@ -95,7 +128,22 @@ if(NOT VKATTN_COOPMAT_UNITS STREQUAL "OFF")
       endif()
     endif()
   endif()
+  # The workgroup-matrix kernel (flash_cm2.comp: VK_NV_cooperative_matrix2's workgroup scope, tensor
+  # loads, row reductions, element operations and conversions, SPIR-V 1.6) needs a glslang >= 15 too:
+  # built with the same compiler where it compiles and validates a probe of those operations.
+  set(VKATTN_HAVE_WORKGROUP_MATRICES FALSE)
   if(VKATTN_HAVE_COOPMAT_UNITS)
+    vkattn_workgroup_probe(${VKATTN_BF16_COMPILER} wg_why)
+    if(NOT wg_why)
+      set(VKATTN_HAVE_WORKGROUP_MATRICES TRUE)
+    endif()
+  endif()
+  if(VKATTN_HAVE_COOPMAT_UNITS)
+    if(VKATTN_HAVE_WORKGROUP_MATRICES)
+      message(STATUS "vkattn: the workgroup-matrix kernel (VK_NV_cooperative_matrix2) is built (${VKATTN_BF16_COMPILER})")
+    else()
+      message(STATUS "vkattn: the workgroup-matrix kernel is not built: ${VKATTN_BF16_COMPILER} does not compile GL_NV_cooperative_matrix2 (glslang >= 15 does: VKATTN_BF16_GLSLANG)")
+    endif()
     if(VKATTN_HAVE_BF16_UNITS)
       set(bf16_note "with bf16 operands (${VKATTN_BF16_COMPILER})")
     else()
@@ -112,14 +160,18 @@ endif()
 set_property(GLOBAL PROPERTY VKATTN_SHADER_NAMES "")
 set_property(GLOBAL PROPERTY VKATTN_SHADER_FILES "")
 
-# vkattn_shader(NAME <variant> SOURCE <file.comp> [UNITS [GLSLANG <path>]] [DEFINES A=1 B ...])
+# vkattn_shader(NAME <variant> SOURCE <file.comp> [UNITS [GLSLANG <path>] [TARGET <env>]] [DEFINES A=1 B ...])
 # UNITS: the matrix units' build (CM_KHR defined; SPIR-V 1.5, Vulkan 1.2 with VK_KHR_cooperative_matrix
-# and the Vulkan memory model): glslc resolves the includes, the
-# toolchain's glslang (or GLSLANG) compiles and its spirv-val checks; only where VKATTN_HAVE_COOPMAT_UNITS.
+# and the Vulkan memory model; TARGET vulkan1.3 for SPIR-V 1.6, which VK_NV_cooperative_matrix2 needs):
+# glslc resolves the includes, the toolchain's glslang (or GLSLANG) compiles and its spirv-val checks;
+# only where VKATTN_HAVE_COOPMAT_UNITS.
 function(vkattn_shader)
-  cmake_parse_arguments(S "UNITS" "NAME;SOURCE;GLSLANG" "DEFINES" ${ARGN})
+  cmake_parse_arguments(S "UNITS" "NAME;SOURCE;GLSLANG;TARGET" "DEFINES" ${ARGN})
   if(NOT S_GLSLANG)
     set(S_GLSLANG ${VKATTN_UNITS_GLSLANG})
+  endif()
+  if(NOT S_TARGET)
+    set(S_TARGET vulkan1.2)
   endif()
   set(src ${CMAKE_CURRENT_SOURCE_DIR}/${S_SOURCE})
   set(out ${CMAKE_CURRENT_BINARY_DIR}/spv/${S_NAME}.spv)
@@ -132,8 +184,8 @@ function(vkattn_shader)
     set(pre ${CMAKE_CURRENT_BINARY_DIR}/spv/${S_NAME}.pre.comp)
     set(cmd ${VKATTN_GLSLC} -E -fshader-stage=compute -DCM_KHR ${defs} -I${CMAKE_CURRENT_SOURCE_DIR}
             -MD -MF ${dep} -MT ${out} -o ${pre} ${src}
-            COMMAND ${S_GLSLANG} -V --target-env vulkan1.2 -S comp -o ${out} ${pre}
-            COMMAND ${VKATTN_UNITS_SPIRV_VAL} --target-env vulkan1.2 ${out})
+            COMMAND ${S_GLSLANG} -V --target-env ${S_TARGET} -S comp -o ${out} ${pre}
+            COMMAND ${VKATTN_UNITS_SPIRV_VAL} --target-env ${S_TARGET} ${out})
   elseif(VKATTN_GLSLC)
     # -O0: full unrolling of register-blocked loops makes glslc -O explode in memory; the driver's own
     # compiler optimises after specialization anyway.

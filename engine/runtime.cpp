@@ -94,10 +94,13 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
                           .bf16_structures = queries.bf16,
                           .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                           .flexible_matrix_shapes = vk::matrices_need_flexible_dimensions(info_.cooperative_matrix),
+                          .workgroup_matrix_invocations = vk::workgroup_matrix_invocations(info_.cooperative_matrix),
+                          .workgroup_matrices = queries.matrix2 && queries.spirv_1_6,
                           .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                           .kernel_statistics = options_.kernel_statistics});
     vk::describe_matrix_units(info_, device_->available(), device_->features(),
-                              layer_predates(*instance_, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME), bf16_matrices_not_enabled(*instance_));
+                              layer_predates(*instance_, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME), bf16_matrices_not_enabled(*instance_),
+                              "the instance is not of Vulkan 1.3, or a validation layer older than VK_NV_cooperative_matrix2 is on");
     start();
 }
 
@@ -164,7 +167,7 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     if (!info_.rejected.empty()) throw InvalidArgument("physical_device", info_.name + " cannot be used: " + info_.rejected + ".");
     const vk::DeviceFeatures enabled = vk::enabled_features(caller.physical_device, *caller.create_info, caller.api_version);
     // Flexible shapes count where the caller enabled their feature (which the device then supports).
-    if (enabled.flexible_matrices)
+    if (enabled.flexible_matrices || enabled.workgroup_matrices)
         for (CooperativeMatrixShape& shape : vk::flexible_matrix_shapes(caller.instance, caller.physical_device))
             info_.cooperative_matrix.push_back(std::move(shape));
     info_.fp16_storage = enabled.storage_16bit;
@@ -175,13 +178,18 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                                            vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
                                                              .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                                                              .flexible_matrix_shapes = enabled.flexible_matrices,
+                                                             .workgroup_matrix_invocations = vk::workgroup_matrix_invocations(info_.cooperative_matrix),
+                                                             .workgroup_matrices = enabled.workgroup_matrices,
                                                              .maximal_reconvergence = !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                                                              .kernel_statistics = options_.kernel_statistics});
     info_.features_not_enabled = vk::features_not_enabled(device_->available(), enabled);
     vk::describe_matrix_units(info_, device_->available(), enabled,
                               "the caller's device was created without VK_KHR_cooperative_matrix's cooperativeMatrix, vulkanMemoryModel and shaderFloat16",
                               "the caller's device was created without VK_KHR_shader_bfloat16's shaderBFloat16Type and "
-                              "shaderBFloat16CooperativeMatrix");
+                              "shaderBFloat16CooperativeMatrix",
+                              "the caller's device was created without VK_NV_cooperative_matrix2's workgroup scope, flexible "
+                              "dimensions, tensor addressing, reductions, conversions and element operations, or its instance "
+                              "for Vulkan below 1.3");
     if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
     start();
 }

@@ -5,11 +5,13 @@
 #include "attention/ceil_div.hpp"
 #include "attention/device_rules.hpp"
 #include "attention/tuning.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
 
 std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
+    if (workgroup_matrices) return workgroup_matrix_shared_bytes(rows(subgroups));
     const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t kv_pitch = (kv_apart ? 16 * dk_tiles : std::max(16 * dk_tiles, columns())) + 8;
     const std::uint32_t v_elements = kv_apart ? keys * (columns() + 8) : 8;
@@ -27,7 +29,7 @@ bool CoopmatLayout::named_by_default() const {
 
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
-           (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (q_in_shared ? " qshared" : "") + (kv_apart ? " kv-apart" : "") +
+           (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (q_in_shared ? " qshared" : "") + (kv_apart ? " kv-apart" : "") + (workgroup_matrices ? " workgroup" : "") +
            (named ? " named" : "") +
            (ahead ? " ahead" : "") + (units ? " units" : " portable") + (operands == DType::bf16 ? " bf16" : "");
 }
@@ -39,6 +41,10 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
     t.operands = coopmat_operands(caps, {p.dtype, p.k_dtype, p.v_dtype}, "variant.fused_kernel", "the cooperative-matrix kernel",
                                   "the tile kernel");
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
+    if (overrides.workgroup_matrices.value_or(false)) {
+        choose_workgroup_matrices(t, caps, subgroup, subgroups, p, overrides);
+        return t;
+    }
     if (overrides.row_tiles) {
         t.row_tiles = *overrides.row_tiles;
         if (t.row_tiles < 1 || t.row_tiles > 2)
@@ -159,7 +165,10 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, co
 FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
     std::uint32_t subgroups = 4;
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
-    refuse_wide_heads_on_units(caps, p, "the cooperative-matrix kernel", "the tile kernel", c.coopmat->q_in_shared);
+    // The workgroup-matrix kernel has its own rule (Dk up to 128, O in passes): the faults this
+    // refusal keeps away were flash_coopmat.comp's.
+    if (!c.coopmat->workgroup_matrices)
+        refuse_wide_heads_on_units(caps, p, "the cooperative-matrix kernel", "the tile kernel", c.coopmat->q_in_shared);
     c.subgroups = subgroups;
     c.rows = 16;
     c.staged = false;

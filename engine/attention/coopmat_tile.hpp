@@ -55,6 +55,11 @@ struct CoopmatLayout {
     // needs 4 (the count's "barriers" lever, docs/design/GPU_KERNELS.md), for V's tile and both
     // tiles' chunks in registers (16 more at D 64 with 4 subgroups).
     bool kv_apart = false;
+    // The workgroup-matrix kernel (shaders/flash_cm2.comp) rather than flash_coopmat.comp:
+    // VariantOverrides::workgroup_matrices, settled by choose_workgroup_matrices
+    // (attention/workgroup_matrices.hpp). Then only keys, dk_tiles, column_tiles and the subgroups
+    // (16 rows each) describe it.
+    bool workgroup_matrices = false;
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * row_tiles * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
     // flash_coopmat.comp's shared memory: the K/V tile [Bc][max(16·dk_tiles, OC) + 8] (16·dk_tiles +

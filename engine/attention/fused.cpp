@@ -37,6 +37,10 @@ public:
         : runtime_(runtime), p_(p), config_(config), planner_(runtime, p, operands, config_, splits),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         const KeyPlan& keys = plan_.keys;
+        if (config.coopmat && config.coopmat->workgroup_matrices && operands.paged)
+            throw InvalidArgument("variant.workgroup_matrices", "the workgroup-matrix kernel (flash_cm2.comp) reads dense K and V "
+                                                                "by tensor loads; a paged cache takes the cooperative-matrix kernel "
+                                                                "without it.");
         // The decode kernel's loads of every type, and the cooperative-matrix kernel's of K/V stored as
         // its operands (its 16-byte chunks are 8 f16 or bf16 elements, copied as they lie) where its
         // layout allows (CoopmatLayout::staged_ahead), come as single uvec4s where every row allows;
@@ -51,7 +55,7 @@ public:
             wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv) &&
                           (!config.coopmat || config.coopmat->staged_ahead());
         }
-        if (config_.coopmat) config_.coopmat->ahead = config_.coopmat->ahead_with(wide_dense_);
+        if (config_.coopmat && !config_.coopmat->workgroup_matrices) config_.coopmat->ahead = config_.coopmat->ahead_with(wide_dense_);
         report.path = splits > 0 ? Impl::split : Impl::fused;
         report.variant = config_.describe();
         report.product_type = config.coopmat ? config.coopmat->operands : DType::f32;

@@ -203,6 +203,16 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
     if (!c.coopmat) throw Error("internal: flash_coopmat_kernel needs a coopmat config.");
     const CoopmatLayout& t = *c.coopmat;
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
+    if (t.workgroup_matrices) {  // flash_cm2.comp: the same ids for what it shares with flash_coopmat.comp
+        if (paged_pools > 0) throw Error("internal: flash_cm2.comp reads dense K/V only.");
+        vk::KernelKey key = flash_family_key("flash_cm2_o" + out_suffix(out), c, types, true, 0, "flash_cm2.comp");
+        key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
+                                                   {.id = kDkTiles, .value = t.dk_tiles},
+                                                   {.id = kColumnTiles, .value = t.column_tiles},
+                                                   {.id = kSplit, .value = split ? 1u : 0u},
+                                                   {.id = kRowTiles, .value = 1u}});
+        return runtime.kernels().get(key);
+    }
     std::string shader = "flash_" + coopmat_build(t.units, t.operands);
     shader += std::string(paged_pools > 0 ? "_paged_o" : "_o") + out_suffix(out);
     vk::KernelKey key = flash_family_key(std::move(shader), c, types, true, paged_pools, "flash_coopmat.comp");

@@ -22,7 +22,8 @@ bool nothing_forced(const AttentionOptions& o) {
     const VariantOverrides& v = o.variant;
     return o.impl == Impl::automatic && o.splits == 0 && !v.texel_loads && !v.shared_tiles && !v.subgroup_ops &&
            !v.fused_kernel && !v.gemm_kernel && !v.tile_rows && !v.tile_keys && !v.decode_lanes_per_key &&
-           !v.named_accumulators && !v.row_tiles && !v.q_in_shared && !v.kv_apart && !v.gemm_shape;
+           !v.named_accumulators && !v.row_tiles && !v.q_in_shared && !v.kv_apart &&
+           !v.workgroup_matrices && !v.gemm_shape;
 }
 
 PathChoice choose_path(const Runtime& runtime, const TuningTable* table, const Problem& problem,

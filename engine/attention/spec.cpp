@@ -80,7 +80,8 @@ std::string AttentionSpec::key() const {
     put(opt.seed);
     put(opt.impl);
     for (const auto* variant : {&opt.variant.texel_loads, &opt.variant.shared_tiles, &opt.variant.subgroup_ops,
-                                &opt.variant.named_accumulators, &opt.variant.q_in_shared, &opt.variant.kv_apart}) {
+                                &opt.variant.named_accumulators, &opt.variant.q_in_shared, &opt.variant.kv_apart,
+                                &opt.variant.workgroup_matrices}) {
         put(variant->has_value());
         put(variant->value_or(false));
     }

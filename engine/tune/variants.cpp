@@ -95,6 +95,17 @@ const std::vector<KernelVariant>& kernel_variants() {
         {"coopmat-rt2-kv-apart", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 2, .kv_apart = true},
          "flash_coopmat.comp with two row tiles per subgroup and K and V apart"},
         {"split-coopmat", Impl::split, {.fused_kernel = FusedKernel::coopmat}, "split-KV over flash_coopmat.comp"},
+        // VK_NV_cooperative_matrix2's workgroup-scope matrices (DeviceInfo::workgroup_matrices; refused
+        // elsewhere): the driver lays out S, P and O and stages K/V, as llama.cpp's coopmat2 shader
+        // lets it. 64 rows on 4 subgroups, and 128 on 8.
+        {"coopmat-wg", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .workgroup_matrices = true},
+         "flash_cm2.comp: the forward on workgroup-scope matrices (VK_NV_cooperative_matrix2), dense f16 K/V"},
+        {"coopmat-wg-64x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 64, .tile_keys = 32, .workgroup_matrices = true},
+         "flash_cm2.comp with 64-row, 32-key tiles"},
+        {"coopmat-wg-128x64", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 128, .tile_keys = 64, .workgroup_matrices = true},
+         "flash_cm2.comp with 128-row, 64-key tiles (8 subgroups)"},
+        {"split-coopmat-wg", Impl::split, {.fused_kernel = FusedKernel::coopmat, .workgroup_matrices = true},
+         "split-KV over flash_cm2.comp"},
     };
     return all;
 }

@@ -13,6 +13,12 @@
 namespace vkattn::vk {
 namespace {
 
+// Whether this build has the workgroup-matrix kernel and the device supports what it uses (asked
+// only then: the query chains VK_NV_cooperative_matrix2's structure).
+bool workgroup_matrix_shader_ready(VkPhysicalDevice physical) {
+    return workgroup_matrix_shaders_built() && supports_workgroup_matrices(physical);
+}
+
 bool texel_format_supported(VkPhysicalDevice physical, VkFormat format) {
     VkFormatProperties props;
     vkGetPhysicalDeviceFormatProperties(physical, format, &props);
@@ -51,6 +57,8 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     features_.bf16_matrices = features_.cooperative_matrix && available_.bf16_matrices && options.bf16_structures &&
                               options.bf16_matrix_shape && bf16_unit_shaders_built() && supports_bf16_matrices(physical);
     features_.flexible_matrices = features_.cooperative_matrix && options.flexible_matrix_shapes;
+    features_.workgroup_matrices = features_.cooperative_matrix && options.workgroup_matrices &&
+                                   options.workgroup_matrix_invocations != 0 && workgroup_matrix_shader_ready(physical);
     features_.maximal_reconvergence = available_.maximal_reconvergence && options.maximal_reconvergence;
     features_.pipeline_statistics = available_.pipeline_statistics && options.kernel_statistics;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
@@ -79,8 +87,15 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
         chain(want_matrices);
     }
     VkPhysicalDeviceCooperativeMatrix2FeaturesNV want_flexible{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV};
-    if (features_.flexible_matrices) {
+    if (features_.flexible_matrices || features_.workgroup_matrices) {
         want_flexible.cooperativeMatrixFlexibleDimensions = VK_TRUE;
+        if (features_.workgroup_matrices) {
+            want_flexible.cooperativeMatrixWorkgroupScope = VK_TRUE;
+            want_flexible.cooperativeMatrixTensorAddressing = VK_TRUE;
+            want_flexible.cooperativeMatrixReductions = VK_TRUE;
+            want_flexible.cooperativeMatrixConversions = VK_TRUE;
+            want_flexible.cooperativeMatrixPerElementOperations = VK_TRUE;
+        }
         chain(want_flexible);
     }
     VkPhysicalDeviceShaderBfloat16FeaturesKHR want_bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
@@ -120,7 +135,7 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     if (features_.portability_subset) extensions.push_back("VK_KHR_portability_subset");
     if (features_.subgroup_size_control) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     if (features_.cooperative_matrix) extensions.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
-    if (features_.flexible_matrices) extensions.push_back(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
+    if (features_.flexible_matrices || features_.workgroup_matrices) extensions.push_back(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
     if (features_.bf16_matrices) extensions.push_back(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
     if (features_.maximal_reconvergence) extensions.push_back(VK_KHR_SHADER_MAXIMAL_RECONVERGENCE_EXTENSION_NAME);
     if (features_.pipeline_statistics) extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
@@ -199,6 +214,18 @@ void Device::describe() {
     // As describe_matrix_units says (vk/device_facts.hpp): the feature on, the shape offered, the shaders built.
     caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_shape && matrix_unit_shaders_built();
     caps_.bf16_matrix_units = caps_.matrix_units && features_.bf16_matrices && options_.bf16_matrix_shape && bf16_unit_shaders_built();
+    caps_.workgroup_matrices = caps_.matrix_units && features_.workgroup_matrices && options_.workgroup_matrix_invocations != 0 &&
+                               workgroup_matrix_shaders_built();
+    if (caps_.workgroup_matrices) {
+        caps_.workgroup_matrix_invocations = options_.workgroup_matrix_invocations;
+        VkPhysicalDeviceCooperativeMatrix2PropertiesNV matrix2{VKATTN_STYPE_COOPERATIVE_MATRIX_2_PROPERTIES_NV};
+        VkPhysicalDeviceProperties2 props_matrix2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        props_matrix2.pNext = &matrix2;
+        vkGetPhysicalDeviceProperties2(physical, &props_matrix2);
+        caps_.workgroup_matrix_max_invocations = matrix2.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+        caps_.workgroup_matrix_max_dimension = matrix2.cooperativeMatrixFlexibleDimensionsMaxDimension;
+        caps_.workgroup_matrix_reserved_shared = matrix2.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+    }
     caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
     caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;

@@ -34,6 +34,17 @@ struct DeviceCaps {
     // that compiles GL_EXT_bfloat16). Else bf16 storage takes the cooperative-matrix kernels only
     // where they run portably (no matrix units).
     bool bf16_matrix_units = false;
+    // The workgroup-matrix kernel (shaders/flash_cm2.comp) runs: matrix_units, VK_NV_cooperative_matrix2's
+    // workgroup scope and the rest it uses enabled (DeviceInfo::workgroup_matrices), a flexible f16
+    // workgroup shape offered at the workgroup sizes of workgroup_matrix_invocations (bit i: 2^i
+    // invocations), up to workgroup_matrix_max_invocations invocations and matrices of
+    // workgroup_matrix_max_dimension, the driver keeping workgroup_matrix_reserved_shared bytes of
+    // shared memory for them.
+    bool workgroup_matrices = false;
+    std::uint32_t workgroup_matrix_invocations = 0;
+    std::uint32_t workgroup_matrix_max_invocations = 0;
+    std::uint32_t workgroup_matrix_max_dimension = 0;
+    std::uint32_t workgroup_matrix_reserved_shared = 0;
     std::uint32_t min_subgroup_size = 1, max_subgroup_size = 1;
     std::uint32_t max_shared_bytes = 16384;
     std::uint32_t max_workgroup_invocations = 128;

@@ -115,6 +115,7 @@ std::vector<CooperativeMatrixShape> flexible_matrix_shapes(VkInstance instance, 
         CooperativeMatrixShape shape = shape_of(p.MGranularity, p.NGranularity, p.KGranularity, p);
         shape.flexible = true;
         shape.max_dimension = limits.cooperativeMatrixFlexibleDimensionsMaxDimension;
+        if (shape.scope == "workgroup") shape.workgroup_invocations = p.workgroupInvocations;
         out.push_back(std::move(shape));
     }
     return out;
@@ -180,6 +181,7 @@ void describe_tuning_facts(VkInstance instance, VkPhysicalDevice physical, Devic
     // What a context's own device gets (no validation layer older than the extension on).
     DeviceFeatures available = available_features(physical);
     available.flexible_matrices = flexible;
+    available.workgroup_matrices = flexible && ask.spirv_1_6 && supports_workgroup_matrices(physical);
     DeviceFeatures enabled = available;
     if (ask.bf16 && available.bf16_matrices) enabled.bf16_matrices = supports_bf16_matrices(physical);
     info.maximal_reconvergence = available.maximal_reconvergence;
@@ -211,11 +213,24 @@ bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>
            (takes_bf16_matrices(shapes) && !takes_bf16_matrices(shapes, false));
 }
 
+std::uint32_t workgroup_matrix_invocations(const std::vector<CooperativeMatrixShape>& shapes) {
+    std::uint32_t mask = 0;
+    for (const CooperativeMatrixShape& s : shapes) {
+        const std::uint32_t n = s.workgroup_invocations;
+        if (s.flexible && s.scope == "workgroup" && fits_16(s, true) && s.a == "f16" && s.b == "f16" && s.c == "f32" &&
+            s.result == "f32" && !s.saturating && n > 0 && (n & (n - 1)) == 0)
+            mask |= n;  // a power of two: its own bit
+    }
+    return mask;
+}
+
 void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
-                           const std::string& why_not_enabled, const std::string& why_bf16_not_enabled) {
-    info.matrix_units = info.bf16_matrix_units = false;
+                           const std::string& why_not_enabled, const std::string& why_bf16_not_enabled,
+                           const std::string& why_workgroup_not_enabled) {
+    info.matrix_units = info.bf16_matrix_units = info.workgroup_matrices = false;
     info.matrix_units_off.clear();
     info.bf16_matrix_units_off.clear();
+    info.workgroup_matrices_off.clear();
     if (info.cooperative_matrix.empty()) return;  // no matrix units to speak of
     if (!takes_f16_matrices(info.cooperative_matrix, enabled.flexible_matrices))
         info.matrix_units_off = "no 16x16x16 f16 x f16 + f32 subgroup shape";
@@ -239,6 +254,20 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
         info.bf16_matrix_units_off = why_bf16_not_enabled;
     else
         info.bf16_matrix_units = true;
+    if (!info.matrix_units)
+        info.workgroup_matrices_off = "the matrix units are off";
+    else if (workgroup_matrix_invocations(info.cooperative_matrix) == 0)
+        info.workgroup_matrices_off = "no flexible f16 x f16 + f32 workgroup-scope shape (VK_NV_cooperative_matrix2; listed only where "
+                                      "no validation layer older than it is on)";
+    else if (!available.workgroup_matrices)
+        info.workgroup_matrices_off = "VK_NV_cooperative_matrix2's workgroup scope, tensor addressing, reductions, conversions or "
+                                      "element operations, or Vulkan 1.3 (SPIR-V 1.6) on the device and the instance, are not offered";
+    else if (!workgroup_matrix_shaders_built())
+        info.workgroup_matrices_off = "this build has no workgroup-matrix kernel (a glslang >= 15: VKATTN_BF16_GLSLANG)";
+    else if (!enabled.workgroup_matrices)
+        info.workgroup_matrices_off = why_workgroup_not_enabled;
+    else
+        info.workgroup_matrices = true;
 }
 
 }  // namespace vkattn::vk

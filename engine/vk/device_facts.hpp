@@ -29,6 +29,7 @@ ComputeUnits compute_units(VkPhysicalDevice physical);
 struct NewerQueries {
     bool bf16 = false;     // VK_KHR_shader_bfloat16's (kBfloat16HeaderVersion)
     bool matrix2 = false;  // VK_NV_cooperative_matrix2's (kCooperativeMatrix2HeaderVersion)
+    bool spirv_1_6 = false;  // the instance is of Vulkan 1.3: SPIR-V 1.6 kernels may run (the workgroup-matrix kernel)
 };
 
 // Fills `info`'s tuning facts (the fields after `rejected` in DeviceInfo). `instance` resolves
@@ -60,7 +61,13 @@ inline constexpr const char* kNoBf16MatrixFeatures =
 // features: the units run the cooperative-matrix kernels where the shape is offered, the feature is
 // enabled (else `why_not_enabled`) and this build has their shaders; and bf16_matrix_units (_off)
 // alike (`why_bf16_not_enabled`).
+// workgroup_matrices (_off) alike (`why_workgroup_not_enabled`).
 void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
-                           const std::string& why_not_enabled, const std::string& why_bf16_not_enabled);
+                           const std::string& why_not_enabled, const std::string& why_bf16_not_enabled,
+                           const std::string& why_workgroup_not_enabled = "");
+
+// The workgroup sizes for which `shapes` offer a flexible f16 x f16 + f32 workgroup-scope shape whose
+// granularities divide 16 (VK_NV_cooperative_matrix2): bit i set for 2^i invocations; 0 for none.
+std::uint32_t workgroup_matrix_invocations(const std::vector<CooperativeMatrixShape>& shapes);
 
 }  // namespace vkattn::vk

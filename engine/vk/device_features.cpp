@@ -95,10 +95,28 @@ bool supports_flexible_matrices(VkPhysicalDevice physical) {
                .cooperativeMatrixFlexibleDimensions == VK_TRUE;
 }
 
+bool runs_spirv_1_6(std::uint32_t v) {
+    return VK_API_VERSION_MAJOR(v) > 1 || (VK_API_VERSION_MAJOR(v) == 1 && VK_API_VERSION_MINOR(v) >= 3);
+}
+
+namespace {
+bool has_workgroup_features(const VkPhysicalDeviceCooperativeMatrix2FeaturesNV& f) {
+    return f.cooperativeMatrixWorkgroupScope && f.cooperativeMatrixFlexibleDimensions && f.cooperativeMatrixReductions &&
+           f.cooperativeMatrixConversions && f.cooperativeMatrixPerElementOperations && f.cooperativeMatrixTensorAddressing;
+}
+}  // namespace
+
+bool supports_workgroup_matrices(VkPhysicalDevice physical) {
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(physical, &props);
+    return runs_spirv_1_6(props.apiVersion) &&
+           has_workgroup_features(queried(physical, VkPhysicalDeviceCooperativeMatrix2FeaturesNV{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV}));
+}
+
 DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateInfo& info, std::uint32_t api_version) {
     DeviceFeatures out;
     bool size_control = false, full_subgroups = false, matrices = false, memory_model = false, reconvergence = false;
-    bool executables = false, bf16_type = false, bf16_matrices = false, flexible = false, clock = false;
+    bool executables = false, bf16_type = false, bf16_matrices = false, flexible = false, clock = false, workgroup = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -162,9 +180,11 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                     bf16_type |= f->shaderBFloat16Type == VK_TRUE;
                     bf16_matrices |= f->shaderBFloat16CooperativeMatrix == VK_TRUE;
                 }
-                if (s->sType == VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV)
-                    flexible |= reinterpret_cast<const VkPhysicalDeviceCooperativeMatrix2FeaturesNV*>(s)
-                                    ->cooperativeMatrixFlexibleDimensions == VK_TRUE;
+                if (s->sType == VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV) {
+                    auto* f = reinterpret_cast<const VkPhysicalDeviceCooperativeMatrix2FeaturesNV*>(s);
+                    flexible |= f->cooperativeMatrixFlexibleDimensions == VK_TRUE;
+                    workgroup |= has_workgroup_features(*f);
+                }
                 if (s->sType == VKATTN_STYPE_MAXIMAL_RECONVERGENCE_FEATURES_KHR)
                     reconvergence |= reinterpret_cast<const VkPhysicalDeviceShaderMaximalReconvergenceFeaturesKHR*>(s)
                                          ->shaderMaximalReconvergence == VK_TRUE;
@@ -192,6 +212,7 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
     out.flexible_matrices = out.cooperative_matrix && matrix2_extension && flexible;
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
+    out.workgroup_matrices = out.flexible_matrices && workgroup && runs_spirv_1_6(api_version) && runs_spirv_1_6(props.apiVersion);
     // Core in Vulkan 1.3 (for an instance and a device of 1.3), whichever structure enabled it.
     auto at_least_1_3 = [](std::uint32_t v) {
         return VK_API_VERSION_MAJOR(v) > 1 || (VK_API_VERSION_MAJOR(v) == 1 && VK_API_VERSION_MINOR(v) >= 3);
@@ -218,6 +239,9 @@ std::vector<std::string> features_not_enabled(const DeviceFeatures& available, c
     note(available.bf16_matrices && enabled.cooperative_matrix && bf16_unit_shaders_built(), enabled.bf16_matrices,
          "shaderBFloat16Type + shaderBFloat16CooperativeMatrix (VK_KHR_shader_bfloat16): bf16 storage does not multiply "
          "on the matrix units");
+    note(available.workgroup_matrices && enabled.cooperative_matrix && workgroup_matrix_shaders_built(), enabled.workgroup_matrices,
+         "VK_NV_cooperative_matrix2's workgroup scope, flexible dimensions, tensor addressing, reductions, conversions and "
+         "element operations, on an instance of Vulkan 1.3: the forward's workgroup-matrix kernel is refused");
     note(available.maximal_reconvergence, enabled.maximal_reconvergence,
          "shaderMaximalReconvergence (VK_KHR_shader_maximal_reconvergence): subgroup operations after a per-lane branch "
          "rely on the driver reconverging there, which the core rules do not promise");

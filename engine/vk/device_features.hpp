@@ -35,6 +35,12 @@ struct DeviceFeatures {
     // lists no 16×16×16 shape of its own (lavapipe: 8×8×8). Offered: known only by a query
     // (supports_flexible_matrices), which a validation layer older than the extension rejects.
     bool flexible_matrices = false;
+    // VK_NV_cooperative_matrix2's workgroup scope, flexible dimensions, tensor addressing,
+    // reductions, conversions and element operations, with cooperative_matrix, on a device and an
+    // instance of Vulkan 1.3 (the kernel is SPIR-V 1.6): the workgroup-matrix kernel
+    // (shaders/flash_cm2.comp). Offered: known only by a query (supports_workgroup_matrices), which a
+    // validation layer older than the extension rejects.
+    bool workgroup_matrices = false;
     // VK_KHR_shader_maximal_reconvergence's shaderMaximalReconvergence: every pipeline's SPIR-V then
     // gets MaximallyReconvergesKHR (vk/spirv_patch.hpp), so subgroup operations after a per-lane
     // branch see the whole subgroup.
@@ -59,6 +65,14 @@ bool supports_bf16_matrices(VkPhysicalDevice physical);
 // Whether it supports VK_NV_cooperative_matrix2's flexible dimensions (the extension offered): ask
 // only where no validation layer older than the structure is on (kCooperativeMatrix2HeaderVersion).
 bool supports_flexible_matrices(VkPhysicalDevice physical);
+
+// Whether it supports what the workgroup-matrix kernel uses of VK_NV_cooperative_matrix2 (workgroup
+// scope, flexible dimensions, tensor addressing, reductions, conversions, element operations) and
+// Vulkan 1.3 (SPIR-V 1.6); ask as supports_flexible_matrices.
+bool supports_workgroup_matrices(VkPhysicalDevice physical);
+
+// Whether Vulkan `version` (an instance's or a device's) runs SPIR-V 1.6 modules: 1.3 or later.
+bool runs_spirv_1_6(std::uint32_t version);
 
 // The device extensions the physical device offers, and whether `name` is among them.
 std::vector<VkExtensionProperties> device_extensions(VkPhysicalDevice physical);

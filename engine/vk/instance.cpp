@@ -5,8 +5,10 @@
 
 #include "vk/check.hpp"
 #include "vk/device_facts.hpp"
+#include "vk/device_features.hpp"
 #include "vk/driver_pin.hpp"
 #include "vk/newer_extensions.hpp"
+#include "vk/pipeline.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::vk {
@@ -62,7 +64,14 @@ Instance::Instance(bool validation) {
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "vkattn";
     app.pEngineName = "vkattn";
-    app.apiVersion = VK_API_VERSION_1_2;
+    // 1.2 is what every kernel but one needs; the workgroup-matrix kernel is SPIR-V 1.6, which a
+    // device runs only for an instance of 1.3, so a build that has it asks for 1.3 where the loader
+    // knows it (a 1.2 driver still answers as 1.2).
+    std::uint32_t loader = VK_API_VERSION_1_0;
+    if (auto enumerate = reinterpret_cast<PFN_vkEnumerateInstanceVersion>(vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceVersion")))
+        enumerate(&loader);
+    api_version_ = workgroup_matrix_shaders_built() && runs_spirv_1_6(loader) ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2;
+    app.apiVersion = api_version_;
 
     std::vector<const char*> layers;
     std::vector<const char*> extensions;
@@ -149,7 +158,9 @@ std::vector<VkPhysicalDevice> Instance::physical_devices() const {
 }
 
 NewerQueries newer_queries(const Instance& instance) {
-    return {.bf16 = instance.layer_knows(kBfloat16HeaderVersion), .matrix2 = instance.layer_knows(kCooperativeMatrix2HeaderVersion)};
+    return {.bf16 = instance.layer_knows(kBfloat16HeaderVersion),
+            .matrix2 = instance.layer_knows(kCooperativeMatrix2HeaderVersion),
+            .spirv_1_6 = runs_spirv_1_6(instance.api_version())};
 }
 
 std::vector<DeviceInfo> describe_devices(const Instance& instance, NewerQueries ask) {

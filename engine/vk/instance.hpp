@@ -29,6 +29,10 @@ public:
     // Whether no validation layer is on, or it was built with headers of `header_version` or later
     // (and so knows the structures of what came then).
     bool layer_knows(std::uint32_t header_version) const { return !validation_ || layer_version_ >= header_version; }
+    // The Vulkan version the instance was created for (VkApplicationInfo::apiVersion; 0 for a
+    // caller's, which the caller states): 1.2, or 1.3 where this build has a SPIR-V 1.6 kernel (the
+    // workgroup-matrix kernel) and the loader knows 1.3.
+    std::uint32_t api_version() const { return api_version_; }
 
     std::vector<VkPhysicalDevice> physical_devices() const;
     std::vector<std::string> messages() const;
@@ -42,6 +46,7 @@ private:
                                                      void* self);
     bool validation_ = false;
     std::uint32_t layer_version_ = 0;
+    std::uint32_t api_version_ = 0;
     Handle<VkInstance> instance_;
     Handle<VkDebugUtilsMessengerEXT> messenger_;
     mutable std::mutex messages_mutex_;

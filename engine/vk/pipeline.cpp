@@ -26,6 +26,7 @@ bool has_embedded_shader(const std::string& name) {
 
 bool matrix_unit_shaders_built() { return has_embedded_shader("flash_coopmat_units_o16"); }
 bool bf16_unit_shaders_built() { return has_embedded_shader("flash_coopmat_units_bf16_obf16"); }
+bool workgroup_matrix_shaders_built() { return has_embedded_shader("flash_cm2_o32"); }
 
 Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key) : name_(key.shader) {
     const VkDevice d = device.get();

@@ -31,6 +31,9 @@ bool has_embedded_shader(const std::string& name);
 bool matrix_unit_shaders_built();
 // Whether it has their bf16 builds too (VKATTN_HAVE_BF16_UNITS: a glslang that compiles GL_EXT_bfloat16).
 bool bf16_unit_shaders_built();
+// Whether it has the workgroup-matrix kernel (VKATTN_HAVE_WORKGROUP_MATRICES: shaders/flash_cm2.comp,
+// a glslang that compiles GL_NV_cooperative_matrix2).
+bool workgroup_matrix_shaders_built();
 
 struct SpecConstant {
     std::uint32_t id = 0;

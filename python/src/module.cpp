@@ -70,6 +70,8 @@ nb::dict device_dict(const vkattn::DeviceInfo& d) {
     out["matrix_units_off"] = d.matrix_units_off;
     out["bf16_matrix_units"] = d.bf16_matrix_units;  // bf16 storage on the units too, else refused there
     out["bf16_matrix_units_off"] = d.bf16_matrix_units_off;
+    out["workgroup_matrices"] = d.workgroup_matrices;  // the forward on workgroup-scope matrices (flash_cm2.comp)
+    out["workgroup_matrices_off"] = d.workgroup_matrices_off;
     out["bf16_shader"] = d.bf16_shader;
     out["fp8_shader"] = d.fp8_shader;
     out["timestamp_period_ns"] = d.timestamp_period_ns;

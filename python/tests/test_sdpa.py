@@ -167,6 +167,8 @@ def test_default_context_and_devices():
         assert isinstance(d["matrix_units"], bool) and isinstance(d["matrix_units_off"], str)
         assert isinstance(d["bf16_matrix_units"], bool) and isinstance(d["bf16_matrix_units_off"], str)
         assert not (d["bf16_matrix_units"] and not d["matrix_units"])
+        assert isinstance(d["workgroup_matrices"], bool) and isinstance(d["workgroup_matrices_off"], str)
+        assert not (d["workgroup_matrices"] and not d["matrix_units"])
 
 
 @pytest.mark.parametrize("call,argument", [

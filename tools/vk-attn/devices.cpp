@@ -20,7 +20,9 @@ std::string shape_text(const CooperativeMatrixShape& s) {
     if (s.flexible) out << "multiples of ";
     out << s.m << "x" << s.n << "x" << s.k << " " << s.a << "*" << s.b << "+" << s.c << "->" << s.result;
     if (s.flexible) out << " up to " << s.max_dimension;
-    if (s.scope != "subgroup") out << " (" << s.scope << ")";
+    if (s.scope != "subgroup") out << " (" << s.scope;
+    if (s.workgroup_invocations) out << ", " << s.workgroup_invocations << " invocations";
+    if (s.scope != "subgroup") out << ")";
     if (s.saturating) out << " saturating";
     return out.str();
 }
@@ -31,7 +33,7 @@ nlohmann::json to_json(const DeviceInfo& d) {
     for (const auto& s : d.cooperative_matrix)
         shapes.push_back({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"a", s.a}, {"b", s.b}, {"c", s.c}, {"result", s.result},
                           {"scope", s.scope}, {"saturating", s.saturating}, {"flexible", s.flexible},
-                          {"max_dimension", s.max_dimension}});
+                          {"max_dimension", s.max_dimension}, {"workgroup_invocations", s.workgroup_invocations}});
     return {{"index", d.index}, {"name", d.name}, {"type", d.type}, {"driver", d.driver}, {"api_version", d.api_version},
             {"vendor_id", d.vendor_id}, {"device_id", d.device_id}, {"uuid", d.uuid},
             {"compute_units", d.compute_units}, {"compute_units_source", d.compute_units_source},
@@ -44,6 +46,7 @@ nlohmann::json to_json(const DeviceInfo& d) {
             {"fp8_shader", d.fp8_shader}, {"fp8_cooperative_matrix", d.fp8_cooperative_matrix},
             {"cooperative_matrix", shapes}, {"matrix_units", d.matrix_units}, {"matrix_units_off", d.matrix_units_off},
             {"bf16_matrix_units", d.bf16_matrix_units}, {"bf16_matrix_units_off", d.bf16_matrix_units_off},
+            {"workgroup_matrices", d.workgroup_matrices}, {"workgroup_matrices_off", d.workgroup_matrices_off},
             {"inf_nan_preserve", d.inf_nan_preserve}, {"maximal_reconvergence", d.maximal_reconvergence},
             {"timestamp_period_ns", d.timestamp_period_ns}, {"heaps", heaps}, {"default_choice", d.default_choice},
             {"rejected", d.rejected}};
@@ -77,6 +80,9 @@ void print_text(const DeviceInfo& d) {
             std::cout << "on the matrix units; bf16 storage ";
             if (d.bf16_matrix_units) std::cout << "on them too";
             else std::cout << "refused (" << d.bf16_matrix_units_off << ")";
+            std::cout << "; workgroup matrices (flash_cm2.comp) ";
+            if (d.workgroup_matrices) std::cout << "yes";
+            else std::cout << "no (" << d.workgroup_matrices_off << ")";
         } else {
             std::cout << "portable (" << d.matrix_units_off << ")";
         }

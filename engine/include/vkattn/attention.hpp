@@ -174,6 +174,14 @@ struct VariantOverrides {
     //   both a tile ahead in registers: 2 workgroup barriers per key tile rather than 4, for more
     //   registers and shared memory. Chosen: false (unmeasured on a GPU; coopmat-kv-apart).
     std::optional<bool> kv_apart;
+    //   workgroup_matrices: the cooperative-matrix forward on workgroup-scope matrices
+    //   (shaders/flash_cm2.comp, VK_NV_cooperative_matrix2): the workgroup's S, P and O as single
+    //   matrices the driver lays out, K and V as tensor loads, the softmax as row reductions and
+    //   element operations, nothing of them through shared memory. Dense f16 K and V, heads up to
+    //   128, where DeviceInfo::workgroup_matrices holds; InvalidArgument naming it elsewhere, and
+    //   beside row_tiles, q_in_shared, kv_apart or named_accumulators. Chosen: false (unmeasured on
+    //   a GPU; coopmat-wg), the tuner's to time.
+    std::optional<bool> workgroup_matrices;
     //   gemm_shape: the cooperative-matrix GEMM's shape (GemmShape), for the GEMM ceiling only
     //   (`bench --gemm --gemm-kernel coopmat --gemm-shape`); the attention paths refuse it. Chosen:
     //   2x2,4x4,32,2 on the matrix units, 2x2,2x2,16,2 in the portable implementation.

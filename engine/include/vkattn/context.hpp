@@ -33,6 +33,7 @@ struct CooperativeMatrixShape {
     bool saturating = false;
     bool flexible = false;
     std::uint32_t max_dimension = 0;  // a flexible shape's
+    std::uint32_t workgroup_invocations = 0;  // a flexible workgroup-scope shape's: the workgroup size it is for
 };
 
 // What `vk-attn devices` shows and what device selection ranks.
@@ -93,6 +94,13 @@ struct DeviceInfo {
     // storage by name and bf16_matrix_units_off says why.
     bool bf16_matrix_units = false;
     std::string bf16_matrix_units_off;
+    // Whether the forward may run on workgroup-scope matrices (VariantOverrides::workgroup_matrices,
+    // shaders/flash_cm2.comp): matrix_units, VK_NV_cooperative_matrix2's workgroup scope, flexible
+    // dimensions, tensor addressing, reductions, conversions and element operations enabled, a
+    // flexible f16 x f16 + f32 workgroup shape offered, Vulkan 1.3 (SPIR-V 1.6), and this build has
+    // the kernel (a glslang >= 15). Else workgroup_matrices_off says why (empty without matrix units).
+    bool workgroup_matrices = false;
+    std::string workgroup_matrices_off;
     double timestamp_period_ns = 0;  // one timestamp tick
 };
 

@@ -83,6 +83,7 @@ struct Case {
         if (variant.row_tiles) s << " row_tiles=" << *variant.row_tiles;
         if (variant.q_in_shared) s << " q_in_shared=" << *variant.q_in_shared;
         if (variant.kv_apart) s << " kv_apart=" << *variant.kv_apart;
+        if (variant.workgroup_matrices) s << " workgroup_matrices=" << *variant.workgroup_matrices;
         if (variant.gemm_shape) s << " gemm_shape=" << to_string(*variant.gemm_shape);
         if (logits) s << " logits=" << to_string(*logits);
         return s.str();

@@ -1,0 +1,82 @@
+#include "attention/workgroup_matrices.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "attention/ceil_div.hpp"
+#include "vkattn/errors.hpp"
+
+namespace vkattn::detail {
+
+std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows) { return 4 * (rows * (8 + 11) + 4); }
+
+void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
+                               const Problem& p, const VariantOverrides& o) {
+    const char* knob = "variant.workgroup_matrices";
+    const std::string kernel = "the workgroup-matrix kernel (flash_cm2.comp)";
+    if (!caps.workgroup_matrices)
+        throw InvalidArgument(knob, kernel + " runs on VK_NV_cooperative_matrix2's workgroup-scope matrices, which " + caps.name +
+                                        " does not offer here (DeviceInfo::workgroup_matrices_off says why); use the "
+                                        "cooperative-matrix kernel without it.");
+    for (const auto& [set, name] : {std::pair{o.row_tiles.has_value(), "variant.row_tiles"},
+                                    std::pair{o.q_in_shared.has_value(), "variant.q_in_shared"},
+                                    std::pair{o.kv_apart.has_value(), "variant.kv_apart"},
+                                    std::pair{o.named_accumulators.has_value(), "variant.named_accumulators"}})
+        if (set)
+            throw InvalidArgument(name, kernel + " lays its matrices out itself (the driver does): it has no row tiles, "
+                                                 "Q tile, K/V tiles or O forms to choose; leave this unset beside workgroup_matrices.");
+    if (p.k_dtype != DType::f16 || p.v_dtype != DType::f16)
+        throw InvalidArgument(knob, kernel + " reads K and V by tensor loads of f16 elements; these are stored as " +
+                                        to_string(p.k_dtype) + " and " + to_string(p.v_dtype) +
+                                        ": use f16 K/V, or the cooperative-matrix kernel without it.");
+    if (t.operands != DType::f16)
+        throw InvalidArgument(knob, kernel + " multiplies f16 operands; bf16 storage takes the cooperative-matrix kernel without it.");
+    if (p.Dk > 128)
+        throw InvalidArgument(knob, kernel + " takes Q and K heads up to 128 wide (Dk = " + std::to_string(p.Dk) +
+                                        "); wider ones take the tile kernel.");
+    t.workgroup_matrices = true;
+    t.units = true;
+    t.row_tiles = 1;
+    t.q_in_shared = t.kv_apart = t.named = t.ahead = false;
+    t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8));
+    subgroups = 4;  // 64 rows; 128 invocations on 32 lanes
+    if (o.tile_rows) {
+        const std::uint32_t br = *o.tile_rows;
+        if (br == 0 || br % 16 != 0)
+            throw InvalidArgument("variant.tile_rows", std::to_string(br) + " query rows per workgroup; " + kernel +
+                                                           " takes a multiple of 16 (one subgroup per 16 rows).");
+        subgroups = br / 16;
+    }
+    const std::uint32_t invocations = subgroups * subgroup;
+    const bool offered = invocations <= 0x80000000u && (invocations & (invocations - 1)) == 0 &&
+                         (caps.workgroup_matrix_invocations & invocations) != 0;
+    if (!offered || invocations > caps.workgroup_matrix_max_invocations || invocations > caps.max_workgroup_invocations) {
+        std::string sizes;
+        for (std::uint32_t n = 1; n != 0; n <<= 1)
+            if (caps.workgroup_matrix_invocations & n) sizes += (sizes.empty() ? "" : ", ") + std::to_string(n);
+        throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob,
+                              std::to_string(t.rows(subgroups)) + " rows take a workgroup of " + std::to_string(invocations) +
+                                  " invocations (one subgroup of " + std::to_string(subgroup) + " per 16 rows); the device offers f16 "
+                                  "workgroup matrices at " + (sizes.empty() ? std::string("none") : sizes) + " invocations, at most " +
+                                  std::to_string(caps.workgroup_matrix_max_invocations) + ".");
+    }
+    if (o.tile_keys) {
+        const std::uint32_t bc = *o.tile_keys;
+        if (bc == 0 || bc % 16 != 0 || bc > 256)
+            throw InvalidArgument("variant.tile_keys", std::to_string(bc) + " keys per tile; " + kernel + " takes a multiple of 16 up to 256.");
+        t.keys = bc;
+    }
+    const std::uint32_t largest = std::max({t.rows(subgroups), t.keys, 16 * t.dk_tiles, t.columns()});
+    if (largest > caps.workgroup_matrix_max_dimension)
+        throw InvalidArgument(o.tile_rows || o.tile_keys ? (o.tile_rows ? "variant.tile_rows" : "variant.tile_keys") : knob,
+                              kernel + " would need a matrix " + std::to_string(largest) + " wide; the device's flexible matrices "
+                                       "reach " + std::to_string(caps.workgroup_matrix_max_dimension) + ".");
+    const std::uint32_t shared = workgroup_matrix_shared_bytes(t.rows(subgroups)) + caps.workgroup_matrix_reserved_shared;
+    if (shared > caps.max_shared_bytes)
+        throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob,
+                              kernel + " with " + std::to_string(t.rows(subgroups)) + " rows needs " + std::to_string(shared) +
+                                  " bytes of shared memory (the driver's " + std::to_string(caps.workgroup_matrix_reserved_shared) +
+                                  " for the matrices among them); the device has " + std::to_string(caps.max_shared_bytes) + ".");
+}
+
+}  // namespace vkattn::detail

@@ -1,0 +1,30 @@
+// The workgroup-matrix forward (shaders/flash_cm2.comp; issue #33, docs/design/GPU_KERNELS.md
+// "Workgroup matrices"): flash_coopmat.comp's contract on VK_NV_cooperative_matrix2's
+// workgroup-scope matrices, which the driver lays over the workgroup and feeds by tensor loads.
+// What it takes of a problem and a device, as a CoopmatLayout with workgroup_matrices set. Pure (no
+// Vulkan).
+#pragma once
+
+#include <cstdint>
+
+#include "attention/coopmat_tile.hpp"
+
+namespace vkattn::detail {
+
+// flash_cm2.comp's shared memory: per row its facts (key range, head, query, Q's, O's and lse's
+// indices: 8 words) and its RowMask (11 words), and the workgroup's key ranges (4 words); the driver
+// keeps DeviceCaps::workgroup_matrix_reserved_shared more for the matrices.
+std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows);
+
+// Settles `t` and `subgroups` for flash_cm2.comp, where overrides.workgroup_matrices asks for it:
+// Br = 16·subgroups rows (tile_rows forces it: a workgroup of Br/16 subgroups), Bc = t.keys (64, or
+// tile_keys), Q and K in dk_tiles, O's columns in passes of up to 128, on a workgroup size the
+// device offers flexible f16 workgroup matrices at. InvalidArgument naming variant.workgroup_matrices
+// where the device lacks them (DeviceInfo::workgroup_matrices_off says why), K or V is not stored as
+// f16, the operands would be bf16, Dk passes 128, or a matrix passes the device's dimension;
+// variant.tile_rows where the workgroup size is not offered; and naming row_tiles, q_in_shared,
+// kv_apart or named_accumulators where they are set beside it (the kernel has no such forms).
+void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
+                               const Problem& problem, const VariantOverrides& overrides);
+
+}  // namespace vkattn::detail

@@ -1,0 +1,241 @@
+#version 450
+// Fused attention on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2; issue #33,
+// docs/design/GPU_KERNELS.md "Workgroup matrices"): flash_coopmat.comp's contract (flash.comp's
+// bindings and parameters, SPLIT, column passes, every mask, softcap, ALiBi, sinks, dropout, varlen,
+// every Q and O type) for dense K and V stored as f16, where the driver offers what this needs:
+// workgroup scope, tensor addressing, row reductions, element operations and conversions.
+//
+// Work layout: the workgroup owns BR query rows and their O (BR × OC, fp32) as one accumulator; its
+// Q as one BR × DKP f16 operand, loaded once, element by element, through the typed loader. Per key
+// tile of BC keys: K's tile is a tensor load (transposed, zero past Dk and past the keys), S = Q·Kᵀ
+// one product; the scale, softcap, masks and ALiBi are an element operation on S with each element's
+// row and key; the row maxima and sums are row reductions into BR × 16 matrices (each row's value
+// smeared across its columns), widened again by a reduction where S or O needs them; P converts to the f16
+// operand without leaving the registers, and O += P·V with V's tile a tensor load. The driver lays
+// the matrices over the workgroup and stages the tensor loads as it chooses: nothing of K, V, S or P
+// passes through this kernel's shared memory, which holds only the rows' facts.
+// What the matrix units cannot take is refused on the host (CoopmatLayout::workgroup_matrices):
+// K or V not f16 or paged; bf16 operands; heads past 128.
+// A row with no visible key keeps m = MASKED: O = 0, lse = −∞ (or its sink); NaN scores poison the
+// row (its O and lse NaN), as flash_coopmat.comp's.
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_NV_cooperative_matrix2 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : enable
+
+#include "common/flash_params.glsl"
+
+layout(local_size_x_id = 0) in;                 // the workgroup's invocations (NSG · SG)
+layout(constant_id = 1) const uint SG = 32;     // lanes per subgroup: the layout's, not the kernel's concern
+layout(constant_id = 2) const uint BC = 64;     // keys per tile, a multiple of 16
+layout(constant_id = 3) const uint DKT = 8;     // Q's and K's 16-dimension tiles: ceil(Dk / 16)
+layout(constant_id = 4) const uint OT = 8;      // O's 16-column tiles per pass
+layout(constant_id = 5) const bool SPLIT = false;
+layout(constant_id = 6) const uint NSG = 4;     // subgroups; BR = 16 · RT · NSG rows
+layout(constant_id = 11) const uint Q_TYPE = 0;
+layout(constant_id = 12) const uint K_TYPE = 0;
+layout(constant_id = 13) const uint V_TYPE = 0;
+layout(constant_id = 17) const uint RT = 1;     // 16-row tiles per subgroup
+
+const uint BR = 16u * RT * NSG, DKP = 16u * DKT, OC = 16u * OT, WG = NSG * SG;
+const float LOG2E = 1.4426950408889634;
+const float LN2 = 0.6931471805599453;
+
+#include "common/tile_operands.glsl"
+#include "common/shared_atomics.glsl"
+// K's and V's bindings again as f16 elements, for the tensor loads (Vulkan lets variables alias a binding).
+layout(std430, set = 0, binding = 2) readonly buffer KHalves { float16_t k_halves[]; };
+layout(std430, set = 0, binding = 3) readonly buffer VHalves { float16_t v_halves[]; };
+
+#define WG_ACC(rows, cols) coopmat<float, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseAccumulator>
+#define S_MAT WG_ACC(BR, BC)
+#define O_MAT WG_ACC(BR, OC)
+// A row's value (its maximum, sum, factor) smeared across 16 columns: the narrowest matrix the
+// flexible dimensions allow. Rows' values held so cost a sixteenth of S's shape in registers and
+// arithmetic (the factor's exp2 per row, not per score), and widen by a row reduction where an
+// element operation pairs them with S or O.
+#define R_MAT WG_ACC(BR, 16)
+
+// The rows' facts, written once before the key loop: what the element operations look up by row.
+shared uint row_first[BR], row_limit[BR];  // the row's keys [first, limit): length, causal, window, split
+shared uint row_head[BR], row_query[BR];   // h, and i clamped to the batch's queries (masks, dropout)
+shared uint row_q_at[BR];                  // Q's element index of (b, h, i, 0)
+shared uint row_out[BR], row_lse_at[BR];   // O's index of (row, column 0) and lse's; ~0u: not stored
+shared RowMask row_masks[BR];              // where masks are elementwise (bool, float, ALiBi)
+shared uint wg_first, wg_end;              // the workgroup's key range: its stored rows' union
+shared uint wg_hi_first, wg_lo_limit;      // keys every row sees: [wg_hi_first, wg_lo_limit)
+uint batch = 0u;                           // b, for dropout
+
+float cm2_q_element(const in uint r, const in uint d, const in float unused) {
+    return d < P.shape.Dk ? load_q4(row_q_at[r] + d, 1u).x : 0.0;
+}
+
+// A score into the softmax's log2 units: scaled (softcapped), masked to MASKED, its terms added.
+float cm2_logit(const in uint r, const in uint c, const in float s, const in uint kb, const in uint whole) {
+    float v = P.mask.softcap > 0.0 ? softcap(s * P.scale) * LOG2E : s * (P.scale * LOG2E);
+    if (whole != 0u) return v;
+    const uint key = kb + c;
+    if (has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI)) {
+        float terms;
+        const bool visible = key_terms(row_masks[r], key, terms);
+        return visible ? v + terms * LOG2E : MASKED;
+    }
+    return key < row_first[r] || key >= row_limit[r] ? MASKED : v;
+}
+
+float cm2_max(const in float x, const in float y) { return max(x, y); }
+float cm2_add(const in float x, const in float y) { return x + y; }
+float cm2_first(const in float x, const in float y) { return x; }  // a row's value, smeared (all equal)
+float cm2_max2(const in uint r, const in uint c, const in float x, const in float y) { return max(x, y); }
+// The old maximum's factor: 0 where there was none (O and l are 0 then).
+float cm2_alpha(const in uint r, const in uint c, const in float m_old, const in float m_new) {
+    return m_old == MASKED ? 0.0 : exp2(m_old - m_new);
+}
+float cm2_prob(const in uint r, const in uint c, const in float x, const in float m) {
+    return x == MASKED ? 0.0 : exp2(x - m);
+}
+float cm2_dropout(const in uint r, const in uint c, const in float p, const in uint kb) {
+    return dropout_keeps(batch, row_head[r], row_query[r], kb + c) ? p * P.mask.keep_scale : 0.0;
+}
+// The end, per row (every column alike): the sink (not in SPLIT mode: combine.comp adds it), lse
+// written once (column 0), and O's factor: NaN where the row is poisoned.
+float cm2_finish(const in uint r, const in uint c, const in float l, const in float m) {
+    float o_scale = 1.0, sink, l_row = l, m_row = m;
+    if (!SPLIT && sink_logit(row_head[r], sink)) {
+        sink *= LOG2E;
+        const float m_all = max(m_row, sink);
+        o_scale = m_row == MASKED ? 0.0 : exp2(m_row - m_all);
+        l_row = l_row * o_scale + exp2(sink - m_all);
+        m_row = m_all;
+    }
+    const bool poisoned = is_nan(l_row);
+    if (c == 0u && row_lse_at[r] != 0xffffffffu)
+        lse[row_lse_at[r]] = poisoned ? quiet_nan() : m_row == MASKED ? (SPLIT ? MASKED : negative_infinity()) : (m_row + log2(l_row)) * LN2;
+    return poisoned ? quiet_nan() : l_row > 0.0 ? o_scale / l_row : 0.0;
+}
+float cm2_store(const in uint r, const in uint c, const in float value) {
+    const uint col = P.first_column + c;
+    if (row_out[r] != 0xffffffffu && col < P.shape.Dv) store_out(row_out[r] + col, value);
+    return value;
+}
+
+void main() {
+    const uint inv = gl_LocalInvocationIndex;
+    const uint Hkv = P.shape.Hkv, group = P.shape.group;
+    const uint Nq = P.shape.Nq, Nkv = P.shape.Nkv, Dk = P.shape.Dk, Dv = P.shape.Dv;
+    const uint unit = P.chunk.first_unit + gl_WorkGroupID.y;
+    const uint b = unit / Hkv, hk = unit % Hkv;
+    batch = b;
+    const uint rows_end = P.chunk.first_row + P.chunk.rows;
+    // Row blocks in reverse, as flash.comp: the heaviest causal blocks start first.
+    const uint block_rho = P.chunk.first_row + (gl_NumWorkGroups.x - 1u - gl_WorkGroupID.x) * BR;
+    const uint q0 = q_base(b), len_q = q_length(b);
+    const uint q_last = P.varlen.packed_q != 0u ? max(P.varlen.total_q, 1u) - 1u : 0xffffffffu;
+    const uint split_index = SPLIT ? P.first_split + gl_WorkGroupID.z : 0u;
+    const uint split_begin = SPLIT ? split_index * P.keys_per_split : 0u;
+    const uint split_end = SPLIT ? min(Nkv, split_begin + P.keys_per_split) : Nkv;
+    const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
+
+    if (inv == 0u) {
+        wg_first = 0xffffffffu;
+        wg_end = 0u;
+        wg_hi_first = 0u;
+        wg_lo_limit = 0xffffffffu;
+    }
+    barrier();
+    for (uint r = inv; r < BR; r += WG) {
+        const uint at = block_rho + r, rho = min(at, rows_end - 1u);
+        const uint h = hk * group + rho / Nq, i = min(rho % Nq, max(len_q, 1u) - 1u);
+        RowMask mask = row_mask(b, h, i);
+        mask.first = max(mask.first, split_begin);
+        mask.limit = min(mask.limit, split_end);
+        row_first[r] = mask.first;
+        row_limit[r] = mask.limit;
+        if (elementwise) row_masks[r] = mask;
+        row_head[r] = h;
+        row_query[r] = i;
+        row_q_at[r] = tensor_index(P.q, b, h, min(q0 + i, q_last));
+        const bool stored = at < rows_end && at % Nq < len_q;
+        const uint out_i = rho % Nq, out_row = SPLIT ? out_i : q0 + out_i;
+        row_out[r] = stored ? tensor_index(P.o, b, h, out_row) + split_index * P.o_split_stride : 0xffffffffu;
+        row_lse_at[r] = stored && P.first_column == 0u ? tensor_index(P.lse, b, h, out_row) + split_index * P.lse_split_stride
+                                                       : 0xffffffffu;
+        if (stored && mask.first < mask.limit) {
+            SHARED_ATOMIC_MIN(wg_first, mask.first);
+            SHARED_ATOMIC_MAX(wg_end, mask.limit);
+        }
+        SHARED_ATOMIC_MAX(wg_hi_first, mask.first);
+        SHARED_ATOMIC_MIN(wg_lo_limit, mask.limit);
+    }
+    barrier();
+    const uint k_begin = wg_first, k_end = wg_end, hi_all = wg_hi_first, lo_all = wg_lo_limit;
+
+    // Q as the products' A operand: through an fp32 accumulator (the type and use llama.cpp's coopmat2
+    // shader loads Q as), rounded to f16 as it converts.
+    WG_ACC(BR, DKP) q_acc = WG_ACC(BR, DKP)(0.0);
+    coopMatPerElementNV(q_acc, q_acc, cm2_q_element);
+    const coopmat<float16_t, gl_ScopeWorkgroup, BR, DKP, gl_MatrixUseA> q_op =
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, DKP, gl_MatrixUseA>(q_acc);
+
+    // K's and V's rows of this head: keys past the call's (or the packed sequence's) last read as 0,
+    // columns past Dk (Dv) too.
+    const uint key_last = P.varlen.packed_k != 0u ? max(k_end, 1u) - 1u : max(split_end, 1u) - 1u;
+    const uint k0_row = k_base(b);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> k_layout =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    k_layout = setTensorLayoutDimensionNV(k_layout, key_last + 1u, Dk);
+    k_layout = setTensorLayoutStrideNV(k_layout, P.k.stride.z, 1);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> v_layout =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    v_layout = setTensorLayoutDimensionNV(v_layout, key_last + 1u, Dv);
+    v_layout = setTensorLayoutStrideNV(v_layout, P.v.stride.z, 1);
+    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+    const uint k_head = tensor_index(P.k, b, hk, k0_row), v_head = tensor_index(P.v, b, hk, k0_row);
+
+    R_MAT m = R_MAT(MASKED);
+    R_MAT l = R_MAT(0.0);
+    O_MAT o = O_MAT(0.0);
+    const bool dropout = P.mask.drop_threshold != 0u;
+    for (uint kb = k_begin; kb < k_end; kb += BC) {
+        coopmat<float16_t, gl_ScopeWorkgroup, DKP, BC, gl_MatrixUseB> k_op;
+        coopMatLoadTensorNV(k_op, k_halves, k_head, sliceTensorLayoutNV(k_layout, kb, BC, 0, DKP), transposed);
+        S_MAT s = S_MAT(0.0);
+        s = coopMatMulAdd(q_op, k_op, s);
+        const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
+        coopMatPerElementNV(s, s, cm2_logit, kb, whole ? 1u : 0u);
+
+        R_MAT tile_max;
+        coopMatReduceNV(tile_max, s, gl_CooperativeMatrixReduceRowNV, cm2_max);
+        R_MAT m_new;
+        coopMatPerElementNV(m_new, tile_max, cm2_max2, m);
+        R_MAT alpha;
+        coopMatPerElementNV(alpha, m, cm2_alpha, m_new);
+        S_MAT m_wide;
+        coopMatReduceNV(m_wide, m_new, gl_CooperativeMatrixReduceRowNV, cm2_first);
+        S_MAT p;
+        coopMatPerElementNV(p, s, cm2_prob, m_wide);
+        R_MAT row_sum;
+        coopMatReduceNV(row_sum, p, gl_CooperativeMatrixReduceRowNV, cm2_add);
+        l = alpha * l + row_sum;
+        m = m_new;
+        if (dropout) coopMatPerElementNV(p, p, cm2_dropout, kb);  // after l: the sum is of the kept and dropped alike
+
+        O_MAT alpha_o;
+        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, cm2_first);
+        o = o * alpha_o;
+        const coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> p_op =
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p);
+        coopmat<float16_t, gl_ScopeWorkgroup, BC, OC, gl_MatrixUseB> v_op;
+        coopMatLoadTensorNV(v_op, v_halves, v_head, sliceTensorLayoutNV(v_layout, kb, BC, P.first_column, OC));
+        o = coopMatMulAdd(p_op, v_op, o);
+    }
+
+    R_MAT factor;
+    coopMatPerElementNV(factor, l, cm2_finish, m);
+    O_MAT factor_o;
+    coopMatReduceNV(factor_o, factor, gl_CooperativeMatrixReduceRowNV, cm2_first);
+    o = o * factor_o;
+    coopMatPerElementNV(o, o, cm2_store);
+}

@@ -1,0 +1,82 @@
+// The forward on workgroup-scope matrices (shaders/flash_cm2.comp; VariantOverrides::workgroup_matrices,
+// the catalogue's coopmat-wg variants; issue #33): where the suite's device offers them
+// (DeviceInfo::workgroup_matrices: NVIDIA's driver with VK_NV_cooperative_matrix2 and a build with a
+// glslang >= 15), every feature set fused and split, several key tiles at D 64 and 128 with GQA and
+// a causal diagonal, column passes, f32 Q beside f16 K/V, against the reference; everywhere else
+// (lavapipe), refused by name. No portable twin: the driver lays the matrices out and stages the
+// tensor loads, which is the point of the kernel.
+#include "support/catch.hpp"
+
+#include <string>
+
+#include "support/device_tuning.hpp"
+#include "support/expect_case.hpp"
+#include "support/fused_features.hpp"
+#include "vkattn/variants.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+using testing::Case;
+
+namespace {
+
+bool workgroup_matrices_here() { return gpu_context().device().workgroup_matrices; }
+
+// The case with the catalogue's variant `name`, checked against the reference on f16 operands.
+AttentionReport expect_workgroup(Case c, const char* name) {
+    c.variant = find_kernel_variant(name)->overrides;
+    const AttentionReport r = expect_coopmat(c);
+    CHECK_THAT(r.variant, Catch::Contains(" workgroup "));
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("workgroup matrices: refused by name where the device has none", "[gpu][coopmat][workgroup]") {
+    const DeviceInfo& info = gpu_context().device();
+    CHECK(info.workgroup_matrices == device_caps().workgroup_matrices);
+    if (info.matrix_units) CHECK(info.workgroup_matrices != !info.workgroup_matrices_off.empty());
+    else CHECK_FALSE(info.workgroup_matrices);
+    if (workgroup_matrices_here() || !device_caps().fp16_storage) return;
+    Case c = forced_kernel_case(FusedKernel::coopmat, Impl::fused, DType::f16);
+    c.variant = find_kernel_variant("coopmat-wg")->overrides;
+    CHECK_THAT(expect_refused(c, "variant.workgroup_matrices"), Catch::Contains("workgroup_matrices_off"));
+}
+
+TEST_CASE("workgroup matrices: every feature, fused and split", "[gpu][coopmat][workgroup]") {
+    if (!workgroup_matrices_here()) return;
+    const auto [name, impl] = GENERATE(std::pair<const char*, Impl>{"coopmat-wg", Impl::fused},
+                                       std::pair{"split-coopmat-wg", Impl::split}, std::pair{"coopmat-wg-64x32", Impl::fused},
+                                       std::pair{"coopmat-wg-128x64", Impl::fused});
+    for (int features = 0; features < kFusedFeatureSets; ++features) {
+        Case c = forced_kernel_case(FusedKernel::coopmat, impl, DType::f16);
+        c.Dk = 40;  // a partial last d-tile; V narrower than K
+        c.Dv = 24;
+        apply_fused_features(c, features);
+        INFO(name << ", features " << features);
+        expect_workgroup(c, name);
+    }
+}
+
+TEST_CASE("workgroup matrices: several key tiles, column passes, f32 Q", "[gpu][coopmat][workgroup]") {
+    if (!workgroup_matrices_here()) return;
+    for (const std::int64_t d : {64, 128, 72}) {
+        for (const Impl impl : {Impl::fused, Impl::split}) {
+            Case c = several_key_tiles_case(impl, d);
+            INFO("D " << d << (impl == Impl::split ? " split" : " fused"));
+            expect_workgroup(c, impl == Impl::split ? "split-coopmat-wg" : "coopmat-wg");
+        }
+    }
+    Case passes = several_key_tiles_case(Impl::fused, 64);
+    passes.Dv = 200;  // two passes of 128 columns
+    CHECK_THAT(expect_workgroup(passes, "coopmat-wg").variant, Catch::Contains(" passes="));
+    Case q32 = several_key_tiles_case(Impl::fused, 64);
+    q32.dtype = DType::f32;
+    q32.k_dtype = q32.v_dtype = DType::f16;
+    expect_workgroup(q32, "coopmat-wg");
+    // K or V stored otherwise: refused by name.
+    Case k32 = q32;
+    k32.k_dtype = DType::f32;
+    k32.variant = find_kernel_variant("coopmat-wg")->overrides;
+    CHECK_THAT(expect_refused(k32, "variant.workgroup_matrices"), Catch::Contains("f16 elements"));
+}

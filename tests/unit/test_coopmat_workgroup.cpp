@@ -1,0 +1,142 @@
+// The workgroup-matrix forward's layout (shaders/flash_cm2.comp, VariantOverrides::workgroup_matrices,
+// the catalogue's coopmat-wg variants; attention/workgroup_matrices.hpp): which workgroup sizes a
+// device's flexible shapes offer, the layout on a made-up device that offers them, and each refusal
+// by name.
+#include "support/catch.hpp"
+
+#include <string>
+#include <vector>
+
+#include "attention/coopmat_tile.hpp"
+#include "attention/tuning.hpp"
+#include "attention/workgroup_matrices.hpp"
+#include "fake_devices.hpp"
+#include "vk/device_facts.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/variants.hpp"
+
+using namespace vkattn;
+using namespace vkattn::detail;
+using namespace vkattn::detail::fake;
+
+namespace {
+
+CooperativeMatrixShape flexible_shape(std::uint32_t g, const char* scope, std::uint32_t invocations, const char* result = "f32") {
+    return {.m = g, .n = g, .k = g, .a = "f16", .b = "f16", .c = result, .result = result, .scope = scope,
+            .flexible = true, .max_dimension = 256, .workgroup_invocations = invocations};
+}
+
+// An NVIDIA-like device whose driver offers f16 workgroup matrices at 128 and 256 invocations.
+vk::DeviceCaps workgroup_device() {
+    vk::DeviceCaps caps = nvidia_like();
+    caps.matrix_units = true;
+    caps.maximal_reconvergence = true;
+    caps.workgroup_matrices = true;
+    caps.workgroup_matrix_invocations = 128 | 256;
+    caps.workgroup_matrix_max_invocations = 256;
+    caps.workgroup_matrix_max_dimension = 256;
+    caps.workgroup_matrix_reserved_shared = 1024;
+    return caps;
+}
+
+Problem f16_problem(std::int64_t dk, std::int64_t dv) {
+    Problem p = problem(1, 8, 2, 1000, 1000, dk, dv, DType::f16);
+    p.k_dtype = p.v_dtype = DType::f16;
+    return p;
+}
+
+const VariantOverrides& wg(const char* name = "coopmat-wg") { return find_kernel_variant(name)->overrides; }
+
+}  // namespace
+
+TEST_CASE("workgroup matrices: the workgroup sizes a device's shapes offer", "[unit][coopmat][workgroup]") {
+    const std::vector<CooperativeMatrixShape> shapes{
+        {.m = 16, .n = 16, .k = 16, .a = "f16", .b = "f16", .c = "f32", .result = "f32", .scope = "subgroup"},
+        flexible_shape(16, "workgroup", 128), flexible_shape(16, "workgroup", 256),
+        flexible_shape(16, "workgroup", 512, "f16"),  // f16 accumulators: not the kernel's
+        flexible_shape(32, "workgroup", 64),          // a granularity that 16 is no multiple of
+        flexible_shape(8, "subgroup", 0),             // lavapipe's: subgroup scope
+        flexible_shape(16, "workgroup", 96),          // not a power of two
+    };
+    CHECK(vk::workgroup_matrix_invocations(shapes) == (128u | 256u));
+    CHECK(vk::workgroup_matrix_invocations({shapes[0], shapes[5]}) == 0);
+}
+
+TEST_CASE("workgroup matrices: the layout where the device offers them", "[unit][coopmat][workgroup]") {
+    const vk::DeviceCaps caps = workgroup_device();
+    const auto c = fused_for(caps, f16_problem(64, 64), wg());
+    REQUIRE(c);
+    REQUIRE(c->coopmat);
+    CHECK(c->coopmat->workgroup_matrices);
+    CHECK(c->rows_per_workgroup() == 64);
+    CHECK(c->subgroups == 4);
+    CHECK(c->coopmat->keys == 64);
+    CHECK(c->coopmat->dk_tiles == 4);
+    CHECK(c->coopmat->column_tiles == 4);
+    CHECK(c->coopmat->shared_bytes(c->subgroups) == workgroup_matrix_shared_bytes(64));
+    CHECK_THAT(c->describe(), Catch::Contains(" workgroup units"));
+    CHECK_THAT(c->describe(), !Catch::Contains(" ahead"));
+    // D 128; Dv 200 in two passes of 128 columns; Dk 40 in three d-tiles.
+    const auto d128 = fused_for(caps, f16_problem(128, 128), wg());
+    CHECK(d128->coopmat->dk_tiles == 8);
+    CHECK(d128->coopmat->column_tiles == 8);
+    const auto passes = fused_for(caps, f16_problem(40, 200), wg());
+    CHECK(passes->coopmat->dk_tiles == 3);
+    CHECK(passes->column_passes == 2);
+    // The catalogue's shapes: 32-key tiles; 128 rows on 8 subgroups (256 invocations).
+    const auto keys32 = fused_for(caps, f16_problem(64, 64), wg("coopmat-wg-64x32"));
+    CHECK(keys32->coopmat->keys == 32);
+    const auto rows128 = fused_for(caps, f16_problem(64, 64), wg("coopmat-wg-128x64"));
+    CHECK(rows128->rows_per_workgroup() == 128);
+    CHECK(rows128->subgroups == 8);
+    // Q stored as f32 beside f16 K/V: f16 operands, taken.
+    Problem q32 = f16_problem(64, 64);
+    q32.dtype = DType::f32;
+    CHECK(fused_for(caps, q32, wg())->coopmat->workgroup_matrices);
+}
+
+TEST_CASE("workgroup matrices: each refusal names its argument and the limit", "[unit][coopmat][workgroup]") {
+    const vk::DeviceCaps caps = workgroup_device();
+    auto refusal = [](const vk::DeviceCaps& d, const Problem& p, const VariantOverrides& o) { return fused_refusal(d, p, o); };
+    // A device without them (every made-up device but this one).
+    for (const vk::DeviceCaps& other : all_devices())
+        CHECK_THAT(refusal(other, f16_problem(64, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:") &&
+                                                                    Catch::Contains("workgroup_matrices_off"));
+    // K or V not f16.
+    Problem k32 = f16_problem(64, 64);
+    k32.k_dtype = DType::f32;
+    CHECK_THAT(refusal(caps, k32, wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("f16 elements"));
+    Problem vq8 = f16_problem(64, 64);
+    vq8.v_dtype = DType::q8_0;
+    CHECK_THAT(refusal(caps, vq8, wg()), Catch::StartsWith("variant.workgroup_matrices:"));
+    // Heads past 128.
+    CHECK_THAT(refusal(caps, f16_problem(256, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("Dk = 256"));
+    // A workgroup size the driver does not offer: 32 rows on 2 subgroups (64 invocations).
+    VariantOverrides rows32 = wg();
+    rows32.tile_rows = 32;
+    CHECK_THAT(refusal(caps, f16_problem(64, 64), rows32), Catch::StartsWith("variant.tile_rows:") && Catch::Contains("128, 256"));
+    VariantOverrides rows24 = wg();
+    rows24.tile_rows = 24;
+    CHECK_THAT(refusal(caps, f16_problem(64, 64), rows24), Catch::StartsWith("variant.tile_rows:"));
+    VariantOverrides keys40 = wg();
+    keys40.tile_keys = 40;
+    CHECK_THAT(refusal(caps, f16_problem(64, 64), keys40), Catch::StartsWith("variant.tile_keys:"));
+    // The other layout knobs have no meaning here.
+    VariantOverrides apart = wg();
+    apart.kv_apart = true;
+    CHECK_THAT(refusal(caps, f16_problem(64, 64), apart), Catch::StartsWith("variant.kv_apart:"));
+    VariantOverrides named = wg();
+    named.named_accumulators = false;
+    CHECK_THAT(refusal(caps, f16_problem(64, 64), named), Catch::StartsWith("variant.named_accumulators:"));
+    // Matrices past the device's dimension, and shared memory the driver keeps.
+    vk::DeviceCaps small = caps;
+    small.workgroup_matrix_max_dimension = 64;
+    CHECK(refusal(small, f16_problem(64, 64), wg()) == "taken");
+    CHECK_THAT(refusal(small, f16_problem(128, 128), wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("reach 64"));
+    vk::DeviceCaps reserved = caps;
+    reserved.workgroup_matrix_reserved_shared = 48000;
+    CHECK_THAT(refusal(reserved, f16_problem(64, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("shared memory"));
+    // Never chosen unforced: the heuristics' kernel on this device is flash_coopmat.comp's.
+    const auto chosen = fused_for(caps, f16_problem(64, 64));
+    if (chosen && chosen->coopmat) CHECK_FALSE(chosen->coopmat->workgroup_matrices);
+}
