@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attention/coopmat_tile.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
 
@@ -58,6 +59,21 @@ std::uint32_t shader_type_code(DType t) {
 
 const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form, DType a, DType b, DType out,
                              BmmAdd add) {
+    if (c.coopmat && c.workgroup_matrices) {  // bmm_cm2.comp: bmm_coopmat.comp's ids for what they share
+        check_workgroup_gemm(form, a, b);
+        const GemmShape& s = c.coopmat_shape;
+        return runtime.kernels().get({.shader = "bmm_cm2_c" + out_suffix(out),
+                                      .constants = {{.id = kWorkgroup, .value = c.subgroups() * c.subgroup},
+                                                    {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
+                                                    {.id = kAdd, .value = static_cast<std::uint32_t>(add)},
+                                                    {.id = kCoopmatSubgroup, .value = c.subgroup},
+                                                    {.id = kCoopmatDepth, .value = s.depth},
+                                                    {.id = kCoopmatTilesM, .value = s.tiles_m},
+                                                    {.id = kCoopmatTilesN, .value = s.tiles_n},
+                                                    {.id = kCoopmatSubgroupsM, .value = s.subgroups_m},
+                                                    {.id = kCoopmatSubgroupsN, .value = s.subgroups_n}},
+                                      .required_subgroup_size = c.require_subgroup ? c.subgroup : 0});
+    }
     if (c.coopmat) {
         const DType operands = coopmat_operands(runtime.device().caps(), {a, b}, "a", "the cooperative-matrix GEMM",
                                                 "another GemmKernel");

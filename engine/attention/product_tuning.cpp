@@ -8,6 +8,7 @@
 
 #include "attention/coopmat_tile.hpp"
 #include "attention/decode.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "attention/device_rules.hpp"
 #include "vkattn/errors.hpp"
 
@@ -120,6 +121,10 @@ std::uint64_t BmmConfig::shared_bytes() const {
 }
 
 std::string BmmConfig::describe() const {
+    if (coopmat && workgroup_matrices)
+        return "coopmat[workgroup sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + " shape " + to_string(coopmat_shape) +
+               ": " + std::to_string(block_rows()) + "x" + std::to_string(block_cols()) + "x" + std::to_string(coopmat_shape.depth) +
+               " tensor loads ->f32]";
     if (coopmat)
         return std::string("coopmat[") + (units ? "units" : "portable") + " sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") +
                " shape " + to_string(coopmat_shape) + ": " + std::to_string(block_rows()) + "x" + std::to_string(block_cols()) + "x" +
@@ -214,12 +219,19 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
                    std::to_string(c.shared_bytes()) + " bytes of shared memory; the device has " +
                    std::to_string(caps.max_workgroup_invocations) + " invocations and " + std::to_string(caps.max_shared_bytes) + " bytes.";
         };
+        const bool workgroup = overrides.workgroup_matrices.value_or(false);
         if (overrides.gemm_shape) {
             c.coopmat_shape = *overrides.gemm_shape;
             const std::string named = "the cooperative-matrix GEMM's shape " + to_string(c.coopmat_shape);
             if (const std::string fault = gemm_shape_fault(c.coopmat_shape); !fault.empty())
                 throw InvalidArgument("variant.gemm_shape", named + fault);
             if (!fits()) throw InvalidArgument("variant.gemm_shape", named + needs());
+            if (workgroup) choose_workgroup_gemm(c, caps);
+            return c;
+        }
+        if (workgroup) {  // the default shape's 128 × 128 tile, 32 deep, on 4 subgroups
+            c.coopmat_shape = GemmShape{};
+            choose_workgroup_gemm(c, caps);
             return c;
         }
         // Chosen: the first that fits. On the units 128 × 128 tiles of 4 × 4 accumulators per
@@ -251,7 +263,7 @@ void refuse_gemm_shape(const VariantOverrides& overrides) {
 
 bool coopmat_wide_operands(const BmmConfig& c, BmmForm form, DType a, DType b, const TensorDesc& a_desc,
                            const TensorDesc& b_desc, std::int64_t n, std::int64_t k) {
-    return c.coopmat && c.coopmat_shape.wide && form != BmmForm::at_b && a == b && (a == DType::f16 || a == DType::bf16) &&
+    return c.coopmat && !c.workgroup_matrices && c.coopmat_shape.wide && form != BmmForm::at_b && a == b && (a == DType::f16 || a == DType::bf16) &&
            decode_wide_rows(a_desc, a, k) && decode_wide_rows(b_desc, b, form == BmmForm::a_bt ? k : n);
 }
 

@@ -28,6 +28,10 @@ struct BmmConfig {
     bool units = false;  // coopmat on the matrix units (DeviceCaps::matrix_units), else portable
     GemmShape coopmat_shape;
     bool coopmat_wide = false;
+    // bmm_cm2.comp instead (VariantOverrides::workgroup_matrices beside GemmKernel::coopmat): the
+    // shape's BM × BN tile as one workgroup-scope accumulator, A and B by tensor loads BK deep; the
+    // shape's stages and 16-byte loads mean nothing there (choose_workgroup_gemm).
+    bool workgroup_matrices = false;
     std::uint32_t subgroup = 0;
     bool require_subgroup = false;
     bool texel = false;         // texel-buffer vec4 loads (else scalar SSBO loads)

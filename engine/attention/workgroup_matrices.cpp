@@ -79,4 +79,33 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
                                   " for the matrices among them); the device has " + std::to_string(caps.max_shared_bytes) + ".");
 }
 
+void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps) {
+    const char* knob = "variant.workgroup_matrices";
+    if (!caps.workgroup_matrices)
+        throw InvalidArgument(knob, "the GEMM on workgroup-scope matrices (bmm_cm2.comp) needs VK_NV_cooperative_matrix2's, which " +
+                                        caps.name + " does not offer here (DeviceInfo::workgroup_matrices_off says why).");
+    const std::uint32_t invocations = c.subgroups() * c.subgroup;
+    const std::uint32_t largest = std::max({c.block_rows(), c.block_cols(), c.coopmat_shape.depth});
+    if ((invocations & (invocations - 1)) != 0 || (caps.workgroup_matrix_invocations & invocations) == 0 ||
+        invocations > caps.workgroup_matrix_max_invocations || largest > caps.workgroup_matrix_max_dimension ||
+        caps.workgroup_matrix_reserved_shared > caps.max_shared_bytes)
+        throw InvalidArgument(knob, "the GEMM on workgroup-scope matrices with the shape " + to_string(c.coopmat_shape) + " takes " +
+                                        std::to_string(invocations) + " invocations and matrices up to " + std::to_string(largest) +
+                                        " wide; the device's f16 workgroup matrices come at other workgroup sizes or reach " +
+                                        std::to_string(caps.workgroup_matrix_max_dimension) + ".");
+    c.workgroup_matrices = true;
+    c.units = true;
+    c.coopmat_wide = false;
+}
+
+void check_workgroup_gemm(BmmForm form, DType a, DType b) {
+    if (form == BmmForm::at_b)
+        throw InvalidArgument("variant.workgroup_matrices", "the GEMM on workgroup-scope matrices (bmm_cm2.comp) reads A as stored, "
+                                                            "[M][K]: Aᵀ·B takes the cooperative-matrix GEMM without it.");
+    if (a != DType::f16 || b != DType::f16)
+        throw InvalidArgument("variant.workgroup_matrices", "the GEMM on workgroup-scope matrices (bmm_cm2.comp) reads A and B by "
+                                                            "tensor loads of f16 elements; these are " + to_string(a) + " and " +
+                                                            to_string(b) + ".");
+}
+
 }  // namespace vkattn::detail

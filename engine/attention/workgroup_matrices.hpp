@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "attention/coopmat_tile.hpp"
+#include "attention/product_tuning.hpp"
 
 namespace vkattn::detail {
 
@@ -26,5 +27,14 @@ std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows);
 // kv_apart or named_accumulators where they are set beside it (the kernel has no such forms).
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem, const VariantOverrides& overrides);
+
+// Turns the cooperative-matrix GEMM `c` (its shape chosen) into bmm_cm2.comp's, the GEMM ceiling on
+// workgroup matrices: InvalidArgument naming variant.workgroup_matrices where the device lacks them,
+// or the shape's workgroup (subgroups · subgroup invocations) or tile (BM, BN, BK) is one the device
+// does not take.
+void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps);
+
+// bmm_cm2.comp's refusals of a product it cannot run: Aᵀ·B, and A or B stored as other than f16.
+void check_workgroup_gemm(BmmForm form, DType a, DType b);
 
 }  // namespace vkattn::detail

@@ -8,10 +8,13 @@
 #include "support/catch.hpp"
 
 #include <string>
+#include <tuple>
 
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
 #include "support/fused_features.hpp"
+#include "vkattn/errors.hpp"
+#include "vkattn/testing/benchmark.hpp"
 #include "vkattn/variants.hpp"
 
 using namespace vkattn;
@@ -79,4 +82,29 @@ TEST_CASE("workgroup matrices: several key tiles, column passes, f32 Q", "[gpu][
     k32.k_dtype = DType::f32;
     k32.variant = find_kernel_variant("coopmat-wg")->overrides;
     CHECK_THAT(expect_refused(k32, "variant.workgroup_matrices"), Catch::Contains("f16 elements"));
+}
+
+TEST_CASE("workgroup matrices: the GEMM ceiling against a double product, or refused by name", "[gpu][coopmat][workgroup]") {
+    if (!device_caps().fp16_storage) return;
+    const VariantOverrides wg_gemm{.gemm_kernel = GemmKernel::coopmat, .workgroup_matrices = true};
+    Context& ctx = gpu_context();
+    if (!workgroup_matrices_here()) {
+        try {
+            (void)testing::benchmark_gemm(ctx, 200, 136, 72, 0, 1, true, wg_gemm);
+            FAIL("taken on a device without workgroup matrices");
+        } catch (const InvalidArgument& e) {
+            CHECK(e.argument() == "variant.workgroup_matrices");
+        }
+        return;
+    }
+    // Sizes off the 128 × 128 × 32 tiles, and on them; f16 operands, so only the fp32 sums differ
+    // from the reference's double product of the same values.
+    for (const auto& [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{200, 136, 72}, {256, 256, 256}, {1000, 520, 264}}) {
+        INFO(m << " x " << n << " x " << k);
+        const testing::GemmResult r = testing::benchmark_gemm(ctx, m, n, k, 0, 1, true, wg_gemm);
+        CHECK_THAT(r.variant, Catch::Contains("workgroup"));
+        CHECK(r.rel_l2_err >= 0);
+        CHECK(r.rel_l2_err < 1e-5);
+        CHECK(take_validation_messages(ctx).empty());
+    }
 }

@@ -1,13 +1,14 @@
 // The workgroup-matrix forward's layout (shaders/flash_cm2.comp, VariantOverrides::workgroup_matrices,
 // the catalogue's coopmat-wg variants; attention/workgroup_matrices.hpp): which workgroup sizes a
 // device's flexible shapes offer, the layout on a made-up device that offers them, and each refusal
-// by name.
+// by name; and the GEMM ceiling's (bmm_cm2.comp, bench --gemm-kernel coopmat-wg) alike.
 #include "support/catch.hpp"
 
 #include <string>
 #include <vector>
 
 #include "attention/coopmat_tile.hpp"
+#include "attention/product_tuning.hpp"
 #include "attention/tuning.hpp"
 #include "attention/workgroup_matrices.hpp"
 #include "fake_devices.hpp"
@@ -139,4 +140,44 @@ TEST_CASE("workgroup matrices: each refusal names its argument and the limit", "
     // Never chosen unforced: the heuristics' kernel on this device is flash_coopmat.comp's.
     const auto chosen = fused_for(caps, f16_problem(64, 64));
     if (chosen && chosen->coopmat) CHECK_FALSE(chosen->coopmat->workgroup_matrices);
+}
+
+TEST_CASE("workgroup matrices: the GEMM ceiling's shape, or a refusal by name", "[unit][coopmat][workgroup]") {
+    const vk::DeviceCaps caps = workgroup_device();
+    const VariantOverrides wg_gemm{.gemm_kernel = GemmKernel::coopmat, .workgroup_matrices = true};
+    // The default shape's 128 × 128 tile, 32 deep, on 4 subgroups (128 invocations).
+    const BmmConfig c = choose_gemm(caps, 4096, 4096, 4096, wg_gemm);
+    CHECK(c.coopmat);
+    CHECK(c.workgroup_matrices);
+    CHECK(c.block_rows() == 128);
+    CHECK(c.block_cols() == 128);
+    CHECK(c.subgroups() * c.subgroup == 128);
+    CHECK_THAT(c.describe(), Catch::Contains("workgroup") && Catch::Contains("128x128x32 tensor loads"));
+    // Eight subgroups (256 invocations, offered); one (32, not offered); a 512-wide tile past the
+    // device's 256.
+    VariantOverrides eight = wg_gemm;
+    eight.gemm_shape = GemmShape{2, 4, 4, 2, 32, 1, false};
+    CHECK(choose_gemm(caps, 4096, 4096, 4096, eight).workgroup_matrices);
+    VariantOverrides one = wg_gemm;
+    one.gemm_shape = GemmShape{1, 1, 4, 4, 32, 1, false};
+    CHECK_THROWS_MATCHES(choose_gemm(caps, 4096, 4096, 4096, one), InvalidArgument,
+                         Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) { return e.argument() == "variant.workgroup_matrices"; }));
+    VariantOverrides wide = wg_gemm;
+    wide.gemm_shape = GemmShape{2, 2, 16, 4, 32, 1, false};
+    CHECK_THROWS_AS(choose_gemm(caps, 4096, 4096, 4096, wide), InvalidArgument);
+    // Devices without workgroup matrices.
+    for (vk::DeviceCaps other : all_devices()) {
+        other.matrix_units = true;
+        CHECK_THROWS_MATCHES(choose_gemm(other, 4096, 4096, 4096, wg_gemm), InvalidArgument,
+                             Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) {
+                                 return e.argument() == "variant.workgroup_matrices" &&
+                                        std::string(e.what()).find("workgroup_matrices_off") != std::string::npos;
+                             }));
+    }
+    // What bmm_cm2.comp cannot read: Aᵀ·B, and A or B stored as other than f16.
+    CHECK_NOTHROW(check_workgroup_gemm(BmmForm::a_b, DType::f16, DType::f16));
+    CHECK_NOTHROW(check_workgroup_gemm(BmmForm::a_bt, DType::f16, DType::f16));
+    CHECK_THROWS_AS(check_workgroup_gemm(BmmForm::at_b, DType::f16, DType::f16), InvalidArgument);
+    CHECK_THROWS_AS(check_workgroup_gemm(BmmForm::a_b, DType::f32, DType::f16), InvalidArgument);
+    CHECK_THROWS_AS(check_workgroup_gemm(BmmForm::a_b, DType::f16, DType::bf16), InvalidArgument);
 }

@@ -76,7 +76,11 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
     // ceiling alone, so that every point of a run is quoted against the same one).
     std::optional<GemmKernel> gemm_kernel;
     if (o.gemm_kernel != "auto")
-        gemm_kernel = o.gemm_kernel == "tile" ? GemmKernel::tile : o.gemm_kernel == "coopmat" ? GemmKernel::coopmat : GemmKernel::blocks;
+        gemm_kernel = o.gemm_kernel == "tile"                                         ? GemmKernel::tile
+                      : o.gemm_kernel == "coopmat" || o.gemm_kernel == "coopmat-wg" ? GemmKernel::coopmat
+                                                                                      : GemmKernel::blocks;
+    // coopmat-wg: the ceiling on workgroup-scope matrices (bmm_cm2.comp, VK_NV_cooperative_matrix2).
+    const std::optional<bool> gemm_workgroup = o.gemm_kernel == "coopmat-wg" ? std::optional<bool>(true) : std::nullopt;
     if (gemm_kernel != GemmKernel::coopmat) knobs.gemm_kernel = gemm_kernel;  // coopmat: the ceiling's alone
     // The cooperative-matrix GEMM's shapes: one, or (tune) every candidate the device takes.
     std::vector<std::optional<GemmShape>> gemm_shapes{std::nullopt};
@@ -125,7 +129,8 @@ int run_bench(const BenchOptions& o, const std::vector<std::string>& sweeps) {
             testing::GemmResult g;
             try {
                 g = testing::benchmark_gemm(context, o.gemm_size, o.gemm_size, o.gemm_size, warm_up_of(o, context), o.repeat, o.validate,
-                                            {.gemm_kernel = gemm_kernel, .gemm_shape = shape}, gemm_operands);
+                                            {.gemm_kernel = gemm_kernel, .workgroup_matrices = gemm_workgroup, .gemm_shape = shape},
+                                            gemm_operands);
             } catch (const InvalidArgument& e) {
                 if (gemm_shapes.size() == 1 || e.argument() != "variant.gemm_shape") throw;
                 std::cerr << "vk-attn: --gemm-shape tune: skipped " << to_string(*shape) << ": " << e.what() << "\n";
@@ -351,8 +356,9 @@ Action add_bench(CLI::App& app) {
                    "blocks (bmm.comp's register blocks, the CPU devices') or tile (bmm_tile.comp, 128x128 tiles "
                    "and 8x8 micro-tiles, the GPUs'); or let the tuning choose (auto). coopmat: --gemm's ceiling on "
                    "16x16x16 cooperative matrices (A and B stored as f16, as cuBLAS hgemm reads them; fp32 accumulators "
-                   "and C; the points keep the tuning's products)")
-        ->check(CLI::IsMember({"auto", "blocks", "tile", "coopmat"}))
+                   "and C; the points keep the tuning's products); coopmat-wg: that ceiling on workgroup-scope matrices "
+                   "(bmm_cm2.comp, VK_NV_cooperative_matrix2, where `vk-attn devices` says workgroup matrices; f16 A and B)")
+        ->check(CLI::IsMember({"auto", "blocks", "tile", "coopmat", "coopmat-wg"}))
         ->capture_default_str();
     app.add_option("--gemm-operands", o->gemm_operands,
                    "With --gemm --gemm-kernel coopmat: A and B stored and multiplied as f16 (cuBLAS hgemm's) or bf16 "
