@@ -62,7 +62,7 @@ function(vkattn_workgroup_probe glslang why_var)
   file(WRITE ${probe}.comp "#version 450\n#extension GL_KHR_cooperative_matrix : require\n"
        "#extension GL_NV_cooperative_matrix2 : require\n#extension GL_KHR_memory_scope_semantics : require\n"
        "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
-       "#extension GL_EXT_shader_16bit_storage : require\nlayout(local_size_x = 128) in;\n"
+       "#extension GL_EXT_shader_16bit_storage : require\nlayout(local_size_x_id = 0) in;\n"
        "layout(std430, binding = 0) buffer B { float16_t h[]; };\n"
        "float add(const in float x, const in float y) { return x + y; }\n"
        "float twice(const in uint r, const in uint c, const in float x) { return 2.0 * x; }\n"

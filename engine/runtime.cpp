@@ -188,8 +188,8 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                               "the caller's device was created without VK_KHR_shader_bfloat16's shaderBFloat16Type and "
                               "shaderBFloat16CooperativeMatrix",
                               "the caller's device was created without VK_NV_cooperative_matrix2's workgroup scope, flexible "
-                              "dimensions, tensor addressing, reductions, conversions and element operations, or its instance "
-                              "for Vulkan below 1.3");
+                              "dimensions, tensor addressing, reductions, conversions and element operations, or maintenance4, "
+                              "or its instance for Vulkan below 1.3");
     if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
     start();
 }

@@ -8,6 +8,7 @@
 #include "attention/kernels.hpp"
 #include "attention/path.hpp"
 #include "attention/slicing.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "plan/program.hpp"
 #include "runtime.hpp"
 #include "vkattn/errors.hpp"
@@ -37,10 +38,17 @@ public:
         : runtime_(runtime), p_(p), config_(config), planner_(runtime, p, operands, config_, splits),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         const KeyPlan& keys = plan_.keys;
-        if (config.coopmat && config.coopmat->workgroup_matrices && operands.paged)
-            throw InvalidArgument("variant.workgroup_matrices", "the workgroup-matrix kernel (flash_cm2.comp) reads dense K and V "
-                                                                "by tensor loads; a paged cache takes the cooperative-matrix kernel "
-                                                                "without it.");
+        if (config.coopmat && config.coopmat->workgroup_matrices) {
+            if (operands.paged)
+                throw InvalidArgument("variant.workgroup_matrices", "the workgroup-matrix kernel (flash_cm2.comp) reads dense K and V "
+                                                                    "by tensor loads; a paged cache takes the cooperative-matrix kernel "
+                                                                    "without it.");
+            // Every chunk's bindings start where the first's do, modulo 16 bytes (slices begin on
+            // the device's offset alignment): the first chunk's descriptors decide for all.
+            const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
+            require_tensor_loads_aligned(k.k.desc, "K");
+            require_tensor_loads_aligned(k.v.desc, "V");
+        }
         // The decode kernel's loads of every type, and the cooperative-matrix kernel's of K/V stored as
         // its operands (its 16-byte chunks are 8 f16 or bf16 elements, copied as they lie) where its
         // layout allows (CoopmatLayout::staged_ahead), come as single uvec4s where every row allows;

@@ -225,8 +225,11 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
             const std::string named = "the cooperative-matrix GEMM's shape " + to_string(c.coopmat_shape);
             if (const std::string fault = gemm_shape_fault(c.coopmat_shape); !fault.empty())
                 throw InvalidArgument("variant.gemm_shape", named + fault);
+            if (workgroup) {  // bmm_cm2.comp stages nothing of its own: choose_workgroup_gemm checks what it needs
+                choose_workgroup_gemm(c, caps);
+                return c;
+            }
             if (!fits()) throw InvalidArgument("variant.gemm_shape", named + needs());
-            if (workgroup) choose_workgroup_gemm(c, caps);
             return c;
         }
         if (workgroup) {  // the default shape's 128 × 128 tile, 32 deep, on 4 subgroups

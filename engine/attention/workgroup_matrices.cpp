@@ -66,17 +66,33 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
             throw InvalidArgument("variant.tile_keys", std::to_string(bc) + " keys per tile; " + kernel + " takes a multiple of 16 up to 256.");
         t.keys = bc;
     }
-    const std::uint32_t largest = std::max({t.rows(subgroups), t.keys, 16 * t.dk_tiles, t.columns()});
-    if (largest > caps.workgroup_matrix_max_dimension)
-        throw InvalidArgument(o.tile_rows || o.tile_keys ? (o.tile_rows ? "variant.tile_rows" : "variant.tile_keys") : knob,
-                              kernel + " would need a matrix " + std::to_string(largest) + " wide; the device's flexible matrices "
-                                       "reach " + std::to_string(caps.workgroup_matrix_max_dimension) + ".");
+    // Each matrix dimension against the device's, named by what set it.
+    for (const auto& [extent, name] : {std::pair{t.rows(subgroups), o.tile_rows ? "variant.tile_rows" : knob},
+                                       std::pair{t.keys, o.tile_keys ? "variant.tile_keys" : knob},
+                                       std::pair{16 * t.dk_tiles, knob}, std::pair{t.columns(), knob}})
+        if (extent > caps.workgroup_matrix_max_dimension)
+            throw InvalidArgument(name, kernel + " would need a matrix " + std::to_string(extent) + " wide; the device's flexible "
+                                                 "matrices reach " + std::to_string(caps.workgroup_matrix_max_dimension) + ".");
     const std::uint32_t shared = workgroup_matrix_shared_bytes(t.rows(subgroups)) + caps.workgroup_matrix_reserved_shared;
     if (shared > caps.max_shared_bytes)
         throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob,
                               kernel + " with " + std::to_string(t.rows(subgroups)) + " rows needs " + std::to_string(shared) +
                                   " bytes of shared memory (the driver's " + std::to_string(caps.workgroup_matrix_reserved_shared) +
                                   " for the matrices among them); the device has " + std::to_string(caps.max_shared_bytes) + ".");
+}
+
+bool tensor_loads_aligned(const TensorDesc& d) {
+    return d.stride[3] == 1 && d.stride[0] % 8 == 0 && d.stride[1] % 8 == 0 && d.stride[2] % 8 == 0 && d.origin[3] % 8 == 0;
+}
+
+void require_tensor_loads_aligned(const TensorDesc& d, const char* what) {
+    if (!tensor_loads_aligned(d))
+        throw InvalidArgument("variant.workgroup_matrices",
+                              std::string("the workgroup-matrix kernels read ") + what + " by tensor loads, whose tiles must start on 16 "
+                                  "bytes: its rows of unit stride, its strides and offset multiples of 8 f16 elements; these are "
+                                  "strides " + std::to_string(d.stride[0]) + ", " + std::to_string(d.stride[1]) + ", " +
+                                  std::to_string(d.stride[2]) + ", " + std::to_string(d.stride[3]) + " and offset " +
+                                  std::to_string(d.origin[3]) + " (a head width that is a multiple of 8 gives them).");
 }
 
 void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps) {

@@ -24,9 +24,18 @@ std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows);
 // where the device lacks them (DeviceInfo::workgroup_matrices_off says why), K or V is not stored as
 // f16, the operands would be bf16, Dk passes 128, or a matrix passes the device's dimension;
 // variant.tile_rows where the workgroup size is not offered; and naming row_tiles, q_in_shared,
-// kv_apart or named_accumulators where they are set beside it (the kernel has no such forms).
+// kv_apart or named_accumulators where they are set beside it (the kernel has no such forms). The
+// tensors' own rules (dense, aligned K and V: require_tensor_loads_aligned) are the run's to check
+// (attention/fused.cpp), which knows their descriptors.
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem, const VariantOverrides& overrides);
+
+// Whether a tensor of f16 elements may be read by tensor loads: unit-stride rows, and every stride and
+// the first element's offset a multiple of 8 elements, so that every tile's first element lies on 16
+// bytes (GL_NV_cooperative_matrix2 requires it of a load's offset).
+bool tensor_loads_aligned(const TensorDesc& desc);
+// InvalidArgument naming variant.workgroup_matrices where `desc` (operand `what`) is not.
+void require_tensor_loads_aligned(const TensorDesc& desc, const char* what);
 
 // Turns the cooperative-matrix GEMM `c` (its shape chosen) into bmm_cm2.comp's, the GEMM ceiling on
 // workgroup matrices: InvalidArgument naming variant.workgroup_matrices where the device lacks them,

@@ -9,6 +9,7 @@
 #include "attention/dispatch.hpp"
 #include "attention/kernels.hpp"
 #include "attention/tuning.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "plan/host_tensors.hpp"
 #include "plan/program.hpp"
 #include "runtime.hpp"
@@ -91,6 +92,10 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     params.b.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
     params.c.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
     config.coopmat_wide = detail::coopmat_wide_operands(config, detail::BmmForm::a_b, operand, operand, params.a, params.b, n, k);
+    if (config.workgroup_matrices) {  // bmm_cm2.comp's tensor loads: A's rows K, B's N elements apart
+        detail::require_tensor_loads_aligned(params.a, "A");
+        detail::require_tensor_loads_aligned(params.b, "B");
+    }
     const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, operand, operand, DType::f32);
     detail::Dispatch d{.kernel = &kernel, .params = params};
     d.bindings = {{1, &da, 0, da.size()}, {2, &db, 0, db.size()}, {3, &dc, 0, dc.size()}, {4, &no_bias, 0, 16},

@@ -57,8 +57,10 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     features_.bf16_matrices = features_.cooperative_matrix && available_.bf16_matrices && options.bf16_structures &&
                               options.bf16_matrix_shape && bf16_unit_shaders_built() && supports_bf16_matrices(physical);
     features_.flexible_matrices = features_.cooperative_matrix && options.flexible_matrix_shapes;
-    features_.workgroup_matrices = features_.cooperative_matrix && options.workgroup_matrices &&
-                                   options.workgroup_matrix_invocations != 0 && workgroup_matrix_shader_ready(physical);
+    // Asked only where the structure may be chained (options.workgroup_matrices); what the device
+    // offers is then what DeviceInfo describes.
+    available_.workgroup_matrices = available_.cooperative_matrix && options.workgroup_matrices && workgroup_matrix_shader_ready(physical);
+    features_.workgroup_matrices = features_.cooperative_matrix && available_.workgroup_matrices && options.workgroup_matrix_invocations != 0;
     features_.maximal_reconvergence = available_.maximal_reconvergence && options.maximal_reconvergence;
     features_.pipeline_statistics = available_.pipeline_statistics && options.kernel_statistics;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
@@ -97,6 +99,14 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
             want_flexible.cooperativeMatrixPerElementOperations = VK_TRUE;
         }
         chain(want_flexible);
+    }
+    // The workgroup-matrix kernels are SPIR-V 1.6, where glslang writes a specialized workgroup size
+    // as LocalSizeId, which needs maintenance4 (core in 1.3, so no extension; its own structure, not
+    // VkPhysicalDeviceVulkan13Features, which may not sit beside the subgroup-size-control one).
+    VkPhysicalDeviceMaintenance4Features want_maintenance4{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_FEATURES};
+    if (features_.workgroup_matrices) {
+        want_maintenance4.maintenance4 = VK_TRUE;
+        chain(want_maintenance4);
     }
     VkPhysicalDeviceShaderBfloat16FeaturesKHR want_bf16{VKATTN_STYPE_SHADER_BFLOAT16_FEATURES_KHR};
     if (features_.bf16_matrices) {
@@ -164,6 +174,9 @@ Device::Device(VkPhysicalDevice physical, VkDevice device, std::uint32_t queue_f
                const DeviceFeatures& enabled, const DeviceOptions& options)
     : physical_(physical), device_(device, {}), queue_family_(queue_family), features_(enabled),
       available_(available_features(physical)), options_(options), adopted_(true) {
+    // The caller's layers are unknown, so VK_NV_cooperative_matrix2's structure is not queried: what
+    // its create info enabled, the device supports.
+    available_.workgroup_matrices = enabled.workgroup_matrices;
     features_.maximal_reconvergence = features_.maximal_reconvergence && options.maximal_reconvergence;
     features_.pipeline_statistics = features_.pipeline_statistics && options.kernel_statistics;
     vkGetDeviceQueue(device, queue_family_, queue_index, &queue_);

@@ -110,6 +110,7 @@ bool supports_workgroup_matrices(VkPhysicalDevice physical) {
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
     return runs_spirv_1_6(props.apiVersion) &&
+           queried(physical, VkPhysicalDeviceMaintenance4Features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_FEATURES}).maintenance4 &&
            has_workgroup_features(queried(physical, VkPhysicalDeviceCooperativeMatrix2FeaturesNV{VKATTN_STYPE_COOPERATIVE_MATRIX_2_FEATURES_NV}));
 }
 
@@ -117,6 +118,7 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
     DeviceFeatures out;
     bool size_control = false, full_subgroups = false, matrices = false, memory_model = false, reconvergence = false;
     bool executables = false, bf16_type = false, bf16_matrices = false, flexible = false, clock = false, workgroup = false;
+    bool maintenance4 = false;
     if (info.pEnabledFeatures) out.int64 = info.pEnabledFeatures->shaderInt64 == VK_TRUE;
     for (auto* s = static_cast<const VkBaseInStructure*>(info.pNext); s != nullptr; s = s->pNext) {
         switch (s->sType) {
@@ -161,6 +163,9 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                 executables |= reinterpret_cast<const VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR*>(s)
                                    ->pipelineExecutableInfo == VK_TRUE;
                 break;
+            case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_FEATURES:
+                maintenance4 |= reinterpret_cast<const VkPhysicalDeviceMaintenance4Features*>(s)->maintenance4 == VK_TRUE;
+                break;
             case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR:
                 clock |= reinterpret_cast<const VkPhysicalDeviceShaderClockFeaturesKHR*>(s)->shaderSubgroupClock == VK_TRUE;
                 break;
@@ -169,6 +174,7 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
                 auto* f = reinterpret_cast<const VkPhysicalDeviceVulkan13Features*>(s);
                 size_control |= f->subgroupSizeControl == VK_TRUE;
                 full_subgroups |= f->computeFullSubgroups == VK_TRUE;
+                maintenance4 |= f->maintenance4 == VK_TRUE;
                 break;
             }
 #endif
@@ -212,7 +218,8 @@ DeviceFeatures enabled_features(VkPhysicalDevice physical, const VkDeviceCreateI
     out.flexible_matrices = out.cooperative_matrix && matrix2_extension && flexible;
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical, &props);
-    out.workgroup_matrices = out.flexible_matrices && workgroup && runs_spirv_1_6(api_version) && runs_spirv_1_6(props.apiVersion);
+    out.workgroup_matrices = out.flexible_matrices && workgroup && maintenance4 && runs_spirv_1_6(api_version) &&
+                             runs_spirv_1_6(props.apiVersion);
     // Core in Vulkan 1.3 (for an instance and a device of 1.3), whichever structure enabled it.
     auto at_least_1_3 = [](std::uint32_t v) {
         return VK_API_VERSION_MAJOR(v) > 1 || (VK_API_VERSION_MAJOR(v) == 1 && VK_API_VERSION_MINOR(v) >= 3);

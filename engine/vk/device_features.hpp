@@ -37,7 +37,7 @@ struct DeviceFeatures {
     bool flexible_matrices = false;
     // VK_NV_cooperative_matrix2's workgroup scope, flexible dimensions, tensor addressing,
     // reductions, conversions and element operations, with cooperative_matrix, on a device and an
-    // instance of Vulkan 1.3 (the kernel is SPIR-V 1.6): the workgroup-matrix kernel
+    // instance of Vulkan 1.3 (the kernel is SPIR-V 1.6) with maintenance4 (its LocalSizeId): the workgroup-matrix kernel
     // (shaders/flash_cm2.comp). Offered: known only by a query (supports_workgroup_matrices), which a
     // validation layer older than the extension rejects.
     bool workgroup_matrices = false;
@@ -67,8 +67,8 @@ bool supports_bf16_matrices(VkPhysicalDevice physical);
 bool supports_flexible_matrices(VkPhysicalDevice physical);
 
 // Whether it supports what the workgroup-matrix kernel uses of VK_NV_cooperative_matrix2 (workgroup
-// scope, flexible dimensions, tensor addressing, reductions, conversions, element operations) and
-// Vulkan 1.3 (SPIR-V 1.6); ask as supports_flexible_matrices.
+// scope, flexible dimensions, tensor addressing, reductions, conversions, element operations), Vulkan
+// 1.3 (SPIR-V 1.6) and maintenance4 (SPIR-V 1.6's LocalSizeId); ask as supports_flexible_matrices.
 bool supports_workgroup_matrices(VkPhysicalDevice physical);
 
 // Whether Vulkan `version` (an instance's or a device's) runs SPIR-V 1.6 modules: 1.3 or later.

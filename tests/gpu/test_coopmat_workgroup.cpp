@@ -77,6 +77,10 @@ TEST_CASE("workgroup matrices: several key tiles, column passes, f32 Q", "[gpu][
     q32.dtype = DType::f32;
     q32.k_dtype = q32.v_dtype = DType::f16;
     expect_workgroup(q32, "coopmat-wg");
+    // Heads of 60: K's rows 120 bytes apart, so its tiles cannot all start on 16 bytes.
+    Case d60 = several_key_tiles_case(Impl::fused, 60);
+    d60.variant = find_kernel_variant("coopmat-wg")->overrides;
+    CHECK_THAT(expect_refused(d60, "variant.workgroup_matrices"), Catch::Contains("16 bytes"));
     // K or V stored otherwise: refused by name.
     Case k32 = q32;
     k32.k_dtype = DType::f32;

@@ -162,9 +162,12 @@ TEST_CASE("workgroup matrices: the GEMM ceiling's shape, or a refusal by name", 
     one.gemm_shape = GemmShape{1, 1, 4, 4, 32, 1, false};
     CHECK_THROWS_MATCHES(choose_gemm(caps, 4096, 4096, 4096, one), InvalidArgument,
                          Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) { return e.argument() == "variant.workgroup_matrices"; }));
-    VariantOverrides wide = wg_gemm;
-    wide.gemm_shape = GemmShape{2, 2, 16, 4, 32, 1, false};
-    CHECK_THROWS_AS(choose_gemm(caps, 4096, 4096, 4096, wide), InvalidArgument);
+    VariantOverrides wide = wg_gemm;  // BM 512 (a shape bmm_coopmat.comp's rules take)
+    wide.gemm_shape = GemmShape{2, 1, 16, 1, 32, 1, false};
+    CHECK_THROWS_MATCHES(choose_gemm(caps, 4096, 4096, 4096, wide), InvalidArgument,
+                         Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) {
+                             return e.argument() == "variant.workgroup_matrices" && std::string(e.what()).find("512") != std::string::npos;
+                         }));
     // Devices without workgroup matrices.
     for (vk::DeviceCaps other : all_devices()) {
         other.matrix_units = true;
@@ -180,4 +183,26 @@ TEST_CASE("workgroup matrices: the GEMM ceiling's shape, or a refusal by name", 
     CHECK_THROWS_AS(check_workgroup_gemm(BmmForm::at_b, DType::f16, DType::f16), InvalidArgument);
     CHECK_THROWS_AS(check_workgroup_gemm(BmmForm::a_b, DType::f32, DType::f16), InvalidArgument);
     CHECK_THROWS_AS(check_workgroup_gemm(BmmForm::a_b, DType::f16, DType::bf16), InvalidArgument);
+}
+
+TEST_CASE("workgroup matrices: which tensors tensor loads may read", "[unit][coopmat][workgroup]") {
+    TensorDesc dense;  // [B][H][N][64]
+    dense.stride = {8 * 1000 * 64, 1000 * 64, 64, 1};
+    CHECK(tensor_loads_aligned(dense));
+    TensorDesc d60 = dense;  // rows of 60: 120 bytes apart
+    d60.stride = {8 * 1000 * 60, 1000 * 60, 60, 1};
+    CHECK_FALSE(tensor_loads_aligned(d60));
+    TensorDesc offset = dense;
+    offset.origin = {0, 0, 0, 4};  // a binding's view starting 8 bytes into a tile
+    CHECK_FALSE(tensor_loads_aligned(offset));
+    TensorDesc strided = dense;  // d not of unit stride (a transposed view)
+    strided.stride = {8 * 1000 * 64, 1000 * 64, 1, 1000};
+    CHECK_FALSE(tensor_loads_aligned(strided));
+    try {
+        require_tensor_loads_aligned(d60, "K");
+        FAIL("taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.workgroup_matrices");
+        CHECK_THAT(e.what(), Catch::Contains("K by tensor loads") && Catch::Contains("60"));
+    }
 }
