@@ -7,6 +7,7 @@
 
 #include "attention/dispatch.hpp"
 #include "attention/kernels.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "plan/program.hpp"
 #include "runtime.hpp"
 #include "tensor/storage.hpp"
@@ -108,6 +109,13 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardChoic
     if (fused) {
         const BackwardConfig& config = choice.fused;
         if (const std::string why = backward_fused_misfit(caps, config, p); !why.empty()) throw ResourceLimit(why);
+        if (config.coopmat && config.coopmat->workgroup_matrices) {
+            // Tensor loads start every tile on 16 bytes: the first chunk's descriptors decide for
+            // all (chunks split by whole units, their bindings on the device's offset alignment).
+            const BackwardChunk& c = chunks_.front();
+            for (const auto& [slice, name] : {std::pair{&c.q, "Q"}, std::pair{&c.k, "K"}, std::pair{&c.v, "V"}, std::pair{&c.grad_out, "dO"}})
+                require_tensor_loads_aligned(slice->desc, name);
+        }
         report.variant = config.describe();
         report.product_type = config.coopmat ? config.coopmat->operands : DType::f32;
         bwd_q_kernel(runtime, config, operand_types(p));

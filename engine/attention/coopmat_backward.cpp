@@ -4,11 +4,13 @@
 
 #include "attention/ceil_div.hpp"
 #include "attention/coopmat_tile.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
 
 std::uint32_t CoopmatBackwardLayout::shared_bytes(std::uint32_t subgroups) const {
+    if (workgroup_matrices) return workgroup_backward_shared_bytes(16 * subgroups, tile);
     const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t rows = std::max(tile, 16 * subgroups), pitch = 16 * std::max(dk_tiles, dv_tiles) + 8;
     // The dK/dV kernel's two operand tiles per subgroup and its query tile's terms (lse, Δ and the
@@ -19,13 +21,18 @@ std::uint32_t CoopmatBackwardLayout::shared_bytes(std::uint32_t subgroups) const
 
 std::string CoopmatBackwardLayout::describe() const {
     return "tile" + std::to_string(tile) + " dkt" + std::to_string(dk_tiles) + " dvt" + std::to_string(dv_tiles) + " ot" +
-           std::to_string(column_tiles) + (units ? " units" : " portable") + (operands == DType::bf16 ? " bf16" : "");
+           std::to_string(column_tiles) + (units ? " units" : " portable") + (operands == DType::bf16 ? " bf16" : "") +
+           (workgroup_matrices ? " workgroup" : "");
 }
 
 CoopmatBackwardLayout choose_coopmat_backward(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
-                                              const Problem& p) {
-    refuse_wide_heads_on_units(caps, p, "the cooperative-matrix backward", "the default kernels");
+                                              const Problem& p, bool workgroup) {
     CoopmatBackwardLayout t;
+    if (workgroup) {  // its own rules, each refusal naming variant.workgroup_matrices
+        choose_workgroup_backward(t, caps, subgroup, subgroups, p);
+        return t;
+    }
+    refuse_wide_heads_on_units(caps, p, "the cooperative-matrix backward", "the default kernels");
     t.units = caps.matrix_units;
     t.operands = coopmat_operands(caps, {p.dtype, p.k_dtype, p.v_dtype}, "variant.fused_kernel", "the cooperative-matrix backward",
                                   "the default kernels");

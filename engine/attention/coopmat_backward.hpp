@@ -20,6 +20,9 @@ struct CoopmatBackwardLayout {
     std::uint32_t column_tiles = 8;  // the gradients' 16-column tiles per pass (at most 8)
     bool units = false;              // on the matrix units (16-bit operands in shared memory), else portable
     DType operands = DType::f16;     // what the products multiply: f16, or bf16 (coopmat_operands)
+    // bwd_cm2_q.comp and bwd_cm2_kv.comp instead: the same work on workgroup-scope matrices
+    // (VariantOverrides::workgroup_matrices; choose_workgroup_backward, attention/workgroup_matrices.hpp).
+    bool workgroup_matrices = false;
     std::uint32_t columns() const { return 16 * column_tiles; }
     // The larger of the two kernels' shared memory: the other side's tile [max(tile, 16·subgroups)]
     // [16·max(dk_tiles, dv_tiles) + 8] and, per subgroup, two fp32 score tiles [16][tile + 4] and one
@@ -32,9 +35,10 @@ struct CoopmatBackwardLayout {
 // The layout for subgroups of `subgroup` lanes: 4 subgroups and 64-wide tiles where shared memory
 // allows, then 32-wide, fewer subgroups, 16-wide; passes of up to 128 gradient columns. Returns the
 // subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") as coopmat_operands
-// does, and where even the smallest tiles do not fit.
+// does, and where even the smallest tiles do not fit. `workgroup`: on workgroup-scope matrices,
+// as choose_workgroup_backward settles it.
 CoopmatBackwardLayout choose_coopmat_backward(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
-                                              const Problem& problem);
+                                              const Problem& problem, bool workgroup = false);
 
 // Loop back-edges of one key tile of the dQ kernel, and of one query tile of the dK/dV kernel (lavapipe
 // counts them; the portable implementation's products loop over their slots).

@@ -301,7 +301,8 @@ vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, 
     enum : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kTile = 2, kDkTiles = 3, kColumnTiles = 4, kDvTiles = 5,
                            kSubgroups = 6, kQType = 11, kKType = 12, kVType = 13 };
     const CoopmatBackwardLayout& t = *c.coopmat;
-    return {.shader = "bwd_" + coopmat_build(t.units, t.operands) + "_" + shader,
+    // bwd_cm2_*.comp: f16 q, k, v and dO (choose_workgroup_backward), so f16 gradients.
+    return {.shader = "bwd_" + (t.workgroup_matrices ? std::string("cm2") : coopmat_build(t.units, t.operands)) + "_" + shader,
             .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
                           {.id = kSubgroup, .value = c.subgroup},
                           {.id = kTile, .value = t.tile},

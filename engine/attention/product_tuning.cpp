@@ -203,6 +203,7 @@ std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const Unfused
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides) {
     (void)m;
+    refuse_workgroup_without_coopmat(overrides.workgroup_matrices, overrides.gemm_kernel == GemmKernel::coopmat, "gemm_kernel");
     if (overrides.gemm_kernel == GemmKernel::coopmat) {
         std::string why;
         const auto subgroup = kernel_subgroup(caps, why);

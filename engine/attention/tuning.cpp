@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "attention/device_rules.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "tensor/storage_rules.hpp"
 
 namespace vkattn::detail {
@@ -62,6 +63,7 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
         if (why) *why = reason;
         return std::nullopt;
     };
+    refuse_workgroup_without_coopmat(overrides.workgroup_matrices, overrides.fused_kernel == FusedKernel::coopmat, "fused_kernel");
     std::string reason;
     const auto subgroup = kernel_subgroup(caps, reason);
     if (!subgroup) return refuse(reason);
@@ -172,6 +174,7 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
                                               const std::array<std::int64_t, 4>& grad_out_strides,
                                               const VariantOverrides& overrides, std::string* why) {
     refuse_gemm_shape(overrides);
+    refuse_workgroup_without_coopmat(overrides.workgroup_matrices, overrides.fused_kernel == FusedKernel::coopmat, "fused_kernel");
     std::string reason;
     const auto subgroup = kernel_subgroup(caps, reason);
     if (!subgroup) {
@@ -210,7 +213,7 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
         std::uint32_t subgroups = 4;
         std::optional<CoopmatBackwardLayout> layout;
         try {
-            layout = choose_coopmat_backward(caps, c.subgroup, subgroups, p);
+            layout = choose_coopmat_backward(caps, c.subgroup, subgroups, p, overrides.workgroup_matrices.value_or(false));
         } catch (const InvalidArgument&) {
             if (coopmat_forced) throw;
         }

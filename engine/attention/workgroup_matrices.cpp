@@ -81,6 +81,12 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
                                   " for the matrices among them); the device has " + std::to_string(caps.max_shared_bytes) + ".");
 }
 
+void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool coopmat, const char* knob) {
+    if (workgroup.value_or(false) && !coopmat)
+        throw InvalidArgument("variant.workgroup_matrices", std::string("shapes the cooperative-matrix kernels: set ") + knob +
+                                                                " = coopmat beside it (the catalogue's coopmat-wg variants do).");
+}
+
 bool tensor_loads_aligned(const TensorDesc& d) {
     return d.stride[3] == 1 && d.stride[0] % 8 == 0 && d.stride[1] % 8 == 0 && d.stride[2] % 8 == 0 && d.origin[3] % 8 == 0;
 }
@@ -93,6 +99,44 @@ void require_tensor_loads_aligned(const TensorDesc& d, const char* what) {
                                   "strides " + std::to_string(d.stride[0]) + ", " + std::to_string(d.stride[1]) + ", " +
                                   std::to_string(d.stride[2]) + ", " + std::to_string(d.stride[3]) + " and offset " +
                                   std::to_string(d.origin[3]) + " (a head width that is a multiple of 8 gives them).");
+}
+
+std::uint32_t workgroup_backward_shared_bytes(std::uint32_t rows, std::uint32_t tile) {
+    return 4 * (std::max(rows * (9 + 11), tile * (4 + 11)) + 4);
+}
+
+void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
+                               const Problem& p) {
+    const char* knob = "variant.workgroup_matrices";
+    const std::string kernel = "the backward on workgroup-scope matrices (bwd_cm2_q.comp, bwd_cm2_kv.comp)";
+    if (!caps.workgroup_matrices)
+        throw InvalidArgument(knob, kernel + " needs VK_NV_cooperative_matrix2's, which " + caps.name +
+                                        " does not offer here (DeviceInfo::workgroup_matrices_off says why).");
+    if (p.dtype != DType::f16 || p.k_dtype != DType::f16 || p.v_dtype != DType::f16)
+        throw InvalidArgument(knob, kernel + " reads q, k, v and dO by tensor loads of f16 elements; these are stored as " +
+                                        to_string(p.dtype) + ", " + to_string(p.k_dtype) + " and " + to_string(p.v_dtype) + ".");
+    if (p.Dk > 128 || p.Dv > 128)
+        throw InvalidArgument(knob, kernel + " takes heads up to 128 wide (Dk = " + std::to_string(p.Dk) + ", Dv = " +
+                                        std::to_string(p.Dv) + "); wider ones take the default kernels.");
+    t.operands = DType::f16;
+    t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
+    t.dv_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dv, 1), 16));
+    t.column_tiles = std::max(t.dk_tiles, t.dv_tiles);
+    t.workgroup_matrices = true;
+    t.units = true;
+    t.tile = 64;
+    subgroups = 4;
+    const std::uint32_t invocations = subgroups * subgroup, rows = 16 * subgroups;
+    const std::uint32_t largest = std::max({rows, t.tile, 16 * t.dk_tiles, 16 * t.dv_tiles, t.columns()});
+    const std::uint32_t shared = workgroup_backward_shared_bytes(rows, t.tile) + caps.workgroup_matrix_reserved_shared;
+    if ((caps.workgroup_matrix_invocations & invocations) == 0 || (invocations & (invocations - 1)) != 0 ||
+        invocations > caps.workgroup_matrix_max_invocations || invocations > caps.max_workgroup_invocations ||
+        largest > caps.workgroup_matrix_max_dimension || shared > caps.max_shared_bytes)
+        throw InvalidArgument(knob, kernel + " takes " + std::to_string(invocations) + " invocations, matrices up to " +
+                                        std::to_string(largest) + " wide and " + std::to_string(shared) + " bytes of shared memory; "
+                                        "the device's f16 workgroup matrices come at other workgroup sizes, reach " +
+                                        std::to_string(caps.workgroup_matrix_max_dimension) + ", or its " +
+                                        std::to_string(caps.max_shared_bytes) + " bytes are short.");
 }
 
 void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps) {

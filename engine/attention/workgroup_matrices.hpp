@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
+#include "attention/coopmat_backward.hpp"
 #include "attention/coopmat_tile.hpp"
 #include "attention/product_tuning.hpp"
 
@@ -30,12 +32,28 @@ std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows);
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem, const VariantOverrides& overrides);
 
+// InvalidArgument naming variant.workgroup_matrices where it is asked for (`workgroup` true) without
+// the cooperative-matrix kernel it shapes (`coopmat`: `knob`, fused_kernel or gemm_kernel, = coopmat).
+void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool coopmat, const char* knob);
+
 // Whether a tensor of f16 elements may be read by tensor loads: unit-stride rows, and every stride and
 // the first element's offset a multiple of 8 elements, so that every tile's first element lies on 16
 // bytes (GL_NV_cooperative_matrix2 requires it of a load's offset).
 bool tensor_loads_aligned(const TensorDesc& desc);
 // InvalidArgument naming variant.workgroup_matrices where `desc` (operand `what`) is not.
 void require_tensor_loads_aligned(const TensorDesc& desc, const char* what);
+
+// bwd_cm2_q.comp's and bwd_cm2_kv.comp's shared memory, the larger: per row (dQ) its facts (9 words)
+// and RowMask (11), or per query of a tile (dK/dV) its terms (4) and RowMask; 4 words of key range.
+std::uint32_t workgroup_backward_shared_bytes(std::uint32_t rows, std::uint32_t tile);
+
+// Settles `t` (its tiles counted) and `subgroups` for the backward on workgroup matrices: 4 subgroups
+// of 16 rows (keys), 64-wide tiles of the other side. InvalidArgument naming variant.workgroup_matrices
+// where the device lacks them, q, k or v is not stored as f16, or the workgroup size or a matrix
+// is one the device does not take. The tensors' alignment is the run's to check
+// (require_tensor_loads_aligned, attention/backward.cpp).
+void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
+                               const Problem& problem);
 
 // Turns the cooperative-matrix GEMM `c` (its shape chosen) into bmm_cm2.comp's, the GEMM ceiling on
 // workgroup matrices: InvalidArgument naming variant.workgroup_matrices where the device lacks them,

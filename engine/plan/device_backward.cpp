@@ -61,9 +61,13 @@ BackwardChoice choose_backward_path(const vk::DeviceCaps& caps, const Problem& p
         }
     }
     std::string why;
-    // A fused kernel forced (coopmat) shapes the fused backward only: three stages asked for never read it.
+    // A fused kernel forced (coopmat, on workgroup matrices or not) shapes the fused backward only:
+    // three stages asked for never read it.
     VariantOverrides fused_variant = variant;
-    if (options.impl == Impl::unfused) fused_variant.fused_kernel.reset();
+    if (options.impl == Impl::unfused) {
+        fused_variant.fused_kernel.reset();
+        fused_variant.workgroup_matrices.reset();
+    }
     const std::optional<BackwardConfig> fused =
         choose_backward(caps, p, spec.q.strides, spec.k.strides, spec.v.strides, grad_out.strides(), fused_variant, &why);
     BackwardChoice choice;

@@ -118,6 +118,8 @@ const std::vector<KernelVariant>& backward_variants() {
          "flash_bwd_q.comp and flash_bwd_kv.comp: dQ, and dK with dV, in registers (FP32 units)"},
         {"backward-coopmat", Impl::fused, {.fused_kernel = FusedKernel::coopmat},
          "flash_bwd_q_coopmat.comp and flash_bwd_kv_coopmat.comp: the five products on 16x16x16 cooperative matrices, f16 or bf16 operands"},
+        {"backward-coopmat-wg", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .workgroup_matrices = true},
+         "bwd_cm2_q.comp and bwd_cm2_kv.comp: the five products on workgroup-scope matrices (VK_NV_cooperative_matrix2), f16 storage"},
         {"backward-unfused", Impl::unfused, {.gemm_kernel = GemmKernel::blocks},
          "three stages, bmm.comp's register blocks (the CPU devices' products)"},
         {"backward-unfused-tile", Impl::unfused, {.gemm_kernel = GemmKernel::tile},

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/coopmat_backward.hpp"
 #include "attention/coopmat_tile.hpp"
 #include "attention/product_tuning.hpp"
 #include "attention/tuning.hpp"
@@ -205,4 +206,39 @@ TEST_CASE("workgroup matrices: which tensors tensor loads may read", "[unit][coo
         CHECK(e.argument() == "variant.workgroup_matrices");
         CHECK_THAT(e.what(), Catch::Contains("K by tensor loads") && Catch::Contains("60"));
     }
+}
+
+TEST_CASE("workgroup matrices: the backward's layout, or a refusal by name", "[unit][coopmat][workgroup]") {
+    const vk::DeviceCaps caps = workgroup_device();
+    std::uint32_t subgroups = 0;
+    const CoopmatBackwardLayout t = choose_coopmat_backward(caps, 32, subgroups, f16_problem(64, 128), true);
+    CHECK(t.workgroup_matrices);
+    CHECK(subgroups == 4);
+    CHECK(t.tile == 64);
+    CHECK(t.dk_tiles == 4);
+    CHECK(t.dv_tiles == 8);
+    CHECK(t.shared_bytes(subgroups) == workgroup_backward_shared_bytes(64, 64));
+    CHECK_THAT(t.describe(), Catch::EndsWith(" workgroup"));
+    auto argument_of = [&](const vk::DeviceCaps& d, const Problem& p) {
+        std::uint32_t n = 0;
+        try {
+            (void)choose_coopmat_backward(d, 32, n, p, true);
+        } catch (const InvalidArgument& e) {
+            return e.argument() + ": " + e.what();
+        }
+        return std::string("taken");
+    };
+    Problem q32 = f16_problem(64, 64);  // the backward reads q by tensor loads too
+    q32.dtype = DType::f32;
+    CHECK_THAT(argument_of(caps, q32), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("f16 elements"));
+    CHECK_THAT(argument_of(nvidia_like(), f16_problem(64, 64)), Catch::StartsWith("variant.workgroup_matrices:"));
+    CHECK_THAT(argument_of(caps, f16_problem(256, 64)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("Dk = 256"));
+    vk::DeviceCaps no256 = caps;
+    no256.workgroup_matrix_invocations = 256;  // not 128
+    CHECK_THAT(argument_of(no256, f16_problem(64, 64)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("128 invocations"));
+    // Asked for without the cooperative-matrix kernels it shapes: refused, not ignored.
+    CHECK_THAT(fused_refusal(caps, f16_problem(64, 64), {.workgroup_matrices = true}), Catch::StartsWith("variant.workgroup_matrices:"));
+    CHECK_THAT(fused_refusal(caps, f16_problem(64, 64), {.fused_kernel = FusedKernel::tile, .workgroup_matrices = true}),
+               Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("fused_kernel = coopmat"));
+    CHECK_THROWS_AS(choose_gemm(caps, 256, 256, 256, {.workgroup_matrices = true}), InvalidArgument);
 }

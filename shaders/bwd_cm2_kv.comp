@@ -1,0 +1,198 @@
+#version 450
+// The backward pass's dK and dV on workgroup-scope matrices (VK_NV_cooperative_matrix2; issue #33,
+// docs/design/GPU_KERNELS.md "Workgroup matrices"): flash_bwd_kv_coopmat.comp's contract (its
+// bindings, parameters, mask and feature rules; the group's query heads summed in a fixed order, no
+// atomics: the same bits on every run) for q, k, v and dO stored as f16. The workgroup owns BK =
+// 16·NSG keys, their K and V as A operands (tensor loads, once) and dK's and dV's columns
+// first_column + [0, OC) as accumulators. Per query head of the group and query tile of BR queries:
+//   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (Qᵀ and dOᵀ tensor loads through a transposed view),
+//   Pᵀ = exp(logit(Sᵀ) − lse), Wᵀ = κ·Pᵀ, dSᵀ = Pᵀ ∘ (κ·dPᵀ − Δ) ∘ softcap'   (element operations,
+//   by key and query, the tile's per-query terms staged in shared memory),
+//   dV += Wᵀ·dO and dK += dSᵀ·Q (W and dS converted to f16 in registers; dO and Q tensor loads).
+// Queries outside query_range() of the workgroup's keys are never visited. dK (times the scale) and
+// dV are stored as k's and v's types.
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_NV_cooperative_matrix2 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : enable
+
+#include "common/backward_params.glsl"
+
+layout(local_size_x_id = 0) in;                 // NSG · SG
+layout(constant_id = 2) const uint BR = 64;     // queries per tile, a multiple of 16
+layout(constant_id = 3) const uint DKT = 8;     // Q's and K's 16-dimension tiles: ceil(Dk / 16)
+layout(constant_id = 4) const uint OT = 8;      // dK's and dV's 16-column tiles per pass
+layout(constant_id = 5) const uint DVT = 8;     // dO's and V's 16-dimension tiles: ceil(Dv / 16)
+layout(constant_id = 6) const uint NSG = 4;     // subgroups: 16 keys each
+layout(constant_id = 11) const uint Q_TYPE = 0;
+layout(constant_id = 12) const uint K_TYPE = 0;
+layout(constant_id = 13) const uint V_TYPE = 0;
+
+const uint BK = 16u * NSG, DKP = 16u * DKT, DVP = 16u * DVT, OC = 16u * OT;
+const float LOG2E = 1.4426950408889634;
+
+layout(std430, set = 0, binding = 1) readonly buffer QHalves { float16_t q_halves[]; };
+layout(std430, set = 0, binding = 2) readonly buffer KHalves { float16_t k_halves[]; };
+layout(std430, set = 0, binding = 3) readonly buffer VHalves { float16_t v_halves[]; };
+layout(std430, set = 0, binding = 10) readonly buffer GHalves { float16_t g_halves[]; };
+#define TS_NAME store_dk
+#define TS_SLOT 4
+#if defined(DK_BF16)
+#define TS_BF16
+#elif defined(DK_F16)
+#define TS_F16
+#endif
+#include "common/typed_store.glsl"
+#define TS_NAME store_dv
+#define TS_SLOT 12
+#if defined(DV_BF16)
+#define TS_BF16
+#elif defined(DV_F16)
+#define TS_F16
+#endif
+#include "common/typed_store.glsl"
+layout(std430, set = 0, binding = 5) readonly buffer Lse { float lse[]; };
+layout(std430, set = 0, binding = 6) readonly buffer KvLengths { int kv_lengths[]; };
+layout(std430, set = 0, binding = 7) readonly buffer BoolMask { uint bool_words[]; };
+layout(std430, set = 0, binding = 8) readonly buffer FloatMask { float float_mask[]; };
+layout(std430, set = 0, binding = 9) readonly buffer HeadTerms { float head_terms[]; };
+layout(std430, set = 0, binding = 11) readonly buffer Delta { float delta[]; };
+
+#include "common/mask.glsl"
+#include "common/philox.glsl"
+
+#define WG_ACC(rows, cols) coopmat<float, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseAccumulator>
+#define WG_A(rows, cols) coopmat<float16_t, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseA>
+#define WG_B(rows, cols) coopmat<float16_t, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseB>
+
+// The query tile's per-query terms (lse, Δ, the row mask's key range; its RowMask where masks are
+// elementwise), staged once per tile: what the element operations look up by column.
+shared float tile_lse[BR], tile_delta[BR];
+shared uint tile_first[BR], tile_limit[BR];
+shared RowMask tile_masks[BR];
+uint batch = 0u, head = 0u, query0 = 0u, queries_end = 0u, key0 = 0u, keys_end = 0u;
+
+float bkv_logit(const in float s) { return P.mask.softcap > 0.0 ? softcap(s * P.scale) : s * P.scale; }
+// Pᵀ's element (key r, query c): exp(logit + terms − lse) where visible, else 0.
+float bkv_prob(const in uint r, const in uint c, const in float s) {
+    const uint key = key0 + r, i = query0 + c;
+    float terms = 0.0;
+    bool visible = i < queries_end && key < keys_end;
+    if (has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI)) {
+        visible = visible && key_terms(tile_masks[c], key, terms);  // false past the row's keys
+    } else {
+        visible = visible && key >= tile_first[c] && key < tile_limit[c];
+    }
+    return visible ? exp2((bkv_logit(s) + terms - tile_lse[c]) * LOG2E) : 0.0;
+}
+// The dropout's factor κ of (key r, query c): keep_scale where kept, 0 where dropped; 1 without dropout.
+float bkv_kappa(const in uint r, const in uint c) {
+    if (P.mask.drop_threshold == 0u) return 1.0;
+    return dropout_keeps(batch, head, min(query0 + c, queries_end - 1u), key0 + r) ? P.mask.keep_scale : 0.0;
+}
+float bkv_weight(const in uint r, const in uint c, const in float p) { return p * bkv_kappa(r, c); }
+// dSᵀ = Pᵀ ∘ (κ·dPᵀ − Δ) ∘ softcap'.
+float bkv_grad(const in uint r, const in uint c, const in float p, const in float dp, const in float s) {
+    float d = p * (bkv_kappa(r, c) * dp - tile_delta[c]);
+    if (P.mask.softcap > 0.0) {
+        const float th = bkv_logit(s) * P.mask.inv_softcap;  // tanh(scaled / c)
+        d *= 1.0 - th * th;
+    }
+    return d;
+}
+float bkv_store_dk(const in uint r, const in uint c, const in float value) {
+    const uint key = key0 + r, col = P.first_column + c;
+    if (key < keys_end && col < P.shape.Dk) store_dk(tensor_index(P.dk, batch, head, key) + col, value * P.scale);
+    return value;
+}
+float bkv_store_dv(const in uint r, const in uint c, const in float value) {
+    const uint key = key0 + r, col = P.first_column + c;
+    if (key < keys_end && col < P.shape.Dv) store_dv(tensor_index(P.dv, batch, head, key) + col, value);
+    return value;
+}
+
+void main() {
+    const uint inv = gl_LocalInvocationIndex, WG = gl_WorkGroupSize.x;
+    const uint Hkv = P.shape.Hkv, group = P.shape.group, Nq = P.shape.Nq, Nkv = P.shape.Nkv;
+    const uint unit = P.first_unit + gl_WorkGroupID.y;
+    const uint b = unit / Hkv, hk = unit % Hkv;
+    batch = b;
+    key0 = gl_WorkGroupID.x * BK;
+    keys_end = min(key0 + BK, Nkv);
+    const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
+    // The queries that may see the workgroup's keys (the same for every head of the batch).
+    const uvec2 queries = query_range(b, key0, max(keys_end, key0 + 1u));
+    queries_end = queries.y;
+
+    // K's and V's rows as A operands: keys past Nkv read as 0, columns past Dk (Dv) too.
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> k_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    k_layout = setTensorLayoutDimensionNV(k_layout, Nkv, P.shape.Dk);
+    k_layout = setTensorLayoutStrideNV(k_layout, P.k.stride.z, 1);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> v_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    v_layout = setTensorLayoutDimensionNV(v_layout, Nkv, P.shape.Dv);
+    v_layout = setTensorLayoutStrideNV(v_layout, P.v.stride.z, 1);
+    WG_A(BK, DKP) k_op;
+    coopMatLoadTensorNV(k_op, k_halves, tensor_index(P.k, b, hk, 0u), sliceTensorLayoutNV(k_layout, key0, BK, 0, DKP));
+    WG_A(BK, DVP) v_op;
+    coopMatLoadTensorNV(v_op, v_halves, tensor_index(P.v, b, hk, 0u), sliceTensorLayoutNV(v_layout, key0, BK, 0, DVP));
+    // Q's and dO's rows of a head: queries past the range read as 0 (their P is 0 whatever they hold).
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> q_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    q_layout = setTensorLayoutDimensionNV(q_layout, queries.y, P.shape.Dk);
+    q_layout = setTensorLayoutStrideNV(q_layout, P.q.stride.z, 1);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> g_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    g_layout = setTensorLayoutDimensionNV(g_layout, queries.y, P.shape.Dv);
+    g_layout = setTensorLayoutStrideNV(g_layout, P.grad_out.stride.z, 1);
+    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+
+    WG_ACC(BK, OC) dk = WG_ACC(BK, OC)(0.0);
+    WG_ACC(BK, OC) dv = WG_ACC(BK, OC)(0.0);
+    for (uint g = 0u; g < group; ++g) {
+        const uint h = hk * group + g;
+        const uint q_head = tensor_index(P.q, b, h, 0u), g_head = tensor_index(P.grad_out, b, h, 0u);
+        for (uint qb = queries.x; qb < queries.y; qb += BR) {
+            barrier();  // every invocation is done with the previous tile's terms
+            for (uint e = inv; e < BR; e += WG) {
+                const uint ic = min(qb + e, queries.y - 1u);
+                const RowMask mask = row_mask(b, h, ic);
+                tile_lse[e] = lse[tensor_index(P.lse, b, h, ic)];
+                tile_delta[e] = delta[tensor_index(P.delta, b, h, ic)];
+                tile_first[e] = mask.first;
+                tile_limit[e] = mask.limit;
+                if (elementwise) tile_masks[e] = mask;
+            }
+            barrier();
+            head = h;  // the element operations' (b, h) for dropout
+            query0 = qb;
+
+            WG_B(DKP, BR) qt_op;
+            coopMatLoadTensorNV(qt_op, q_halves, q_head, sliceTensorLayoutNV(q_layout, qb, BR, 0, DKP), transposed);
+            WG_ACC(BK, BR) s = WG_ACC(BK, BR)(0.0);
+            s = coopMatMulAdd(k_op, qt_op, s);
+            WG_B(DVP, BR) gt_op;
+            coopMatLoadTensorNV(gt_op, g_halves, g_head, sliceTensorLayoutNV(g_layout, qb, BR, 0, DVP), transposed);
+            WG_ACC(BK, BR) dp = WG_ACC(BK, BR)(0.0);
+            dp = coopMatMulAdd(v_op, gt_op, dp);
+
+            WG_ACC(BK, BR) p;
+            coopMatPerElementNV(p, s, bkv_prob);
+            WG_ACC(BK, BR) w;
+            coopMatPerElementNV(w, p, bkv_weight);
+            WG_ACC(BK, BR) ds;
+            coopMatPerElementNV(ds, p, bkv_grad, dp, s);
+
+            const WG_A(BK, BR) w_op = WG_A(BK, BR)(w);
+            WG_B(BR, OC) g_cols;
+            coopMatLoadTensorNV(g_cols, g_halves, g_head, sliceTensorLayoutNV(g_layout, qb, BR, P.first_column, OC));
+            dv = coopMatMulAdd(w_op, g_cols, dv);
+            const WG_A(BK, BR) ds_op = WG_A(BK, BR)(ds);
+            WG_B(BR, OC) q_cols;
+            coopMatLoadTensorNV(q_cols, q_halves, q_head, sliceTensorLayoutNV(q_layout, qb, BR, P.first_column, OC));
+            dk = coopMatMulAdd(ds_op, q_cols, dk);
+        }
+    }
+    head = hk;  // dK's and dV's (b, hk) rows
+    coopMatPerElementNV(dk, dk, bkv_store_dk);
+    coopMatPerElementNV(dv, dv, bkv_store_dv);
+}

@@ -1,0 +1,95 @@
+// The backward on workgroup-scope matrices (bwd_cm2_q.comp, bwd_cm2_kv.comp; VariantOverrides::
+// workgroup_matrices beside fused_kernel = coopmat, the catalogue's backward-coopmat-wg; issue #33):
+// where the suite's device offers them (DeviceInfo::workgroup_matrices), every feature case of the
+// fused backward at f16 storage, shapes off the tiles with GQA, and the same bits on every run,
+// against the reference; everywhere else (lavapipe), refused by name.
+#include "support/catch.hpp"
+
+#include <string>
+
+#include "support/backward_case.hpp"
+#include "support/device_tuning.hpp"
+#include "vkattn/errors.hpp"
+
+using namespace vkattn;
+using namespace vkattn::test;
+
+namespace {
+
+BackwardCase on_workgroup_matrices(BackwardCase c) {
+    c.dtype = DType::f16;
+    c.k_dtype.reset();
+    c.v_dtype.reset();
+    c.options.variant.fused_kernel = FusedKernel::coopmat;
+    c.options.variant.workgroup_matrices = true;
+    c.options.variant.texel_loads.reset();
+    return c;
+}
+
+// The refusal's message (a case taken fails). The host call plans the forward with the same options
+// first, so where both would refuse (no workgroup matrices; K's rows off 16 bytes) the forward's
+// refusal is the one seen; the backward's own are unit-tested (test_coopmat_workgroup.cpp).
+std::string refusal(const BackwardCase& c, std::uint32_t seed) {
+    const Inputs in(c, seed);
+    Gradients g = gradients_like(in, c);
+    try {
+        attention_backward(gpu_context(), in.in, in.grad_out.view(), views(g, false), c.options);
+        FAIL(c.name + " taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "variant.workgroup_matrices");
+        return e.what();
+    }
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("workgroup matrices backward: every feature against the reference, or refused by name",
+          "[gpu][backward][coopmat][workgroup]") {
+    if (!device_caps().fp16_storage) return;
+    std::uint32_t seed = 7000;
+    if (!gpu_context().device().workgroup_matrices) {
+        BackwardCase c = on_workgroup_matrices(BackwardCase{});
+        c.name = "refused";
+        CHECK_THAT(refusal(c, seed), Catch::Contains("workgroup_matrices_off"));
+        return;
+    }
+    for (BackwardCase c : feature_cases()) {
+        if (c.column_passes || c.dtype != DType::f32 || c.k_dtype || c.v_dtype) continue;  // heads to 128, one type
+        // Heads of a multiple of 8 (tensor loads start every row's tile on 16 bytes; 28 and 9 would be refused).
+        c.Dk = (c.Dk + 7) / 8 * 8;
+        c.Dv = (c.Dv + 7) / 8 * 8;
+        c = on_workgroup_matrices(c);
+        const AttentionReport r = check_case(c, seed++);
+        if (c.options.impl != Impl::unfused) CHECK_THAT(r.variant, Catch::Contains(" workgroup"));
+    }
+    for (const std::int64_t n : {17, 70, 150})
+        for (const std::int64_t d : {40, 64, 128}) {
+            BackwardCase c;
+            c.name = "causal bottom-right, GQA 6/2";
+            c.B = 1, c.Hq = 6, c.Hkv = 2, c.Nq = n, c.Nkv = n + 5, c.Dk = d, c.Dv = d == 128 ? 64 : d + 8;
+            c.options.causal = Causal::bottom_right;
+            check_case(on_workgroup_matrices(c), seed++);
+        }
+    // Heads of 36: rows 72 bytes apart, which tensor loads cannot start every tile of on 16 bytes.
+    BackwardCase narrow = on_workgroup_matrices(BackwardCase{});
+    narrow.name = "Dk 36";
+    narrow.Dk = narrow.Dv = 36;
+    CHECK_THAT(refusal(narrow, seed++), Catch::Contains("16 bytes"));
+}
+
+TEST_CASE("workgroup matrices backward: the same inputs give the same bits", "[gpu][backward][coopmat][workgroup]") {
+    if (!device_caps().fp16_storage || !gpu_context().device().workgroup_matrices) return;
+    BackwardCase c = on_workgroup_matrices(BackwardCase{});
+    c.name = "determinism";
+    c.Nq = c.Nkv = 150;
+    c.options.causal = Causal::top_left;
+    const Inputs in(c, 7500);
+    Gradients first = gradients_like(in, c), second = gradients_like(in, c);
+    attention_backward(gpu_context(), in.in, in.grad_out.view(), views(first, false), c.options);
+    attention_backward(gpu_context(), in.in, in.grad_out.view(), views(second, false), c.options);
+    REQUIRE_FALSE(first.dq.f16.empty());  // f16 gradients: their bits
+    CHECK(first.dq.f16 == second.dq.f16);
+    CHECK(first.dk.f16 == second.dk.f16);
+    CHECK(first.dv.f16 == second.dv.f16);
+}
