@@ -261,6 +261,10 @@ const vk::Kernel& copy_kernel(Runtime& runtime) { return runtime.kernels().get({
 
 const vk::Kernel& clock_probe_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "clock_probe"}); }
 
+const vk::Kernel& workgroup_probe_kernel(Runtime& runtime) {
+    return runtime.kernels().get({.shader = "cm2_probe", .constants = {{.id = 0, .value = 128}}});
+}
+
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_sinks"}); }
 
 const vk::Kernel& bwd_scores_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_scores"}); }

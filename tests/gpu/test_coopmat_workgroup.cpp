@@ -15,6 +15,7 @@
 #include "support/fused_features.hpp"
 #include "vkattn/errors.hpp"
 #include "vkattn/testing/benchmark.hpp"
+#include "vkattn/testing/workgroup_matrix_probe.hpp"
 #include "vkattn/variants.hpp"
 
 using namespace vkattn;
@@ -111,4 +112,17 @@ TEST_CASE("workgroup matrices: the GEMM ceiling against a double product, or ref
         CHECK(r.rel_l2_err < 1e-5);
         CHECK(take_validation_messages(ctx).empty());
     }
+}
+
+TEST_CASE("workgroup matrices: each operation the kernels rely on, alone, on exact values", "[gpu][coopmat][workgroup]") {
+    const auto checks = testing::probe_workgroup_matrices(gpu_context());
+    CHECK(checks.has_value() == workgroup_matrices_here());
+    if (!checks) return;
+    REQUIRE(checks->size() == 9);
+    for (const testing::WorkgroupMatrixCheck& c : *checks) {
+        INFO(c.name << ": " << c.mismatches << " of " << c.elements << " wrong; the first at " << c.first << ": " << c.got
+                    << " where " << c.want);
+        CHECK(c.mismatches == 0);
+    }
+    CHECK(take_validation_messages(gpu_context()).empty());
 }
