@@ -38,32 +38,32 @@ public:
         : runtime_(runtime), p_(p), config_(config), planner_(runtime, p, operands, config_, splits),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         const KeyPlan& keys = plan_.keys;
-        if (config.coopmat && config.coopmat->workgroup_matrices) {
-            if (operands.paged)
-                throw InvalidArgument("variant.workgroup_matrices", "the workgroup-matrix kernel (flash_cm2.comp) reads dense K and V "
-                                                                    "by tensor loads; a paged cache takes the cooperative-matrix kernel "
-                                                                    "without it.");
-            // Every chunk's bindings start where the first's do, modulo 16 bytes (slices begin on
-            // the device's offset alignment): the first chunk's descriptors decide for all.
-            const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
-            require_tensor_loads_aligned(k.k.desc, "K");
-            require_tensor_loads_aligned(k.v.desc, "V");
-        }
+        // The workgroup-matrix kernel reads dense K and V by tensor loads, every tile on 16 bytes.
+        const bool workgroup = config.coopmat && config.coopmat->workgroup_matrices;
+        if (workgroup && operands.paged)
+            throw InvalidArgument("variant.workgroup_matrices", "the workgroup-matrix kernel (flash_cm2.comp) reads dense K and V "
+                                                                "by tensor loads; a paged cache takes the cooperative-matrix kernel "
+                                                                "without it.");
         // The decode kernel's loads of every type, and the cooperative-matrix kernel's of K/V stored as
         // its operands (its 16-byte chunks are 8 f16 or bf16 elements, copied as they lie) where its
         // layout allows (CoopmatLayout::staged_ahead), come as single uvec4s where every row allows;
         // the latter then settles its staging (CoopmatLayout::ahead_with).
         const bool coopmat_as_stored =
-            config.coopmat && p.k_dtype == config.coopmat->operands && p.v_dtype == config.coopmat->operands;
+            config.coopmat && !workgroup && p.k_dtype == config.coopmat->operands && p.v_dtype == config.coopmat->operands;
         const bool wide_candidate = (config.decode || coopmat_as_stored) && !operands.paged;
-        if (wide_candidate) {
+        if (workgroup || wide_candidate) {
             // Every binding's rows start where the whole tensor's do, modulo the chunk (slices begin
             // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
             const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
-            wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv) &&
-                          (!config.coopmat || config.coopmat->staged_ahead());
+            if (workgroup) {
+                require_tensor_loads_aligned(k.k.desc, "K");
+                require_tensor_loads_aligned(k.v.desc, "V");
+            } else {
+                wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv) &&
+                              (!config.coopmat || config.coopmat->staged_ahead());
+            }
         }
-        if (config_.coopmat && !config_.coopmat->workgroup_matrices) config_.coopmat->ahead = config_.coopmat->ahead_with(wide_dense_);
+        if (config_.coopmat && !workgroup) config_.coopmat->ahead = config_.coopmat->ahead_with(wide_dense_);
         report.path = splits > 0 ? Impl::split : Impl::fused;
         report.variant = config_.describe();
         report.product_type = config.coopmat ? config.coopmat->operands : DType::f32;

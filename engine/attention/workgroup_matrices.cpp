@@ -7,6 +7,16 @@
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
+namespace {
+
+// Whether the device offers f16 workgroup matrices at `invocations` (a power of two among
+// DeviceCaps::workgroup_matrix_invocations) within its limits on workgroup sizes.
+bool workgroup_size_offered(const vk::DeviceCaps& caps, std::uint32_t invocations) {
+    return invocations != 0 && (invocations & (invocations - 1)) == 0 && (caps.workgroup_matrix_invocations & invocations) != 0 &&
+           invocations <= caps.workgroup_matrix_max_invocations && invocations <= caps.max_workgroup_invocations;
+}
+
+}  // namespace
 
 std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows) { return 4 * (rows * (8 + 11) + 4); }
 
@@ -48,9 +58,7 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
         subgroups = br / 16;
     }
     const std::uint32_t invocations = subgroups * subgroup;
-    const bool offered = invocations <= 0x80000000u && (invocations & (invocations - 1)) == 0 &&
-                         (caps.workgroup_matrix_invocations & invocations) != 0;
-    if (!offered || invocations > caps.workgroup_matrix_max_invocations || invocations > caps.max_workgroup_invocations) {
+    if (!workgroup_size_offered(caps, invocations)) {
         std::string sizes;
         for (std::uint32_t n = 1; n != 0; n <<= 1)
             if (caps.workgroup_matrix_invocations & n) sizes += (sizes.empty() ? "" : ", ") + std::to_string(n);
@@ -129,9 +137,7 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
     const std::uint32_t invocations = subgroups * subgroup, rows = 16 * subgroups;
     const std::uint32_t largest = std::max({rows, t.tile, 16 * t.dk_tiles, 16 * t.dv_tiles, t.columns()});
     const std::uint32_t shared = workgroup_backward_shared_bytes(rows, t.tile) + caps.workgroup_matrix_reserved_shared;
-    if ((caps.workgroup_matrix_invocations & invocations) == 0 || (invocations & (invocations - 1)) != 0 ||
-        invocations > caps.workgroup_matrix_max_invocations || invocations > caps.max_workgroup_invocations ||
-        largest > caps.workgroup_matrix_max_dimension || shared > caps.max_shared_bytes)
+    if (!workgroup_size_offered(caps, invocations) || largest > caps.workgroup_matrix_max_dimension || shared > caps.max_shared_bytes)
         throw InvalidArgument(knob, kernel + " takes " + std::to_string(invocations) + " invocations, matrices up to " +
                                         std::to_string(largest) + " wide and " + std::to_string(shared) + " bytes of shared memory; "
                                         "the device's f16 workgroup matrices come at other workgroup sizes, reach " +
@@ -146,8 +152,7 @@ void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps) {
                                         caps.name + " does not offer here (DeviceInfo::workgroup_matrices_off says why).");
     const std::uint32_t invocations = c.subgroups() * c.subgroup;
     const std::uint32_t largest = std::max({c.block_rows(), c.block_cols(), c.coopmat_shape.depth});
-    if ((invocations & (invocations - 1)) != 0 || (caps.workgroup_matrix_invocations & invocations) == 0 ||
-        invocations > caps.workgroup_matrix_max_invocations || largest > caps.workgroup_matrix_max_dimension ||
+    if (!workgroup_size_offered(caps, invocations) || largest > caps.workgroup_matrix_max_dimension ||
         caps.workgroup_matrix_reserved_shared > caps.max_shared_bytes)
         throw InvalidArgument(knob, "the GEMM on workgroup-scope matrices with the shape " + to_string(c.coopmat_shape) + " takes " +
                                         std::to_string(invocations) + " invocations and matrices up to " + std::to_string(largest) +

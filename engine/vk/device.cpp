@@ -229,16 +229,7 @@ void Device::describe() {
     caps_.bf16_matrix_units = caps_.matrix_units && features_.bf16_matrices && options_.bf16_matrix_shape && bf16_unit_shaders_built();
     caps_.workgroup_matrices = caps_.matrix_units && features_.workgroup_matrices && options_.workgroup_matrix_invocations != 0 &&
                                workgroup_matrix_shaders_built();
-    if (caps_.workgroup_matrices) {
-        caps_.workgroup_matrix_invocations = options_.workgroup_matrix_invocations;
-        VkPhysicalDeviceCooperativeMatrix2PropertiesNV matrix2{VKATTN_STYPE_COOPERATIVE_MATRIX_2_PROPERTIES_NV};
-        VkPhysicalDeviceProperties2 props_matrix2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-        props_matrix2.pNext = &matrix2;
-        vkGetPhysicalDeviceProperties2(physical, &props_matrix2);
-        caps_.workgroup_matrix_max_invocations = matrix2.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
-        caps_.workgroup_matrix_max_dimension = matrix2.cooperativeMatrixFlexibleDimensionsMaxDimension;
-        caps_.workgroup_matrix_reserved_shared = matrix2.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
-    }
+    if (caps_.workgroup_matrices) caps_.workgroup_matrix_invocations = options_.workgroup_matrix_invocations;
     caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
     caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;
@@ -250,10 +241,19 @@ void Device::describe() {
     caps_.min_texel_offset_alignment = limits.minTexelBufferOffsetAlignment;
     caps_.min_uniform_offset_alignment = limits.minUniformBufferOffsetAlignment;
     VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    // VK_NV_cooperative_matrix2's limits, in the same query where its matrices are enabled (and so
+    // its structure known to any layer on).
+    VkPhysicalDeviceCooperativeMatrix2PropertiesNV matrix2{VKATTN_STYPE_COOPERATIVE_MATRIX_2_PROPERTIES_NV};
+    if (caps_.workgroup_matrices) m3.pNext = &matrix2;
     VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     props2.pNext = &m3;
     vkGetPhysicalDeviceProperties2(physical, &props2);
     caps_.max_allocation_bytes = m3.maxMemoryAllocationSize;
+    if (caps_.workgroup_matrices) {
+        caps_.workgroup_matrix_max_invocations = matrix2.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+        caps_.workgroup_matrix_max_dimension = matrix2.cooperativeMatrixFlexibleDimensionsMaxDimension;
+        caps_.workgroup_matrix_reserved_shared = matrix2.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+    }
     caps_.texel_rgba32f = texel_format_supported(physical, VK_FORMAT_R32G32B32A32_SFLOAT);
     caps_.texel_rgba16f = texel_format_supported(physical, VK_FORMAT_R16G16B16A16_SFLOAT);
     caps_.texel_r32ui = texel_format_supported(physical, VK_FORMAT_R32_UINT);

@@ -195,6 +195,22 @@ inline AttentionReport check_case(const BackwardCase& c, std::uint32_t seed) {
     return report;
 }
 
+// The case run twice on the same inputs: the gradients (fp32 or f16, whichever the case stores) and
+// the sinks' come out the same bits.
+inline void expect_same_bits(const BackwardCase& c, std::uint32_t seed) {
+    INFO(c.describe() << " seed " << seed);
+    const Inputs in(c, seed);
+    Gradients first = gradients_like(in, c), second = gradients_like(in, c);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(first, c.sinks), c.options);
+    attention_backward(test::gpu_context(), in.in, in.grad_out.view(), views(second, c.sinks), c.options);
+    for (const auto& [a, b] : {std::pair{&first.dq, &second.dq}, std::pair{&first.dk, &second.dk}, std::pair{&first.dv, &second.dv}}) {
+        REQUIRE_FALSE((a->f32.empty() && a->f16.empty()));  // values to compare
+        CHECK(a->f32 == b->f32);
+        CHECK(a->f16 == b->f16);
+    }
+    CHECK(first.d_sinks == second.d_sinks);
+}
+
 // SG, the lanes per subgroup the fused backward is built for on the suite's device, as the tuning
 // chooses it (8 on lavapipe, 32 on NVIDIA; 8 where the fused backward cannot run, so that the
 // three-stage path still gets its cases). A column pass covers at most 4 slots of 4 columns per lane.
