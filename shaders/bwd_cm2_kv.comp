@@ -11,11 +11,13 @@
 //   dV += Wᵀ·dO and dK += dSᵀ·Q (W and dS converted to f16 in registers; dO and Q tensor loads).
 // Queries outside query_range() of the workgroup's keys are never visited. dK (times the scale) and
 // dV are stored as k's and v's types.
+#ifdef CM_KHR
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#endif
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/backward_params.glsl"
@@ -30,13 +32,23 @@ layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
 
-const uint BK = 16u * NSG, DKP = 16u * DKT, DVP = 16u * DVT, OC = 16u * OT;
+const uint BK = 16u * NSG, DKP = 16u * DKT, DVP = 16u * DVT, OC = 16u * OT, WG = gl_WorkGroupSize.x;
 const float LOG2E = 1.4426950408889634;
 
-layout(std430, set = 0, binding = 1) readonly buffer QHalves { float16_t q_halves[]; };
-layout(std430, set = 0, binding = 2) readonly buffer KHalves { float16_t k_halves[]; };
-layout(std430, set = 0, binding = 3) readonly buffer VHalves { float16_t v_halves[]; };
-layout(std430, set = 0, binding = 10) readonly buffer GHalves { float16_t g_halves[]; };
+#include "common/wg_matrix.glsl"
+WG_HALVES(QHalves, q_halves, 1);
+WG_HALVES(KHalves, k_halves, 2);
+WG_HALVES(VHalves, v_halves, 3);
+WG_HALVES(GHalves, g_halves, 10);
+// The portable implementation's operands (none on the units: the driver stages).
+WG_OPERAND_STORAGE(k_op, BK, DKP)
+WG_OPERAND_STORAGE(v_op, BK, DVP)
+WG_OPERAND_STORAGE(qt_op, DKP, BR)
+WG_OPERAND_STORAGE(gt_op, DVP, BR)
+WG_OPERAND_STORAGE(w_op, BK, BR)
+WG_OPERAND_STORAGE(ds_op, BK, BR)
+WG_OPERAND_STORAGE(g_cols, BR, OC)
+WG_OPERAND_STORAGE(q_cols, BR, OC)
 #define TS_NAME store_dk
 #define TS_SLOT 4
 #if defined(DK_BF16)
@@ -62,10 +74,6 @@ layout(std430, set = 0, binding = 11) readonly buffer Delta { float delta[]; };
 
 #include "common/mask.glsl"
 #include "common/philox.glsl"
-
-#define WG_ACC(rows, cols) coopmat<float, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseAccumulator>
-#define WG_A(rows, cols) coopmat<float16_t, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseA>
-#define WG_B(rows, cols) coopmat<float16_t, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseB>
 
 // The query tile's per-query terms (lse, Δ, the row mask's key range; its RowMask where masks are
 // elementwise), staged once per tile: what the element operations look up by column.
@@ -114,7 +122,7 @@ float bkv_store_dv(const in uint r, const in uint c, const in float value) {
 }
 
 void main() {
-    const uint inv = gl_LocalInvocationIndex, WG = gl_WorkGroupSize.x;
+    const uint inv = gl_LocalInvocationIndex;
     const uint Hkv = P.shape.Hkv, group = P.shape.group, Nq = P.shape.Nq, Nkv = P.shape.Nkv;
     const uint unit = P.first_unit + gl_WorkGroupID.y;
     const uint b = unit / Hkv, hk = unit % Hkv;
@@ -127,27 +135,17 @@ void main() {
     queries_end = queries.y;
 
     // K's and V's rows as A operands: keys past Nkv read as 0, columns past Dk (Dv) too.
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> k_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    k_layout = setTensorLayoutDimensionNV(k_layout, Nkv, P.shape.Dk);
-    k_layout = setTensorLayoutStrideNV(k_layout, P.k.stride.z, 1);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> v_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    v_layout = setTensorLayoutDimensionNV(v_layout, Nkv, P.shape.Dv);
-    v_layout = setTensorLayoutStrideNV(v_layout, P.v.stride.z, 1);
-    WG_A(BK, DKP) k_op;
-    coopMatLoadTensorNV(k_op, k_halves, tensor_index(P.k, b, hk, 0u), sliceTensorLayoutNV(k_layout, key0, BK, 0, DKP));
-    WG_A(BK, DVP) v_op;
-    coopMatLoadTensorNV(v_op, v_halves, tensor_index(P.v, b, hk, 0u), sliceTensorLayoutNV(v_layout, key0, BK, 0, DVP));
+    WG_LAYOUT(k_layout, Nkv, P.shape.Dk, P.k.stride.z);
+    WG_LAYOUT(v_layout, Nkv, P.shape.Dv, P.v.stride.z);
+    WG_LOAD(k_op, BK, DKP, gl_MatrixUseA, k_halves, tensor_index(P.k, b, hk, 0u), k_layout, key0, BK, 0, DKP);
+    WG_LOAD(v_op, BK, DVP, gl_MatrixUseA, v_halves, tensor_index(P.v, b, hk, 0u), v_layout, key0, BK, 0, DVP);
     // Q's and dO's rows of a head: queries past the range read as 0 (their P is 0 whatever they hold).
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> q_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    q_layout = setTensorLayoutDimensionNV(q_layout, queries.y, P.shape.Dk);
-    q_layout = setTensorLayoutStrideNV(q_layout, P.q.stride.z, 1);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> g_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    g_layout = setTensorLayoutDimensionNV(g_layout, queries.y, P.shape.Dv);
-    g_layout = setTensorLayoutStrideNV(g_layout, P.grad_out.stride.z, 1);
-    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+    WG_LAYOUT(q_layout, queries.y, P.shape.Dk, P.q.stride.z);
+    WG_LAYOUT(g_layout, queries.y, P.shape.Dv, P.grad_out.stride.z);
+    WG_TRANSPOSED(transposed);
 
-    WG_ACC(BK, OC) dk = WG_ACC(BK, OC)(0.0);
-    WG_ACC(BK, OC) dv = WG_ACC(BK, OC)(0.0);
+    WG_FILLED(dk, BK, OC, 0.0);
+    WG_FILLED(dv, BK, OC, 0.0);
     for (uint g = 0u; g < group; ++g) {
         const uint h = hk * group + g;
         const uint q_head = tensor_index(P.q, b, h, 0u), g_head = tensor_index(P.grad_out, b, h, 0u);
@@ -166,33 +164,29 @@ void main() {
             head = h;  // the element operations' (b, h) for dropout
             query0 = qb;
 
-            WG_B(DKP, BR) qt_op;
-            coopMatLoadTensorNV(qt_op, q_halves, q_head, sliceTensorLayoutNV(q_layout, qb, BR, 0, DKP), transposed);
-            WG_ACC(BK, BR) s = WG_ACC(BK, BR)(0.0);
-            s = coopMatMulAdd(k_op, qt_op, s);
-            WG_B(DVP, BR) gt_op;
-            coopMatLoadTensorNV(gt_op, g_halves, g_head, sliceTensorLayoutNV(g_layout, qb, BR, 0, DVP), transposed);
-            WG_ACC(BK, BR) dp = WG_ACC(BK, BR)(0.0);
-            dp = coopMatMulAdd(v_op, gt_op, dp);
+            WG_LOAD_VIEW(qt_op, DKP, BR, gl_MatrixUseB, q_halves, q_head, q_layout, qb, BR, 0, DKP, transposed);
+            WG_FILLED(s, BK, BR, 0.0);
+            WG_PRODUCT(s, k_op, qt_op, BK, DKP, BR);
+            WG_LOAD_VIEW(gt_op, DVP, BR, gl_MatrixUseB, g_halves, g_head, g_layout, qb, BR, 0, DVP, transposed);
+            WG_FILLED(dp, BK, BR, 0.0);
+            WG_PRODUCT(dp, v_op, gt_op, BK, DVP, BR);
 
-            WG_ACC(BK, BR) p;
-            coopMatPerElementNV(p, s, bkv_prob);
-            WG_ACC(BK, BR) w;
-            coopMatPerElementNV(w, p, bkv_weight);
-            WG_ACC(BK, BR) ds;
-            coopMatPerElementNV(ds, p, bkv_grad, dp, s);
+            WG_ACC(p, BK, BR);
+            WG_MAP0(p, s, BK, BR, bkv_prob);
+            WG_ACC(w, BK, BR);
+            WG_MAP0(w, p, BK, BR, bkv_weight);
+            WG_ACC(ds, BK, BR);
+            WG_MAP_MM(ds, p, BK, BR, bkv_grad, dp, s);
 
-            const WG_A(BK, BR) w_op = WG_A(BK, BR)(w);
-            WG_B(BR, OC) g_cols;
-            coopMatLoadTensorNV(g_cols, g_halves, g_head, sliceTensorLayoutNV(g_layout, qb, BR, P.first_column, OC));
-            dv = coopMatMulAdd(w_op, g_cols, dv);
-            const WG_A(BK, BR) ds_op = WG_A(BK, BR)(ds);
-            WG_B(BR, OC) q_cols;
-            coopMatLoadTensorNV(q_cols, q_halves, q_head, sliceTensorLayoutNV(q_layout, qb, BR, P.first_column, OC));
-            dk = coopMatMulAdd(ds_op, q_cols, dk);
+            WG_TO_OPERAND(w_op, BK, BR, gl_MatrixUseA, w);
+            WG_LOAD(g_cols, BR, OC, gl_MatrixUseB, g_halves, g_head, g_layout, qb, BR, P.first_column, OC);
+            WG_PRODUCT(dv, w_op, g_cols, BK, BR, OC);
+            WG_TO_OPERAND(ds_op, BK, BR, gl_MatrixUseA, ds);
+            WG_LOAD(q_cols, BR, OC, gl_MatrixUseB, q_halves, q_head, q_layout, qb, BR, P.first_column, OC);
+            WG_PRODUCT(dk, ds_op, q_cols, BK, BR, OC);
         }
     }
     head = hk;  // dK's and dV's (b, hk) rows
-    coopMatPerElementNV(dk, dk, bkv_store_dk);
-    coopMatPerElementNV(dv, dv, bkv_store_dv);
+    WG_MAP0(dk, dk, BK, OC, bkv_store_dk);
+    WG_MAP0(dv, dv, BK, OC, bkv_store_dv);
 }

@@ -9,11 +9,13 @@
 //   P = exp(logit(S) − lse), dS = P ∘ (κ·dP − Δ) ∘ softcap'   (element operations, by row and key),
 //   dQ += dS·K (dS converted to f16 in registers; K's tile a tensor load).
 // Key tiles outside every row's range are skipped. dQ is stored as q's type, times the scale.
+#ifdef CM_KHR
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#endif
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/backward_params.glsl"
@@ -28,7 +30,7 @@ layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
 
-const uint BR = 16u * NSG, DKP = 16u * DKT, DVP = 16u * DVT, OC = 16u * OT;
+const uint BR = 16u * NSG, DKP = 16u * DKT, DVP = 16u * DVT, OC = 16u * OT, WG = gl_WorkGroupSize.x;
 const float LOG2E = 1.4426950408889634;
 
 #define OL_NAME load_q4
@@ -39,8 +41,16 @@ const float LOG2E = 1.4426950408889634;
 #define OL_SLOT 10
 #define OL_TYPE Q_TYPE
 #include "common/operand_loader.glsl"
-layout(std430, set = 0, binding = 2) readonly buffer KHalves { float16_t k_halves[]; };
-layout(std430, set = 0, binding = 3) readonly buffer VHalves { float16_t v_halves[]; };
+#include "common/wg_matrix.glsl"
+WG_HALVES(KHalves, k_halves, 2);
+WG_HALVES(VHalves, v_halves, 3);
+// The portable implementation's operands (none on the units: the driver stages).
+WG_OPERAND_STORAGE(q_op, BR, DKP)
+WG_OPERAND_STORAGE(g_op, BR, DVP)
+WG_OPERAND_STORAGE(kt_op, DKP, BC)
+WG_OPERAND_STORAGE(vt_op, DVP, BC)
+WG_OPERAND_STORAGE(ds_op, BR, BC)
+WG_OPERAND_STORAGE(k_op, BC, OC)
 #define TS_NAME store_dq
 #define TS_SLOT 4
 #if defined(DQ_BF16)
@@ -59,10 +69,6 @@ layout(std430, set = 0, binding = 11) readonly buffer Delta { float delta[]; };
 #include "common/mask.glsl"
 #include "common/philox.glsl"
 #include "common/shared_atomics.glsl"
-
-#define WG_ACC(rows, cols) coopmat<float, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseAccumulator>
-#define WG_A(rows, cols) coopmat<float16_t, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseA>
-#define WG_B(rows, cols) coopmat<float16_t, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseB>
 
 // The rows' facts, written once: what the element operations look up by row.
 shared float row_lse[BR], row_delta[BR];
@@ -110,7 +116,7 @@ float bq_store(const in uint r, const in uint c, const in float value) {
 }
 
 void main() {
-    const uint inv = gl_LocalInvocationIndex, WG = gl_WorkGroupSize.x;
+    const uint inv = gl_LocalInvocationIndex;
     const uint Hkv = P.shape.Hkv, group = P.shape.group, Nq = P.shape.Nq, Nkv = P.shape.Nkv;
     const uint unit = P.first_unit + gl_WorkGroupID.y;
     const uint b = unit / Hkv, hk = unit % Hkv;
@@ -151,43 +157,36 @@ void main() {
     const uint k_begin = wg_first, k_end = wg_end, hi_all = wg_hi_first, lo_all = wg_lo_limit;
 
     // Q and dO as A operands, through fp32 accumulators, rounded to f16 as they convert.
-    WG_ACC(BR, DKP) q_acc = WG_ACC(BR, DKP)(0.0);
-    coopMatPerElementNV(q_acc, q_acc, bq_q_element);
-    const WG_A(BR, DKP) q_op = WG_A(BR, DKP)(q_acc);
-    WG_ACC(BR, DVP) g_acc = WG_ACC(BR, DVP)(0.0);
-    coopMatPerElementNV(g_acc, g_acc, bq_g_element);
-    const WG_A(BR, DVP) g_op = WG_A(BR, DVP)(g_acc);
+    WG_FILLED(q_acc, BR, DKP, 0.0);
+    WG_MAP0(q_acc, q_acc, BR, DKP, bq_q_element);
+    WG_TO_OPERAND(q_op, BR, DKP, gl_MatrixUseA, q_acc);
+    WG_FILLED(g_acc, BR, DVP, 0.0);
+    WG_MAP0(g_acc, g_acc, BR, DVP, bq_g_element);
+    WG_TO_OPERAND(g_op, BR, DVP, gl_MatrixUseA, g_acc);
 
     // K's and V's rows of the head: keys past the workgroup's last read as 0, columns past Dk (Dv) too.
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> k_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    k_layout = setTensorLayoutDimensionNV(k_layout, k_end, P.shape.Dk);
-    k_layout = setTensorLayoutStrideNV(k_layout, P.k.stride.z, 1);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> v_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    v_layout = setTensorLayoutDimensionNV(v_layout, k_end, P.shape.Dv);
-    v_layout = setTensorLayoutStrideNV(v_layout, P.v.stride.z, 1);
-    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+    WG_LAYOUT(k_layout, k_end, P.shape.Dk, P.k.stride.z);
+    WG_LAYOUT(v_layout, k_end, P.shape.Dv, P.v.stride.z);
+    WG_TRANSPOSED(transposed);
     const uint k_head = tensor_index(P.k, b, hk, 0u), v_head = tensor_index(P.v, b, hk, 0u);
 
-    WG_ACC(BR, OC) dq = WG_ACC(BR, OC)(0.0);
+    WG_FILLED(dq, BR, OC, 0.0);
     for (uint kb = k_begin; kb < k_end; kb += BC) {
-        WG_B(DKP, BC) kt_op;
-        coopMatLoadTensorNV(kt_op, k_halves, k_head, sliceTensorLayoutNV(k_layout, kb, BC, 0, DKP), transposed);
-        WG_ACC(BR, BC) s = WG_ACC(BR, BC)(0.0);
-        s = coopMatMulAdd(q_op, kt_op, s);
-        WG_B(DVP, BC) vt_op;
-        coopMatLoadTensorNV(vt_op, v_halves, v_head, sliceTensorLayoutNV(v_layout, kb, BC, 0, DVP), transposed);
-        WG_ACC(BR, BC) dp = WG_ACC(BR, BC)(0.0);
-        dp = coopMatMulAdd(g_op, vt_op, dp);
+        WG_LOAD_VIEW(kt_op, DKP, BC, gl_MatrixUseB, k_halves, k_head, k_layout, kb, BC, 0, DKP, transposed);
+        WG_FILLED(s, BR, BC, 0.0);
+        WG_PRODUCT(s, q_op, kt_op, BR, DKP, BC);
+        WG_LOAD_VIEW(vt_op, DVP, BC, gl_MatrixUseB, v_halves, v_head, v_layout, kb, BC, 0, DVP, transposed);
+        WG_FILLED(dp, BR, BC, 0.0);
+        WG_PRODUCT(dp, g_op, vt_op, BR, DVP, BC);
 
         const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
-        WG_ACC(BR, BC) p;
-        coopMatPerElementNV(p, s, bq_prob, kb, whole ? 1u : 0u);
-        WG_ACC(BR, BC) ds;
-        coopMatPerElementNV(ds, p, bq_grad, dp, s, kb);
-        const WG_A(BR, BC) ds_op = WG_A(BR, BC)(ds);
-        WG_B(BC, OC) k_op;
-        coopMatLoadTensorNV(k_op, k_halves, k_head, sliceTensorLayoutNV(k_layout, kb, BC, P.first_column, OC));
-        dq = coopMatMulAdd(ds_op, k_op, dq);
+        WG_ACC(p, BR, BC);
+        WG_MAP2(p, s, BR, BC, bq_prob, kb, whole ? 1u : 0u);
+        WG_ACC(ds, BR, BC);
+        WG_MAP_MM1(ds, p, BR, BC, bq_grad, dp, s, kb);
+        WG_TO_OPERAND(ds_op, BR, BC, gl_MatrixUseA, ds);
+        WG_LOAD(k_op, BC, OC, gl_MatrixUseB, k_halves, k_head, k_layout, kb, BC, P.first_column, OC);
+        WG_PRODUCT(dq, ds_op, k_op, BR, BC, OC);
     }
-    coopMatPerElementNV(dq, dq, bq_store);
+    WG_MAP0(dq, dq, BR, OC, bq_store);
 }

@@ -18,11 +18,13 @@
 // K or V not f16 or paged; bf16 operands; heads past 128.
 // A row with no visible key keeps m = MASKED: O = 0, lse = −∞ (or its sink); NaN scores poison the
 // row (its O and lse NaN), as flash_coopmat.comp's.
+#ifdef CM_KHR
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#endif
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/flash_params.glsl"
@@ -45,18 +47,21 @@ const float LN2 = 0.6931471805599453;
 
 #include "common/tile_operands.glsl"
 #include "common/shared_atomics.glsl"
+#include "common/wg_matrix.glsl"
 // K's and V's bindings again as f16 elements, for the tensor loads (Vulkan lets variables alias a binding).
-layout(std430, set = 0, binding = 2) readonly buffer KHalves { float16_t k_halves[]; };
-layout(std430, set = 0, binding = 3) readonly buffer VHalves { float16_t v_halves[]; };
+WG_HALVES(KHalves, k_halves, 2);
+WG_HALVES(VHalves, v_halves, 3);
+// The portable implementation's operands and reductions (none on the units: the driver stages).
+WG_OPERAND_STORAGE(q_op, BR, DKP)
+WG_OPERAND_STORAGE(k_op, DKP, BC)
+WG_OPERAND_STORAGE(p_op, BR, BC)
+WG_OPERAND_STORAGE(v_op, BC, OC)
+WG_REDUCE_STORAGE(BR * BC)  // S's shape, the widest reduced (BC ≥ 16)
 
-#define WG_ACC(rows, cols) coopmat<float, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseAccumulator>
-#define S_MAT WG_ACC(BR, BC)
-#define O_MAT WG_ACC(BR, OC)
-// A row's value (its maximum, sum, factor) smeared across 16 columns: the narrowest matrix the
-// flexible dimensions allow. Rows' values held so cost a sixteenth of S's shape in registers and
-// arithmetic (the factor's exp2 per row, not per score), and widen by a row reduction where an
-// element operation pairs them with S or O.
-#define R_MAT WG_ACC(BR, 16)
+// A row's value (its maximum, sum, factor) is smeared across 16 columns (BR × 16): the narrowest
+// matrix the flexible dimensions allow. Rows' values held so cost a sixteenth of S's shape in
+// registers and arithmetic (the factor's exp2 per row, not per score), and widen by a row reduction
+// where an element operation pairs them with S (BR × BC) or O (BR × OC).
 
 // The rows' facts, written once before the key loop: what the element operations look up by row.
 shared uint row_first[BR], row_limit[BR];  // the row's keys [first, limit): length, causal, window, split
@@ -174,68 +179,58 @@ void main() {
 
     // Q as the products' A operand: through an fp32 accumulator (the type and use llama.cpp's coopmat2
     // shader loads Q as), rounded to f16 as it converts.
-    WG_ACC(BR, DKP) q_acc = WG_ACC(BR, DKP)(0.0);
-    coopMatPerElementNV(q_acc, q_acc, cm2_q_element);
-    const coopmat<float16_t, gl_ScopeWorkgroup, BR, DKP, gl_MatrixUseA> q_op =
-        coopmat<float16_t, gl_ScopeWorkgroup, BR, DKP, gl_MatrixUseA>(q_acc);
+    WG_FILLED(q_acc, BR, DKP, 0.0);
+    WG_MAP0(q_acc, q_acc, BR, DKP, cm2_q_element);
+    WG_TO_OPERAND(q_op, BR, DKP, gl_MatrixUseA, q_acc);
 
     // K's and V's rows of this head: keys past the call's (or the packed sequence's) last read as 0,
     // columns past Dk (Dv) too.
     const uint key_last = P.varlen.packed_k != 0u ? max(k_end, 1u) - 1u : max(split_end, 1u) - 1u;
     const uint k0_row = k_base(b);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> k_layout =
-        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    k_layout = setTensorLayoutDimensionNV(k_layout, key_last + 1u, Dk);
-    k_layout = setTensorLayoutStrideNV(k_layout, P.k.stride.z, 1);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> v_layout =
-        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    v_layout = setTensorLayoutDimensionNV(v_layout, key_last + 1u, Dv);
-    v_layout = setTensorLayoutStrideNV(v_layout, P.v.stride.z, 1);
-    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+    WG_LAYOUT(k_layout, key_last + 1u, Dk, P.k.stride.z);
+    WG_LAYOUT(v_layout, key_last + 1u, Dv, P.v.stride.z);
+    WG_TRANSPOSED(transposed);
     const uint k_head = tensor_index(P.k, b, hk, k0_row), v_head = tensor_index(P.v, b, hk, k0_row);
 
-    R_MAT m = R_MAT(MASKED);
-    R_MAT l = R_MAT(0.0);
-    O_MAT o = O_MAT(0.0);
+    WG_FILLED(m, BR, 16, MASKED);
+    WG_FILLED(l, BR, 16, 0.0);
+    WG_FILLED(o, BR, OC, 0.0);
     const bool dropout = P.mask.drop_threshold != 0u;
     for (uint kb = k_begin; kb < k_end; kb += BC) {
-        coopmat<float16_t, gl_ScopeWorkgroup, DKP, BC, gl_MatrixUseB> k_op;
-        coopMatLoadTensorNV(k_op, k_halves, k_head, sliceTensorLayoutNV(k_layout, kb, BC, 0, DKP), transposed);
-        S_MAT s = S_MAT(0.0);
-        s = coopMatMulAdd(q_op, k_op, s);
+        WG_LOAD_VIEW(k_op, DKP, BC, gl_MatrixUseB, k_halves, k_head, k_layout, kb, BC, 0, DKP, transposed);
+        WG_FILLED(s, BR, BC, 0.0);
+        WG_PRODUCT(s, q_op, k_op, BR, DKP, BC);
         const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
-        coopMatPerElementNV(s, s, cm2_logit, kb, whole ? 1u : 0u);
+        WG_MAP2(s, s, BR, BC, cm2_logit, kb, whole ? 1u : 0u);
 
-        R_MAT tile_max;
-        coopMatReduceNV(tile_max, s, gl_CooperativeMatrixReduceRowNV, cm2_max);
-        R_MAT m_new;
-        coopMatPerElementNV(m_new, tile_max, cm2_max2, m);
-        R_MAT alpha;
-        coopMatPerElementNV(alpha, m, cm2_alpha, m_new);
-        S_MAT m_wide;
-        coopMatReduceNV(m_wide, m_new, gl_CooperativeMatrixReduceRowNV, cm2_first);
-        S_MAT p;
-        coopMatPerElementNV(p, s, cm2_prob, m_wide);
-        R_MAT row_sum;
-        coopMatReduceNV(row_sum, p, gl_CooperativeMatrixReduceRowNV, cm2_add);
-        l = alpha * l + row_sum;
-        m = m_new;
-        if (dropout) coopMatPerElementNV(p, p, cm2_dropout, kb);  // after l: the sum is of the kept and dropped alike
+        WG_ACC(tile_max, BR, 16);
+        WG_ROW_REDUCE(tile_max, 16, s, BR, BC, cm2_max);
+        WG_ACC(m_new, BR, 16);
+        WG_MAP_M(m_new, tile_max, BR, 16, cm2_max2, m);
+        WG_ACC(alpha, BR, 16);
+        WG_MAP_M(alpha, m, BR, 16, cm2_alpha, m_new);
+        WG_ACC(m_wide, BR, BC);
+        WG_ROW_REDUCE(m_wide, BC, m_new, BR, 16, cm2_first);
+        WG_ACC(p, BR, BC);
+        WG_MAP_M(p, s, BR, BC, cm2_prob, m_wide);
+        WG_ACC(row_sum, BR, 16);
+        WG_ROW_REDUCE(row_sum, 16, p, BR, BC, cm2_add);
+        WG_SCALE_ADD(l, alpha, row_sum, BR, 16);
+        WG_COPY(m, m_new, BR, 16);
+        if (dropout) WG_MAP1(p, p, BR, BC, cm2_dropout, kb);  // after l: the sum is of the kept and dropped alike
 
-        O_MAT alpha_o;
-        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, cm2_first);
-        o = o * alpha_o;
-        const coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> p_op =
-            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p);
-        coopmat<float16_t, gl_ScopeWorkgroup, BC, OC, gl_MatrixUseB> v_op;
-        coopMatLoadTensorNV(v_op, v_halves, v_head, sliceTensorLayoutNV(v_layout, kb, BC, P.first_column, OC));
-        o = coopMatMulAdd(p_op, v_op, o);
+        WG_ACC(alpha_o, BR, OC);
+        WG_ROW_REDUCE(alpha_o, OC, alpha, BR, 16, cm2_first);
+        WG_SCALE(o, alpha_o, BR, OC);
+        WG_TO_OPERAND(p_op, BR, BC, gl_MatrixUseA, p);
+        WG_LOAD(v_op, BC, OC, gl_MatrixUseB, v_halves, v_head, v_layout, kb, BC, P.first_column, OC);
+        WG_PRODUCT(o, p_op, v_op, BR, BC, OC);
     }
 
-    R_MAT factor;
-    coopMatPerElementNV(factor, l, cm2_finish, m);
-    O_MAT factor_o;
-    coopMatReduceNV(factor_o, factor, gl_CooperativeMatrixReduceRowNV, cm2_first);
-    o = o * factor_o;
-    coopMatPerElementNV(o, o, cm2_store);
+    WG_ACC(factor, BR, 16);
+    WG_MAP_M(factor, l, BR, 16, cm2_finish, m);
+    WG_ACC(factor_o, BR, OC);
+    WG_ROW_REDUCE(factor_o, OC, factor, BR, 16, cm2_first);
+    WG_SCALE(o, factor_o, BR, OC);
+    WG_MAP0(o, o, BR, OC, cm2_store);
 }

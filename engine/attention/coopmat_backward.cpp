@@ -10,7 +10,7 @@
 namespace vkattn::detail {
 
 std::uint32_t CoopmatBackwardLayout::shared_bytes(std::uint32_t subgroups) const {
-    if (workgroup_matrices) return workgroup_backward_shared_bytes(16 * subgroups, tile);
+    if (workgroup_matrices) return workgroup_backward_shared_bytes(*this, subgroups);
     const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t rows = std::max(tile, 16 * subgroups), pitch = 16 * std::max(dk_tiles, dv_tiles) + 8;
     // The dK/dV kernel's two operand tiles per subgroup and its query tile's terms (lse, Δ and the
@@ -65,6 +65,7 @@ std::int64_t products(std::int64_t tiles, std::int64_t inner, std::uint32_t subg
 }  // namespace
 
 std::int64_t coopmat_backward_loops_per_key_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
+    if (t.workgroup_matrices) return workgroup_backward_loops_per_key_tile(t, subgroup, subgroups);
     const std::int64_t lanes = std::int64_t{subgroup} * subgroups, tiles = t.tile / 16;
     const std::int64_t stage = ceil_div(t.tile * 16 * t.dv_tiles / 8, lanes) + ceil_div(t.tile * 16 * t.dk_tiles / 8, lanes);
     const std::int64_t elementwise = std::max<std::int64_t>(1, 16 / subgroup) * t.tile / std::max<std::uint32_t>(1, subgroup / 16);
@@ -74,6 +75,7 @@ std::int64_t coopmat_backward_loops_per_key_tile(const CoopmatBackwardLayout& t,
 
 std::int64_t coopmat_backward_loops_per_query_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup,
                                                    std::uint32_t subgroups) {
+    if (t.workgroup_matrices) return workgroup_backward_loops_per_query_tile(t, subgroup, subgroups);
     const std::int64_t lanes = std::int64_t{subgroup} * subgroups, tiles = t.tile / 16;
     // Q (twice) and dO, and the tile's per-query terms.
     const std::int64_t stage = 2 * ceil_div(t.tile * 16 * t.dk_tiles / 4, lanes) + ceil_div(t.tile * 16 * t.dv_tiles / 4, lanes) +

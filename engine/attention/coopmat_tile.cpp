@@ -11,7 +11,7 @@
 namespace vkattn::detail {
 
 std::uint32_t CoopmatLayout::shared_bytes(std::uint32_t subgroups) const {
-    if (workgroup_matrices) return workgroup_matrix_shared_bytes(rows(subgroups));
+    if (workgroup_matrices) return workgroup_matrix_shared_bytes(*this, subgroups);
     const std::uint32_t operand = coopmat_operand_bytes(units);
     const std::uint32_t kv_pitch = (kv_apart ? 16 * dk_tiles : std::max(16 * dk_tiles, columns())) + 8;
     const std::uint32_t v_elements = kv_apart ? keys * (columns() + 8) : 8;
@@ -112,6 +112,7 @@ CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t su
 }
 
 std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups, const Problem&) {
+    if (t.workgroup_matrices) return workgroup_matrix_loops_per_tile(t, subgroup, subgroups);
     // The portable products loop over each lane's accumulator slots (256 / SG of them), and over the
     // operands (common/coopmat.glsl's CM_LOOP); the softmax over each of a lane's rows' keys, twice
     // (the scores, then P in pairs). (Devices that count loops have no matrix units; the count is

@@ -221,7 +221,8 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
     if (t.workgroup_matrices) {  // flash_cm2.comp: the same ids for what it shares with flash_coopmat.comp
         if (paged_pools > 0) throw Error("internal: flash_cm2.comp reads dense K/V only.");
-        vk::KernelKey key = flash_family_key("flash_cm2_o" + out_suffix(out), c, types, true, 0, "flash_cm2.comp");
+        const std::string shader = std::string(t.units ? "flash_cm2_o" : "flash_cm2_portable_o") + out_suffix(out);
+        vk::KernelKey key = flash_family_key(shader, c, types, true, 0, "flash_cm2.comp");
         key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
                                                    {.id = kDkTiles, .value = t.dk_tiles},
                                                    {.id = kColumnTiles, .value = t.column_tiles},
@@ -306,7 +307,8 @@ vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, 
                            kSubgroups = 6, kQType = 11, kKType = 12, kVType = 13 };
     const CoopmatBackwardLayout& t = *c.coopmat;
     // bwd_cm2_*.comp: f16 q, k, v and dO (choose_workgroup_backward), so f16 gradients.
-    return {.shader = "bwd_" + (t.workgroup_matrices ? std::string("cm2") : coopmat_build(t.units, t.operands)) + "_" + shader,
+    const std::string build = t.workgroup_matrices ? std::string(t.units ? "cm2" : "cm2_portable") : coopmat_build(t.units, t.operands);
+    return {.shader = "bwd_" + build + "_" + shader,
             .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
                           {.id = kSubgroup, .value = c.subgroup},
                           {.id = kTile, .value = t.tile},

@@ -18,16 +18,40 @@ bool workgroup_size_offered(const vk::DeviceCaps& caps, std::uint32_t invocation
 
 }  // namespace
 
-std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows) { return 4 * (rows * (8 + 11) + 4); }
+std::uint32_t workgroup_matrix_shared_bytes(const CoopmatLayout& t, std::uint32_t subgroups) {
+    const std::uint32_t rows = t.rows(subgroups), facts = 4 * (rows * (8 + 11) + 4);
+    if (t.units) return facts;
+    const std::uint32_t dk = 16 * t.dk_tiles, operands = rows * dk + dk * t.keys + rows * t.keys + t.keys * t.columns();
+    return facts + 2 * operands + 4 * rows * t.keys;  // f16 pairs; fp32 for the reductions (S's shape)
+}
+
+namespace {
+// common/wg_matrix.glsl's portable loops, as trips of one invocation of `w` over matrices of `r` rows:
+// an accumulator's pairs of elements (WG_PAIRS), an operand's words two a trip, the products 16
+// terms a trip, a row reduction's copy, its folds (one invocation a row, 4 columns a trip) and its
+// spread.
+struct PortableTrips {
+    std::int64_t w, r;
+    std::int64_t pairs(std::int64_t cols) const { return ceil_div(r * cols, 2 * w); }
+    std::int64_t load(std::int64_t rows, std::int64_t cols) const { return ceil_div(rows * cols / 2, 2 * w); }
+    std::int64_t product(std::int64_t depth, std::int64_t cols) const { return pairs(cols) * (1 + depth / 16); }
+    std::int64_t reduce(std::int64_t from, std::int64_t to) const { return pairs(from) + ceil_div(r, w) * (from / 4) + pairs(to); }
+};
+}  // namespace
+
+std::int64_t workgroup_matrix_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
+    const PortableTrips n{std::int64_t{subgroup} * subgroups, t.rows(subgroups)};
+    const std::int64_t c = t.keys, k = 16 * t.dk_tiles, o = t.columns();
+    return 1 + n.load(k, c) + 2 * n.pairs(c) + n.product(k, c)                         // K, S = Q·Kᵀ, the logits
+           + n.reduce(c, 16) + 2 * n.pairs(16) + n.reduce(16, c) + n.pairs(c) + n.reduce(c, 16)  // m, α, P, the row sums
+           + 2 * n.pairs(16) + n.pairs(c) + n.reduce(16, o) + n.pairs(o) + n.pairs(c)  // l, m, dropout, O·α, P as f16
+           + n.load(c, o) + n.product(c, o);                                           // V, O += P·V
+}
 
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& p, const VariantOverrides& o) {
     const char* knob = "variant.workgroup_matrices";
     const std::string kernel = "the workgroup-matrix kernel (flash_cm2.comp)";
-    if (!caps.workgroup_matrices)
-        throw InvalidArgument(knob, kernel + " runs on VK_NV_cooperative_matrix2's workgroup-scope matrices, which " + caps.name +
-                                        " does not offer here (DeviceInfo::workgroup_matrices_off says why); use the "
-                                        "cooperative-matrix kernel without it.");
     for (const auto& [set, name] : {std::pair{o.row_tiles.has_value(), "variant.row_tiles"},
                                     std::pair{o.q_in_shared.has_value(), "variant.q_in_shared"},
                                     std::pair{o.kv_apart.has_value(), "variant.kv_apart"},
@@ -45,11 +69,11 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
         throw InvalidArgument(knob, kernel + " takes Q and K heads up to 128 wide (Dk = " + std::to_string(p.Dk) +
                                         "); wider ones take the tile kernel.");
     t.workgroup_matrices = true;
-    t.units = true;
+    t.units = caps.workgroup_matrices;  // else the portable implementation (DeviceInfo::workgroup_matrices_off says why)
     t.row_tiles = 1;
     t.q_in_shared = t.kv_apart = t.named = t.ahead = false;
     t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8));
-    subgroups = 4;  // 64 rows; 128 invocations on 32 lanes
+    subgroups = t.units ? 4 : 1;  // 64 rows, 128 invocations on 32 lanes; portably 16 rows
     if (o.tile_rows) {
         const std::uint32_t br = *o.tile_rows;
         if (br == 0 || br % 16 != 0)
@@ -57,7 +81,30 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
                                                            " takes a multiple of 16 (one subgroup per 16 rows).");
         subgroups = br / 16;
     }
+    if (o.tile_keys) {
+        const std::uint32_t bc = *o.tile_keys;
+        if (bc == 0 || bc % 16 != 0 || bc > 256)
+            throw InvalidArgument("variant.tile_keys", std::to_string(bc) + " keys per tile; " + kernel + " takes a multiple of 16 up to 256.");
+        t.keys = bc;
+    }
     const std::uint32_t invocations = subgroups * subgroup;
+    if (!t.units) {
+        if (invocations > caps.max_workgroup_invocations)
+            throw InvalidArgument("variant.tile_rows", std::to_string(t.rows(subgroups)) + " rows take a workgroup of " +
+                                                           std::to_string(invocations) + " invocations (one subgroup of " +
+                                                           std::to_string(subgroup) + " per 16 rows); the device allows " +
+                                                           std::to_string(caps.max_workgroup_invocations) + ".");
+        while (!o.tile_keys && t.keys > 16 && workgroup_matrix_shared_bytes(t, subgroups) > caps.max_shared_bytes) t.keys /= 2;
+        const std::uint32_t shared = workgroup_matrix_shared_bytes(t, subgroups);
+        if (shared > caps.max_shared_bytes)
+            throw InvalidArgument(o.tile_keys ? "variant.tile_keys" : o.tile_rows ? "variant.tile_rows" : knob,
+                                  kernel + "'s portable implementation with " + std::to_string(t.rows(subgroups)) + " rows, " +
+                                      std::to_string(t.keys) + "-key tiles and heads of " + std::to_string(16 * t.dk_tiles) + " and " +
+                                      std::to_string(t.columns()) + " needs " + std::to_string(shared) +
+                                      " bytes of shared memory; the device has " + std::to_string(caps.max_shared_bytes) +
+                                      " (fewer rows or keys per tile fit).");
+        return;
+    }
     if (!workgroup_size_offered(caps, invocations)) {
         std::string sizes;
         for (std::uint32_t n = 1; n != 0; n <<= 1)
@@ -68,12 +115,6 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
                                   "workgroup matrices at " + (sizes.empty() ? std::string("none") : sizes) + " invocations, at most " +
                                   std::to_string(caps.workgroup_matrix_max_invocations) + ".");
     }
-    if (o.tile_keys) {
-        const std::uint32_t bc = *o.tile_keys;
-        if (bc == 0 || bc % 16 != 0 || bc > 256)
-            throw InvalidArgument("variant.tile_keys", std::to_string(bc) + " keys per tile; " + kernel + " takes a multiple of 16 up to 256.");
-        t.keys = bc;
-    }
     // Each matrix dimension against the device's, named by what set it.
     for (const auto& [extent, name] : {std::pair{t.rows(subgroups), o.tile_rows ? "variant.tile_rows" : knob},
                                        std::pair{t.keys, o.tile_keys ? "variant.tile_keys" : knob},
@@ -81,7 +122,7 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
         if (extent > caps.workgroup_matrix_max_dimension)
             throw InvalidArgument(name, kernel + " would need a matrix " + std::to_string(extent) + " wide; the device's flexible "
                                                  "matrices reach " + std::to_string(caps.workgroup_matrix_max_dimension) + ".");
-    const std::uint32_t shared = workgroup_matrix_shared_bytes(t.rows(subgroups)) + caps.workgroup_matrix_reserved_shared;
+    const std::uint32_t shared = workgroup_matrix_shared_bytes(t, subgroups) + caps.workgroup_matrix_reserved_shared;
     if (shared > caps.max_shared_bytes)
         throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob,
                               kernel + " with " + std::to_string(t.rows(subgroups)) + " rows needs " + std::to_string(shared) +
@@ -109,17 +150,34 @@ void require_tensor_loads_aligned(const TensorDesc& d, const char* what) {
                                   std::to_string(d.origin[3]) + " (a head width that is a multiple of 8 gives them).");
 }
 
-std::uint32_t workgroup_backward_shared_bytes(std::uint32_t rows, std::uint32_t tile) {
-    return 4 * (std::max(rows * (9 + 11), tile * (4 + 11)) + 4);
+std::uint32_t workgroup_backward_shared_bytes(const CoopmatBackwardLayout& t, std::uint32_t subgroups) {
+    const std::uint32_t rows = 16 * subgroups, n = t.tile, k = 16 * t.dk_tiles, v = 16 * t.dv_tiles, o = t.columns();
+    const std::uint32_t q_facts = 4 * (rows * (9 + 11) + 4), kv_terms = 4 * (n * (4 + 11) + 4);
+    if (t.units) return std::max(q_facts, kv_terms);
+    const std::uint32_t q_operands = rows * k + rows * v + k * n + v * n + rows * n + n * o;
+    const std::uint32_t kv_operands = rows * k + rows * v + k * n + v * n + 2 * rows * n + 2 * n * o;
+    return std::max(q_facts + 2 * q_operands, kv_terms + 2 * kv_operands);  // f16 pairs
+}
+
+std::int64_t workgroup_backward_loops_per_key_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
+    const PortableTrips n{std::int64_t{subgroup} * subgroups, 16 * std::int64_t{subgroups}};
+    const std::int64_t c = t.tile, k = 16 * t.dk_tiles, v = 16 * t.dv_tiles, o = t.columns();
+    return 1 + n.load(k, c) + n.pairs(c) + n.product(k, c) + n.load(v, c) + n.pairs(c) + n.product(v, c)  // Kᵀ, S; Vᵀ, dP
+           + 3 * n.pairs(c) + n.load(c, o) + n.product(c, o);                                           // P, dS; dQ += dS·K
+}
+
+std::int64_t workgroup_backward_loops_per_query_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
+    const PortableTrips n{std::int64_t{subgroup} * subgroups, 16 * std::int64_t{subgroups}};
+    const std::int64_t c = t.tile, k = 16 * t.dk_tiles, v = 16 * t.dv_tiles, o = t.columns();
+    return 1 + ceil_div(c, n.w) + n.load(k, c) + n.pairs(c) + n.product(k, c) + n.load(v, c) + n.pairs(c) +
+           n.product(v, c)                                                      // the terms; Sᵀ; dPᵀ
+           + 3 * n.pairs(c) + 2 * (n.pairs(c) + n.load(c, o) + n.product(c, o));  // P, W, dS; dV, dK
 }
 
 void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& p) {
     const char* knob = "variant.workgroup_matrices";
     const std::string kernel = "the backward on workgroup-scope matrices (bwd_cm2_q.comp, bwd_cm2_kv.comp)";
-    if (!caps.workgroup_matrices)
-        throw InvalidArgument(knob, kernel + " needs VK_NV_cooperative_matrix2's, which " + caps.name +
-                                        " does not offer here (DeviceInfo::workgroup_matrices_off says why).");
     if (p.dtype != DType::f16 || p.k_dtype != DType::f16 || p.v_dtype != DType::f16)
         throw InvalidArgument(knob, kernel + " reads q, k, v and dO by tensor loads of f16 elements; these are stored as " +
                                         to_string(p.dtype) + ", " + to_string(p.k_dtype) + " and " + to_string(p.v_dtype) + ".");
@@ -131,12 +189,21 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
     t.dv_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dv, 1), 16));
     t.column_tiles = std::max(t.dk_tiles, t.dv_tiles);
     t.workgroup_matrices = true;
-    t.units = true;
+    t.units = caps.workgroup_matrices;  // else the portable implementation (DeviceInfo::workgroup_matrices_off says why)
     t.tile = 64;
-    subgroups = 4;
+    subgroups = t.units ? 4 : 1;
+    if (!t.units) {
+        while (t.tile > 16 && workgroup_backward_shared_bytes(t, subgroups) > caps.max_shared_bytes) t.tile /= 2;
+        if (workgroup_backward_shared_bytes(t, subgroups) > caps.max_shared_bytes)
+            throw InvalidArgument(knob, kernel + ", portably (common/wg_matrix.glsl), at Dk = " + std::to_string(p.Dk) + ", Dv = " +
+                                            std::to_string(p.Dv) + " needs " + std::to_string(workgroup_backward_shared_bytes(t, subgroups)) +
+                                            " bytes of shared memory at 16-wide tiles; the device has " +
+                                            std::to_string(caps.max_shared_bytes) + ".");
+        return;
+    }
     const std::uint32_t invocations = subgroups * subgroup, rows = 16 * subgroups;
     const std::uint32_t largest = std::max({rows, t.tile, 16 * t.dk_tiles, 16 * t.dv_tiles, t.columns()});
-    const std::uint32_t shared = workgroup_backward_shared_bytes(rows, t.tile) + caps.workgroup_matrix_reserved_shared;
+    const std::uint32_t shared = workgroup_backward_shared_bytes(t, subgroups) + caps.workgroup_matrix_reserved_shared;
     if (!workgroup_size_offered(caps, invocations) || largest > caps.workgroup_matrix_max_dimension || shared > caps.max_shared_bytes)
         throw InvalidArgument(knob, kernel + " takes " + std::to_string(invocations) + " invocations, matrices up to " +
                                         std::to_string(largest) + " wide and " + std::to_string(shared) + " bytes of shared memory; "

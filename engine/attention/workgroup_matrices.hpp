@@ -14,21 +14,35 @@
 
 namespace vkattn::detail {
 
-// flash_cm2.comp's shared memory: per row its facts (key range, head, query, Q's, O's and lse's
-// indices: 8 words) and its RowMask (11 words), and the workgroup's key ranges (4 words); the driver
-// keeps DeviceCaps::workgroup_matrix_reserved_shared more for the matrices.
-std::uint32_t workgroup_matrix_shared_bytes(std::uint32_t rows);
+// flash_cm2.comp's shared memory with layout `t` (workgroup_matrices set) and `subgroups`: per row
+// its facts (key range, head, query, Q's, O's and lse's indices: 8 words) and its RowMask (11
+// words), and the workgroup's key ranges (4 words). On the units the driver keeps
+// DeviceCaps::workgroup_matrix_reserved_shared more for the matrices; the portable implementation
+// (common/wg_matrix.glsl) holds the operands Q, K, P and V as f16 pairs and S's shape of fp32 for
+// the row reductions.
+std::uint32_t workgroup_matrix_shared_bytes(const CoopmatLayout& t, std::uint32_t subgroups);
 
-// Settles `t` and `subgroups` for flash_cm2.comp, where overrides.workgroup_matrices asks for it:
-// Br = 16·subgroups rows (tile_rows forces it: a workgroup of Br/16 subgroups), Bc = t.keys (64, or
-// tile_keys), Q and K in dk_tiles, O's columns in passes of up to 128, on a workgroup size the
-// device offers flexible f16 workgroup matrices at. InvalidArgument naming variant.workgroup_matrices
-// where the device lacks them (DeviceInfo::workgroup_matrices_off says why), K or V is not stored as
-// f16, the operands would be bf16, Dk passes 128, or a matrix passes the device's dimension;
-// variant.tile_rows where the workgroup size is not offered; and naming row_tiles, q_in_shared,
-// kv_apart or named_accumulators where they are set beside it (the kernel has no such forms). The
-// tensors' own rules (dense, aligned K and V: require_tensor_loads_aligned) are the run's to check
-// (attention/fused.cpp), which knows their descriptors.
+// The loop trips one invocation of the portable flash_cm2.comp makes per key tile (common/wg_matrix.glsl's
+// loops: loads, products 8 terms a trip, element operations, row reductions), which a device with a
+// loop budget (DeviceCaps::max_loop_iterations: lavapipe stops a shader's loops past it, leaving wrong
+// results) caps the key tiles of one dispatch by (fused_keys_per_dispatch). Checked on Mesa 22.3
+// against the device's cut-off (docs/LAVAPIPE.md).
+std::int64_t workgroup_matrix_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups);
+
+// Settles `t` and `subgroups` for flash_cm2.comp, where overrides.workgroup_matrices asks for it.
+// Where the device offers flexible f16 workgroup matrices (DeviceCaps::workgroup_matrices), on the
+// units: Br = 16·subgroups rows (tile_rows forces it: a workgroup of Br/16 subgroups), Bc = t.keys
+// (64, or tile_keys), on a workgroup size the device offers them at; InvalidArgument naming
+// variant.tile_rows where that size is not offered, and variant.workgroup_matrices where a matrix
+// passes the device's dimension. Elsewhere the portable implementation (common/wg_matrix.glsl; the
+// kernel's logic on any device, a fallback far from the units' speed): 16 rows on one subgroup
+// unless tile_rows, Bc 64 halved to as little as 16 until its shared memory fits unless tile_keys.
+// Both: Q and K in dk_tiles, O's columns in passes of up to 128; InvalidArgument naming
+// variant.workgroup_matrices where K or V is not stored as f16, the operands would be bf16, or Dk
+// passes 128; the knob that shaped it where shared memory does not hold it; and naming row_tiles,
+// q_in_shared, kv_apart or named_accumulators where they are set beside it (the kernel has no such
+// forms). The tensors' own rules (dense, aligned K and V: require_tensor_loads_aligned) are the
+// run's to check (attention/fused.cpp), which knows their descriptors.
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem, const VariantOverrides& overrides);
 
@@ -43,15 +57,26 @@ bool tensor_loads_aligned(const TensorDesc& desc);
 // InvalidArgument naming variant.workgroup_matrices where `desc` (operand `what`) is not.
 void require_tensor_loads_aligned(const TensorDesc& desc, const char* what);
 
-// bwd_cm2_q.comp's and bwd_cm2_kv.comp's shared memory, the larger: per row (dQ) its facts (9 words)
-// and RowMask (11), or per query of a tile (dK/dV) its terms (4) and RowMask; 4 words of key range.
-std::uint32_t workgroup_backward_shared_bytes(std::uint32_t rows, std::uint32_t tile);
+// bwd_cm2_q.comp's and bwd_cm2_kv.comp's shared memory with layout `t` (workgroup_matrices set) and
+// `subgroups`, the larger: per row (dQ) its facts (9 words) and RowMask (11), or per query of a tile
+// (dK/dV) its terms (4) and RowMask; 4 words of key range. The portable implementation
+// (common/wg_matrix.glsl) adds each kernel's operands as f16 pairs: dQ's Q, dO, Kᵀ, Vᵀ, dS and K;
+// dK/dV's K, V, Qᵀ, dOᵀ, W, dS, dO and Q.
+std::uint32_t workgroup_backward_shared_bytes(const CoopmatBackwardLayout& t, std::uint32_t subgroups);
 
-// Settles `t` (its tiles counted) and `subgroups` for the backward on workgroup matrices: 4 subgroups
-// of 16 rows (keys), 64-wide tiles of the other side. InvalidArgument naming variant.workgroup_matrices
-// where the device lacks them, q, k or v is not stored as f16, or the workgroup size or a matrix
-// is one the device does not take. The tensors' alignment is the run's to check
-// (require_tensor_loads_aligned, attention/backward.cpp).
+// The portable backward's loop trips per key tile (dQ) and per query tile (dK/dV), as
+// workgroup_matrix_loops_per_tile counts the forward's.
+std::int64_t workgroup_backward_loops_per_key_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups);
+std::int64_t workgroup_backward_loops_per_query_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups);
+
+// Settles `t` (its tiles counted) and `subgroups` for the backward on workgroup matrices. On the
+// units (DeviceCaps::workgroup_matrices): 4 subgroups of 16 rows (keys), 64-wide tiles of the other
+// side; InvalidArgument naming variant.workgroup_matrices where the workgroup size or a matrix is one
+// the device does not take. Elsewhere the portable implementation: one subgroup of 16, tiles of 64
+// halved to as little as 16 until shared memory holds them. Both: InvalidArgument naming
+// variant.workgroup_matrices where q, k or v is not stored as f16, a head passes 128, or shared
+// memory is short. The tensors' alignment is the run's to check (require_tensor_loads_aligned,
+// attention/backward.cpp).
 void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem);
 

@@ -1,7 +1,8 @@
 // The workgroup-matrix forward's layout (shaders/flash_cm2.comp, VariantOverrides::workgroup_matrices,
 // the catalogue's coopmat-wg variants; attention/workgroup_matrices.hpp): which workgroup sizes a
-// device's flexible shapes offer, the layout on a made-up device that offers them, and each refusal
-// by name; and the GEMM ceiling's (bmm_cm2.comp, bench --gemm-kernel coopmat-wg) alike.
+// device's flexible shapes offer, the layout on a made-up device that offers them, the portable
+// implementation's on the others, and each refusal by name; and the GEMM ceiling's (bmm_cm2.comp,
+// bench --gemm-kernel coopmat-wg) alike.
 #include "support/catch.hpp"
 
 #include <string>
@@ -75,7 +76,8 @@ TEST_CASE("workgroup matrices: the layout where the device offers them", "[unit]
     CHECK(c->coopmat->keys == 64);
     CHECK(c->coopmat->dk_tiles == 4);
     CHECK(c->coopmat->column_tiles == 4);
-    CHECK(c->coopmat->shared_bytes(c->subgroups) == workgroup_matrix_shared_bytes(64));
+    // The rows' facts alone: the driver stages the matrices (its reserve is checked apart).
+    CHECK(c->coopmat->shared_bytes(c->subgroups) == 4 * (64 * (8 + 11) + 4));
     CHECK_THAT(c->describe(), Catch::Contains(" workgroup units"));
     CHECK_THAT(c->describe(), !Catch::Contains(" ahead"));
     // D 128; Dv 200 in two passes of 128 columns; Dk 40 in three d-tiles.
@@ -97,13 +99,61 @@ TEST_CASE("workgroup matrices: the layout where the device offers them", "[unit]
     CHECK(fused_for(caps, q32, wg())->coopmat->workgroup_matrices);
 }
 
+TEST_CASE("workgroup matrices: the portable implementation where the device has none", "[unit][coopmat][workgroup]") {
+    // Every made-up device but workgroup_device() lacks them: the portable implementation
+    // (common/wg_matrix.glsl), 16 rows on one subgroup, its keys per tile halved from 64 until its
+    // shared memory fits; or, where not even 16 keys fit, refused by name.
+    for (const vk::DeviceCaps& other : all_devices()) {
+        INFO(other.name);
+        for (const std::int64_t d : {64, 128, 40}) {
+            const std::string why = fused_refusal(other, f16_problem(d, d), wg());
+            if (why != "taken") {
+                CHECK_THAT(why, Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("shared memory"));
+                continue;
+            }
+            const auto c = fused_for(other, f16_problem(d, d), wg());
+            CHECK_FALSE(c->coopmat->units);
+            CHECK_THAT(c->describe(), Catch::Contains(" workgroup portable"));
+            CHECK(c->rows_per_workgroup() == 16);
+            CHECK(c->coopmat->shared_bytes(c->subgroups) <= other.max_shared_bytes);
+            if (c->coopmat->keys < 64) {
+                CoopmatLayout wider = *c->coopmat;
+                wider.keys *= 2;
+                CHECK(wider.shared_bytes(c->subgroups) > other.max_shared_bytes);
+            }
+        }
+    }
+    // Lavapipe's 32 KiB at D 128: 64 keys would take 44,240 bytes (the facts' 1,232; Q, K, P and V as
+    // f16 pairs, 38,912; S's fp32 4,096), 32 keys 24,784.
+    const vk::DeviceCaps cpu = lavapipe_like();
+    const auto d128 = fused_for(cpu, f16_problem(128, 128), wg());
+    CHECK(d128->coopmat->keys == 32);
+    CHECK(d128->coopmat->shared_bytes(d128->subgroups) == 24784);
+    CHECK(fused_for(cpu, f16_problem(64, 64), wg())->coopmat->keys == 64);
+    // What is forced is kept, or refused by the knob that asked for it.
+    VariantOverrides keys64 = wg();
+    keys64.tile_keys = 64;
+    CHECK_THAT(fused_refusal(cpu, f16_problem(128, 128), keys64), Catch::StartsWith("variant.tile_keys:") && Catch::Contains("44240"));
+    CHECK_THAT(fused_refusal(cpu, f16_problem(64, 64), wg("coopmat-wg-128x64")), Catch::StartsWith("variant.tile_keys:"));
+    VariantOverrides rows64 = wg();
+    rows64.tile_rows = 64;
+    const auto four = fused_for(cpu, f16_problem(32, 32), rows64);
+    CHECK(four->subgroups == 4);
+    CHECK(four->rows_per_workgroup() == 64);
+    VariantOverrides rows256 = wg();
+    rows256.tile_rows = 256;
+    rows256.tile_keys = 16;
+    CHECK_THAT(fused_refusal(cpu, f16_problem(16, 16), rows256), Catch::StartsWith("variant.tile_keys:") && Catch::Contains("shared memory"));
+    // The kernel's own rules hold portably too.
+    Problem k32 = f16_problem(64, 64);
+    k32.k_dtype = DType::f32;
+    CHECK_THAT(fused_refusal(cpu, k32, wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("f16 elements"));
+    CHECK_THAT(fused_refusal(cpu, f16_problem(256, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:"));
+}
+
 TEST_CASE("workgroup matrices: each refusal names its argument and the limit", "[unit][coopmat][workgroup]") {
     const vk::DeviceCaps caps = workgroup_device();
     auto refusal = [](const vk::DeviceCaps& d, const Problem& p, const VariantOverrides& o) { return fused_refusal(d, p, o); };
-    // A device without them (every made-up device but this one).
-    for (const vk::DeviceCaps& other : all_devices())
-        CHECK_THAT(refusal(other, f16_problem(64, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:") &&
-                                                                    Catch::Contains("workgroup_matrices_off"));
     // K or V not f16.
     Problem k32 = f16_problem(64, 64);
     k32.k_dtype = DType::f32;
@@ -217,7 +267,7 @@ TEST_CASE("workgroup matrices: the backward's layout, or a refusal by name", "[u
     CHECK(t.tile == 64);
     CHECK(t.dk_tiles == 4);
     CHECK(t.dv_tiles == 8);
-    CHECK(t.shared_bytes(subgroups) == workgroup_backward_shared_bytes(64, 64));
+    CHECK(t.shared_bytes(subgroups) == 4 * (64 * (9 + 11) + 4));  // the rows' facts: the driver stages the matrices
     CHECK_THAT(t.describe(), Catch::EndsWith(" workgroup"));
     auto argument_of = [&](const vk::DeviceCaps& d, const Problem& p) {
         std::uint32_t n = 0;
@@ -231,7 +281,22 @@ TEST_CASE("workgroup matrices: the backward's layout, or a refusal by name", "[u
     Problem q32 = f16_problem(64, 64);  // the backward reads q by tensor loads too
     q32.dtype = DType::f32;
     CHECK_THAT(argument_of(caps, q32), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("f16 elements"));
-    CHECK_THAT(argument_of(nvidia_like(), f16_problem(64, 64)), Catch::StartsWith("variant.workgroup_matrices:"));
+    // Without them, the portable implementation: one subgroup of 16 keys (rows), tiles halved from 64
+    // until shared memory holds them. Lavapipe's 32 KiB at D 128: 64-wide tiles would take 81,680
+    // bytes (the dK/dV kernel's, the larger), 32-wide 44,944, 16-wide 26,576 (its K, V, Qᵀ, dOᵀ, W,
+    // dS, dO and Q as f16 pairs: 25,600; the query terms' 976).
+    std::uint32_t portable_subgroups = 0;
+    const CoopmatBackwardLayout portable = choose_coopmat_backward(lavapipe_like(), 8, portable_subgroups, f16_problem(128, 128), true);
+    CHECK_FALSE(portable.units);
+    CHECK(portable_subgroups == 1);
+    CHECK(portable.tile == 16);
+    CHECK(portable.shared_bytes(portable_subgroups) == 26576);
+    CHECK_THAT(portable.describe(), Catch::Contains(" portable") && Catch::EndsWith(" workgroup"));
+    std::uint32_t d64_subgroups = 0;
+    CHECK(choose_coopmat_backward(lavapipe_like(), 8, d64_subgroups, f16_problem(64, 64), true).tile == 32);
+    vk::DeviceCaps tiny = lavapipe_like();
+    tiny.max_shared_bytes = 16384;
+    CHECK_THAT(argument_of(tiny, f16_problem(128, 128)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("16384"));
     CHECK_THAT(argument_of(caps, f16_problem(256, 64)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("Dk = 256"));
     vk::DeviceCaps no256 = caps;
     no256.workgroup_matrix_invocations = 256;  // not 128
