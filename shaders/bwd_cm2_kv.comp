@@ -9,6 +9,8 @@
 //   Pᵀ = exp(logit(Sᵀ) − lse), Wᵀ = κ·Pᵀ, dSᵀ = Pᵀ ∘ (κ·dPᵀ − Δ) ∘ softcap'   (element operations,
 //   by key and query, the tile's per-query terms staged in shared memory),
 //   dV += Wᵀ·dO and dK += dSᵀ·Q (W and dS converted to f16 in registers; dO and Q tensor loads).
+// On the units (CM_KHR) the driver lays out and stages the matrices; elsewhere common/wg_matrix.glsl's
+// portable twin runs the same code, its operands in shared memory.
 // Queries outside query_range() of the workgroup's keys are never visited. dK (times the scale) and
 // dV are stored as k's and v's types.
 #ifdef CM_KHR

@@ -8,6 +8,8 @@
 //   S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ and Vᵀ tensor loads through a transposed view),
 //   P = exp(logit(S) − lse), dS = P ∘ (κ·dP − Δ) ∘ softcap'   (element operations, by row and key),
 //   dQ += dS·K (dS converted to f16 in registers; K's tile a tensor load).
+// On the units (CM_KHR) the driver lays out and stages the matrices; elsewhere common/wg_matrix.glsl's
+// portable twin runs the same code, its operands in shared memory.
 // Key tiles outside every row's range are skipped. dQ is stored as q's type, times the scale.
 #ifdef CM_KHR
 #extension GL_KHR_cooperative_matrix : require

@@ -11,9 +11,11 @@
 // one product; the scale, softcap, masks and ALiBi are an element operation on S with each element's
 // row and key; the row maxima and sums are row reductions into BR × 16 matrices (each row's value
 // smeared across its columns), widened again by a reduction where S or O needs them; P converts to the f16
-// operand without leaving the registers, and O += P·V with V's tile a tensor load. The driver lays
-// the matrices over the workgroup and stages the tensor loads as it chooses: nothing of K, V, S or P
-// passes through this kernel's shared memory, which holds only the rows' facts.
+// operand without leaving the registers, and O += P·V with V's tile a tensor load. On the units
+// (CM_KHR) the driver lays the matrices over the workgroup and stages the tensor loads as it
+// chooses: nothing of K, V, S or P passes through this kernel's shared memory, which holds only the
+// rows' facts. Elsewhere common/wg_matrix.glsl's portable twin runs the same code, its operands and
+// reductions in shared memory.
 // What the matrix units cannot take is refused on the host (CoopmatLayout::workgroup_matrices):
 // K or V not f16 or paged; bf16 operands; heads past 128.
 // A row with no visible key keeps m = MASKED: O = 0, lse = −∞ (or its sink); NaN scores poison the

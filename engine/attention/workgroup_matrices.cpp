@@ -90,7 +90,7 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
     const std::uint32_t invocations = subgroups * subgroup;
     if (!t.units) {
         if (invocations > caps.max_workgroup_invocations)
-            throw InvalidArgument("variant.tile_rows", std::to_string(t.rows(subgroups)) + " rows take a workgroup of " +
+            throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob, std::to_string(t.rows(subgroups)) + " rows take a workgroup of " +
                                                            std::to_string(invocations) + " invocations (one subgroup of " +
                                                            std::to_string(subgroup) + " per 16 rows); the device allows " +
                                                            std::to_string(caps.max_workgroup_invocations) + ".");

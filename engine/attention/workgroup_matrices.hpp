@@ -23,7 +23,8 @@ namespace vkattn::detail {
 std::uint32_t workgroup_matrix_shared_bytes(const CoopmatLayout& t, std::uint32_t subgroups);
 
 // The loop trips one invocation of the portable flash_cm2.comp makes per key tile (common/wg_matrix.glsl's
-// loops: loads, products 8 terms a trip, element operations, row reductions), which a device with a
+// loops: loads two words a trip, products 16 terms a trip, element operations a pair of elements a
+// trip, row reductions), which a device with a
 // loop budget (DeviceCaps::max_loop_iterations: lavapipe stops a shader's loops past it, leaving wrong
 // results) caps the key tiles of one dispatch by (fused_keys_per_dispatch). Checked on Mesa 22.3
 // against the device's cut-off (docs/LAVAPIPE.md).

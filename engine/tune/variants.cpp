@@ -95,9 +95,9 @@ const std::vector<KernelVariant>& kernel_variants() {
         {"coopmat-rt2-kv-apart", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .row_tiles = 2, .kv_apart = true},
          "flash_coopmat.comp with two row tiles per subgroup and K and V apart"},
         {"split-coopmat", Impl::split, {.fused_kernel = FusedKernel::coopmat}, "split-KV over flash_coopmat.comp"},
-        // VK_NV_cooperative_matrix2's workgroup-scope matrices (DeviceInfo::workgroup_matrices; refused
-        // elsewhere): the driver lays out S, P and O and stages K/V, as llama.cpp's coopmat2 shader
-        // lets it. 64 rows on 4 subgroups, and 128 on 8.
+        // VK_NV_cooperative_matrix2's workgroup-scope matrices (DeviceInfo::workgroup_matrices; their
+        // portable twin elsewhere): the driver lays out S, P and O and stages K/V, as llama.cpp's
+        // coopmat2 shader lets it. 64 rows on 4 subgroups, and 128 on 8.
         {"coopmat-wg", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .workgroup_matrices = true},
          "flash_cm2.comp: the forward on workgroup-scope matrices (VK_NV_cooperative_matrix2), dense f16 K/V"},
         {"coopmat-wg-64x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 64, .tile_keys = 32, .workgroup_matrices = true},

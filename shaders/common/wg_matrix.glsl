@@ -13,11 +13,14 @@
 //   optional transposed view (permutation 1, 0, no dimensions of its own). So the kernels' tiling,
 //   masks and softmax run, and are tested, where no driver offers the matrices; the thin intrinsic
 //   layer is a GPU's to test (vkattn/testing/workgroup_matrix_probe.hpp).
-// Every macro but the two storage ones is a statement, reached by the whole workgroup in uniform
-// control flow (the portable ones meet barriers). The storage macros are whole declarations, with
-// their own semicolons (an empty one at global scope is an error in GLSL 450): no `;` after them. Requires of the includer: WG (the workgroup's invocations, a constant);
-// for the portable build, WG_REDUCE_STORAGE(n) at global scope with n ≥ rows × columns of every
-// reduced matrix, and WG_OPERAND_STORAGE(name, rows, cols) for each operand matrix.
+// The operations (WG_FILLED, WG_LOAD*, WG_TO_OPERAND, WG_PRODUCT, WG_MAP*, WG_ROW_REDUCE, WG_SCALE*,
+// WG_COPY; WG_ACC, WG_LAYOUT and WG_TRANSPOSED declare) are statements, reached by the whole
+// workgroup in uniform control flow (the portable ones meet barriers). WG_HALVES declares a binding.
+// The storage macros are whole declarations with their own semicolons (an empty one at global
+// scope is an error in GLSL 450): no `;` after them. Requires of the includer: WG (the workgroup's
+// invocations, a constant); for the portable build, WG_REDUCE_STORAGE(n) at global scope with
+// n ≥ rows × columns of every reduced matrix, and WG_OPERAND_STORAGE(name, rows, cols) for each
+// operand matrix.
 // Element functions take (row, column, element, extra...) as the extension's do; an extra
 // argument is a scalar (WG_MAP1, WG_MAP2) or a matrix of the same shape (WG_MAP_M, WG_MAP_MM,
 // WG_MAP_MM1: the element at the same position).

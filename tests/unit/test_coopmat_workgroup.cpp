@@ -144,6 +144,15 @@ TEST_CASE("workgroup matrices: the portable implementation where the device has 
     rows256.tile_rows = 256;
     rows256.tile_keys = 16;
     CHECK_THAT(fused_refusal(cpu, f16_problem(16, 16), rows256), Catch::StartsWith("variant.tile_keys:") && Catch::Contains("shared memory"));
+    // Its loop trips per tile (lavapipe ends a shader's loops past 65,535 trips in all), as
+    // common/wg_matrix.glsl's loops make them: the forward at D 64 (16 rows, 64-key tiles, 8
+    // invocations) 1,745, which Mesa 22.3 cut off between 40 and 41 tiles; so 32 tiles a dispatch
+    // under the budget's 58,981.
+    const auto d64 = fused_for(cpu, f16_problem(64, 64), wg());
+    CHECK(workgroup_matrix_loops_per_tile(*d64->coopmat, 8, 1) == 1745);
+    vk::DeviceCaps counted = cpu;
+    counted.max_loop_iterations = 65535;
+    CHECK(fused_keys_per_dispatch(counted, *d64, f16_problem(64, 64)) == 32 * 64);
     // The kernel's own rules hold portably too.
     Problem k32 = f16_problem(64, 64);
     k32.k_dtype = DType::f32;
@@ -293,7 +302,14 @@ TEST_CASE("workgroup matrices: the backward's layout, or a refusal by name", "[u
     CHECK(portable.shared_bytes(portable_subgroups) == 26576);
     CHECK_THAT(portable.describe(), Catch::Contains(" portable") && Catch::EndsWith(" workgroup"));
     std::uint32_t d64_subgroups = 0;
-    CHECK(choose_coopmat_backward(lavapipe_like(), 8, d64_subgroups, f16_problem(64, 64), true).tile == 32);
+    const CoopmatBackwardLayout d64 = choose_coopmat_backward(lavapipe_like(), 8, d64_subgroups, f16_problem(64, 64), true);
+    CHECK(d64.tile == 32);
+    // The portable kernels' loop trips per tile (common/wg_matrix.glsl's loops): dQ's per key tile,
+    // dK/dV's per query tile of each head of the group.
+    CHECK(coopmat_backward_loops_per_key_tile(d64, 8, 1) == 865);
+    CHECK(coopmat_backward_loops_per_query_tile(d64, 8, 1) == 1189);
+    CHECK(coopmat_backward_loops_per_key_tile(portable, 8, 1) == 817);
+    CHECK(coopmat_backward_loops_per_query_tile(portable, 8, 1) == 1171);
     vk::DeviceCaps tiny = lavapipe_like();
     tiny.max_shared_bytes = 16384;
     CHECK_THAT(argument_of(tiny, f16_problem(128, 128)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("16384"));

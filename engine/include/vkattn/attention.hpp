@@ -177,10 +177,12 @@ struct VariantOverrides {
     //   workgroup_matrices: the cooperative-matrix forward on workgroup-scope matrices
     //   (shaders/flash_cm2.comp, VK_NV_cooperative_matrix2): the workgroup's S, P and O as single
     //   matrices the driver lays out, K and V as tensor loads, the softmax as row reductions and
-    //   element operations, nothing of them through shared memory. Dense f16 K and V, heads up to
-    //   128, where DeviceInfo::workgroup_matrices holds; InvalidArgument naming it elsewhere, and
-    //   beside row_tiles, q_in_shared, kv_apart or named_accumulators. Chosen: false (unmeasured on
-    //   a GPU; coopmat-wg), the tuner's to time.
+    //   element operations, nothing of them through shared memory, where DeviceInfo::
+    //   workgroup_matrices holds; elsewhere the same kernel's portable twin (common/wg_matrix.glsl:
+    //   its logic on any device, far from the units' speed; its tiles refused by name where shared
+    //   memory cannot hold them). Dense f16 K and V, heads up to 128; InvalidArgument naming it
+    //   otherwise, and beside row_tiles, q_in_shared, kv_apart or named_accumulators. Chosen: false
+    //   (unmeasured on a GPU; coopmat-wg), the tuner's to time.
     std::optional<bool> workgroup_matrices;
     //   gemm_shape: the cooperative-matrix GEMM's shape (GemmShape), for the GEMM ceiling only
     //   (`bench --gemm --gemm-kernel coopmat --gemm-shape`); the attention paths refuse it. Chosen:

@@ -94,8 +94,8 @@ struct DeviceInfo {
     // storage by name and bf16_matrix_units_off says why.
     bool bf16_matrix_units = false;
     std::string bf16_matrix_units_off;
-    // Whether the forward may run on workgroup-scope matrices (VariantOverrides::workgroup_matrices,
-    // shaders/flash_cm2.comp): matrix_units, VK_NV_cooperative_matrix2's workgroup scope, flexible
+    // Whether the workgroup-matrix kernels (VariantOverrides::workgroup_matrices, shaders/flash_cm2.comp)
+    // run on the driver's workgroup-scope matrices rather than their portable twin: matrix_units, VK_NV_cooperative_matrix2's workgroup scope, flexible
     // dimensions, tensor addressing, reductions, conversions and element operations enabled, a
     // flexible f16 x f16 + f32 workgroup shape offered, Vulkan 1.3 (SPIR-V 1.6), and this build has
     // the kernel (a glslang >= 15). Else workgroup_matrices_off says why (empty without matrix units).
