@@ -22,12 +22,12 @@ namespace vkattn::detail {
 // the row reductions.
 std::uint32_t workgroup_matrix_shared_bytes(const CoopmatLayout& t, std::uint32_t subgroups);
 
-// The loop trips one invocation of the portable flash_cm2.comp makes per key tile (common/wg_matrix.glsl's
-// loops: loads two words a trip, products 16 terms a trip, element operations a pair of elements a
-// trip, row reductions), which a device with a
-// loop budget (DeviceCaps::max_loop_iterations: lavapipe stops a shader's loops past it, leaving wrong
-// results) caps the key tiles of one dispatch by (fused_keys_per_dispatch). Checked on Mesa 22.3
-// against the device's cut-off (docs/LAVAPIPE.md).
+// The loop trips one invocation of the portable flash_cm2.comp makes per key tile
+// (common/wg_matrix.glsl's loops: loads two words a trip, products 16 terms a trip, element
+// operations a pair of elements a trip, row reductions), by which a device with a loop budget
+// (DeviceCaps::max_loop_iterations: lavapipe stops a shader's loops past it, leaving wrong results)
+// caps the key tiles of one dispatch (fused_keys_per_dispatch). Checked on Mesa 22.3 against the
+// device's cut-off (docs/LAVAPIPE.md).
 std::int64_t workgroup_matrix_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups);
 
 // Settles `t` and `subgroups` for flash_cm2.comp, where overrides.workgroup_matrices asks for it.
