@@ -82,7 +82,7 @@ void print_text(const DeviceInfo& d) {
             else std::cout << "refused (" << d.bf16_matrix_units_off << ")";
             std::cout << "; workgroup matrices (flash_cm2.comp) ";
             if (d.workgroup_matrices) std::cout << "yes";
-            else std::cout << "no (" << d.workgroup_matrices_off << ")";
+            else std::cout << "no, their portable twin (" << d.workgroup_matrices_off << ")";
         } else {
             std::cout << "portable (" << d.matrix_units_off << ")";
         }
