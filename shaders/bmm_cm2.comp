@@ -4,14 +4,17 @@
 // A·B and A·Bᵀ with A and B stored as f16 (cuBLAS hgemm's operands), every addend, chunks of rows and
 // GQA indexing; Aᵀ·B and other types are refused on the host. A workgroup owns a BM × BN tile of C
 // as one fp32 accumulator; per BK of K, A's and B's slices are tensor loads (zero past the
-// tensors' edges) and one product. The driver lays the matrices over the workgroup and stages the
-// loads: the kernel declares no shared memory. C leaves through an element operation (alpha, the
-// addend, the output's type), each element with its row and column.
+// tensors' edges) and one product. On the units (CM_KHR) the driver lays the matrices over the
+// workgroup and stages the loads: the kernel declares no shared memory; elsewhere common/wg_matrix.glsl's
+// portable twin runs the same code, A's and B's slices in shared memory. C leaves through an element
+// operation (alpha, the addend, the output's type), each element with its row and column.
+#ifdef CM_KHR
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#endif
 #extension GL_EXT_control_flow_attributes : enable
 
 #include "common/bmm_params.glsl"
@@ -26,10 +29,14 @@ layout(constant_id = 15) const uint TN = 4u;     // with its subgroups they give
 layout(constant_id = 16) const uint WM = 2u;
 layout(constant_id = 17) const uint WN = 2u;
 
-const uint BM = 16u * TM * WM, BN = 16u * TN * WN;
+const uint BM = 16u * TM * WM, BN = 16u * TN * WN, WG = gl_WorkGroupSize.x;
 
-layout(std430, set = 0, binding = 1) readonly buffer AHalves { float16_t a_halves[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BHalves { float16_t b_halves[]; };
+#include "common/wg_matrix.glsl"
+WG_HALVES(AHalves, a_halves, 1);
+WG_HALVES(BHalves, b_halves, 2);
+// The portable implementation's operands (none on the units: the driver stages).
+WG_OPERAND_STORAGE(a, BM, BK)
+WG_OPERAND_STORAGE(b, BK, BN)
 #define OUT_SLOT 3
 #include "common/typed_store.glsl"
 layout(std430, set = 0, binding = 4) readonly buffer Addend { float addend[]; };  // fp32 bias or residual
@@ -56,27 +63,21 @@ void main() {
     tile_col = gl_WorkGroupID.x * BN;
 
     // A's rows from the tile's first (its offset), B's whole: [K][N], or [N][K] read transposed.
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> a_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    a_layout = setTensorLayoutDimensionNV(a_layout, row_end > tile_row ? row_end - tile_row : 0u, P.K);
-    a_layout = setTensorLayoutStrideNV(a_layout, P.a.stride.z, 1);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> b_layout = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    b_layout = setTensorLayoutDimensionNV(b_layout, B_TRANSPOSED ? P.N : P.K, B_TRANSPOSED ? P.K : P.N);
-    b_layout = setTensorLayoutStrideNV(b_layout, P.b.stride.z, 1);
-    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+    WG_LAYOUT(a_layout, row_end > tile_row ? row_end - tile_row : 0u, P.K, P.a.stride.z);
+    WG_LAYOUT(b_layout, B_TRANSPOSED ? P.N : P.K, B_TRANSPOSED ? P.K : P.N, P.b.stride.z);
+    WG_TRANSPOSED(transposed);
     const uint a_at = tensor_index(P.a, b_, h_, tile_row), b_at = tensor_index(P.b, b_, hb, 0u);
 
-    coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> c =
-        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
+    WG_FILLED(c, BM, BN, 0.0);
     for (uint k0 = 0u; k0 < P.K; k0 += BK) {
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;
-        coopMatLoadTensorNV(a, a_halves, a_at, sliceTensorLayoutNV(a_layout, 0, BM, k0, BK));
-        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;
+        WG_LOAD(a, BM, BK, gl_MatrixUseA, a_halves, a_at, a_layout, 0, BM, k0, BK);
         if (B_TRANSPOSED) {
-            coopMatLoadTensorNV(b, b_halves, b_at, sliceTensorLayoutNV(b_layout, tile_col, BN, k0, BK), transposed);
+            WG_LOAD_VIEW(b, BK, BN, gl_MatrixUseB, b_halves, b_at, b_layout, tile_col, BN, k0, BK, transposed);
+            WG_PRODUCT(c, a, b, BM, BK, BN);
         } else {
-            coopMatLoadTensorNV(b, b_halves, b_at, sliceTensorLayoutNV(b_layout, k0, BK, tile_col, BN));
+            WG_LOAD(b, BK, BN, gl_MatrixUseB, b_halves, b_at, b_layout, k0, BK, tile_col, BN);
+            WG_PRODUCT(c, a, b, BM, BK, BN);
         }
-        c = coopMatMulAdd(a, b, c);
     }
-    coopMatPerElementNV(c, c, bmm_store);
+    WG_MAP0(c, c, BM, BN, bmm_store);
 }

@@ -62,7 +62,7 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form,
     if (c.coopmat && c.workgroup_matrices) {  // bmm_cm2.comp: bmm_coopmat.comp's ids for what they share
         check_workgroup_gemm(form, a, b);
         const GemmShape& s = c.coopmat_shape;
-        return runtime.kernels().get({.shader = "bmm_cm2_c" + out_suffix(out),
+        return runtime.kernels().get({.shader = std::string(c.units ? "bmm_cm2_c" : "bmm_cm2_portable_c") + out_suffix(out),
                                       .constants = {{.id = kWorkgroup, .value = c.subgroups() * c.subgroup},
                                                     {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
                                                     {.id = kAdd, .value = static_cast<std::uint32_t>(add)},

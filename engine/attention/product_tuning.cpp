@@ -122,7 +122,7 @@ std::uint64_t BmmConfig::shared_bytes() const {
 
 std::string BmmConfig::describe() const {
     if (coopmat && workgroup_matrices)
-        return "coopmat[workgroup sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + " shape " + to_string(coopmat_shape) +
+        return std::string("coopmat[workgroup ") + (units ? "" : "portable ") + "sg" + std::to_string(subgroup) + (require_subgroup ? "!" : "") + " shape " + to_string(coopmat_shape) +
                ": " + std::to_string(block_rows()) + "x" + std::to_string(block_cols()) + "x" + std::to_string(coopmat_shape.depth) +
                " tensor loads ->f32]";
     if (coopmat)
@@ -227,7 +227,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
             if (const std::string fault = gemm_shape_fault(c.coopmat_shape); !fault.empty())
                 throw InvalidArgument("variant.gemm_shape", named + fault);
             if (workgroup) {  // bmm_cm2.comp stages nothing of its own: choose_workgroup_gemm checks what it needs
-                choose_workgroup_gemm(c, caps);
+                choose_workgroup_gemm(c, caps, k);
                 return c;
             }
             if (!fits()) throw InvalidArgument("variant.gemm_shape", named + needs());
@@ -235,7 +235,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         }
         if (workgroup) {  // the default shape's 128 × 128 tile, 32 deep, on 4 subgroups
             c.coopmat_shape = GemmShape{};
-            choose_workgroup_gemm(c, caps);
+            choose_workgroup_gemm(c, caps, k);
             return c;
         }
         // Chosen: the first that fits. On the units 128 × 128 tiles of 4 × 4 accumulators per

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "attention/ceil_div.hpp"
+#include "attention/device_rules.hpp"
 #include "vkattn/errors.hpp"
 
 namespace vkattn::detail {
@@ -212,12 +213,31 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
                                         std::to_string(caps.max_shared_bytes) + " bytes are short.");
 }
 
-void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps) {
+std::int64_t workgroup_gemm_loops(const BmmConfig& c, std::int64_t k) {
+    const PortableTrips n{std::int64_t{c.subgroups()} * c.subgroup, c.block_rows()};
+    const std::int64_t bk = c.coopmat_shape.depth, bn = c.block_cols();
+    return 2 * n.pairs(bn) + ceil_div(k, bk) * (1 + n.load(c.block_rows(), bk) + n.load(bk, bn) + n.product(bk, bn));
+}
+
+void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps, std::int64_t k) {
     const char* knob = "variant.workgroup_matrices";
-    if (!caps.workgroup_matrices)
-        throw InvalidArgument(knob, "the GEMM on workgroup-scope matrices (bmm_cm2.comp) needs VK_NV_cooperative_matrix2's, which " +
-                                        caps.name + " does not offer here (DeviceInfo::workgroup_matrices_off says why).");
     const std::uint32_t invocations = c.subgroups() * c.subgroup;
+    if (!caps.workgroup_matrices) {  // the portable twin: A's and B's slices as f16 pairs in shared memory
+        const std::uint32_t bytes = 2 * (c.block_rows() + c.block_cols()) * c.coopmat_shape.depth;
+        if (invocations > caps.max_workgroup_invocations || bytes > caps.max_shared_bytes)
+            throw InvalidArgument(knob, "the GEMM on workgroup-scope matrices' portable twin with the shape " + to_string(c.coopmat_shape) +
+                                            " takes " + std::to_string(invocations) + " invocations and " + std::to_string(bytes) +
+                                            " bytes of shared memory; the device has " + std::to_string(caps.max_workgroup_invocations) +
+                                            " and " + std::to_string(caps.max_shared_bytes) + ".");
+        c.workgroup_matrices = true;
+        c.units = false;
+        c.coopmat_wide = false;
+        if (caps.max_loop_iterations > 0 && workgroup_gemm_loops(c, k) > loop_budget(caps))
+            throw ResourceLimit("k: K = " + std::to_string(k) + " takes the GEMM's portable twin " + std::to_string(workgroup_gemm_loops(c, k)) +
+                                " loop trips, past the " + std::to_string(loop_budget(caps)) + " this device's shaders may make (their "
+                                "loops stop after " + std::to_string(caps.max_loop_iterations) + ").");
+        return;
+    }
     const std::uint32_t largest = std::max({c.block_rows(), c.block_cols(), c.coopmat_shape.depth});
     if (!workgroup_size_offered(caps, invocations) || largest > caps.workgroup_matrix_max_dimension ||
         caps.workgroup_matrix_reserved_shared > caps.max_shared_bytes)

@@ -82,10 +82,16 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
                                const Problem& problem);
 
 // Turns the cooperative-matrix GEMM `c` (its shape chosen) into bmm_cm2.comp's, the GEMM ceiling on
-// workgroup matrices: InvalidArgument naming variant.workgroup_matrices where the device lacks them,
-// or the shape's workgroup (subgroups · subgroup invocations) or tile (BM, BN, BK) is one the device
-// does not take.
-void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps);
+// workgroup matrices, for products K deep: InvalidArgument naming variant.workgroup_matrices where
+// the shape's workgroup (subgroups · subgroup invocations) or tile (BM, BN, BK) is one the device's
+// matrices do not take. Where the device offers none, the portable twin (common/wg_matrix.glsl):
+// refused by name where its workgroup or A's and B's slices (f16 pairs in shared memory) do not fit,
+// and ResourceLimit naming k where its loop trips (workgroup_gemm_loops) pass a loop budget.
+void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps, std::int64_t k);
+
+// The portable bmm_cm2.comp's loop trips per invocation over a product K deep: C's fill and store,
+// and per BK slice A's and B's words (two a trip) and the products (16 terms a trip).
+std::int64_t workgroup_gemm_loops(const BmmConfig& c, std::int64_t k);
 
 // bmm_cm2.comp's refusals of a product it cannot run: Aᵀ·B, and A or B stored as other than f16.
 void check_workgroup_gemm(BmmForm form, DType a, DType b);

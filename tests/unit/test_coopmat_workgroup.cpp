@@ -147,7 +147,7 @@ TEST_CASE("workgroup matrices: the portable implementation where the device has 
     // Its loop trips per tile (lavapipe ends a shader's loops past 65,535 trips in all), as
     // common/wg_matrix.glsl's loops make them: the forward at D 64 (16 rows, 64-key tiles, 8
     // invocations) 1,745, which Mesa 22.3 cut off between 40 and 41 tiles; so 32 tiles a dispatch
-    // under the budget's 58,981.
+    // under the budget's 58,977.
     const auto d64 = fused_for(cpu, f16_problem(64, 64), wg());
     CHECK(workgroup_matrix_loops_per_tile(*d64->coopmat, 8, 1) == 1745);
     vk::DeviceCaps counted = cpu;
@@ -228,15 +228,23 @@ TEST_CASE("workgroup matrices: the GEMM ceiling's shape, or a refusal by name", 
                          Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) {
                              return e.argument() == "variant.workgroup_matrices" && std::string(e.what()).find("512") != std::string::npos;
                          }));
-    // Devices without workgroup matrices.
-    for (vk::DeviceCaps other : all_devices()) {
-        other.matrix_units = true;
-        CHECK_THROWS_MATCHES(choose_gemm(other, 4096, 4096, 4096, wg_gemm), InvalidArgument,
-                             Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) {
-                                 return e.argument() == "variant.workgroup_matrices" &&
-                                        std::string(e.what()).find("workgroup_matrices_off") != std::string::npos;
-                             }));
-    }
+    // Devices without workgroup matrices: the portable twin (A's and B's 128 × 32 and 32 × 128
+    // slices as f16 pairs, 16,384 bytes), within a loop budget: its trips are C's fill and store
+    // (256 pairs each on 32 invocations) and per 32-deep slice 1 + 32 + 32 + 256 · 3 = 833.
+    vk::DeviceCaps cpu = lavapipe_like();
+    const BmmConfig twin = choose_gemm(cpu, 264, 264, 264, wg_gemm);
+    CHECK(twin.workgroup_matrices);
+    CHECK_FALSE(twin.units);
+    CHECK_THAT(twin.describe(), Catch::Contains("workgroup portable"));
+    CHECK(workgroup_gemm_loops(twin, 264) == 512 + 9 * 833);
+    cpu.max_loop_iterations = 65535;  // 58,977 of budget: 70 slices, K ≤ 2,240
+    CHECK(choose_gemm(cpu, 2240, 2240, 2240, wg_gemm).workgroup_matrices);
+    CHECK_THROWS_MATCHES(choose_gemm(cpu, 2272, 2272, 2272, wg_gemm), ResourceLimit,
+                         Catch::Predicate<ResourceLimit>([](const ResourceLimit& e) { return std::string(e.what()).rfind("k: ", 0) == 0; }));
+    vk::DeviceCaps small = lavapipe_like();
+    small.max_shared_bytes = 16383;
+    CHECK_THROWS_MATCHES(choose_gemm(small, 264, 264, 264, wg_gemm), InvalidArgument,
+                         Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) { return e.argument() == "variant.workgroup_matrices"; }));
     // What bmm_cm2.comp cannot read: Aᵀ·B, and A or B stored as other than f16.
     CHECK_NOTHROW(check_workgroup_gemm(BmmForm::a_b, DType::f16, DType::f16));
     CHECK_NOTHROW(check_workgroup_gemm(BmmForm::a_bt, DType::f16, DType::f16));
