@@ -71,7 +71,7 @@ void main() {
     WG_FILLED(c, BM, BN, 0.0);
     for (uint k0 = 0u; k0 < P.K; k0 += BK) {
         WG_LOAD(a, BM, BK, gl_MatrixUseA, a_halves, a_at, a_layout, 0, BM, k0, BK);
-        if (B_TRANSPOSED) {
+        if (B_TRANSPOSED) {  // each branch its product: on the units a load declares its operand
             WG_LOAD_VIEW(b, BK, BN, gl_MatrixUseB, b_halves, b_at, b_layout, tile_col, BN, k0, BK, transposed);
             WG_PRODUCT(c, a, b, BM, BK, BN);
         } else {
