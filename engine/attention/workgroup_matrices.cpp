@@ -160,19 +160,29 @@ std::uint32_t workgroup_backward_shared_bytes(const CoopmatBackwardLayout& t, st
     return std::max(q_facts + 2 * q_operands, kv_terms + 2 * kv_operands);  // f16 pairs
 }
 
+namespace {
+// The backward kernels' trips, which both make per tile of the other side: S and dP (or Sᵀ and dPᵀ),
+// each a tensor load of the other side's K (Q) or V (dO) tile, a fill and a product; and one
+// gradient product, dS's (or W's) conversion, the other side's column slice and the product.
+struct BackwardTrips {
+    PortableTrips n;
+    std::int64_t c, k, v, o;
+    BackwardTrips(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups)
+        : n{std::int64_t{subgroup} * subgroups, 16 * std::int64_t{subgroups}}, c(t.tile), k(16 * t.dk_tiles), v(16 * t.dv_tiles),
+          o(t.columns()) {}
+    std::int64_t scores() const { return n.load(k, c) + n.pairs(c) + n.product(k, c) + n.load(v, c) + n.pairs(c) + n.product(v, c); }
+    std::int64_t gradient() const { return n.pairs(c) + n.load(c, o) + n.product(c, o); }
+};
+}  // namespace
+
 std::int64_t workgroup_backward_loops_per_key_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
-    const PortableTrips n{std::int64_t{subgroup} * subgroups, 16 * std::int64_t{subgroups}};
-    const std::int64_t c = t.tile, k = 16 * t.dk_tiles, v = 16 * t.dv_tiles, o = t.columns();
-    return 1 + n.load(k, c) + n.pairs(c) + n.product(k, c) + n.load(v, c) + n.pairs(c) + n.product(v, c)  // Kᵀ, S; Vᵀ, dP
-           + 3 * n.pairs(c) + n.load(c, o) + n.product(c, o);                                           // P, dS; dQ += dS·K
+    const BackwardTrips b(t, subgroup, subgroups);
+    return 1 + b.scores() + 2 * b.n.pairs(b.c) + b.gradient();  // S, dP; P, dS; dQ += dS·K
 }
 
 std::int64_t workgroup_backward_loops_per_query_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
-    const PortableTrips n{std::int64_t{subgroup} * subgroups, 16 * std::int64_t{subgroups}};
-    const std::int64_t c = t.tile, k = 16 * t.dk_tiles, v = 16 * t.dv_tiles, o = t.columns();
-    return 1 + ceil_div(c, n.w) + n.load(k, c) + n.pairs(c) + n.product(k, c) + n.load(v, c) + n.pairs(c) +
-           n.product(v, c)                                                      // the terms; Sᵀ; dPᵀ
-           + 3 * n.pairs(c) + 2 * (n.pairs(c) + n.load(c, o) + n.product(c, o));  // P, W, dS; dV, dK
+    const BackwardTrips b(t, subgroup, subgroups);
+    return 1 + ceil_div(b.c, b.n.w) + b.scores() + 3 * b.n.pairs(b.c) + 2 * b.gradient();  // the terms; Sᵀ, dPᵀ; P, W, dS; dV, dK
 }
 
 void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
@@ -222,18 +232,18 @@ std::int64_t workgroup_gemm_loops(const BmmConfig& c, std::int64_t k) {
 void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps, std::int64_t k) {
     const char* knob = "variant.workgroup_matrices";
     const std::uint32_t invocations = c.subgroups() * c.subgroup;
-    if (!caps.workgroup_matrices) {  // the portable twin: A's and B's slices as f16 pairs in shared memory
+    c.workgroup_matrices = true;
+    c.units = caps.workgroup_matrices;  // else the portable twin: A's and B's slices as f16 pairs in shared memory
+    c.coopmat_wide = false;
+    if (!c.units) {
         const std::uint32_t bytes = 2 * (c.block_rows() + c.block_cols()) * c.coopmat_shape.depth;
         if (invocations > caps.max_workgroup_invocations || bytes > caps.max_shared_bytes)
             throw InvalidArgument(knob, "the GEMM on workgroup-scope matrices' portable twin with the shape " + to_string(c.coopmat_shape) +
                                             " takes " + std::to_string(invocations) + " invocations and " + std::to_string(bytes) +
                                             " bytes of shared memory; the device has " + std::to_string(caps.max_workgroup_invocations) +
                                             " and " + std::to_string(caps.max_shared_bytes) + ".");
-        c.workgroup_matrices = true;
-        c.units = false;
-        c.coopmat_wide = false;
-        if (caps.max_loop_iterations > 0 && workgroup_gemm_loops(c, k) > loop_budget(caps))
-            throw ResourceLimit("k: K = " + std::to_string(k) + " takes the GEMM's portable twin " + std::to_string(workgroup_gemm_loops(c, k)) +
+        if (const std::int64_t trips = workgroup_gemm_loops(c, k); caps.max_loop_iterations > 0 && trips > loop_budget(caps))
+            throw ResourceLimit("k: K = " + std::to_string(k) + " takes the GEMM's portable twin " + std::to_string(trips) +
                                 " loop trips, past the " + std::to_string(loop_budget(caps)) + " this device's shaders may make (their "
                                 "loops stop after " + std::to_string(caps.max_loop_iterations) + ").");
         return;
@@ -245,9 +255,6 @@ void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps, std::int64_
                                         std::to_string(invocations) + " invocations and matrices up to " + std::to_string(largest) +
                                         " wide; the device's f16 workgroup matrices come at other workgroup sizes or reach " +
                                         std::to_string(caps.workgroup_matrix_max_dimension) + ".");
-    c.workgroup_matrices = true;
-    c.units = true;
-    c.coopmat_wide = false;
 }
 
 void check_workgroup_gemm(BmmForm form, DType a, DType b) {
