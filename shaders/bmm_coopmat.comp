@@ -160,7 +160,7 @@ void main() {
         if (e < B_CHUNKS) CM_PUT8(tile_b, (stage) * B_SIZE + (e / (B_RUN / 8u)) * PITCH_B + 8u * (e % (B_RUN / 8u)), b_lo[st], b_hi[st]); \
     }
 
-    // The slices: ceil(K / BK), within the loop budget the callers keep (4·budget elements of K).
+    // The slices: ceil(K / BK), portably within the loop budget choose_gemm keeps (coopmat_gemm_loops).
     FETCH_SLICE(0u)
     PUT_SLICE(0u)
     barrier();

@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "attention/ceil_div.hpp"
 #include "attention/coopmat_tile.hpp"
 #include "attention/decode.hpp"
 #include "attention/workgroup_matrices.hpp"
@@ -200,6 +201,39 @@ std::int64_t unfused_keys_per_dispatch(const vk::DeviceCaps& caps, const Unfused
     return std::min(by_pv, by_softmax) / 64 * 64;
 }
 
+std::int64_t coopmat_gemm_loops(const BmmConfig& c, std::int64_t k) {
+    // llvmpipe's count (docs/LAVAPIPE.md): a loop of n trips makes n + 1 (the last finds every lane
+    // done), and each loop inside a pass that no lane runs (that last one, or an if no lane takes)
+    // makes 1. So a loop of n trips whose body holds loops costing `inner` and `masked` costs
+    // n + 1 + n · inner + masked, and masked, once, the number of loops it holds and itself.
+    const auto loop = [](std::int64_t n, std::int64_t inner, std::int64_t masked) { return n + 1 + n * inner + masked; };
+    const GemmShape& s = c.coopmat_shape;
+    const std::int64_t slices = ceil_div(k, std::int64_t{s.depth}), tiles = std::int64_t{s.tiles_m} * s.tiles_n;
+    const std::int64_t stores = loop(tiles, loop(ceil_div(256, std::int64_t{c.subgroup}), 0, 0), 1);  // C's tiles, a lane's elements
+    if (c.units) return loop(slices, 0, 0) + stores;  // CM_LOOP unrolls there
+    const std::int64_t invocations = std::int64_t{c.subgroups()} * c.subgroup, slots = std::max<std::int64_t>(1, 256 / c.subgroup);
+    const std::int64_t slice = loop(ceil_div(std::int64_t{c.block_rows()} * s.depth / 8, invocations), 0, 0) +  // A's 8-element chunks
+                               loop(ceil_div(std::int64_t{c.block_cols()} * s.depth / 8, invocations), 0, 0);   // B's
+    const std::int64_t product = loop(s.tiles_m, loop(slots, 0, 0), 1);                 // acc[i][j] += a[i]·b, over the slots
+    const std::int64_t columns = loop(s.tiles_n, product, 2);                           // each b
+    const std::int64_t steps = loop(s.depth / 16, loop(s.tiles_m, 0, 0) + columns, 4);  // A's operands, then the columns
+    // Before the loop the first slice fetched and stored; each slice the next fetched and stored
+    // and this one's products; the pass that ends the loop holds 10 loops.
+    return 2 * slice + loop(slices, 2 * slice + steps, 10) + stores;
+}
+
+namespace {
+// bmm_coopmat.comp within the device's loop budget, or ResourceLimit naming k.
+const BmmConfig& within_loop_budget(const BmmConfig& c, const vk::DeviceCaps& caps, std::int64_t k) {
+    if (caps.max_loop_iterations == 0) return c;
+    if (const std::int64_t trips = coopmat_gemm_loops(c, k); trips > loop_budget(caps))
+        throw ResourceLimit("k: K = " + std::to_string(k) + " takes the cooperative-matrix GEMM " +
+                            std::to_string(trips) + " loop trips, past the " + std::to_string(loop_budget(caps)) +
+                            " this device's shaders may make (their loops stop after " + std::to_string(caps.max_loop_iterations) + ").");
+    return c;
+}
+}  // namespace
+
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides) {
     (void)m;
@@ -231,7 +265,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
                 return c;
             }
             if (!fits()) throw InvalidArgument("variant.gemm_shape", named + needs());
-            return c;
+            return within_loop_budget(c, caps, k);
         }
         if (workgroup) {  // the default shape's 128 × 128 tile, 32 deep, on 4 subgroups
             c.coopmat_shape = GemmShape{};
@@ -248,7 +282,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         static const GemmShape portable_order[] = {{2, 2, 2, 2, 16, 2, true}, {2, 2, 2, 2, 16, 1, true}};
         for (const GemmShape& shape : c.units ? std::span<const GemmShape>(units_order) : std::span<const GemmShape>(portable_order)) {
             c.coopmat_shape = shape;
-            if (fits()) return c;
+            if (fits()) return within_loop_budget(c, caps, k);
         }
         throw InvalidArgument("variant.gemm_kernel", "the cooperative-matrix products at their smallest shape, " +
                                                          to_string(c.coopmat_shape) + "," + needs());

@@ -114,9 +114,16 @@ BmmConfig choose_product(const vk::DeviceCaps& caps, std::initializer_list<DType
 // The GEMM ceiling's configuration: the products' kernel (bmm_tile.comp on GPUs), for one large square
 // product; with gemm_kernel = coopmat, bmm_coopmat.comp in overrides.gemm_shape's shape or the
 // default's (InvalidArgument naming variant.gemm_kernel where the device has no subgroup size it can
-// run, variant.gemm_shape where it cannot take the shape).
+// run, variant.gemm_shape where it cannot take the shape; ResourceLimit naming k where the portable
+// matrices' loops would pass the device's loop budget).
 BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n, std::int64_t k,
                       const VariantOverrides& overrides);
+
+// bmm_coopmat.comp's loop trips per invocation over K: through the portable matrices
+// (common/coopmat.glsl), per slice its chunks' loads and stores and its products (each over the
+// lane's 256 / SG slots), then C's stores; on the units, whose loops unroll, the slices and C's
+// stores. choose_gemm refuses K past a device's loop budget with it (ResourceLimit naming k).
+std::int64_t coopmat_gemm_loops(const BmmConfig& c, std::int64_t k);
 
 // The attention paths' refusal of overrides.gemm_shape (the GEMM ceiling's knob alone).
 void refuse_gemm_shape(const VariantOverrides& overrides);

@@ -5,6 +5,7 @@
 // product of the operands rounded to f16 as the kernel rounds them.
 #include "support/catch.hpp"
 
+#include "attention/device_rules.hpp"
 #include "support/bmm_product.hpp"
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
@@ -111,6 +112,28 @@ TEST_CASE("bmm coopmat: the shapes (subgroups, accumulators, slice depths, buffe
         check_product(config, {.form = detail::BmmForm::at_b, .H = 2, .M = 131, .N = 77, .K = 41, .first_row = 3, .rows = 120});
     }
     CHECK(ran >= 5);  // all but the units' default fit 32 KiB with fp32 operands
+}
+
+TEST_CASE("bmm coopmat: K up to the device's loop budget, past it refused naming k", "[gpu][bmm][coopmat]") {
+    // Mesa 22.3's llvmpipe ends a shader's loops after max_loop_iterations trips in all, silently;
+    // the portable matrices loop per slot, so K's slices are what run out (coopmat_gemm_loops). The
+    // longest K the count allows must still be right: were the count short, its last slices would go
+    // missing and the product be wrong.
+    const vk::DeviceCaps& caps = detail::ContextAccess::runtime(gpu_context()).device().caps();
+    const detail::BmmConfig config = coopmat_config();
+    std::int64_t k = 4096;
+    if (caps.max_loop_iterations > 0) {
+        const std::int64_t depth = config.coopmat_shape.depth, budget = detail::loop_budget(caps);
+        k = (budget - detail::coopmat_gemm_loops(config, 0)) / (detail::coopmat_gemm_loops(config, depth) -
+                                                                detail::coopmat_gemm_loops(config, 0)) * depth;
+        INFO("K = " << k);
+        REQUIRE(detail::coopmat_gemm_loops(config, k) <= budget);
+        REQUIRE(detail::coopmat_gemm_loops(config, k + 1) > budget);
+        CHECK_THROWS_MATCHES(detail::choose_gemm(caps, 20, 24, k + 1, {.gemm_kernel = GemmKernel::coopmat}), ResourceLimit,
+                             Catch::Predicate<ResourceLimit>([](const ResourceLimit& e) { return std::string(e.what()).rfind("k: ", 0) == 0; }));
+    }
+    const detail::BmmConfig at_k = detail::choose_gemm(caps, 20, 24, k, {.gemm_kernel = GemmKernel::coopmat});
+    check_product(at_k, {.form = detail::BmmForm::a_b, .M = 20, .N = 24, .K = k, .a = DType::f16, .b = DType::f16});
 }
 
 TEST_CASE("bmm coopmat: the attention paths refuse the GEMM's shape by name", "[gpu][bmm][coopmat]") {

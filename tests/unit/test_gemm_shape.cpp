@@ -1,6 +1,6 @@
 // The cooperative-matrix GEMM's shapes (GemmShape, bmm_coopmat.comp; docs/design/GPU_KERNELS.md "The
 // GEMM's shapes"): their text form, the defaults, the shared memory each declares, the refusals by
-// name, the 16-byte loads' rule, and the attention paths' refusal of the knob.
+// name, the portable K's loop budget, the 16-byte loads' rule, and the attention paths' refusal of the knob.
 #include "support/catch.hpp"
 
 #include <optional>
@@ -137,6 +137,49 @@ TEST_CASE("gemm shape: shapes a device cannot take are refused by name", "[unit]
         INFO(to_string(shape));
         CHECK(gemm_with(caps, shape).coopmat_shape == shape);
     }
+}
+
+TEST_CASE("gemm shape: the portable matrices' K within a device's loop budget, or refused naming k", "[unit][tuning][gemm]") {
+    // Lavapipe's portable default, 2x2,2x2,16,2 on 4 subgroups of 8, as llvmpipe counts (a loop of n
+    // trips n + 1, a loop no lane runs 1). Per 16-deep slice: its own trip, A's and B's 4 chunks
+    // fetched and stored (4 × (4 + 1)), and the step: 2 + A's loads (2 + 1) + the columns
+    // (2 + 1 + 2 × (2 + 1 + 2 × (32 + 1) + 1) + 2) + 4 = 154; 175 in all. Before and after: the first
+    // slice (20), the pass that ends the loop (1 + its 10 loops), C's 4 tiles (5 + 4 × 33 + 1).
+    // Measured on Mesa 22.3: K = 5,968 (373 slices, 65,444 trips) right, 5,984 (374, 65,619) wrong.
+    vk::DeviceCaps cpu = lavapipe_like();
+    const auto gemm_k = [&](std::int64_t k) {
+        return choose_gemm(cpu, 64, 64, k, {.gemm_kernel = GemmKernel::coopmat});
+    };
+    const BmmConfig c = gemm_k(2048);
+    REQUIRE(c.coopmat_shape == GemmShape{2, 2, 2, 2, 16, 2, true});
+    CHECK(coopmat_gemm_loops(c, 5968) == 20 + 373 * 175 + 11 + 5 + 4 * 33 + 1);
+    CHECK(coopmat_gemm_loops(c, 5968) <= 65535);
+    CHECK(coopmat_gemm_loops(c, 5984) > 65535);
+    // The two one-subgroup shapes measured alike: 16 deep, 948 slices right and 950 wrong (69 a
+    // slice); 32 deep, 511 right and 512 wrong (128 a slice).
+    for (const auto& [shape, right, wrong] : {std::tuple{GemmShape{1, 1, 1, 1, 16, 1, true}, 15168, 15200},
+                                              std::tuple{GemmShape{1, 1, 1, 1, 32, 1, true}, 16352, 16384}}) {
+        INFO(to_string(shape));
+        const BmmConfig one = choose_gemm(cpu, 64, 64, 64, {.gemm_kernel = GemmKernel::coopmat, .gemm_shape = shape});
+        CHECK(coopmat_gemm_loops(one, right) <= 65535);
+        CHECK(coopmat_gemm_loops(one, wrong) > 65535);
+    }
+    // Mesa 22.3's 65,535 trips, 58,977 of budget: 336 slices, K ≤ 5,376. Without a budget, any K.
+    CHECK(gemm_k(1 << 20).coopmat);
+    cpu.max_loop_iterations = 65535;
+    CHECK(gemm_k(5376).coopmat);
+    CHECK_THROWS_MATCHES(gemm_k(5377), ResourceLimit, Catch::Predicate<ResourceLimit>([](const ResourceLimit& e) {
+                             return std::string(e.what()).rfind("k: K = 5377", 0) == 0;
+                         }));
+    CHECK_THROWS_AS(choose_gemm(cpu, 64, 64, 5377, {.gemm_kernel = GemmKernel::coopmat, .gemm_shape = c.coopmat_shape}), ResourceLimit);
+    // On the matrix units the kernel's loops unroll but the slices' and C's stores' (4 × 4
+    // accumulators of 256 / 32 lanes): 32-deep slices up to K = 32 · (58,977 − 1 − 162).
+    vk::DeviceCaps units = units_device();
+    const BmmConfig u = choose_gemm(units, 64, 64, 4096, {.gemm_kernel = GemmKernel::coopmat});
+    CHECK(coopmat_gemm_loops(u, 4096) == 129 + 17 + 16 * 9 + 1);
+    units.max_loop_iterations = 65535;
+    CHECK(choose_gemm(units, 64, 64, 32 * 58814, {.gemm_kernel = GemmKernel::coopmat}).units);
+    CHECK_THROWS_AS(choose_gemm(units, 64, 64, 32 * 58814 + 1, {.gemm_kernel = GemmKernel::coopmat}), ResourceLimit);
 }
 
 TEST_CASE("gemm shape: 16-byte loads where A and B are f16 with rows on 16 bytes, along K or N", "[unit][tuning][gemm]") {
