@@ -94,7 +94,7 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
                           .bf16_structures = queries.bf16,
                           .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                           .flexible_matrix_shapes = vk::matrices_need_flexible_dimensions(info_.cooperative_matrix),
-                          .workgroup_matrix_invocations = vk::workgroup_matrix_invocations(info_.cooperative_matrix),
+                          .workgroup_matrix_granularity = vk::workgroup_matrix_granularities(info_.cooperative_matrix),
                           .workgroup_matrices = queries.matrix2 && queries.spirv_1_6,
                           .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                           .kernel_statistics = options_.kernel_statistics});
@@ -178,7 +178,7 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                                            vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
                                                              .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                                                              .flexible_matrix_shapes = enabled.flexible_matrices,
-                                                             .workgroup_matrix_invocations = vk::workgroup_matrix_invocations(info_.cooperative_matrix),
+                                                             .workgroup_matrix_granularity = vk::workgroup_matrix_granularities(info_.cooperative_matrix),
                                                              .workgroup_matrices = enabled.workgroup_matrices,
                                                              .maximal_reconvergence = !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                                                              .kernel_statistics = options_.kernel_statistics});

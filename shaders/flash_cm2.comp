@@ -9,7 +9,7 @@
 // Q as one BR × DKP f16 operand, loaded once, element by element, through the typed loader. Per key
 // tile of BC keys: K's tile is a tensor load (transposed, zero past Dk and past the keys), S = Q·Kᵀ
 // one product; the scale, softcap, masks and ALiBi are an element operation on S with each element's
-// row and key; the row maxima and sums are row reductions into BR × 16 matrices (each row's value
+// row and key; the row maxima and sums are row reductions into BR × RW matrices (each row's value
 // smeared across its columns), widened again by a reduction where S or O needs them; P converts to the f16
 // operand without leaving the registers, and O += P·V with V's tile a tensor load. On the units
 // (CM_KHR) the driver lays the matrices over the workgroup and stages the tensor loads as it
@@ -38,6 +38,7 @@ layout(constant_id = 3) const uint DKT = 8;     // Q's and K's 16-dimension tile
 layout(constant_id = 4) const uint OT = 8;      // O's 16-column tiles per pass
 layout(constant_id = 5) const bool SPLIT = false;
 layout(constant_id = 6) const uint NSG = 4;     // subgroups; BR = 16 · RT · NSG rows
+layout(constant_id = 7) const uint RW = 16;     // the row values' columns: 16, or the device's coarser N granularity
 layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
@@ -58,12 +59,13 @@ WG_OPERAND_STORAGE(q_op, BR, DKP)
 WG_OPERAND_STORAGE(k_op, DKP, BC)
 WG_OPERAND_STORAGE(p_op, BR, BC)
 WG_OPERAND_STORAGE(v_op, BC, OC)
-WG_REDUCE_STORAGE(BR * BC)  // S's shape, the widest reduced (BC ≥ 16)
+WG_REDUCE_STORAGE(BR * (BC > RW ? BC : RW))  // the widest reduced: S's shape, or the row values'
 
-// A row's value (its maximum, sum, factor) is smeared across 16 columns (BR × 16): the narrowest
-// matrix the flexible dimensions allow. Rows' values held so cost a sixteenth of S's shape in
-// registers and arithmetic (the factor's exp2 per row, not per score), and widen by a row reduction
-// where an element operation pairs them with S (BR × BC) or O (BR × OC).
+// A row's value (its maximum, sum, factor) is smeared across RW columns (BR × RW): the narrowest
+// matrix the flexible dimensions allow (16, or the device's N granularity where coarser: NVIDIA's is
+// 32 at 256 invocations). Rows' values held so cost RW / BC of S's shape in registers and arithmetic
+// (the factor's exp2 per row, not per score), and widen by a row reduction where an element
+// operation pairs them with S (BR × BC) or O (BR × OC).
 
 // The rows' facts, written once before the key loop: what the element operations look up by row.
 shared uint row_first[BR], row_limit[BR];  // the row's keys [first, limit): length, causal, window, split
@@ -194,8 +196,8 @@ void main() {
     WG_TRANSPOSED(transposed);
     const uint k_head = tensor_index(P.k, b, hk, k0_row), v_head = tensor_index(P.v, b, hk, k0_row);
 
-    WG_FILLED(m, BR, 16, MASKED);
-    WG_FILLED(l, BR, 16, 0.0);
+    WG_FILLED(m, BR, RW, MASKED);
+    WG_FILLED(l, BR, RW, 0.0);
     WG_FILLED(o, BR, OC, 0.0);
     const bool dropout = P.mask.drop_threshold != 0u;
     for (uint kb = k_begin; kb < k_end; kb += BC) {
@@ -205,34 +207,34 @@ void main() {
         const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
         WG_MAP2(s, s, BR, BC, cm2_logit, kb, whole ? 1u : 0u);
 
-        WG_ACC(tile_max, BR, 16);
-        WG_ROW_REDUCE(tile_max, 16, s, BR, BC, cm2_max);
-        WG_ACC(m_new, BR, 16);
-        WG_MAP_M(m_new, tile_max, BR, 16, cm2_max2, m);
-        WG_ACC(alpha, BR, 16);
-        WG_MAP_M(alpha, m, BR, 16, cm2_alpha, m_new);
+        WG_ACC(tile_max, BR, RW);
+        WG_ROW_REDUCE(tile_max, RW, s, BR, BC, cm2_max);
+        WG_ACC(m_new, BR, RW);
+        WG_MAP_M(m_new, tile_max, BR, RW, cm2_max2, m);
+        WG_ACC(alpha, BR, RW);
+        WG_MAP_M(alpha, m, BR, RW, cm2_alpha, m_new);
         WG_ACC(m_wide, BR, BC);
-        WG_ROW_REDUCE(m_wide, BC, m_new, BR, 16, cm2_first);
+        WG_ROW_REDUCE(m_wide, BC, m_new, BR, RW, cm2_first);
         WG_ACC(p, BR, BC);
         WG_MAP_M(p, s, BR, BC, cm2_prob, m_wide);
-        WG_ACC(row_sum, BR, 16);
-        WG_ROW_REDUCE(row_sum, 16, p, BR, BC, cm2_add);
-        WG_SCALE_ADD(l, alpha, row_sum, BR, 16);
-        WG_COPY(m, m_new, BR, 16);
+        WG_ACC(row_sum, BR, RW);
+        WG_ROW_REDUCE(row_sum, RW, p, BR, BC, cm2_add);
+        WG_SCALE_ADD(l, alpha, row_sum, BR, RW);
+        WG_COPY(m, m_new, BR, RW);
         if (dropout) WG_MAP1(p, p, BR, BC, cm2_dropout, kb);  // after l: the sum is of the kept and dropped alike
 
         WG_ACC(alpha_o, BR, OC);
-        WG_ROW_REDUCE(alpha_o, OC, alpha, BR, 16, cm2_first);
+        WG_ROW_REDUCE(alpha_o, OC, alpha, BR, RW, cm2_first);
         WG_SCALE(o, alpha_o, BR, OC);
         WG_TO_OPERAND(p_op, BR, BC, gl_MatrixUseA, p);
         WG_LOAD(v_op, BC, OC, gl_MatrixUseB, v_halves, v_head, v_layout, kb, BC, P.first_column, OC);
         WG_PRODUCT(o, p_op, v_op, BR, BC, OC);
     }
 
-    WG_ACC(factor, BR, 16);
-    WG_MAP_M(factor, l, BR, 16, cm2_finish, m);
+    WG_ACC(factor, BR, RW);
+    WG_MAP_M(factor, l, BR, RW, cm2_finish, m);
     WG_ACC(factor_o, BR, OC);
-    WG_ROW_REDUCE(factor_o, OC, factor, BR, 16, cm2_first);
+    WG_ROW_REDUCE(factor_o, OC, factor, BR, RW, cm2_first);
     WG_SCALE(o, factor_o, BR, OC);
     WG_MAP0(o, o, BR, OC, cm2_store);
 }

@@ -4,6 +4,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "attention/dispatch.hpp"
 #include "attention/kernels.hpp"
@@ -113,8 +114,9 @@ BackwardRun::BackwardRun(Runtime& runtime, const Problem& p, const BackwardChoic
             // Tensor loads start every tile on 16 bytes: the first chunk's descriptors decide for
             // all (chunks split by whole units, their bindings on the device's offset alignment).
             const BackwardChunk& c = chunks_.front();
-            for (const auto& [slice, name] : {std::pair{&c.q, "Q"}, std::pair{&c.k, "K"}, std::pair{&c.v, "V"}, std::pair{&c.grad_out, "dO"}})
-                require_tensor_loads_aligned(slice->desc, name);
+            for (const auto& [slice, width, name] : {std::tuple{&c.q, p.Dk, "Q"}, std::tuple{&c.k, p.Dk, "K"}, std::tuple{&c.v, p.Dv, "V"},
+                                                     std::tuple{&c.grad_out, p.Dv, "dO"}})
+                require_tensor_loads_aligned(slice->desc, width, name);
         }
         report.variant = config.describe();
         report.product_type = config.coopmat ? config.coopmat->operands : DType::f32;

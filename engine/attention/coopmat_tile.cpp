@@ -30,6 +30,7 @@ bool CoopmatLayout::named_by_default() const {
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
            (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (q_in_shared ? " qshared" : "") + (kv_apart ? " kv-apart" : "") + (workgroup_matrices ? " workgroup" : "") +
+           (stat_columns != 16 ? " rw" + std::to_string(stat_columns) : "") +
            (named ? " named" : "") +
            (ahead ? " ahead" : "") + (units ? " units" : " portable") + (operands == DType::bf16 ? " bf16" : "");
 }

@@ -60,6 +60,9 @@ struct CoopmatLayout {
     // (attention/workgroup_matrices.hpp). Then only keys, dk_tiles, column_tiles and the subgroups
     // (16 rows each) describe it.
     bool workgroup_matrices = false;
+    // flash_cm2.comp's row values (maximum, sum, factors) as BR × stat_columns matrices: 16, or the
+    // device's N granularity where coarser (choose_workgroup_matrices).
+    std::uint32_t stat_columns = 16;
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * row_tiles * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
     // flash_coopmat.comp's shared memory: the K/V tile [Bc][max(16·dk_tiles, OC) + 8] (16·dk_tiles +

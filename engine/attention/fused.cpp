@@ -56,8 +56,8 @@ public:
             // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
             const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
             if (workgroup) {
-                require_tensor_loads_aligned(k.k.desc, "K");
-                require_tensor_loads_aligned(k.v.desc, "V");
+                require_tensor_loads_aligned(k.k.desc, p.Dk, "K");
+                require_tensor_loads_aligned(k.v.desc, p.Dv, "V");
             } else {
                 wide_dense_ = decode_wide_rows(k.k.desc, p.k_dtype, p.Dk) && decode_wide_rows(k.v.desc, p.v_dtype, p.Dv) &&
                               (!config.coopmat || config.coopmat->staged_ahead());

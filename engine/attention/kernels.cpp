@@ -215,7 +215,8 @@ const vk::Kernel& flash_tile_kernel(Runtime& runtime, const FusedConfig& c, cons
 const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
                                        std::uint32_t paged_pools, bool wide) {
     // flash_coopmat.comp's own constant_ids.
-    enum CoopmatConstant : std::uint32_t { kKeys = 2, kDkTiles, kColumnTiles, kSplit, kWide = 14, kAhead, kNamedO, kRowTiles, kQInShared, kKvApart };
+    enum CoopmatConstant : std::uint32_t { kKeys = 2, kDkTiles, kColumnTiles, kSplit, kStatColumns = 7, kWide = 14, kAhead, kNamedO, kRowTiles,
+                                          kQInShared, kKvApart };  // kStatColumns: flash_cm2.comp's alone
     if (!c.coopmat) throw Error("internal: flash_coopmat_kernel needs a coopmat config.");
     const CoopmatLayout& t = *c.coopmat;
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
@@ -227,6 +228,7 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
                                                    {.id = kDkTiles, .value = t.dk_tiles},
                                                    {.id = kColumnTiles, .value = t.column_tiles},
                                                    {.id = kSplit, .value = split ? 1u : 0u},
+                                                   {.id = kStatColumns, .value = t.stat_columns},
                                                    {.id = kRowTiles, .value = 1u}});
         return runtime.kernels().get(key);
     }
@@ -262,8 +264,8 @@ const vk::Kernel& copy_kernel(Runtime& runtime) { return runtime.kernels().get({
 
 const vk::Kernel& clock_probe_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "clock_probe"}); }
 
-const vk::Kernel& workgroup_probe_kernel(Runtime& runtime) {
-    return runtime.kernels().get({.shader = "cm2_probe", .constants = {{.id = 0, .value = 128}}});
+const vk::Kernel& workgroup_probe_kernel(Runtime& runtime, std::uint32_t invocations) {
+    return runtime.kernels().get({.shader = "cm2_probe", .constants = {{.id = 0, .value = invocations}}});
 }
 
 const vk::Kernel& bwd_sinks_kernel(Runtime& runtime) { return runtime.kernels().get({.shader = "bwd_sinks"}); }

@@ -63,8 +63,8 @@ const vk::Kernel& kv_advance_kernel(Runtime& runtime);
 const vk::Kernel& copy_kernel(Runtime& runtime);
 // clock_probe.comp: needs DeviceCaps::subgroup_clock.
 const vk::Kernel& clock_probe_kernel(Runtime& runtime);
-// shaders/cm2_probe.comp on 128 invocations (vkattn/testing/workgroup_matrix_probe.hpp; built where
-// the workgroup-matrix kernels are).
-const vk::Kernel& workgroup_probe_kernel(Runtime& runtime);
+// shaders/cm2_probe.comp on `invocations` (workgroup_probe_invocations;
+// vkattn/testing/workgroup_matrix_probe.hpp; built where the workgroup-matrix kernels are).
+const vk::Kernel& workgroup_probe_kernel(Runtime& runtime, std::uint32_t invocations);
 
 }  // namespace vkattn::detail

@@ -1,7 +1,10 @@
 #include "attention/workgroup_matrices.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "attention/ceil_div.hpp"
 #include "attention/device_rules.hpp"
@@ -10,11 +13,43 @@
 namespace vkattn::detail {
 namespace {
 
-// Whether the device offers f16 workgroup matrices at `invocations` (a power of two among
-// DeviceCaps::workgroup_matrix_invocations) within its limits on workgroup sizes.
-bool workgroup_size_offered(const vk::DeviceCaps& caps, std::uint32_t invocations) {
-    return invocations != 0 && (invocations & (invocations - 1)) == 0 && (caps.workgroup_matrix_invocations & invocations) != 0 &&
-           invocations <= caps.workgroup_matrix_max_invocations && invocations <= caps.max_workgroup_invocations;
+// The granularities of the device's f16 workgroup matrices at `invocations` within its limits on
+// workgroup sizes, or nullptr where it offers none there.
+const vk::MatrixGranularity* workgroup_size_offered(const vk::DeviceCaps& caps, std::uint32_t invocations) {
+    if (invocations > caps.workgroup_matrix_max_invocations || invocations > caps.max_workgroup_invocations) return nullptr;
+    return vk::granularity_at(caps.workgroup_matrix_granularity, invocations);
+}
+
+// The workgroup sizes the device offers them at, for a message: "128 (32 x 16 x 16), 256 (...)".
+std::string offered_sizes(const vk::DeviceCaps& caps) {
+    std::string sizes;
+    for (std::size_t i = 0; i < caps.workgroup_matrix_granularity.size(); ++i)
+        if (const vk::MatrixGranularity& g = caps.workgroup_matrix_granularity[i]; g.offered())
+            sizes += (sizes.empty() ? "" : ", ") + std::to_string(1u << i) + " (granularity " + std::to_string(g.m) + " x " +
+                     std::to_string(g.n) + " x " + std::to_string(g.k) + ")";
+    return sizes.empty() ? "none" : sizes;
+}
+
+// 16-wide tiles rounded up until 16 · tiles is a multiple of `multiple`: a kernel's heads and columns
+// may grow past the tensor's (its tensor loads clamp to 0 there, its stores stop at the tensor's).
+std::uint32_t tiles_to_multiple(std::uint32_t tiles, std::uint32_t multiple) {
+    const std::uint32_t step = std::lcm(16u, multiple) / 16u;
+    return (tiles + step - 1) / step * step;
+}
+
+// The first of a kernel's matrix extents that the granularity `g` does not divide, named, or "":
+// `rows` are A's and accumulators' rows (m), `inner` A's columns and B's rows (k), `columns` B's and
+// accumulators' columns (n).
+std::string granularity_fault(const vk::MatrixGranularity& g, std::initializer_list<std::pair<std::uint32_t, const char*>> rows,
+                              std::initializer_list<std::pair<std::uint32_t, const char*>> inner,
+                              std::initializer_list<std::pair<std::uint32_t, const char*>> columns) {
+    for (const auto& [list, step, role] : {std::tuple{rows, g.m, "rows (M"}, std::tuple{inner, g.k, "inner extent (K"},
+                                           std::tuple{columns, g.n, "columns (N"}})
+        for (const auto& [extent, what] : list)
+            if (extent % step != 0)
+                return std::string(what) + " (" + std::to_string(extent) + ") as a matrix's " + role + " granularity " +
+                       std::to_string(step) + ")";
+    return "";
 }
 
 }  // namespace
@@ -106,16 +141,28 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
                                       " (fewer rows or keys per tile fit).");
         return;
     }
-    if (!workgroup_size_offered(caps, invocations)) {
-        std::string sizes;
-        for (std::uint32_t n = 1; n != 0; n <<= 1)
-            if (caps.workgroup_matrix_invocations & n) sizes += (sizes.empty() ? "" : ", ") + std::to_string(n);
+    const vk::MatrixGranularity* g = workgroup_size_offered(caps, invocations);
+    if (!g)
         throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob,
                               std::to_string(t.rows(subgroups)) + " rows take a workgroup of " + std::to_string(invocations) +
                                   " invocations (one subgroup of " + std::to_string(subgroup) + " per 16 rows); the device offers f16 "
-                                  "workgroup matrices at " + (sizes.empty() ? std::string("none") : sizes) + " invocations, at most " +
+                                  "workgroup matrices at " + offered_sizes(caps) + " invocations, at most " +
                                   std::to_string(caps.workgroup_matrix_max_invocations) + ".");
-    }
+    // The widths round up to the granularity (Q an accumulator, then A; K's tile B's rows; O's
+    // columns), and the row values take N's where it is coarser than 16; the rows and keys are the
+    // knobs' (or the defaults'), refused where the granularity does not divide them.
+    t.dk_tiles = tiles_to_multiple(t.dk_tiles, std::lcm(g->k, g->n));
+    t.column_tiles = tiles_to_multiple(t.column_tiles, g->n);
+    t.stat_columns = std::lcm(16u, g->n);
+    const std::string at = kernel + " at " + std::to_string(invocations) + " invocations takes ";
+    if (const std::string fault = granularity_fault(*g, {{t.rows(subgroups), "its rows"}}, {}, {}); !fault.empty())
+        throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob, at + fault + "; the device offers " + offered_sizes(caps) + ".");
+    if (const std::string fault = granularity_fault(*g, {}, {{t.keys, "its keys per tile"}}, {{t.keys, "its keys per tile"}}); !fault.empty())
+        throw InvalidArgument(o.tile_keys ? "variant.tile_keys" : knob, at + fault + "; the device offers " + offered_sizes(caps) + ".");
+    if (const std::string fault = granularity_fault(*g, {}, {{16 * t.dk_tiles, "Q's width"}},
+                                                    {{16 * t.dk_tiles, "Q's width"}, {t.columns(), "O's columns"}, {t.stat_columns, "its row values"}});
+        !fault.empty())
+        throw InvalidArgument(knob, at + fault + "; the device offers " + offered_sizes(caps) + ".");
     // Each matrix dimension against the device's, named by what set it.
     for (const auto& [extent, name] : {std::pair{t.rows(subgroups), o.tile_rows ? "variant.tile_rows" : knob},
                                        std::pair{t.keys, o.tile_keys ? "variant.tile_keys" : knob},
@@ -137,18 +184,20 @@ void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool
                                                                 " = coopmat beside it (the catalogue's coopmat-wg variants do).");
 }
 
-bool tensor_loads_aligned(const TensorDesc& d) {
-    return d.stride[3] == 1 && d.stride[0] % 8 == 0 && d.stride[1] % 8 == 0 && d.stride[2] % 8 == 0 && d.origin[3] % 8 == 0;
+bool tensor_loads_aligned(const TensorDesc& d, std::int64_t row_length) {
+    return d.stride[3] == 1 && d.stride[0] % 8 == 0 && d.stride[1] % 8 == 0 && d.stride[2] % 8 == 0 && d.origin[3] % 8 == 0 &&
+           d.stride[2] >= row_length;
 }
 
-void require_tensor_loads_aligned(const TensorDesc& d, const char* what) {
-    if (!tensor_loads_aligned(d))
+void require_tensor_loads_aligned(const TensorDesc& d, std::int64_t row_length, const char* what) {
+    if (!tensor_loads_aligned(d, row_length))
         throw InvalidArgument("variant.workgroup_matrices",
                               std::string("the workgroup-matrix kernels read ") + what + " by tensor loads, whose tiles must start on 16 "
-                                  "bytes: its rows of unit stride, its strides and offset multiples of 8 f16 elements; these are "
-                                  "strides " + std::to_string(d.stride[0]) + ", " + std::to_string(d.stride[1]) + ", " +
-                                  std::to_string(d.stride[2]) + ", " + std::to_string(d.stride[3]) + " and offset " +
-                                  std::to_string(d.origin[3]) + " (a head width that is a multiple of 8 gives them).");
+                                  "bytes, from rows at least their length (" + std::to_string(row_length) + ") apart: its rows of unit "
+                                  "stride, its strides and offset multiples of 8 f16 elements; these are strides " +
+                                  std::to_string(d.stride[0]) + ", " + std::to_string(d.stride[1]) + ", " + std::to_string(d.stride[2]) + ", " +
+                                  std::to_string(d.stride[3]) + " and offset " + std::to_string(d.origin[3]) +
+                                  " (a dense tensor whose head width is a multiple of 8 gives them).");
 }
 
 std::uint32_t workgroup_backward_shared_bytes(const CoopmatBackwardLayout& t, std::uint32_t subgroups) {
@@ -213,14 +262,29 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
         return;
     }
     const std::uint32_t invocations = subgroups * subgroup, rows = 16 * subgroups;
+    const vk::MatrixGranularity* g = workgroup_size_offered(caps, invocations);
+    if (g) {  // the heads' widths and the gradients' columns round up to the granularity, as the forward's
+        t.dk_tiles = tiles_to_multiple(t.dk_tiles, std::lcm(g->k, g->n));
+        t.dv_tiles = tiles_to_multiple(t.dv_tiles, std::lcm(g->k, g->n));
+        t.column_tiles = tiles_to_multiple(std::max(t.dk_tiles, t.dv_tiles), g->n);
+    }
+    // dQ's kernel: rows of queries, tiles of keys; dK's and dV's: rows of keys, tiles of queries.
+    // Each side is an A's and accumulators' rows, and the tiles are B's and S's columns and then
+    // an A's columns (dS, W): k and n.
+    const std::string fault = g ? granularity_fault(*g, {{rows, "its rows"}},
+                                                    {{t.tile, "its tiles"}, {16 * t.dk_tiles, "Q's and K's width"}, {16 * t.dv_tiles, "dO's and V's width"}},
+                                                    {{t.tile, "its tiles"}, {16 * t.dk_tiles, "Q's and K's width"},
+                                                     {16 * t.dv_tiles, "dO's and V's width"}, {t.columns(), "the gradients' columns"}})
+                                : "";
     const std::uint32_t largest = std::max({rows, t.tile, 16 * t.dk_tiles, 16 * t.dv_tiles, t.columns()});
     const std::uint32_t shared = workgroup_backward_shared_bytes(t, subgroups) + caps.workgroup_matrix_reserved_shared;
-    if (!workgroup_size_offered(caps, invocations) || largest > caps.workgroup_matrix_max_dimension || shared > caps.max_shared_bytes)
+    if (!g || !fault.empty() || largest > caps.workgroup_matrix_max_dimension || shared > caps.max_shared_bytes)
         throw InvalidArgument(knob, kernel + " takes " + std::to_string(invocations) + " invocations, matrices up to " +
-                                        std::to_string(largest) + " wide and " + std::to_string(shared) + " bytes of shared memory; "
-                                        "the device's f16 workgroup matrices come at other workgroup sizes, reach " +
-                                        std::to_string(caps.workgroup_matrix_max_dimension) + ", or its " +
-                                        std::to_string(caps.max_shared_bytes) + " bytes are short.");
+                                        std::to_string(largest) + " wide" + (fault.empty() ? "" : " (" + fault + ")") + " and " +
+                                        std::to_string(shared) + " bytes of shared memory; the device's f16 workgroup matrices come at " +
+                                        offered_sizes(caps) + " invocations, reach " +
+                                        std::to_string(caps.workgroup_matrix_max_dimension) + ", and its shared memory is " +
+                                        std::to_string(caps.max_shared_bytes) + " bytes.");
 }
 
 std::int64_t workgroup_gemm_loops(const BmmConfig& c, std::int64_t k) {
@@ -249,12 +313,25 @@ void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps, std::int64_
         return;
     }
     const std::uint32_t largest = std::max({c.block_rows(), c.block_cols(), c.coopmat_shape.depth});
-    if (!workgroup_size_offered(caps, invocations) || largest > caps.workgroup_matrix_max_dimension ||
-        caps.workgroup_matrix_reserved_shared > caps.max_shared_bytes)
+    const vk::MatrixGranularity* g = workgroup_size_offered(caps, invocations);
+    const std::string fault = g ? granularity_fault(*g, {{c.block_rows(), "its tile's rows"}}, {{c.coopmat_shape.depth, "its slices' depth"}},
+                                                    {{c.block_cols(), "its tile's columns"}})
+                                : "";
+    if (!g || !fault.empty() || largest > caps.workgroup_matrix_max_dimension || caps.workgroup_matrix_reserved_shared > caps.max_shared_bytes)
         throw InvalidArgument(knob, "the GEMM on workgroup-scope matrices with the shape " + to_string(c.coopmat_shape) + " takes " +
                                         std::to_string(invocations) + " invocations and matrices up to " + std::to_string(largest) +
-                                        " wide; the device's f16 workgroup matrices come at other workgroup sizes or reach " +
+                                        " wide" + (fault.empty() ? "" : " (" + fault + ")") +
+                                        "; the device's f16 workgroup matrices come at " + offered_sizes(caps) + " invocations and reach " +
                                         std::to_string(caps.workgroup_matrix_max_dimension) + ".");
+}
+
+std::uint32_t workgroup_probe_invocations(const vk::DeviceCaps& caps) {
+    if (!caps.workgroup_matrices) return 0;
+    for (std::uint32_t n = 1; n <= 1024; n <<= 1)
+        if (const vk::MatrixGranularity* g = workgroup_size_offered(caps, n);
+            g && granularity_fault(*g, {{64, "rows"}}, {{64, "inner"}}, {{64, "columns"}, {16, "row values"}}).empty())
+            return n;
+    return 0;
 }
 
 void check_workgroup_gemm(BmmForm form, DType a, DType b) {

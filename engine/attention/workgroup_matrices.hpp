@@ -51,12 +51,14 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
 // the cooperative-matrix kernel it shapes (`coopmat`: `knob`, fused_kernel or gemm_kernel, = coopmat).
 void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool coopmat, const char* knob);
 
-// Whether a tensor of f16 elements may be read by tensor loads: unit-stride rows, and every stride and
-// the first element's offset a multiple of 8 elements, so that every tile's first element lies on 16
-// bytes (GL_NV_cooperative_matrix2 requires it of a load's offset).
-bool tensor_loads_aligned(const TensorDesc& desc);
+// Whether a tensor of f16 elements, rows of `row_length`, may be read by tensor loads: unit-stride
+// rows, and every stride and the first element's offset a multiple of 8 elements, so that every
+// tile's first element lies on 16 bytes (GL_NV_cooperative_matrix2 requires it of a load's offset);
+// and rows at least their length apart (a tensor layout's stride must be: rows that overlap, such as
+// a broadcast's stride of 0, are not a layout's).
+bool tensor_loads_aligned(const TensorDesc& desc, std::int64_t row_length);
 // InvalidArgument naming variant.workgroup_matrices where `desc` (operand `what`) is not.
-void require_tensor_loads_aligned(const TensorDesc& desc, const char* what);
+void require_tensor_loads_aligned(const TensorDesc& desc, std::int64_t row_length, const char* what);
 
 // bwd_cm2_q.comp's and bwd_cm2_kv.comp's shared memory with layout `t` (workgroup_matrices set) and
 // `subgroups`, the larger: per row (dQ) its facts (9 words) and RowMask (11), or per query of a tile
@@ -81,6 +83,10 @@ std::int64_t workgroup_backward_loops_per_query_tile(const CoopmatBackwardLayout
 void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem);
 
+// The workgroup size at which shaders/cm2_probe.comp (64 × 64 matrices, row values in 16 columns)
+// runs on the device's matrices: the smallest whose granularity takes them; 0 where none does, or
+// the device has none (DeviceCaps::workgroup_matrices).
+std::uint32_t workgroup_probe_invocations(const vk::DeviceCaps& caps);
 // Turns the cooperative-matrix GEMM `c` (its shape chosen) into bmm_cm2.comp's, the GEMM ceiling on
 // workgroup matrices, for products K deep: InvalidArgument naming variant.workgroup_matrices where
 // the shape's workgroup (subgroups · subgroup invocations) or tile (BM, BN, BK) is one the device's

@@ -93,8 +93,8 @@ GemmResult benchmark_gemm(Context& context, std::int64_t m, std::int64_t n, std:
     params.c.stride = {0, 0, static_cast<std::uint32_t>(n), 1};
     config.coopmat_wide = detail::coopmat_wide_operands(config, detail::BmmForm::a_b, operand, operand, params.a, params.b, n, k);
     if (config.workgroup_matrices) {  // bmm_cm2.comp's tensor loads: A's rows K, B's N elements apart
-        detail::require_tensor_loads_aligned(params.a, "A");
-        detail::require_tensor_loads_aligned(params.b, "B");
+        detail::require_tensor_loads_aligned(params.a, k, "A");
+        detail::require_tensor_loads_aligned(params.b, n, "B");
     }
     const vk::Kernel& kernel = detail::bmm_kernel(runtime, config, detail::BmmForm::a_b, operand, operand, DType::f32);
     detail::Dispatch d{.kernel = &kernel, .params = params};

@@ -7,6 +7,7 @@
 
 #include "attention/dispatch.hpp"
 #include "attention/kernels.hpp"
+#include "attention/workgroup_matrices.hpp"
 #include "context_state.hpp"
 #include "plan/program.hpp"
 #include "tensor/storage.hpp"
@@ -20,7 +21,8 @@ namespace vkattn::testing {
 std::optional<std::vector<WorkgroupMatrixCheck>> probe_workgroup_matrices(Context& context) {
     detail::Runtime& runtime = detail::ContextAccess::runtime(context);
     runtime.ensure_usable();
-    if (!runtime.device().caps().workgroup_matrices) return std::nullopt;
+    const std::uint32_t invocations = detail::workgroup_probe_invocations(runtime.device().caps());
+    if (invocations == 0) return std::nullopt;
     constexpr int kN = 64, kRows = 80, kRegions = 9, kRegion = kN * kN;
     // X: small integers, so that every product, maximum and sum below is exact in f16 and fp32.
     std::mt19937 rng(0x3c3c);
@@ -36,7 +38,7 @@ std::optional<std::vector<WorkgroupMatrixCheck>> probe_workgroup_matrices(Contex
     const vk::Buffer& out_buffer = detail::TensorAccess::storage(out)->buffer;
 
     detail::Program program(runtime);
-    program.dispatch({.kernel = &detail::workgroup_probe_kernel(runtime),
+    program.dispatch({.kernel = &detail::workgroup_probe_kernel(runtime, invocations),
                       .params = detail::ClockProbeParams{},  // the probe reads no parameters
                       .bindings = {{1, &x_buffer, 0, x_buffer.size()}, {2, &out_buffer, 0, out_buffer.size()}},
                       .groups = {1, 1, 1}});

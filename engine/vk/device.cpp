@@ -60,7 +60,8 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     // Asked only where the structure may be chained (options.workgroup_matrices); what the device
     // offers is then what DeviceInfo describes.
     available_.workgroup_matrices = available_.cooperative_matrix && options.workgroup_matrices && workgroup_matrix_shader_ready(physical);
-    features_.workgroup_matrices = features_.cooperative_matrix && available_.workgroup_matrices && options.workgroup_matrix_invocations != 0;
+    features_.workgroup_matrices = features_.cooperative_matrix && available_.workgroup_matrices &&
+                                  offers_workgroup_matrices(options.workgroup_matrix_granularity);
     features_.maximal_reconvergence = available_.maximal_reconvergence && options.maximal_reconvergence;
     features_.pipeline_statistics = available_.pipeline_statistics && options.kernel_statistics;
     VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
@@ -227,9 +228,9 @@ void Device::describe() {
     // As describe_matrix_units says (vk/device_facts.hpp): the feature on, the shape offered, the shaders built.
     caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_shape && matrix_unit_shaders_built();
     caps_.bf16_matrix_units = caps_.matrix_units && features_.bf16_matrices && options_.bf16_matrix_shape && bf16_unit_shaders_built();
-    caps_.workgroup_matrices = caps_.matrix_units && features_.workgroup_matrices && options_.workgroup_matrix_invocations != 0 &&
-                               workgroup_matrix_shaders_built();
-    if (caps_.workgroup_matrices) caps_.workgroup_matrix_invocations = options_.workgroup_matrix_invocations;
+    caps_.workgroup_matrices = caps_.matrix_units && features_.workgroup_matrices &&
+                               offers_workgroup_matrices(options_.workgroup_matrix_granularity) && workgroup_matrix_shaders_built();
+    if (caps_.workgroup_matrices) caps_.workgroup_matrix_granularity = options_.workgroup_matrix_granularity;
     caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
     caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;

@@ -30,10 +30,11 @@ struct DeviceOptions {
     // enables VK_NV_cooperative_matrix2's cooperativeMatrixFlexibleDimensions with the units (the
     // shapes list a flexible one only where the device supports it and its structure may be chained).
     bool flexible_matrix_shapes = false;
-    // The workgroup sizes at which the device offers flexible f16 workgroup-scope matrices
-    // (workgroup_matrix_invocations), and whether their features may be asked for and enabled:
-    // VK_NV_cooperative_matrix2's structure known to any layer on, an instance of Vulkan 1.3.
-    std::uint32_t workgroup_matrix_invocations = 0;
+    // The workgroup sizes at which the device offers flexible f16 workgroup-scope matrices, with
+    // their granularities (workgroup_matrix_granularities), and whether their features may be asked
+    // for and enabled: VK_NV_cooperative_matrix2's structure known to any layer on, an instance of
+    // Vulkan 1.3.
+    WorkgroupGranularities workgroup_matrix_granularity{};
     bool workgroup_matrices = false;
     // Whether VK_KHR_shader_maximal_reconvergence's feature structure may be chained (a validation
     // layer older than it reports it as an error) and the shaders patched with it where offered

@@ -2,6 +2,7 @@
 // pure function that unit tests can drive with made-up devices.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -11,6 +12,18 @@
 namespace vkattn::vk {
 
 enum class DeviceKind : std::uint8_t { discrete, integrated, virtual_gpu, cpu, other };
+
+// A flexible workgroup-scope shape's granularities (VK_NV_cooperative_matrix2's
+// VkCooperativeMatrixFlexibleDimensionsPropertiesNV): at its workgroup size, the rows of every A and
+// accumulator are a multiple of m, A's columns and B's rows of k, B's and the accumulators'
+// columns of n. All 0: none offered. NVIDIA's drivers list 32 x 16 x 16 at 128 invocations and
+// 32 x 32 x 16 at 256.
+struct MatrixGranularity {
+    std::uint32_t m = 0, n = 0, k = 0;
+    bool offered() const { return m != 0 && n != 0 && k != 0; }
+};
+// Per workgroup size 2^i (i < 11: up to 1,024 invocations), the finest f16 x f16 + f32 shape offered.
+using WorkgroupGranularities = std::array<MatrixGranularity, 11>;
 
 struct DeviceCaps {
     std::string name;
@@ -36,12 +49,12 @@ struct DeviceCaps {
     bool bf16_matrix_units = false;
     // The workgroup-matrix kernel (shaders/flash_cm2.comp) runs: matrix_units, VK_NV_cooperative_matrix2's
     // workgroup scope and the rest it uses enabled (DeviceInfo::workgroup_matrices), a flexible f16
-    // workgroup shape offered at the workgroup sizes of workgroup_matrix_invocations (bit i: 2^i
-    // invocations), up to workgroup_matrix_max_invocations invocations and matrices of
-    // workgroup_matrix_max_dimension, the driver keeping workgroup_matrix_reserved_shared bytes of
-    // shared memory for them.
+    // workgroup shape offered at the workgroup sizes of workgroup_matrix_granularity (index i: 2^i
+    // invocations, with its granularities), up to workgroup_matrix_max_invocations invocations and
+    // matrices of workgroup_matrix_max_dimension, the driver keeping workgroup_matrix_reserved_shared
+    // bytes of shared memory for them.
     bool workgroup_matrices = false;
-    std::uint32_t workgroup_matrix_invocations = 0;
+    WorkgroupGranularities workgroup_matrix_granularity{};
     std::uint32_t workgroup_matrix_max_invocations = 0;
     std::uint32_t workgroup_matrix_max_dimension = 0;
     std::uint32_t workgroup_matrix_reserved_shared = 0;
@@ -92,6 +105,20 @@ inline void require_fp16_storage(const DeviceCaps& caps, const char* argument, D
                                             "VkPhysicalDeviceVulkan11Features); use f32.");
     throw InvalidArgument(argument, what + " is written with 16-bit stores, and the device " + caps.name +
                                         " does not support 16-bit storage buffers; use f32.");
+}
+
+// The granularities of the f16 workgroup matrices `granularity` offers at `invocations`, or nullptr
+// where it offers none there (or `invocations` is no power of two up to 1,024).
+inline const MatrixGranularity* granularity_at(const WorkgroupGranularities& granularity, std::uint32_t invocations) {
+    for (std::size_t i = 0; i < granularity.size(); ++i)
+        if (invocations == (1u << i)) return granularity[i].offered() ? &granularity[i] : nullptr;
+    return nullptr;
+}
+// Whether it offers them at any size.
+inline bool offers_workgroup_matrices(const WorkgroupGranularities& granularity) {
+    for (const MatrixGranularity& g : granularity)
+        if (g.offered()) return true;
+    return false;
 }
 
 }  // namespace vkattn::vk

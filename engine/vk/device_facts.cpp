@@ -213,15 +213,20 @@ bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>
            (takes_bf16_matrices(shapes) && !takes_bf16_matrices(shapes, false));
 }
 
-std::uint32_t workgroup_matrix_invocations(const std::vector<CooperativeMatrixShape>& shapes) {
-    std::uint32_t mask = 0;
+WorkgroupGranularities workgroup_matrix_granularities(const std::vector<CooperativeMatrixShape>& shapes) {
+    WorkgroupGranularities granularity{};
     for (const CooperativeMatrixShape& s : shapes) {
-        const std::uint32_t n = s.workgroup_invocations;
-        if (s.flexible && s.scope == "workgroup" && fits_16(s, true) && s.a == "f16" && s.b == "f16" && s.c == "f32" &&
-            s.result == "f32" && !s.saturating && n > 0 && (n & (n - 1)) == 0)
-            mask |= n;  // a power of two: its own bit
+        if (!s.flexible || s.scope != "workgroup" || s.a != "f16" || s.b != "f16" || s.c != "f32" || s.result != "f32" || s.saturating ||
+            s.m == 0 || s.n == 0 || s.k == 0)
+            continue;
+        for (std::size_t i = 0; i < granularity.size(); ++i) {
+            MatrixGranularity& g = granularity[i];
+            const std::uint64_t volume = std::uint64_t{s.m} * s.n * s.k;
+            if (s.workgroup_invocations == (1u << i) && (!g.offered() || volume < std::uint64_t{g.m} * g.n * g.k))
+                g = {s.m, s.n, s.k};
+        }
     }
-    return mask;
+    return granularity;
 }
 
 void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
@@ -256,7 +261,7 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
         info.bf16_matrix_units = true;
     if (!info.matrix_units)
         info.workgroup_matrices_off = "the matrix units are off";
-    else if (workgroup_matrix_invocations(info.cooperative_matrix) == 0)
+    else if (!offers_workgroup_matrices(workgroup_matrix_granularities(info.cooperative_matrix)))
         info.workgroup_matrices_off = "no flexible f16 x f16 + f32 workgroup-scope shape (VK_NV_cooperative_matrix2; listed only where "
                                       "no validation layer older than it is on)";
     else if (!available.workgroup_matrices)

@@ -9,6 +9,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include "vk/device_caps.hpp"
 #include "vk/device_features.hpp"
 #include "vkattn/context.hpp"
 
@@ -66,8 +67,10 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
                            const std::string& why_not_enabled, const std::string& why_bf16_not_enabled,
                            const std::string& why_workgroup_not_enabled = "");
 
-// The workgroup sizes for which `shapes` offer a flexible f16 x f16 + f32 workgroup-scope shape whose
-// granularities divide 16 (VK_NV_cooperative_matrix2): bit i set for 2^i invocations; 0 for none.
-std::uint32_t workgroup_matrix_invocations(const std::vector<CooperativeMatrixShape>& shapes);
+// The workgroup sizes for which `shapes` offer a flexible f16 x f16 + f32 workgroup-scope shape
+// (VK_NV_cooperative_matrix2), each with its granularities (the finest where several are listed):
+// index i for 2^i invocations. The kernels check their matrices against them
+// (attention/workgroup_matrices.hpp).
+WorkgroupGranularities workgroup_matrix_granularities(const std::vector<CooperativeMatrixShape>& shapes);
 
 }  // namespace vkattn::vk

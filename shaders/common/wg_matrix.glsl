@@ -97,10 +97,11 @@ struct WgLayout {
     uint offset0, span0, offset1, span1;
 };
 WgLayout wg_layout(const uint dim0, const uint dim1, const uint stride0) { return WgLayout(dim0, dim1, stride0, 0u, dim0, 0u, dim1); }
+// As sliceTensorLayoutNV: the offsets added to the layout's, the spans set.
 WgLayout wg_slice(WgLayout t, const uint o0, const uint s0, const uint o1, const uint s1) {
-    t.offset0 = o0;
+    t.offset0 += o0;
     t.span0 = s0;
-    t.offset1 = o1;
+    t.offset1 += o1;
     t.span1 = s1;
     return t;
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 
+#include "attention/workgroup_matrices.hpp"
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
 #include "support/fused_features.hpp"
@@ -119,7 +120,10 @@ TEST_CASE("workgroup matrices: the GEMM ceiling against a double product", "[gpu
 
 TEST_CASE("workgroup matrices: each operation the kernels rely on, alone, on exact values", "[gpu][coopmat][workgroup]") {
     const auto checks = testing::probe_workgroup_matrices(gpu_context());
-    CHECK(checks.has_value() == workgroup_matrices_here());
+    // It runs wherever the driver's matrices do at a workgroup size whose granularity takes its 64 x 64
+    // matrices (NVIDIA's 128 invocations, 32 x 16 x 16).
+    const std::uint32_t invocations = detail::workgroup_probe_invocations(detail::ContextAccess::runtime(gpu_context()).device().caps());
+    CHECK(checks.has_value() == (invocations != 0));
     if (!checks) return;
     REQUIRE(checks->size() == 9);
     for (const testing::WorkgroupMatrixCheck& c : *checks) {

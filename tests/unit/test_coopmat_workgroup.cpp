@@ -24,18 +24,21 @@ using namespace vkattn::detail::fake;
 
 namespace {
 
-CooperativeMatrixShape flexible_shape(std::uint32_t g, const char* scope, std::uint32_t invocations, const char* result = "f32") {
-    return {.m = g, .n = g, .k = g, .a = "f16", .b = "f16", .c = result, .result = result, .scope = scope,
+CooperativeMatrixShape flexible_shape(std::uint32_t m, std::uint32_t n, std::uint32_t k, const char* scope, std::uint32_t invocations,
+                                      const char* result = "f32") {
+    return {.m = m, .n = n, .k = k, .a = "f16", .b = "f16", .c = result, .result = result, .scope = scope,
             .flexible = true, .max_dimension = 256, .workgroup_invocations = invocations};
 }
 
-// An NVIDIA-like device whose driver offers f16 workgroup matrices at 128 and 256 invocations.
+// An NVIDIA-like device whose driver offers f16 workgroup matrices at 128 and 256 invocations, at
+// the granularities NVIDIA's drivers list (32 x 16 x 16 and 32 x 32 x 16).
 vk::DeviceCaps workgroup_device() {
     vk::DeviceCaps caps = nvidia_like();
     caps.matrix_units = true;
     caps.maximal_reconvergence = true;
     caps.workgroup_matrices = true;
-    caps.workgroup_matrix_invocations = 128 | 256;
+    caps.workgroup_matrix_granularity[7] = {32, 16, 16};
+    caps.workgroup_matrix_granularity[8] = {32, 32, 16};
     caps.workgroup_matrix_max_invocations = 256;
     caps.workgroup_matrix_max_dimension = 256;
     caps.workgroup_matrix_reserved_shared = 1024;
@@ -52,17 +55,28 @@ const VariantOverrides& wg(const char* name = "coopmat-wg") { return find_kernel
 
 }  // namespace
 
-TEST_CASE("workgroup matrices: the workgroup sizes a device's shapes offer", "[unit][coopmat][workgroup]") {
+TEST_CASE("workgroup matrices: the workgroup sizes a device's shapes offer, and their granularities", "[unit][coopmat][workgroup]") {
     const std::vector<CooperativeMatrixShape> shapes{
         {.m = 16, .n = 16, .k = 16, .a = "f16", .b = "f16", .c = "f32", .result = "f32", .scope = "subgroup"},
-        flexible_shape(16, "workgroup", 128), flexible_shape(16, "workgroup", 256),
-        flexible_shape(16, "workgroup", 512, "f16"),  // f16 accumulators: not the kernel's
-        flexible_shape(32, "workgroup", 64),          // a granularity that 16 is no multiple of
-        flexible_shape(8, "subgroup", 0),             // lavapipe's: subgroup scope
-        flexible_shape(16, "workgroup", 96),          // not a power of two
+        flexible_shape(32, 16, 16, "workgroup", 128), flexible_shape(32, 32, 16, "workgroup", 256),  // NVIDIA's
+        flexible_shape(16, 16, 16, "workgroup", 512, "f16"),  // f16 accumulators: not the kernels'
+        flexible_shape(32, 32, 32, "workgroup", 64), flexible_shape(16, 16, 16, "workgroup", 64),  // two: the finer kept
+        flexible_shape(8, 8, 8, "subgroup", 0),               // lavapipe's: subgroup scope
+        flexible_shape(16, 16, 16, "workgroup", 96),          // not a power of two
     };
-    CHECK(vk::workgroup_matrix_invocations(shapes) == (128u | 256u));
-    CHECK(vk::workgroup_matrix_invocations({shapes[0], shapes[5]}) == 0);
+    const vk::WorkgroupGranularities g = vk::workgroup_matrix_granularities(shapes);
+    CHECK(vk::offers_workgroup_matrices(g));
+    for (std::uint32_t i = 0; i < g.size(); ++i) {
+        INFO((1u << i) << " invocations");
+        CHECK(g[i].offered() == (i == 6 || i == 7 || i == 8));
+    }
+    CHECK((g[7].m == 32 && g[7].n == 16 && g[7].k == 16));
+    CHECK((g[8].m == 32 && g[8].n == 32 && g[8].k == 16));
+    CHECK((g[6].m == 16 && g[6].n == 16 && g[6].k == 16));
+    CHECK(vk::granularity_at(g, 128) == &g[7]);
+    CHECK(vk::granularity_at(g, 96) == nullptr);
+    CHECK(vk::granularity_at(g, 512) == nullptr);
+    CHECK_FALSE(vk::offers_workgroup_matrices(vk::workgroup_matrix_granularities({shapes[0], shapes[6]})));
 }
 
 TEST_CASE("workgroup matrices: the layout where the device offers them", "[unit][coopmat][workgroup]") {
@@ -93,10 +107,66 @@ TEST_CASE("workgroup matrices: the layout where the device offers them", "[unit]
     const auto rows128 = fused_for(caps, f16_problem(64, 64), wg("coopmat-wg-128x64"));
     CHECK(rows128->rows_per_workgroup() == 128);
     CHECK(rows128->subgroups == 8);
+    CHECK(rows128->coopmat->stat_columns == 16 * 2);  // 256 invocations' N granularity: 32
+    CHECK_THAT(rows128->describe(), Catch::Contains(" rw32"));
+    CHECK(c->coopmat->stat_columns == 16);
     // Q stored as f32 beside f16 K/V: f16 operands, taken.
     Problem q32 = f16_problem(64, 64);
     q32.dtype = DType::f32;
     CHECK(fused_for(caps, q32, wg())->coopmat->workgroup_matrices);
+}
+
+TEST_CASE("workgroup matrices: every matrix within the device's granularities", "[unit][coopmat][workgroup]") {
+    // VK_NV_cooperative_matrix2: at a workgroup size, every A's and accumulator's rows a multiple of
+    // M, A's columns and B's rows of K, B's and accumulators' columns of N. NVIDIA lists 32 x 16 x 16
+    // at 128 invocations and 32 x 32 x 16 at 256.
+    const vk::DeviceCaps caps = workgroup_device();
+    // At 256, heads of 40 take Q in 4 d-tiles (its accumulator's 64 columns) and O 4 column tiles,
+    // zeros past Dk and Dv (the tensor loads clamp, the stores stop at Dv); at 128 they keep 3.
+    const auto d40 = fused_for(caps, f16_problem(40, 40), wg("coopmat-wg-128x64"));
+    CHECK(d40->coopmat->dk_tiles == 4);
+    CHECK(d40->coopmat->column_tiles == 4);
+    CHECK(d40->column_passes == 1);
+    const auto d40_128 = fused_for(caps, f16_problem(40, 40), wg());
+    CHECK(d40_128->coopmat->dk_tiles == 3);
+    CHECK(d40_128->coopmat->column_tiles == 3);
+    // Knobs the granularity does not divide are refused by name: 16-key tiles at 256 (S's columns).
+    VariantOverrides keys16 = wg("coopmat-wg-128x64");
+    keys16.tile_keys = 16;
+    CHECK_THAT(fused_refusal(caps, f16_problem(64, 64), keys16),
+               Catch::StartsWith("variant.tile_keys:") && Catch::Contains("keys per tile (16)") && Catch::Contains("granularity 32"));
+    CHECK(fused_for(caps, f16_problem(64, 64), [] { VariantOverrides o = wg(); o.tile_keys = 16; return o; }())->coopmat->keys == 16);
+    // A device whose rows come 128 at a time takes no 64-row workgroup of 128 invocations.
+    vk::DeviceCaps coarse = caps;
+    coarse.workgroup_matrix_granularity[7] = {128, 16, 16};
+    CHECK_THAT(fused_refusal(coarse, f16_problem(64, 64), wg()),
+               Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("its rows (64)") && Catch::Contains("granularity 128"));
+    // The backward rounds its widths alike where N is 32 at its 128 invocations, and refuses rows
+    // the granularity does not divide.
+    vk::DeviceCaps wide_n = caps;
+    wide_n.workgroup_matrix_granularity[7] = {32, 32, 16};
+    std::uint32_t subgroups = 0;
+    const CoopmatBackwardLayout b40 = choose_coopmat_backward(wide_n, 32, subgroups, f16_problem(40, 72), true);
+    CHECK(b40.dk_tiles == 4);
+    CHECK(b40.dv_tiles == 6);
+    CHECK(b40.column_tiles == 6);
+    CHECK_THROWS_MATCHES(choose_coopmat_backward(coarse, 32, subgroups, f16_problem(64, 64), true), InvalidArgument,
+                         Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) {
+                             return e.argument() == "variant.workgroup_matrices" && std::string(e.what()).find("granularity 128") != std::string::npos;
+                         }));
+    // The GEMM: a 16-row tile at 128 invocations (4 subgroups across) is refused; 32 rows are taken.
+    VariantOverrides gemm{.gemm_kernel = GemmKernel::coopmat, .workgroup_matrices = true};
+    gemm.gemm_shape = GemmShape{1, 4, 1, 1, 32, 1, false};
+    CHECK_THROWS_MATCHES(choose_gemm(caps, 256, 256, 256, gemm), InvalidArgument,
+                         Catch::Predicate<InvalidArgument>([](const InvalidArgument& e) {
+                             return std::string(e.what()).find("tile's rows (16)") != std::string::npos;
+                         }));
+    gemm.gemm_shape = GemmShape{1, 4, 2, 1, 32, 1, false};
+    CHECK(choose_gemm(caps, 256, 256, 256, gemm).workgroup_matrices);
+    // The probe's 64 x 64 matrices and 16-column row values: the smallest size that takes them.
+    CHECK(workgroup_probe_invocations(caps) == 128);
+    CHECK(workgroup_probe_invocations(coarse) == 0);  // 128's rows, and 256's 32-column row values
+    CHECK(workgroup_probe_invocations(lavapipe_like()) == 0);
 }
 
 TEST_CASE("workgroup matrices: the portable implementation where the device has none", "[unit][coopmat][workgroup]") {
@@ -175,7 +245,7 @@ TEST_CASE("workgroup matrices: each refusal names its argument and the limit", "
     // A workgroup size the driver does not offer: 32 rows on 2 subgroups (64 invocations).
     VariantOverrides rows32 = wg();
     rows32.tile_rows = 32;
-    CHECK_THAT(refusal(caps, f16_problem(64, 64), rows32), Catch::StartsWith("variant.tile_rows:") && Catch::Contains("128, 256"));
+    CHECK_THAT(refusal(caps, f16_problem(64, 64), rows32), Catch::StartsWith("variant.tile_rows:") && Catch::Contains("128 (granularity 32 x 16 x 16), 256"));
     VariantOverrides rows24 = wg();
     rows24.tile_rows = 24;
     CHECK_THAT(refusal(caps, f16_problem(64, 64), rows24), Catch::StartsWith("variant.tile_rows:"));
@@ -256,18 +326,23 @@ TEST_CASE("workgroup matrices: the GEMM ceiling's shape, or a refusal by name", 
 TEST_CASE("workgroup matrices: which tensors tensor loads may read", "[unit][coopmat][workgroup]") {
     TensorDesc dense;  // [B][H][N][64]
     dense.stride = {8 * 1000 * 64, 1000 * 64, 64, 1};
-    CHECK(tensor_loads_aligned(dense));
+    CHECK(tensor_loads_aligned(dense, 64));
     TensorDesc d60 = dense;  // rows of 60: 120 bytes apart
     d60.stride = {8 * 1000 * 60, 1000 * 60, 60, 1};
-    CHECK_FALSE(tensor_loads_aligned(d60));
+    CHECK_FALSE(tensor_loads_aligned(d60, 60));
     TensorDesc offset = dense;
     offset.origin = {0, 0, 0, 4};  // a binding's view starting 8 bytes into a tile
-    CHECK_FALSE(tensor_loads_aligned(offset));
+    CHECK_FALSE(tensor_loads_aligned(offset, 64));
     TensorDesc strided = dense;  // d not of unit stride (a transposed view)
     strided.stride = {8 * 1000 * 64, 1000 * 64, 1, 1000};
-    CHECK_FALSE(tensor_loads_aligned(strided));
+    CHECK_FALSE(tensor_loads_aligned(strided, 64));
+    TensorDesc broadcast = dense;  // every row the same one: a layout's rows may not overlap
+    broadcast.stride = {64, 64, 0, 1};
+    CHECK_FALSE(tensor_loads_aligned(broadcast, 64));
+    CHECK_FALSE(tensor_loads_aligned(dense, 72));  // rows of 72 read 64 apart
+    CHECK(tensor_loads_aligned(dense, 56));        // rows of 56 in a wider buffer's
     try {
-        require_tensor_loads_aligned(d60, "K");
+        require_tensor_loads_aligned(d60, 60, "K");
         FAIL("taken");
     } catch (const InvalidArgument& e) {
         CHECK(e.argument() == "variant.workgroup_matrices");
@@ -323,7 +398,7 @@ TEST_CASE("workgroup matrices: the backward's layout, or a refusal by name", "[u
     CHECK_THAT(argument_of(tiny, f16_problem(128, 128)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("16384"));
     CHECK_THAT(argument_of(caps, f16_problem(256, 64)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("Dk = 256"));
     vk::DeviceCaps no256 = caps;
-    no256.workgroup_matrix_invocations = 256;  // not 128
+    no256.workgroup_matrix_granularity[7] = {};  // 256 alone, not 128
     CHECK_THAT(argument_of(no256, f16_problem(64, 64)), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("128 invocations"));
     // Asked for without the cooperative-matrix kernels it shapes: refused, not ignored.
     CHECK_THAT(fused_refusal(caps, f16_problem(64, 64), {.workgroup_matrices = true}), Catch::StartsWith("variant.workgroup_matrices:"));

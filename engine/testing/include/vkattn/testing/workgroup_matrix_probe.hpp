@@ -26,7 +26,8 @@ struct WorkgroupMatrixCheck {
 };
 
 // One dispatch of the probe and the checks of its nine results; nullopt where the context's device
-// does not run workgroup-scope matrices (DeviceInfo::workgroup_matrices).
+// does not run workgroup-scope matrices (DeviceInfo::workgroup_matrices), or offers them at no
+// workgroup size whose granularity takes the probe's 64 x 64 matrices and 16-column row values.
 std::optional<std::vector<WorkgroupMatrixCheck>> probe_workgroup_matrices(Context& context);
 
 }  // namespace vkattn::testing
