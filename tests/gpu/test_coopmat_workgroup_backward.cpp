@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "attention/problem.hpp"
+#include "attention/tuning.hpp"
 #include "support/backward_case.hpp"
 #include "support/device_tuning.hpp"
 #include "vkattn/errors.hpp"
@@ -81,4 +83,34 @@ TEST_CASE("workgroup matrices backward: the same inputs give the same bits", "[g
     c.Nq = c.Nkv = 150;
     c.options.causal = Causal::top_left;
     expect_same_bits(c, 7500);
+}
+
+TEST_CASE("workgroup matrices backward: keys and queries up to the loop budget, in one dispatch", "[gpu][backward][coopmat][workgroup]") {
+    // Where the device ends a shader's loops past a budget (lavapipe), the planner caps the keys one
+    // dQ workgroup visits and the queries one dK/dV workgroup visits by the twin's loop counts
+    // (workgroup_backward_loops_per_key_tile, _per_query_tile): at the caps the gradients must still
+    // be right, or the counts are short.
+    if (!device_caps().fp16_storage || device_caps().max_loop_iterations == 0) return;
+    BackwardCase c = on_workgroup_matrices(BackwardCase{});
+    c.name = "at the loop budget";
+    c.B = 1, c.Hq = c.Hkv = 1, c.Dk = c.Dv = 32;
+    auto dense = [&](std::int64_t n, std::int64_t d) { return detail::TensorLayout{DType::f16, {1, 1, n, d}, {n * d, n * d, d, 1}}; };
+    detail::AttentionSpec spec;
+    spec.q = spec.o = dense(64, c.Dk);
+    spec.k = spec.v = dense(64, c.Dk);
+    spec.options.variant = c.options.variant;
+    const detail::Problem p = detail::resolve(spec);
+    std::string why;
+    const auto config = detail::choose_backward(device_caps(), p, spec.q.strides, spec.k.strides, spec.v.strides, spec.o.strides,
+                                                c.options.variant, &why);
+    INFO(why);
+    REQUIRE(config);
+    REQUIRE(config->coopmat);
+    c.Nkv = detail::backward_keys_limit(device_caps(), *config, p);
+    c.Nq = detail::backward_queries_limit(device_caps(), *config, p);
+    INFO(config->describe() << ": " << c.Nq << " queries, " << c.Nkv << " keys");
+    REQUIRE(c.Nkv > 0);
+    REQUIRE(c.Nq > 0);
+    const AttentionReport r = check_case(c, 7900);
+    CHECK_THAT(r.variant, Catch::Contains(" workgroup"));
 }

@@ -202,8 +202,12 @@ TEST_CASE("key slicing: the forced GPU kernels keep lavapipe's loop budget over 
     // every loop its shader keeps, or a long head runs past the budget with wrong results. 40,000
     // keys of 32-key tiles take ~1,250 tiles: several budgets' worth on lavapipe. (A GPU has no such
     // budget; the case is cheap there.)
+    // The workgroup-matrix kernel (f16 K/V alone) through its portable twin where the driver offers
+    // no workgroup matrices: workgroup_matrix_loops_per_tile counts its loops.
     const FusedKernel kernel = GENERATE(FusedKernel::tile, FusedKernel::coopmat);
     const DType dtype = GENERATE(DType::f32, DType::f16);
+    const bool workgroup = GENERATE(false, true);
+    if (workgroup && (kernel != FusedKernel::coopmat || dtype != DType::f16)) return;
     Case c;
     c.Nq = 16;
     c.Nkv = 40000;
@@ -212,9 +216,11 @@ TEST_CASE("key slicing: the forced GPU kernels keep lavapipe's loop budget over 
     c.impl = Impl::fused;
     c.weights = false;
     c.variant.fused_kernel = kernel;
+    if (workgroup) c.variant.workgroup_matrices = true;
     const CaseResult r = run_case(gpu_context(), c, 40000);
-    INFO(to_string(kernel) << " " << r.message << " " << r.report.variant);
+    INFO(to_string(kernel) << (workgroup ? " workgroup " : " ") << r.message << " " << r.report.variant);
     CHECK(r.ok);
     CHECK_THAT(r.report.variant, Catch::StartsWith(to_string(kernel) + "["));
+    if (workgroup) CHECK_THAT(r.report.variant, Catch::Contains(" workgroup"));
     CHECK(take_validation_messages(gpu_context()).empty());
 }
