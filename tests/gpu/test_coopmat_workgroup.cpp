@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "attention/workgroup_matrices.hpp"
+#include "support/bmm_product.hpp"
 #include "support/device_tuning.hpp"
 #include "support/expect_case.hpp"
 #include "support/fused_features.hpp"
@@ -115,6 +116,23 @@ TEST_CASE("workgroup matrices: the GEMM ceiling against a double product", "[gpu
         CHECK(r.rel_l2_err >= 0);
         CHECK(r.rel_l2_err < 1e-5);
         CHECK(take_validation_messages(ctx).empty());
+    }
+}
+
+TEST_CASE("workgroup matrices: the GEMM's forms, heads, chunks, addends and outputs", "[gpu][coopmat][workgroup]") {
+    // bmm.comp's contract for what bmm_cm2.comp reads: A·B and A·Bᵀ (B through the transposed view),
+    // f16 A and B, GQA heads, a chunk of rows, alpha, the addends and each output type, at sizes off
+    // the tiles (K and N multiples of 8: tensor loads start every tile on 16 bytes).
+    if (!device_caps().fp16_storage) return;
+    const detail::BmmConfig config = detail::choose_gemm(device_caps(), 1, 1, 1,
+                                                         {.gemm_kernel = GemmKernel::coopmat, .workgroup_matrices = true});
+    REQUIRE(config.workgroup_matrices);
+    for (const detail::BmmForm form : {detail::BmmForm::a_b, detail::BmmForm::a_bt}) {
+        check_product(config, {.form = form, .H = 2, .M = 150, .N = 88, .K = 104, .a = DType::f16, .b = DType::f16});
+        check_product(config, {.form = form, .B = 2, .H = 4, .group = 2, .M = 37, .N = 72, .K = 40, .a = DType::f16, .b = DType::f16,
+                               .out = DType::f16, .add = detail::BmmAdd::residual, .first_row = 5, .rows = 20, .alpha = 0.5f});
+        check_product(config, {.form = form, .M = 19, .N = 24, .K = 8, .a = DType::f16, .b = DType::f16, .out = DType::bf16,
+                               .add = detail::BmmAdd::bias});
     }
 }
 
