@@ -87,13 +87,14 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     info_ = devices[index];
     const bool layer_knows = instance_->layer_knows(kCooperativeMatrixHeaderVersion);
     const bool layer_knows_reconvergence = instance_->layer_knows(kMaximalReconvergenceHeaderVersion);
+    const vk::MatrixTile tile = vk::f16_matrix_tile(info_.cooperative_matrix, true, vk::forced_matrix_tile());
     device_ = std::make_unique<vk::Device>(
         instance_->physical_devices()[index],
         vk::DeviceOptions{.newer_structures = layer_knows,
-                          .f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
+                          .f16_matrix_tile = tile,
                           .bf16_structures = queries.bf16,
                           .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
-                          .flexible_matrix_shapes = vk::matrices_need_flexible_dimensions(info_.cooperative_matrix),
+                          .flexible_matrix_shapes = vk::matrices_need_flexible_dimensions(info_.cooperative_matrix, tile),
                           .workgroup_matrix_granularity = vk::workgroup_matrix_granularities(info_.cooperative_matrix),
                           .workgroup_matrices = queries.matrix2 && queries.spirv_1_6,
                           .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
@@ -175,7 +176,8 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
     info_.int8_arithmetic = enabled.int8;
     device_ = std::make_unique<vk::Device>(caller.physical_device, caller.device, caller.queue_family,
                                            caller.queue_index, enabled,
-                                           vk::DeviceOptions{.f16_matrix_shape = vk::takes_f16_matrices(info_.cooperative_matrix),
+                                           vk::DeviceOptions{.f16_matrix_tile = vk::f16_matrix_tile(info_.cooperative_matrix, enabled.flexible_matrices,
+                                                                                                    vk::forced_matrix_tile()),
                                                              .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                                                              .flexible_matrix_shapes = enabled.flexible_matrices,
                                                              .workgroup_matrix_granularity = vk::workgroup_matrix_granularities(info_.cooperative_matrix),

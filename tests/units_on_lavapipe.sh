@@ -15,7 +15,9 @@
 # VKATTN_UNITS_VARIANTS: the variants `vk-attn check` forces (default coopmat,split-coopmat: the
 # other layouts compile for minutes each on lavapipe; the [coopmat] tests force them at their shapes);
 # VKATTN_UNITS_TEST_ARGS: more arguments for the test program (`-d yes` prints each case's time as it
-# ends, the only sign of progress in a run of 45 minutes).
+# ends, the only sign of progress in a run of 45 minutes); VKATTN_MATRIX_TILE=8x8 (8x16, 16x8): the
+# kernels' parts build, each 16 × 16 matrix in tiles of that size, as on Intel's Arc (8 × 8 × 16),
+# through lavapipe's flexible dimensions.
 # The first run takes about 25 minutes on 2 cores (the root, then the build); later ones rebuild
 # what changed. Not in CI: the root alone would take a tenth of its time.
 set -euo pipefail
@@ -72,7 +74,7 @@ done
 # An hour's fence wait for the tests: lavapipe compiles a kernel at its first dispatch, inside the
 # wait, and through the units a D 256 kernel of two row tiles met the engine's 10 minutes.
 run() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 XDG_RUNTIME_DIR=/tmp \
-            VKATTN_TEST_FENCE_TIMEOUT=3600 bash -c "$1"; }
+            VKATTN_TEST_FENCE_TIMEOUT=3600 VKATTN_MATRIX_TILE="${VKATTN_MATRIX_TILE:-}" bash -c "$1"; }
 
 mesa=$(run "dpkg-query -W -f '\${Version}' mesa-vulkan-drivers")
 [[ $(printf '%s\n26.1\n' "$mesa" | sort -V | head -n 1) == 26.1 ]] || fail "Mesa $mesa in $root; the units need 26.1 or newer"
@@ -88,6 +90,10 @@ step "the device"
 devices=$(run "cd /src && build-units/vk-attn devices")
 echo "$devices" | grep -E "cooperative"
 echo "$devices" | grep -q "kernels: on the matrix units" || fail "the cooperative-matrix kernels do not run on lavapipe's units"
+if [[ -n ${VKATTN_MATRIX_TILE:-} ]]; then
+    echo "$devices" | grep -q "matrix units (${VKATTN_MATRIX_TILE}x16: each 16x16 matrix in parts" ||
+        fail "the units do not run the parts build at ${VKATTN_MATRIX_TILE}"
+fi
 
 step "vk-attn check --variants $variants through the units"
 run "cd /src && build-units/vk-attn check --variants $variants --dtype f16,f32" | grep -E "FAIL|passed|failed"

@@ -150,8 +150,11 @@ DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> 
     return bf16 ? DType::bf16 : DType::f16;
 }
 
-std::string coopmat_build(bool units, DType operands) {
-    return std::string("coopmat") + (units ? "_units" : "") + (operands == DType::bf16 ? "_bf16" : "");
+bool coopmat_parts(bool units, DType operands, vk::MatrixTile tile) { return units && operands != DType::bf16 && tile.parts(); }
+
+std::string coopmat_build(bool units, DType operands, vk::MatrixTile tile) {
+    return std::string("coopmat") + (units ? "_units" : "") + (coopmat_parts(units, operands, tile) ? "_parts" : "") +
+           (operands == DType::bf16 ? "_bf16" : "");
 }
 
 void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, const std::string& kernel, const std::string& instead,
@@ -166,6 +169,7 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, co
 
 FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
     std::uint32_t subgroups = 4;
+    if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, c.subgroup, c.require_subgroup);
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
     // The workgroup-matrix kernel has its own rule (Dk up to 128, O in passes): the faults this
     // refusal keeps away were flash_coopmat.comp's.

@@ -27,9 +27,13 @@ inline std::uint32_t coopmat_operand_bytes(bool units) { return units ? 2 : 4; }
 DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, const std::string& argument,
                        const std::string& kernel, const std::string& instead);
 
-// The name of the kernels' build for `units` and `operands` (shaders/CMakeLists.txt): "coopmat",
-// "coopmat_bf16", "coopmat_units", "coopmat_units_bf16".
-std::string coopmat_build(bool units, DType operands);
+// The name of the kernels' build for `units` and `operands` on a device whose units' tile is `tile`
+// (shaders/CMakeLists.txt): "coopmat", "coopmat_bf16", "coopmat_units", "coopmat_units_bf16", and
+// "coopmat_units_parts" (CM_PARTS) for f16 operands where the tile is in parts (vk::MatrixTile).
+std::string coopmat_build(bool units, DType operands, vk::MatrixTile tile = {16, 16});
+// Whether that build is the parts one: its kernels then take the tile as CM_M and CM_N
+// (common/coopmat.glsl's constant ids 40 and 41; attention/kernels.cpp).
+bool coopmat_parts(bool units, DType operands, vk::MatrixTile tile);
 
 struct CoopmatLayout {
     std::uint32_t keys = 64;         // Bc: keys per tile, a multiple of 16

@@ -37,6 +37,12 @@ void check_texel_inputs(std::initializer_list<DType> inputs) {
         if (t != DType::f32 && t != DType::f16) throw Error("internal: a texel variant cannot read " + to_string(t) + ".");
 }
 
+// The parts build's tile (coopmat_parts) as common/coopmat.glsl's CM_M and CM_N, else nothing.
+std::vector<vk::SpecConstant> matrix_tile_constants(bool units, DType operands, vk::MatrixTile tile) {
+    if (!coopmat_parts(units, operands, tile)) return {};
+    return {{.id = 40, .value = tile.m}, {.id = 41, .value = tile.n}};
+}
+
 }  // namespace
 
 std::uint32_t shader_type_code(DType t) {
@@ -81,8 +87,8 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form,
             throw Error("internal: bmm_coopmat.comp's 16-byte loads read A and B stored as its operands, along K or N "
                         "(coopmat_wide_operands).");
         const GemmShape& s = c.coopmat_shape;
-        const vk::KernelKey key{
-            .shader = "bmm_" + coopmat_build(c.units, operands) + "_c" + out_suffix(out),
+        vk::KernelKey key{
+            .shader = "bmm_" + coopmat_build(c.units, operands, runtime.device().caps().matrix_tile) + "_c" + out_suffix(out),
             .constants = {{.id = kWorkgroup, .value = c.subgroups() * c.subgroup},
                           {.id = kBTransposed, .value = form == BmmForm::a_bt ? 1u : 0u},
                           {.id = kATransposed, .value = form == BmmForm::at_b ? 1u : 0u},
@@ -98,6 +104,8 @@ const vk::Kernel& bmm_kernel(Runtime& runtime, const BmmConfig& c, BmmForm form,
                           {.id = kCoopmatStages, .value = s.stages},
                           {.id = kCoopmatWide, .value = c.coopmat_wide ? 1u : 0u}},
             .required_subgroup_size = c.require_subgroup ? c.subgroup : 0};
+        for (const vk::SpecConstant& k : matrix_tile_constants(c.units, operands, runtime.device().caps().matrix_tile))
+            key.constants.push_back(k);
         return runtime.kernels().get(key);
     }
     if (c.texel) check_texel_inputs({a, b});
@@ -232,7 +240,8 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
                                                    {.id = kRowTiles, .value = 1u}});
         return runtime.kernels().get(key);
     }
-    std::string shader = "flash_" + coopmat_build(t.units, t.operands);
+    const vk::MatrixTile tile = runtime.device().caps().matrix_tile;
+    std::string shader = "flash_" + coopmat_build(t.units, t.operands, tile);
     shader += std::string(paged_pools > 0 ? "_paged_o" : "_o") + out_suffix(out);
     vk::KernelKey key = flash_family_key(std::move(shader), c, types, true, paged_pools, "flash_coopmat.comp");
     key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
@@ -245,6 +254,7 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
                                                {.id = kRowTiles, .value = t.row_tiles},
                                                {.id = kQInShared, .value = t.q_in_shared ? 1u : 0u},
                                                {.id = kKvApart, .value = t.kv_apart ? 1u : 0u}});
+    for (const vk::SpecConstant& k : matrix_tile_constants(t.units, t.operands, tile)) key.constants.push_back(k);
     return runtime.kernels().get(key);
 }
 
@@ -304,14 +314,14 @@ std::string backward_loads(const BackwardConfig& c, const OperandTypes& types) {
 }
 
 // flash_bwd_q_coopmat.comp's and flash_bwd_kv_coopmat.comp's constants (the flash family's ids).
-vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, const OperandTypes& types) {
+vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, const OperandTypes& types, vk::MatrixTile tile) {
     enum : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kTile = 2, kDkTiles = 3, kColumnTiles = 4, kDvTiles = 5,
                            kSubgroups = 6, kQType = 11, kKType = 12, kVType = 13 };
     const CoopmatBackwardLayout& t = *c.coopmat;
     // bwd_cm2_*.comp: f16 q, k, v and dO (choose_workgroup_backward), so f16 gradients.
-    const std::string build = t.workgroup_matrices ? std::string(t.units ? "cm2" : "cm2_portable") : coopmat_build(t.units, t.operands);
-    return {.shader = "bwd_" + build + "_" + shader,
-            .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
+    const std::string build = t.workgroup_matrices ? std::string(t.units ? "cm2" : "cm2_portable") : coopmat_build(t.units, t.operands, tile);
+    vk::KernelKey key{.shader = "bwd_" + build + "_" + shader,
+                      .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
                           {.id = kSubgroup, .value = c.subgroup},
                           {.id = kTile, .value = t.tile},
                           {.id = kDkTiles, .value = t.dk_tiles},
@@ -322,18 +332,22 @@ vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, 
                           {.id = kKType, .value = shader_type_code(types.k)},
                           {.id = kVType, .value = shader_type_code(types.v)}},
             .required_subgroup_size = c.require_subgroup ? c.subgroup : 0u};
+    if (!t.workgroup_matrices)
+        for (const vk::SpecConstant& k : matrix_tile_constants(t.units, t.operands, tile)) key.constants.push_back(k);
+    return key;
 }
 }  // namespace
 
 const vk::Kernel& bwd_q_kernel(Runtime& runtime, const BackwardConfig& c, const OperandTypes& types) {
-    if (c.coopmat) return runtime.kernels().get(coopmat_backward_key("q_o" + out_suffix(types.q), c, types));
+    if (c.coopmat) return runtime.kernels().get(coopmat_backward_key("q_o" + out_suffix(types.q), c, types, runtime.device().caps().matrix_tile));
     return runtime.kernels().get(backward_key("bwd_q_" + backward_loads(c, types) + "o" + out_suffix(types.q), c, c.q_rows,
                                               c.q_keys_per_lane, types));
 }
 
 const vk::Kernel& bwd_kv_kernel(Runtime& runtime, const BackwardConfig& c, const OperandTypes& types) {
     if (c.coopmat)
-        return runtime.kernels().get(coopmat_backward_key("kv_k" + out_suffix(types.k) + "_v" + out_suffix(types.v), c, types));
+        return runtime.kernels().get(coopmat_backward_key("kv_k" + out_suffix(types.k) + "_v" + out_suffix(types.v), c, types,
+                                                               runtime.device().caps().matrix_tile));
     return runtime.kernels().get(backward_key("bwd_kv_" + backward_loads(c, types) + "k" + out_suffix(types.k) + "_v" +
                                                   out_suffix(types.v),
                                               c, c.kv_keys, c.kv_rows_per_lane, types));

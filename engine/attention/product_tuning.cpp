@@ -246,6 +246,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         c.coopmat = true;
         c.units = caps.matrix_units;
         std::tie(c.subgroup, c.require_subgroup) = *subgroup;
+        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, c.subgroup, c.require_subgroup);
         const auto fits = [&] {
             return c.subgroups() * c.subgroup <= caps.max_workgroup_invocations && c.shared_bytes() <= caps.max_shared_bytes;
         };

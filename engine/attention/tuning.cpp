@@ -211,13 +211,17 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
     const bool coopmat_forced = overrides.fused_kernel == FusedKernel::coopmat;
     if (coopmat_forced || (!overrides.fused_kernel && !register_knobs_forced(overrides) && coopmat_by_default(caps, p))) {
         std::uint32_t subgroups = 4;
+        BackwardConfig parts = c;  // the subgroup of units in parts (matrix_parts_subgroup), kept where the layout is
+        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, parts.subgroup, parts.require_subgroup);
         std::optional<CoopmatBackwardLayout> layout;
         try {
-            layout = choose_coopmat_backward(caps, c.subgroup, subgroups, p, overrides.workgroup_matrices.value_or(false));
+            layout = choose_coopmat_backward(caps, parts.subgroup, subgroups, p, overrides.workgroup_matrices.value_or(false));
         } catch (const InvalidArgument&) {
             if (coopmat_forced) throw;
         }
         if (layout) {
+            c.subgroup = parts.subgroup;
+            c.require_subgroup = parts.require_subgroup;
             c.coopmat = layout;
             c.subgroups = subgroups;
             c.q_rows = c.kv_keys = 16;

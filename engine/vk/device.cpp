@@ -53,7 +53,7 @@ Device::Device(VkPhysicalDevice physical, const DeviceOptions& options) : physic
     // Enable only what we use, and only where it exists.
     available_ = available_features(physical);
     features_ = available_;
-    features_.cooperative_matrix = available_.cooperative_matrix && options.newer_structures && options.f16_matrix_shape;
+    features_.cooperative_matrix = available_.cooperative_matrix && options.newer_structures && options.f16_matrix_tile.found();
     features_.bf16_matrices = features_.cooperative_matrix && available_.bf16_matrices && options.bf16_structures &&
                               options.bf16_matrix_shape && bf16_unit_shaders_built() && supports_bf16_matrices(physical);
     features_.flexible_matrices = features_.cooperative_matrix && options.flexible_matrix_shapes;
@@ -226,7 +226,9 @@ void Device::describe() {
         compute_subgroups && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     caps_.subgroup_size_control = features_.subgroup_size_control;
     // As describe_matrix_units says (vk/device_facts.hpp): the feature on, the shape offered, the shaders built.
-    caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_shape && matrix_unit_shaders_built();
+    caps_.matrix_units = features_.cooperative_matrix && options_.f16_matrix_tile.found() && matrix_unit_shaders_built() &&
+                         (!options_.f16_matrix_tile.parts() || matrix_part_shaders_built());
+    if (caps_.matrix_units) caps_.matrix_tile = options_.f16_matrix_tile;
     caps_.bf16_matrix_units = caps_.matrix_units && features_.bf16_matrices && options_.bf16_matrix_shape && bf16_unit_shaders_built();
     caps_.workgroup_matrices = caps_.matrix_units && features_.workgroup_matrices &&
                                offers_workgroup_matrices(options_.workgroup_matrix_granularity) && workgroup_matrix_shaders_built();

@@ -19,9 +19,10 @@ struct DeviceOptions {
     // Whether feature structures newer than the oldest headers vkattn builds with may be chained at
     // creation: false while a validation layer older than them is on (it reports them as errors).
     bool newer_structures = true;
-    // Whether the matrix units take 16×16×16 f16 × f16 + f32 products at subgroup scope (the
-    // cooperative-matrix shapes DeviceInfo lists).
-    bool f16_matrix_shape = false;
+    // The tile of f16 × f16 + f32 products at subgroup scope the matrix units take for the
+    // kernels' 16×16×16 ones (the cooperative-matrix shapes DeviceInfo lists; vk::f16_matrix_tile):
+    // 16 × 16, or parts of it; {0, 0}: none.
+    MatrixTile f16_matrix_tile{};
     // Whether VK_KHR_shader_bfloat16's feature structure may be chained (false while a validation
     // layer older than it is on), and whether the units take 16×16×16 bf16 × bf16 + f32 products.
     bool bf16_structures = true;

@@ -13,6 +13,17 @@ namespace vkattn::vk {
 
 enum class DeviceKind : std::uint8_t { discrete, integrated, virtual_gpu, cpu, other };
 
+// The matrix units' tile for the cooperative-matrix kernels (common/coopmat.glsl): 16 × 16, their
+// own; or, where a device lists no 16 × 16 × 16 shape, the parts each 16 × 16 matrix is made of
+// (CM_PARTS): M × N of 8 or 16, 16 deep (Intel's Arc lists 8 × 8 × 16, Xe2 8 × 16 × 16). {0, 0}:
+// none.
+struct MatrixTile {
+    std::uint32_t m = 0, n = 0;
+    bool found() const { return m != 0 && n != 0; }
+    bool parts() const { return found() && (m != 16 || n != 16); }
+    bool operator==(const MatrixTile&) const = default;
+};
+
 // A flexible workgroup-scope shape's granularities (VK_NV_cooperative_matrix2's
 // VkCooperativeMatrixFlexibleDimensionsPropertiesNV): at its workgroup size, the rows of every A and
 // accumulator are a multiple of m, A's columns and B's rows of k, B's and the accumulators'
@@ -42,6 +53,7 @@ struct DeviceCaps {
     // f16 × f16 + f32 subgroup shape, and this build has their shaders (VKATTN_COOPMAT_UNITS). The
     // cooperative-matrix kernels run on them then, else their portable implementation.
     bool matrix_units = false;
+    MatrixTile matrix_tile{16, 16};  // on the units: the kernels' 16 × 16 matrices, or their parts
     // bf16 operands on the matrix units too (the kernels' bf16 builds): VK_KHR_shader_bfloat16's
     // features enabled, a 16×16×16 bf16 shape offered, and this build has those shaders (a glslang
     // that compiles GL_EXT_bfloat16). Else bf16 storage takes the cooperative-matrix kernels only

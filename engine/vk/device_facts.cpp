@@ -1,11 +1,14 @@
 #include "vk/device_facts.hpp"
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "vk/device_features.hpp"
 #include "vk/newer_extensions.hpp"
 #include "vk/pipeline.hpp"
+#include "vkattn/errors.hpp"
 
 namespace vkattn::vk {
 namespace {
@@ -208,9 +211,35 @@ bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool 
 bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool flexible) {
     return takes_matrices(shapes, "bf16", flexible);
 }
-bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>& shapes) {
-    return (takes_f16_matrices(shapes) && !takes_f16_matrices(shapes, false)) ||
+bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>& shapes, MatrixTile tile) {
+    return (tile.found() && !f16_matrix_tile(shapes, false, tile).found()) ||
            (takes_bf16_matrices(shapes) && !takes_bf16_matrices(shapes, false));
+}
+
+MatrixTile f16_matrix_tile(const std::vector<CooperativeMatrixShape>& shapes, bool flexible, MatrixTile forced) {
+    if (!forced.found() && takes_f16_matrices(shapes, flexible)) return {16, 16};
+    MatrixTile best{};
+    for (const CooperativeMatrixShape& s : shapes) {
+        if (s.a != "f16" || s.b != "f16" || s.c != "f32" || s.result != "f32" || s.scope != "subgroup" || s.saturating) continue;
+        for (const std::uint32_t m : {8u, 16u})
+            for (const std::uint32_t n : {8u, 16u}) {
+                const bool takes = s.flexible ? flexible && s.m > 0 && s.n > 0 && s.k > 0 && m % s.m == 0 && n % s.n == 0 &&
+                                                    16 % s.k == 0 && s.max_dimension >= 16
+                                              : s.m == m && s.n == n && s.k == 16;
+                const MatrixTile tile{m, n};
+                if (takes && (forced.found() ? tile == forced : m * n > best.m * best.n)) best = tile;
+            }
+    }
+    return best;
+}
+
+MatrixTile forced_matrix_tile() {
+    const char* text = std::getenv("VKATTN_MATRIX_TILE");
+    if (text == nullptr || *text == '\0') return {};
+    for (const MatrixTile tile : {MatrixTile{8, 8}, MatrixTile{8, 16}, MatrixTile{16, 8}, MatrixTile{16, 16}})
+        if (std::string(text) == std::to_string(tile.m) + "x" + std::to_string(tile.n)) return tile;
+    throw InvalidArgument("VKATTN_MATRIX_TILE", std::string("'") + text + "' is not a tile of the matrix units the kernels take: 8x8, "
+                                                "8x16, 16x8 or 16x16 (16 deep).");
 }
 
 WorkgroupGranularities workgroup_matrix_granularities(const std::vector<CooperativeMatrixShape>& shapes) {
@@ -237,16 +266,20 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
     info.bf16_matrix_units_off.clear();
     info.workgroup_matrices_off.clear();
     if (info.cooperative_matrix.empty()) return;  // no matrix units to speak of
-    if (!takes_f16_matrices(info.cooperative_matrix, enabled.flexible_matrices))
-        info.matrix_units_off = "no 16x16x16 f16 x f16 + f32 subgroup shape";
+    const MatrixTile tile = f16_matrix_tile(info.cooperative_matrix, enabled.flexible_matrices, forced_matrix_tile());
+    info.matrix_tile.clear();
+    if (!tile.found())
+        info.matrix_units_off = "no f16 x f16 + f32 subgroup shape of 16x16x16, or of 8 or 16 rows and columns 16 deep" +
+                                std::string(forced_matrix_tile().found() ? " ($VKATTN_MATRIX_TILE's)" : "");
     else if (!available.cooperative_matrix)
         info.matrix_units_off = "vulkanMemoryModel or shaderFloat16 is not offered";
     else if (!enabled.cooperative_matrix)
         info.matrix_units_off = why_not_enabled;
-    else if (!matrix_unit_shaders_built())
+    else if (!matrix_unit_shaders_built() || (tile.parts() && !matrix_part_shaders_built()))
         info.matrix_units_off = "this build has no matrix units' shaders (VKATTN_COOPMAT_UNITS; shaders/toolchain.txt)";
     else
         info.matrix_units = true;
+    if (info.matrix_units) info.matrix_tile = std::to_string(tile.m) + "x" + std::to_string(tile.n) + "x16";
     if (!info.matrix_units)
         info.bf16_matrix_units_off = "the matrix units are off";
     else if (!takes_bf16_matrices(info.cooperative_matrix, enabled.flexible_matrices))

@@ -48,11 +48,21 @@ std::vector<CooperativeMatrixShape> flexible_matrix_shapes(VkInstance instance, 
 // f16 × f16 + f32 → f32, subgroup scope, not saturating (common/coopmat.glsl): a shape of its own,
 // or with `flexible` a flexible shape whose granularities divide 16.
 bool takes_f16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool flexible = true);
+// The units' tile for the kernels' f16 products (DeviceCaps::matrix_tile): 16 × 16 where
+// takes_f16_matrices; else the parts of it a shape offers, f16 × f16 + f32 → f32 at subgroup scope,
+// 16 deep, M and N 8 or 16 (the most elements; with `flexible`, flexible shapes whose granularities
+// divide them too). `forced` found: that tile alone, where the shapes take it
+// ($VKATTN_MATRIX_TILE, so that the parts run where 16 × 16 would). {0, 0}: none.
+MatrixTile f16_matrix_tile(const std::vector<CooperativeMatrixShape>& shapes, bool flexible = true, MatrixTile forced = {});
+// $VKATTN_MATRIX_TILE ("8x8", "8x16", "16x8", "16x16"), or {0, 0} where unset; InvalidArgument naming
+// it where it is none of those.
+MatrixTile forced_matrix_tile();
 // The same with bf16 × bf16 + f32 (the kernels' bf16 builds).
 bool takes_bf16_matrices(const std::vector<CooperativeMatrixShape>& shapes, bool flexible = true);
 // Whether the kernels' shapes come only from flexible ones: the device must then enable
 // VK_NV_cooperative_matrix2's cooperativeMatrixFlexibleDimensions for them.
-bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>& shapes);
+// `tile`: the f16 tile the device will use (f16_matrix_tile's).
+bool matrices_need_flexible_dimensions(const std::vector<CooperativeMatrixShape>& shapes, MatrixTile tile);
 
 // Why bf16 matrices are off where the driver lacks VK_KHR_shader_bfloat16's two features.
 inline constexpr const char* kNoBf16MatrixFeatures =

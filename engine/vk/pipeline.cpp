@@ -25,6 +25,7 @@ bool has_embedded_shader(const std::string& name) {
 }
 
 bool matrix_unit_shaders_built() { return has_embedded_shader("flash_coopmat_units_o16"); }
+bool matrix_part_shaders_built() { return has_embedded_shader("flash_coopmat_units_parts_o16"); }
 bool bf16_unit_shaders_built() { return has_embedded_shader("flash_coopmat_units_bf16_obf16"); }
 bool workgroup_matrix_shaders_built() { return has_embedded_shader("flash_cm2_o32"); }
 

@@ -29,6 +29,8 @@ bool has_embedded_shader(const std::string& name);
 // Whether this build has the matrix units' shaders (built only where their toolchain is:
 // cmake/VkattnShaders.cmake's VKATTN_COOPMAT_UNITS).
 bool matrix_unit_shaders_built();
+// Whether it has their build for tiles of parts (CM_PARTS: built with them; DeviceCaps::matrix_tile).
+bool matrix_part_shaders_built();
 // Whether it has their bf16 builds too (VKATTN_HAVE_BF16_UNITS: a glslang that compiles GL_EXT_bfloat16).
 bool bf16_unit_shaders_built();
 // Whether it has the workgroup-matrix kernel (VKATTN_HAVE_WORKGROUP_MATRICES: shaders/flash_cm2.comp,

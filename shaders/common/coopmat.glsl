@@ -139,9 +139,36 @@ uvec2 cm_bf16_four(vec4 v) { return uvec2(cm_bf16_pair(v.xy), cm_bf16_pair(v.zw)
         hi = f16vec4(unpackFloat2x16(cm_w.z), unpackFloat2x16(cm_w.w)); \
     }
 #endif
+#ifdef CM_PARTS
+// CM_PARTS: the units' tiles of CM_M × CM_N accumulators (specialization constants, 8 or 16 each;
+// K 16), for devices that list no 16 × 16 × 16 shape: Intel's Arc lists 8 × 8 × 16 (Xe2 8 × 16 ×
+// 16). Each 16 × 16 matrix of the interface is then its parts: A 16/CM_M of CM_M × 16, B 16/CM_N
+// of 16 × CM_N, an accumulator (16/CM_M)·(16/CM_N) of CM_M × CM_N, row-major; every operation
+// runs on each part, its offsets moved by the part's first row and column (multiples of 8
+// elements, so the units' 16-byte alignment holds). The arrays hold the most parts (8 × 8), and
+// the loops run over the specialized count.
+layout(constant_id = 40) const uint CM_M = 16;
+layout(constant_id = 41) const uint CM_N = 16;
+const uint CM_MI = 16u / CM_M, CM_NJ = 16u / CM_N;
+#define CmAPart coopmat<CM_ELEM, gl_ScopeSubgroup, CM_M, 16, gl_MatrixUseA>
+#define CmBPart coopmat<CM_ELEM, gl_ScopeSubgroup, 16, CM_N, gl_MatrixUseB>
+#define CmAccPart coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+// Array types (GLSL's `T[n] name`), so that a kernel's `CmAcc acc[TM * TN]` is an array of arrays:
+// Mesa 26.1's lavapipe crashed compiling coopmat members of a struct.
+#define CmA CmAPart[2]
+#define CmB CmBPart[2]
+#define CmAcc CmAccPart[4]
+// Loops over the parts, written before a statement (not macros of it: a coopmat type's commas,
+// inside its angle brackets, would split a macro's argument).
+#define CM_FOR_I [[unroll]] for (uint cm_i = 0u; cm_i < CM_MI; ++cm_i)
+#define CM_FOR_J [[unroll]] for (uint cm_j = 0u; cm_j < CM_NJ; ++cm_j)
+#define CM_FOR_IJ CM_FOR_I CM_FOR_J
+#define CM_P (cm_i * CM_NJ + cm_j)
+#else
 #define CmA coopmat<CM_ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define CmB coopmat<CM_ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define CmAcc coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#endif
 // A tile of n elements declared as `type`, `unit` elements each: the loads' offsets and strides
 // count declared elements, name##_unit converts.
 #define CM_TILE_(type, name, n, unit) \
@@ -151,6 +178,32 @@ uvec2 cm_bf16_four(vec4 v) { return uvec2(cm_bf16_pair(v.xy), cm_bf16_pair(v.zw)
 #define CM_OPERAND_TILE_SCALAR(name, n) CM_TILE_(CM_ELEM, name, n, 1u)
 #define CM_ACC_TILE(name, n) CM_TILE_(vec4, name, n, 4u)
 #define CM_ACC_TILE_SCALAR(name, n) CM_TILE_(float, name, n, 1u)
+#ifdef CM_PARTS
+#define CM_FILL(c, value) CM_FOR_IJ (c)[CM_P] = CmAccPart(value)
+// Part i of A holds rows CM_M·i on; part j of B columns CM_N·j on; the accumulator's part (i, j) both.
+#define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
+#define CM_LOAD_A(a, tile, offset, stride) \
+    CM_FOR_I CM_LOAD_((a)[cm_i], tile, (offset) + cm_i * CM_M * (stride), stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_LOAD_AT(a, tile, offset, stride) \
+    CM_FOR_I CM_LOAD_((a)[cm_i], tile, (offset) + cm_i * CM_M, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define CM_LOAD_B(b, tile, offset, stride) \
+    CM_FOR_J CM_LOAD_((b)[cm_j], tile, (offset) + cm_j * CM_N, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_LOAD_BT(b, tile, offset, stride) \
+    CM_FOR_J CM_LOAD_((b)[cm_j], tile, (offset) + cm_j * CM_N * (stride), stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define CM_PART_AT(offset, stride) ((offset) + cm_i * CM_M * (stride) + cm_j * CM_N)
+#define CM_LOAD_ACC(c, tile, offset, stride) \
+    CM_FOR_IJ CM_LOAD_((c)[CM_P], tile, CM_PART_AT(offset, stride), stride, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_COPY_A(a, a2) a = (a2)
+#define CM_MUL_ADD(c, a, b, tile_b) CM_FOR_IJ (c)[CM_P] = coopMatMulAdd((a)[cm_i], (b)[cm_j], (c)[CM_P])
+#define CM_SCALE(c, s) CM_FOR_IJ (c)[CM_P] = (c)[CM_P] * float(s)
+#define CM_MUL_ELEMENTS(c, d) CM_FOR_IJ (c)[CM_P] = (c)[CM_P] * (d)[CM_P]
+#define CM_ADD(c, d) CM_FOR_IJ (c)[CM_P] = (c)[CM_P] + (d)[CM_P]
+#define CM_STORE(c, tile, offset, stride)                                                                       \
+    CM_FOR_IJ coopMatStore((c)[CM_P], tile, CM_PART_AT(offset, stride) / tile##_unit, (stride) / tile##_unit, \
+                           gl_CooperativeMatrixLayoutRowMajor)
+#define CM_STORE_F32(c, tile, offset, stride) \
+    CM_FOR_IJ coopMatStore((c)[CM_P], tile, CM_PART_AT(offset, stride) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
+#else
 #define CM_FILL(c, value) c = CmAcc(value)
 #define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
 #define CM_LOAD_A(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
@@ -165,11 +218,14 @@ uvec2 cm_bf16_four(vec4 v) { return uvec2(cm_bf16_pair(v.xy), cm_bf16_pair(v.zw)
 #define CM_ADD(c, d) c = c + (d)
 #define CM_STORE(c, tile, offset, stride) \
     coopMatStore(c, tile, (offset) / tile##_unit, (stride) / tile##_unit, gl_CooperativeMatrixLayoutRowMajor)
+#endif
 #define CM_AT(tile, i) tile[(i) / 4u][(i) % 4u]
 // An fp32 value takes two f16 slots of an operand tile (uvec4: 4 values per word).
 const uint CM_F32_SLOTS = 2u;
+#ifndef CM_PARTS
 #define CM_STORE_F32(c, tile, offset, stride) \
     coopMatStore(c, tile, (offset) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
+#endif
 #define CM_F32_AT(tile, i) uintBitsToFloat(tile[(i) / 4u][(i) % 4u])
 
 #else  // the portable implementation

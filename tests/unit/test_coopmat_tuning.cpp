@@ -357,3 +357,25 @@ TEST_CASE("coopmat tuning: the backward's shared memory on the units, term by te
         CHECK(t.shared_bytes(subgroups) == bytes);
     }
 }
+
+TEST_CASE("coopmat tuning: units whose tile is in parts run the kernels at its width of lanes", "[unit][tuning][coopmat]") {
+    // Intel's Arc lists 8 x 8 x 16 (DPAS 8 lanes wide), Xe2 8 x 16 x 16: the kernels then require
+    // subgroups of the tile's N where the device lets a pipeline require a size.
+    for (const std::uint32_t n : {8u, 16u}) {
+        vk::DeviceCaps caps = intel_like();
+        caps.matrix_units = true;
+        caps.matrix_tile = {8, n};
+        const Problem p = problem(1, 8, 8, 300, 300, 64, 64, DType::f16);
+        const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat});
+        INFO("N " << n);
+        REQUIRE(c);
+        CHECK(c->subgroup == n);
+        CHECK(c->require_subgroup);
+        const BmmConfig g = choose_gemm(caps, 256, 256, 256, {.gemm_kernel = GemmKernel::coopmat});
+        CHECK(g.subgroup == n);
+        CHECK(g.require_subgroup);
+        // 16 x 16 tiles keep the engine's choice (32 lanes here).
+        caps.matrix_tile = {16, 16};
+        CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->subgroup == 32);
+    }
+}

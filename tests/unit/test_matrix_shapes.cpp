@@ -3,6 +3,7 @@
 // only where flexible dimensions count; and when a device must enable them.
 #include "support/catch.hpp"
 
+#include "attention/coopmat_tile.hpp"
 #include "vk/device_facts.hpp"
 
 using namespace vkattn;
@@ -22,14 +23,14 @@ TEST_CASE("matrix shapes: a 16x16x16 shape of its own, or a flexible one whose g
     const std::vector<CooperativeMatrixShape> nvidia{shape(16, 8, 16, "f16"), shape(16, 16, 16, "f16"), shape(16, 16, 16, "bf16")};
     CHECK(vk::takes_f16_matrices(nvidia, false));
     CHECK(vk::takes_bf16_matrices(nvidia, false));
-    CHECK_FALSE(vk::matrices_need_flexible_dimensions(nvidia));
+    CHECK_FALSE(vk::matrices_need_flexible_dimensions(nvidia, vk::f16_matrix_tile(nvidia)));
 
     // Mesa's lavapipe (26.1): 8 × 8 × 8 only, and flexible dimensions of granularity 8 up to 1,024.
     const std::vector<CooperativeMatrixShape> lavapipe{shape(8, 8, 8, "f16"), shape(8, 8, 8, "f16", true, 1024)};
     CHECK_FALSE(vk::takes_f16_matrices(lavapipe, false));
     CHECK(vk::takes_f16_matrices(lavapipe, true));
     CHECK_FALSE(vk::takes_bf16_matrices(lavapipe, true));
-    CHECK(vk::matrices_need_flexible_dimensions(lavapipe));
+    CHECK(vk::matrices_need_flexible_dimensions(lavapipe, vk::f16_matrix_tile(lavapipe)));
 
     // A fixed 8 × 8 × 8 shape alone never takes them; nor flexible granularities that do not divide
     // 16, or whose largest dimension is below it.
@@ -47,5 +48,46 @@ TEST_CASE("matrix shapes: a 16x16x16 shape of its own, or a flexible one whose g
     CooperativeMatrixShape saturating = shape(16, 16, 16, "f16");
     saturating.saturating = true;
     CHECK_FALSE(vk::takes_f16_matrices({workgroup, f16_accumulator, saturating}, true));
-    CHECK_FALSE(vk::matrices_need_flexible_dimensions({workgroup, f16_accumulator, saturating}));
+    CHECK_FALSE(vk::matrices_need_flexible_dimensions({workgroup, f16_accumulator, saturating}, {}));
+}
+
+TEST_CASE("matrix shapes: the units' tile, 16x16 or the parts a device lists", "[unit][coopmat]") {
+    using vk::MatrixTile;
+    // NVIDIA's and AMD's 16 × 16 × 16: the kernels' own matrices.
+    const std::vector<CooperativeMatrixShape> nvidia{shape(16, 8, 16, "f16"), shape(16, 16, 16, "f16")};
+    CHECK(vk::f16_matrix_tile(nvidia) == MatrixTile{16, 16});
+    CHECK_FALSE(vk::f16_matrix_tile(nvidia).parts());
+    // Intel's Arc (DG2) lists 8 × 8 × 16, Xe2 8 × 16 × 16: each 16 × 16 matrix in parts of them.
+    CHECK(vk::f16_matrix_tile({shape(8, 8, 16, "f16")}) == MatrixTile{8, 8});
+    CHECK(vk::f16_matrix_tile({shape(8, 8, 16, "f16"), shape(8, 16, 16, "f16")}) == MatrixTile{8, 16});
+    CHECK(vk::f16_matrix_tile({shape(8, 16, 16, "f16")}).parts());
+    CHECK_FALSE(vk::matrices_need_flexible_dimensions({shape(8, 8, 16, "f16")}, MatrixTile{8, 8}));
+    // Not 16 deep, rows or columns other than 8 and 16, other types: none.
+    CHECK_FALSE(vk::f16_matrix_tile({shape(8, 8, 8, "f16")}).found());
+    CHECK_FALSE(vk::f16_matrix_tile({shape(8, 8, 32, "f16")}).found());
+    CHECK_FALSE(vk::f16_matrix_tile({shape(4, 8, 16, "f16")}).found());
+    CHECK_FALSE(vk::f16_matrix_tile({shape(8, 8, 16, "bf16")}).found());
+    // Forced ($VKATTN_MATRIX_TILE): that tile, where a shape takes it. Lavapipe's flexible
+    // granularity 8 takes 8 × 8 × 16 parts, through its flexible dimensions.
+    const std::vector<CooperativeMatrixShape> lavapipe{shape(8, 8, 8, "f16"), shape(8, 8, 8, "f16", true, 1024)};
+    CHECK(vk::f16_matrix_tile(lavapipe) == MatrixTile{16, 16});
+    CHECK(vk::f16_matrix_tile(lavapipe, true, MatrixTile{8, 8}) == MatrixTile{8, 8});
+    CHECK(vk::f16_matrix_tile(lavapipe, true, MatrixTile{8, 16}) == MatrixTile{8, 16});
+    CHECK_FALSE(vk::f16_matrix_tile(lavapipe, false, MatrixTile{8, 8}).found());
+    CHECK(vk::matrices_need_flexible_dimensions(lavapipe, MatrixTile{8, 8}));
+    CHECK_FALSE(vk::f16_matrix_tile(nvidia, true, MatrixTile{8, 8}).found());
+    CHECK(vk::f16_matrix_tile(nvidia, true, MatrixTile{16, 16}) == MatrixTile{16, 16});
+}
+
+TEST_CASE("matrix shapes: the kernels' build for the units' tile", "[unit][coopmat]") {
+    using vk::MatrixTile;
+    using detail::coopmat_build;
+    CHECK(coopmat_build(true, DType::f16) == "coopmat_units");
+    CHECK(coopmat_build(true, DType::f16, MatrixTile{8, 8}) == "coopmat_units_parts");
+    CHECK(coopmat_build(true, DType::f16, MatrixTile{8, 16}) == "coopmat_units_parts");
+    CHECK(detail::coopmat_parts(true, DType::f16, MatrixTile{16, 8}));
+    // bf16 operands need a 16 × 16 × 16 bf16 shape (no parts build); the portable builds have no tile.
+    CHECK(coopmat_build(true, DType::bf16, MatrixTile{8, 8}) == "coopmat_units_bf16");
+    CHECK(coopmat_build(false, DType::f16, MatrixTile{8, 8}) == "coopmat");
+    CHECK_FALSE(detail::coopmat_parts(true, DType::f16, MatrixTile{16, 16}));
 }

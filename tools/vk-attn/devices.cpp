@@ -45,6 +45,7 @@ nlohmann::json to_json(const DeviceInfo& d) {
             {"bf16_shader", d.bf16_shader}, {"bf16_cooperative_matrix", d.bf16_cooperative_matrix},
             {"fp8_shader", d.fp8_shader}, {"fp8_cooperative_matrix", d.fp8_cooperative_matrix},
             {"cooperative_matrix", shapes}, {"matrix_units", d.matrix_units}, {"matrix_units_off", d.matrix_units_off},
+            {"matrix_tile", d.matrix_tile},
             {"bf16_matrix_units", d.bf16_matrix_units}, {"bf16_matrix_units_off", d.bf16_matrix_units_off},
             {"workgroup_matrices", d.workgroup_matrices}, {"workgroup_matrices_off", d.workgroup_matrices_off},
             {"inf_nan_preserve", d.inf_nan_preserve}, {"maximal_reconvergence", d.maximal_reconvergence},
@@ -77,7 +78,8 @@ void print_text(const DeviceInfo& d) {
         std::cout << " (bf16 " << yes(d.bf16_cooperative_matrix) << ", fp8 " << yes(d.fp8_cooperative_matrix) << ")"
                   << "\n    the cooperative-matrix kernels: ";
         if (d.matrix_units) {
-            std::cout << "on the matrix units; bf16 storage ";
+            std::cout << "on the matrix units (" << d.matrix_tile
+                      << (d.matrix_tile == "16x16x16" ? "" : ": each 16x16 matrix in parts") << "); bf16 storage ";
             if (d.bf16_matrix_units) std::cout << "on them too";
             else std::cout << "refused (" << d.bf16_matrix_units_off << ")";
             std::cout << "; workgroup matrices (flash_cm2.comp) ";

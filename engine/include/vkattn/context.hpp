@@ -83,6 +83,9 @@ struct DeviceInfo {
     // A context's own device enables the units unless a validation layer older than the extension
     // is on; a context on the caller's device uses them where its create info enabled them.
     bool matrix_units = false;
+    // On the units, their tile: "16x16x16", or the parts the kernels' 16 × 16 matrices are made of
+    // where the device lists no such shape ("8x8x16": Intel's Arc; $VKATTN_MATRIX_TILE forces one).
+    std::string matrix_tile;
     // Whether the kernels run with maximal reconvergence (VK_KHR_shader_maximal_reconvergence, where
     // offered and enabled; $VKATTN_MAXIMAL_RECONVERGENCE=0 turns it off): subgroup operations after a
     // per-lane branch then see the whole subgroup (docs/design/GPU_KERNELS.md, "Reconvergence").
