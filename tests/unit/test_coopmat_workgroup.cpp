@@ -1,6 +1,7 @@
 // The workgroup-matrix forward's layout (shaders/flash_cm2.comp, VariantOverrides::workgroup_matrices,
-// the catalogue's coopmat-wg variants; attention/workgroup_matrices.hpp): which workgroup sizes a
-// device's flexible shapes offer, the layout on a made-up device that offers them, the portable
+// the catalogue's coopmat-wg variants; attention/workgroup_matrices.hpp): the layout on a made-up
+// device that offers them (which sizes a device's shapes offer: test_matrix_shapes.cpp), each
+// matrix within its granularities, the portable
 // implementation's on the others, and each refusal by name; and the GEMM ceiling's (bmm_cm2.comp,
 // bench --gemm-kernel coopmat-wg) alike.
 #include "support/catch.hpp"
@@ -23,12 +24,6 @@ using namespace vkattn::detail;
 using namespace vkattn::detail::fake;
 
 namespace {
-
-CooperativeMatrixShape flexible_shape(std::uint32_t m, std::uint32_t n, std::uint32_t k, const char* scope, std::uint32_t invocations,
-                                      const char* result = "f32") {
-    return {.m = m, .n = n, .k = k, .a = "f16", .b = "f16", .c = result, .result = result, .scope = scope,
-            .flexible = true, .max_dimension = 256, .workgroup_invocations = invocations};
-}
 
 // An NVIDIA-like device whose driver offers f16 workgroup matrices at 128 and 256 invocations, at
 // the granularities NVIDIA's drivers list (32 x 16 x 16 and 32 x 32 x 16).
@@ -54,30 +49,6 @@ Problem f16_problem(std::int64_t dk, std::int64_t dv) {
 const VariantOverrides& wg(const char* name = "coopmat-wg") { return find_kernel_variant(name)->overrides; }
 
 }  // namespace
-
-TEST_CASE("workgroup matrices: the workgroup sizes a device's shapes offer, and their granularities", "[unit][coopmat][workgroup]") {
-    const std::vector<CooperativeMatrixShape> shapes{
-        {.m = 16, .n = 16, .k = 16, .a = "f16", .b = "f16", .c = "f32", .result = "f32", .scope = "subgroup"},
-        flexible_shape(32, 16, 16, "workgroup", 128), flexible_shape(32, 32, 16, "workgroup", 256),  // NVIDIA's
-        flexible_shape(16, 16, 16, "workgroup", 512, "f16"),  // f16 accumulators: not the kernels'
-        flexible_shape(32, 32, 32, "workgroup", 64), flexible_shape(16, 16, 16, "workgroup", 64),  // two: the finer kept
-        flexible_shape(8, 8, 8, "subgroup", 0),               // lavapipe's: subgroup scope
-        flexible_shape(16, 16, 16, "workgroup", 96),          // not a power of two
-    };
-    const vk::WorkgroupGranularities g = vk::workgroup_matrix_granularities(shapes);
-    CHECK(vk::offers_workgroup_matrices(g));
-    for (std::uint32_t i = 0; i < g.size(); ++i) {
-        INFO((1u << i) << " invocations");
-        CHECK(g[i].offered() == (i == 6 || i == 7 || i == 8));
-    }
-    CHECK((g[7].m == 32 && g[7].n == 16 && g[7].k == 16));
-    CHECK((g[8].m == 32 && g[8].n == 32 && g[8].k == 16));
-    CHECK((g[6].m == 16 && g[6].n == 16 && g[6].k == 16));
-    CHECK(vk::granularity_at(g, 128) == &g[7]);
-    CHECK(vk::granularity_at(g, 96) == nullptr);
-    CHECK(vk::granularity_at(g, 512) == nullptr);
-    CHECK_FALSE(vk::offers_workgroup_matrices(vk::workgroup_matrix_granularities({shapes[0], shapes[6]})));
-}
 
 TEST_CASE("workgroup matrices: the layout where the device offers them", "[unit][coopmat][workgroup]") {
     const vk::DeviceCaps caps = workgroup_device();

@@ -1,7 +1,10 @@
 // Which cooperative-matrix shapes take the kernels' 16 × 16 × 16 matrices (vk/device_facts.hpp): a
 // shape of that size, or a flexible one (VK_NV_cooperative_matrix2) whose granularities divide 16,
-// only where flexible dimensions count; and when a device must enable them.
+// only where flexible dimensions count; when a device must enable them; the tile in parts where no
+// such shape is listed; and the workgroup sizes and granularities of the workgroup-scope shapes.
 #include "support/catch.hpp"
+
+#include <vector>
 
 #include "attention/coopmat_tile.hpp"
 #include "vk/device_facts.hpp"
@@ -16,6 +19,13 @@ CooperativeMatrixShape shape(std::uint32_t m, std::uint32_t n, std::uint32_t k, 
             .flexible = flexible, .max_dimension = max_dimension};
 }
 
+
+// A flexible f16 shape of VK_NV_cooperative_matrix2 with granularities m × n × k at `scope`.
+CooperativeMatrixShape workgroup_shape(std::uint32_t m, std::uint32_t n, std::uint32_t k, const char* scope, std::uint32_t invocations,
+                                       const char* result = "f32") {
+    return {.m = m, .n = n, .k = k, .a = "f16", .b = "f16", .c = result, .result = result, .scope = scope,
+            .flexible = true, .max_dimension = 256, .workgroup_invocations = invocations};
+}
 }  // namespace
 
 TEST_CASE("matrix shapes: a 16x16x16 shape of its own, or a flexible one whose granularities divide 16", "[unit][coopmat]") {
@@ -90,4 +100,28 @@ TEST_CASE("matrix shapes: the kernels' build for the units' tile", "[unit][coopm
     CHECK(coopmat_build(true, DType::bf16, MatrixTile{8, 8}) == "coopmat_units_bf16");
     CHECK(coopmat_build(false, DType::f16, MatrixTile{8, 8}) == "coopmat");
     CHECK_FALSE(detail::coopmat_parts(true, DType::f16, MatrixTile{16, 16}));
+}
+
+TEST_CASE("workgroup matrices: the workgroup sizes a device's shapes offer, and their granularities", "[unit][coopmat][workgroup]") {
+    const std::vector<CooperativeMatrixShape> shapes{
+        {.m = 16, .n = 16, .k = 16, .a = "f16", .b = "f16", .c = "f32", .result = "f32", .scope = "subgroup"},
+        workgroup_shape(32, 16, 16, "workgroup", 128), workgroup_shape(32, 32, 16, "workgroup", 256),  // NVIDIA's
+        workgroup_shape(16, 16, 16, "workgroup", 512, "f16"),  // f16 accumulators: not the kernels'
+        workgroup_shape(32, 32, 32, "workgroup", 64), workgroup_shape(16, 16, 16, "workgroup", 64),  // two: the finer kept
+        workgroup_shape(8, 8, 8, "subgroup", 0),               // lavapipe's: subgroup scope
+        workgroup_shape(16, 16, 16, "workgroup", 96),          // not a power of two
+    };
+    const vk::WorkgroupGranularities g = vk::workgroup_matrix_granularities(shapes);
+    CHECK(vk::offers_workgroup_matrices(g));
+    for (std::uint32_t i = 0; i < g.size(); ++i) {
+        INFO((1u << i) << " invocations");
+        CHECK(g[i].offered() == (i == 6 || i == 7 || i == 8));
+    }
+    CHECK((g[7].m == 32 && g[7].n == 16 && g[7].k == 16));
+    CHECK((g[8].m == 32 && g[8].n == 32 && g[8].k == 16));
+    CHECK((g[6].m == 16 && g[6].n == 16 && g[6].k == 16));
+    CHECK(vk::granularity_at(g, 128) == &g[7]);
+    CHECK(vk::granularity_at(g, 96) == nullptr);
+    CHECK(vk::granularity_at(g, 512) == nullptr);
+    CHECK_FALSE(vk::offers_workgroup_matrices(vk::workgroup_matrix_granularities({shapes[0], shapes[6]})));
 }
