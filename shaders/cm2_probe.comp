@@ -3,7 +3,8 @@
 // VK_NV_cooperative_matrix2 operation the workgroup-matrix kernels (flash_cm2.comp, bwd_cm2_*.comp,
 // bmm_cm2.comp) rely on, alone, on a 64 × 64 f16 matrix X of small integers (so every result is
 // exact), each result stored to a region of its own for the host to compare: so that a first run on
-// a GPU says which operation a wrong kernel went wrong in. One workgroup of 128 invocations.
+// a GPU says which operation a wrong kernel went wrong in. One workgroup, of the smallest size whose
+// granularity takes these matrices (workgroup_probe_invocations: NVIDIA's 128).
 //   0  X through a transposed view, as B (I·Xᵀ)          1  X as B (I·X)
 //   2  X's row maxima into 64 × 16                         3  those widened back to 64 × 64
 //   4  X's row sums into 64 × 16                           5  each element's (row, column) as r·64 + c

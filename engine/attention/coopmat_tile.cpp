@@ -169,7 +169,8 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, co
 
 FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
     std::uint32_t subgroups = 4;
-    if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, c.subgroup, c.require_subgroup);
+    const bool bf16 = p.dtype == DType::bf16 || p.k_dtype == DType::bf16 || p.v_dtype == DType::bf16;  // coopmat_operands' rule
+    if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, bf16, c.subgroup, c.require_subgroup);
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
     // The workgroup-matrix kernel has its own rule (Dk up to 128, O in passes): the faults this
     // refusal keeps away were flash_coopmat.comp's.

@@ -218,8 +218,9 @@ std::int64_t coopmat_gemm_loops(const BmmConfig& c, std::int64_t k) {
     const std::int64_t columns = loop(s.tiles_n, product, 2);                           // each b
     const std::int64_t steps = loop(s.depth / 16, loop(s.tiles_m, 0, 0) + columns, 4);  // A's operands, then the columns
     // Before the loop the first slice fetched and stored; each slice the next fetched and stored
-    // and this one's products; the pass that ends the loop holds 10 loops.
-    return 2 * slice + loop(slices, 2 * slice + steps, 10) + stores;
+    // (the last slice's fetch and store are masked: 4 passes, counted in full, which over-counts)
+    // and this one's products; the pass that ends the loop runs its 9 loops masked.
+    return 2 * slice + loop(slices, 2 * slice + steps, 9) + stores;
 }
 
 namespace {
@@ -246,7 +247,9 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         c.coopmat = true;
         c.units = caps.matrix_units;
         std::tie(c.subgroup, c.require_subgroup) = *subgroup;
-        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, c.subgroup, c.require_subgroup);
+        // The ceiling's operands are the caller's (f16 unless bench --gemm-operands bf16); bf16 ones on
+        // units in parts would need a 16 × 16 × 16 bf16 shape, which such devices do not list.
+        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, false, c.subgroup, c.require_subgroup);
         const auto fits = [&] {
             return c.subgroups() * c.subgroup <= caps.max_workgroup_invocations && c.shared_bytes() <= caps.max_shared_bytes;
         };

@@ -212,7 +212,8 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
     if (coopmat_forced || (!overrides.fused_kernel && !register_knobs_forced(overrides) && coopmat_by_default(caps, p))) {
         std::uint32_t subgroups = 4;
         BackwardConfig parts = c;  // the subgroup of units in parts (matrix_parts_subgroup), kept where the layout is
-        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, parts.subgroup, parts.require_subgroup);
+        const bool bf16 = p.dtype == DType::bf16 || p.k_dtype == DType::bf16 || p.v_dtype == DType::bf16;  // coopmat_operands' rule
+        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, bf16, parts.subgroup, parts.require_subgroup);
         std::optional<CoopmatBackwardLayout> layout;
         try {
             layout = choose_coopmat_backward(caps, parts.subgroup, subgroups, p, overrides.workgroup_matrices.value_or(false));

@@ -265,9 +265,9 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
     info.matrix_units_off.clear();
     info.bf16_matrix_units_off.clear();
     info.workgroup_matrices_off.clear();
+    info.matrix_tile.clear();
     if (info.cooperative_matrix.empty()) return;  // no matrix units to speak of
     const MatrixTile tile = f16_matrix_tile(info.cooperative_matrix, enabled.flexible_matrices, forced_matrix_tile());
-    info.matrix_tile.clear();
     if (!tile.found())
         info.matrix_units_off = "no f16 x f16 + f32 subgroup shape of 16x16x16, or of 8 or 16 rows and columns 16 deep" +
                                 std::string(forced_matrix_tile().found() ? " ($VKATTN_MATRIX_TILE's)" : "");

@@ -374,7 +374,11 @@ TEST_CASE("coopmat tuning: units whose tile is in parts run the kernels at its w
         const BmmConfig g = choose_gemm(caps, 256, 256, 256, {.gemm_kernel = GemmKernel::coopmat});
         CHECK(g.subgroup == n);
         CHECK(g.require_subgroup);
-        // 16 x 16 tiles keep the engine's choice (32 lanes here).
+        // bf16 operands take the whole-matrix bf16 build (where the units list a 16 x 16 x 16 bf16
+        // shape), so the engine's choice (32 lanes here); 16 x 16 tiles alike.
+        caps.bf16_matrix_units = true;
+        const Problem bf = problem(1, 8, 8, 300, 300, 64, 64, DType::bf16);
+        CHECK(fused_for(caps, bf, {.fused_kernel = FusedKernel::coopmat})->subgroup == 32);
         caps.matrix_tile = {16, 16};
         CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->subgroup == 32);
     }
