@@ -133,8 +133,8 @@ std::int64_t coopmat_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgro
 }
 
 bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
-    return caps.matrix_units && !is_cpu(caps) && caps.maximal_reconvergence && p.dtype == DType::f16 && p.k_dtype == DType::f16 &&
-           p.v_dtype == DType::f16;
+    return caps.matrix_units && !caps.matrix_tile.parts() && !is_cpu(caps) && caps.maximal_reconvergence && p.dtype == DType::f16 &&
+           p.k_dtype == DType::f16 && p.v_dtype == DType::f16;
 }
 
 DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, const std::string& argument,

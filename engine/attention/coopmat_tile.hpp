@@ -145,6 +145,8 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& probl
 // kernels are the same with bf16 operands but have never run on a GPU, and the f16 ones computed
 // wrong on NVIDIA's driver several times before they were validated; forced or tuned (the tuner
 // keeps a kernel only where it agrees with the heuristics') until a GPU session validates them.
+// Not units whose tile is in parts (DeviceCaps::matrix_tile: Intel's) for the same reason: their
+// build has run on lavapipe's units alone.
 bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& problem);
 
 // Loop back-edges one key tile of flash_coopmat.comp may take (lavapipe counts them).

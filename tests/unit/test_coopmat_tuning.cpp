@@ -366,6 +366,8 @@ TEST_CASE("coopmat tuning: units whose tile is in parts run the kernels at its w
         caps.matrix_units = true;
         caps.matrix_tile = {8, n};
         const Problem p = problem(1, 8, 8, 300, 300, 64, 64, DType::f16);
+        caps.maximal_reconvergence = true;
+        CHECK_FALSE(coopmat_by_default(caps, p));  // forced or tuned until an Intel GPU validates them
         const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat});
         INFO("N " << n);
         REQUIRE(c);
@@ -381,5 +383,6 @@ TEST_CASE("coopmat tuning: units whose tile is in parts run the kernels at its w
         CHECK(fused_for(caps, bf, {.fused_kernel = FusedKernel::coopmat})->subgroup == 32);
         caps.matrix_tile = {16, 16};
         CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->subgroup == 32);
+        CHECK(coopmat_by_default(caps, p));
     }
 }
