@@ -365,7 +365,8 @@ TEST_CASE("coopmat tuning: units whose tile is in parts run the kernels at its w
         vk::DeviceCaps caps = intel_like();
         caps.matrix_units = true;
         caps.matrix_tile = {8, n};
-        const Problem p = problem(1, 8, 8, 300, 300, 64, 64, DType::f16);
+        Problem p = problem(1, 8, 8, 300, 300, 64, 64, DType::f16);
+        p.k_dtype = p.v_dtype = DType::f16;
         caps.maximal_reconvergence = true;
         CHECK_FALSE(coopmat_by_default(caps, p));  // forced or tuned until an Intel GPU validates them
         const auto c = fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat});
@@ -379,7 +380,8 @@ TEST_CASE("coopmat tuning: units whose tile is in parts run the kernels at its w
         // bf16 operands take the whole-matrix bf16 build (where the units list a 16 x 16 x 16 bf16
         // shape), so the engine's choice (32 lanes here); 16 x 16 tiles alike.
         caps.bf16_matrix_units = true;
-        const Problem bf = problem(1, 8, 8, 300, 300, 64, 64, DType::bf16);
+        Problem bf = problem(1, 8, 8, 300, 300, 64, 64, DType::bf16);
+        bf.k_dtype = bf.v_dtype = DType::bf16;
         CHECK(fused_for(caps, bf, {.fused_kernel = FusedKernel::coopmat})->subgroup == 32);
         caps.matrix_tile = {16, 16};
         CHECK(fused_for(caps, p, {.fused_kernel = FusedKernel::coopmat})->subgroup == 32);
