@@ -4,10 +4,13 @@
 // such shape is listed; and the workgroup sizes and granularities of the workgroup-scope shapes.
 #include "support/catch.hpp"
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "attention/coopmat_tile.hpp"
 #include "vk/device_facts.hpp"
+#include "vkattn/errors.hpp"
 
 using namespace vkattn;
 
@@ -124,4 +127,23 @@ TEST_CASE("workgroup matrices: the workgroup sizes a device's shapes offer, and 
     CHECK(vk::granularity_at(g, 96) == nullptr);
     CHECK(vk::granularity_at(g, 512) == nullptr);
     CHECK_FALSE(vk::offers_workgroup_matrices(vk::workgroup_matrix_granularities({shapes[0], shapes[6]})));
+}
+
+TEST_CASE("matrix shapes: $VKATTN_MATRIX_TILE names a tile, or is refused by name", "[unit][coopmat]") {
+    const char* before = std::getenv("VKATTN_MATRIX_TILE");
+    const std::string kept = before ? before : "";
+    ::setenv("VKATTN_MATRIX_TILE", "8x16", 1);
+    CHECK(vk::forced_matrix_tile() == vk::MatrixTile{8, 16});
+    ::setenv("VKATTN_MATRIX_TILE", "", 1);
+    CHECK_FALSE(vk::forced_matrix_tile().found());
+    ::setenv("VKATTN_MATRIX_TILE", "4x8", 1);
+    try {
+        (void)vk::forced_matrix_tile();
+        FAIL("4x8 taken");
+    } catch (const InvalidArgument& e) {
+        CHECK(e.argument() == "VKATTN_MATRIX_TILE");
+        CHECK_THAT(e.what(), Catch::Contains("4x8") && Catch::Contains("8x16"));
+    }
+    if (before) ::setenv("VKATTN_MATRIX_TILE", kept.c_str(), 1);
+    else ::unsetenv("VKATTN_MATRIX_TILE");
 }
