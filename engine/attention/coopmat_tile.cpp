@@ -139,7 +139,7 @@ bool coopmat_by_default(const vk::DeviceCaps& caps, const Problem& p) {
 
 DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, const std::string& argument,
                        const std::string& kernel, const std::string& instead) {
-    const bool bf16 = std::find(stored.begin(), stored.end(), DType::bf16) != stored.end();
+    const bool bf16 = coopmat_operand_type(stored) == DType::bf16;
     if (bf16 && std::find(stored.begin(), stored.end(), DType::f16) != stored.end())
         throw InvalidArgument(argument, kernel + " multiplies f16 or bf16 operands, one type for all, and these are stored "
                                                  "as both: use one of them, or " + instead + ".");
@@ -150,7 +150,21 @@ DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> 
     return bf16 ? DType::bf16 : DType::f16;
 }
 
+DType coopmat_operand_type(std::initializer_list<DType> stored) {
+    return std::find(stored.begin(), stored.end(), DType::bf16) != stored.end() ? DType::bf16 : DType::f16;
+}
+
 bool coopmat_parts(bool units, DType operands, vk::MatrixTile tile) { return units && operands != DType::bf16 && tile.parts(); }
+
+void matrix_parts_subgroup(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, bool workgroup, std::uint32_t& subgroup,
+                           bool& require) {
+    const vk::MatrixTile t = caps.matrix_tile;
+    if (workgroup || !coopmat_parts(caps.matrix_units, coopmat_operand_type(stored), t) || !caps.subgroup_size_control ||
+        t.n < caps.min_subgroup_size || t.n > caps.max_subgroup_size)
+        return;
+    subgroup = t.n;
+    require = true;
+}
 
 std::string coopmat_build(bool units, DType operands, vk::MatrixTile tile) {
     return std::string("coopmat") + (units ? "_units" : "") + (coopmat_parts(units, operands, tile) ? "_parts" : "") +
@@ -169,8 +183,8 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, co
 
 FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
     std::uint32_t subgroups = 4;
-    const bool bf16 = p.dtype == DType::bf16 || p.k_dtype == DType::bf16 || p.v_dtype == DType::bf16;  // coopmat_operands' rule
-    if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, bf16, c.subgroup, c.require_subgroup);
+    matrix_parts_subgroup(caps, {p.dtype, p.k_dtype, p.v_dtype}, overrides.workgroup_matrices.value_or(false), c.subgroup,
+                          c.require_subgroup);
     c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
     // The workgroup-matrix kernel has its own rule (Dk up to 128, O in passes): the faults this
     // refusal keeps away were flash_coopmat.comp's.

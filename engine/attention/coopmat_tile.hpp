@@ -26,6 +26,8 @@ inline std::uint32_t coopmat_operand_bytes(bool units) { return units ? 2 : 4; }
 // (DeviceCaps::bf16_matrix_units; DeviceInfo::bf16_matrix_units_off says why).
 DType coopmat_operands(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, const std::string& argument,
                        const std::string& kernel, const std::string& instead);
+// coopmat_operands' rule without its refusals: bf16 where any of `stored` is bf16, else f16.
+DType coopmat_operand_type(std::initializer_list<DType> stored);
 
 // The name of the kernels' build for `units` and `operands` on a device whose units' tile is `tile`
 // (shaders/CMakeLists.txt): "coopmat", "coopmat_bf16", "coopmat_units", "coopmat_units_bf16", and
@@ -34,6 +36,13 @@ std::string coopmat_build(bool units, DType operands, vk::MatrixTile tile = {16,
 // Whether that build is the parts one: its kernels then take the tile as CM_M and CM_N
 // (common/coopmat.glsl's constant ids 40 and 41; attention/kernels.cpp).
 bool coopmat_parts(bool units, DType operands, vk::MatrixTile tile);
+// The cooperative-matrix kernels' subgroup where their parts build runs (coopmat_parts, for data
+// stored as `stored`; not the workgroup-matrix kernels, `workgroup`): the tile's N lanes, required
+// where a pipeline may require it, for such a tile is the matrix unit's width (Intel's DPAS: 8 lanes
+// on Arc A-series, whose ANV lists 8 × 8 × 16, 16 on Xe2's 8 × 16 × 16); elsewhere `subgroup` and
+// `require` as kernel_subgroup chose them.
+void matrix_parts_subgroup(const vk::DeviceCaps& caps, std::initializer_list<DType> stored, bool workgroup, std::uint32_t& subgroup,
+                           bool& require);
 
 struct CoopmatLayout {
     std::uint32_t keys = 64;         // Bc: keys per tile, a multiple of 16

@@ -51,18 +51,4 @@ inline std::optional<std::pair<std::uint32_t, bool>> kernel_subgroup(const vk::D
     return std::pair{size, require};
 }
 
-// The cooperative-matrix kernels' subgroup on units whose tile is in parts (DeviceCaps::matrix_tile):
-// the tile's N lanes, required where a pipeline may require it, for such a tile is the matrix unit's
-// width (Intel's DPAS: 8 lanes on Arc A-series, whose ANV lists 8 × 8 × 16, 16 on Xe2's 8 × 16 × 16);
-// elsewhere (bf16 operands too: `bf16`, whose build is whole 16 × 16 matrices) `subgroup` and
-// `require` as kernel_subgroup chose them.
-inline void matrix_parts_subgroup(const vk::DeviceCaps& caps, bool bf16, std::uint32_t& subgroup, bool& require) {
-    const vk::MatrixTile t = caps.matrix_tile;
-    if (!caps.matrix_units || bf16 || !t.parts() || !caps.subgroup_size_control || t.n < caps.min_subgroup_size ||
-        t.n > caps.max_subgroup_size)
-        return;
-    subgroup = t.n;
-    require = true;
-}
-
 }  // namespace vkattn::detail

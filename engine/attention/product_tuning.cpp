@@ -249,7 +249,7 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
         std::tie(c.subgroup, c.require_subgroup) = *subgroup;
         // The ceiling's operands are the caller's (f16 unless bench --gemm-operands bf16); bf16 ones on
         // units in parts would need a 16 × 16 × 16 bf16 shape, which such devices do not list.
-        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, false, c.subgroup, c.require_subgroup);
+        matrix_parts_subgroup(caps, {DType::f16}, overrides.workgroup_matrices.value_or(false), c.subgroup, c.require_subgroup);
         const auto fits = [&] {
             return c.subgroups() * c.subgroup <= caps.max_workgroup_invocations && c.shared_bytes() <= caps.max_shared_bytes;
         };

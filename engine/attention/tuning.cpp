@@ -210,19 +210,19 @@ std::optional<BackwardConfig> choose_backward(const vk::DeviceCaps& caps, const 
     // Chosen, not forced, a shape they refuse (heads past 128 on the units) keeps the register kernels.
     const bool coopmat_forced = overrides.fused_kernel == FusedKernel::coopmat;
     if (coopmat_forced || (!overrides.fused_kernel && !register_knobs_forced(overrides) && coopmat_by_default(caps, p))) {
-        std::uint32_t subgroups = 4;
-        BackwardConfig parts = c;  // the subgroup of units in parts (matrix_parts_subgroup), kept where the layout is
-        const bool bf16 = p.dtype == DType::bf16 || p.k_dtype == DType::bf16 || p.v_dtype == DType::bf16;  // coopmat_operands' rule
-        if (!overrides.workgroup_matrices.value_or(false)) matrix_parts_subgroup(caps, bf16, parts.subgroup, parts.require_subgroup);
+        std::uint32_t subgroups = 4, lanes = c.subgroup;  // the subgroup of units in parts, kept with the layout
+        bool require = c.require_subgroup;
+        const bool workgroup = overrides.workgroup_matrices.value_or(false);
+        matrix_parts_subgroup(caps, {p.dtype, p.k_dtype, p.v_dtype}, workgroup, lanes, require);
         std::optional<CoopmatBackwardLayout> layout;
         try {
-            layout = choose_coopmat_backward(caps, parts.subgroup, subgroups, p, overrides.workgroup_matrices.value_or(false));
+            layout = choose_coopmat_backward(caps, lanes, subgroups, p, workgroup);
         } catch (const InvalidArgument&) {
             if (coopmat_forced) throw;
         }
         if (layout) {
-            c.subgroup = parts.subgroup;
-            c.require_subgroup = parts.require_subgroup;
+            c.subgroup = lanes;
+            c.require_subgroup = require;
             c.coopmat = layout;
             c.subgroups = subgroups;
             c.q_rows = c.kv_keys = 16;

@@ -267,10 +267,10 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
     info.workgroup_matrices_off.clear();
     info.matrix_tile.clear();
     if (info.cooperative_matrix.empty()) return;  // no matrix units to speak of
-    const MatrixTile tile = f16_matrix_tile(info.cooperative_matrix, enabled.flexible_matrices, forced_matrix_tile());
+    const MatrixTile forced = forced_matrix_tile(), tile = f16_matrix_tile(info.cooperative_matrix, enabled.flexible_matrices, forced);
     if (!tile.found())
         info.matrix_units_off = "no f16 x f16 + f32 subgroup shape of 16x16x16, or of 8 or 16 rows and columns 16 deep" +
-                                std::string(forced_matrix_tile().found() ? " ($VKATTN_MATRIX_TILE's)" : "");
+                                std::string(forced.found() ? " ($VKATTN_MATRIX_TILE's)" : "");
     else if (!available.cooperative_matrix)
         info.matrix_units_off = "vulkanMemoryModel or shaderFloat16 is not offered";
     else if (!enabled.cooperative_matrix)
