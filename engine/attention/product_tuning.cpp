@@ -223,14 +223,17 @@ std::int64_t coopmat_gemm_loops(const BmmConfig& c, std::int64_t k) {
     return 2 * slice + loop(slices, 2 * slice + steps, 9) + stores;
 }
 
+void refuse_gemm_past_loop_budget(const vk::DeviceCaps& caps, std::int64_t trips, std::int64_t k, const std::string& kernel) {
+    if (caps.max_loop_iterations > 0 && trips > loop_budget(caps))
+        throw ResourceLimit("k: K = " + std::to_string(k) + " takes " + kernel + " " + std::to_string(trips) + " loop trips, past the " +
+                            std::to_string(loop_budget(caps)) + " this device's shaders may make (their loops stop after " +
+                            std::to_string(caps.max_loop_iterations) + ").");
+}
+
 namespace {
 // bmm_coopmat.comp within the device's loop budget, or ResourceLimit naming k.
 const BmmConfig& within_loop_budget(const BmmConfig& c, const vk::DeviceCaps& caps, std::int64_t k) {
-    if (caps.max_loop_iterations == 0) return c;
-    if (const std::int64_t trips = coopmat_gemm_loops(c, k); trips > loop_budget(caps))
-        throw ResourceLimit("k: K = " + std::to_string(k) + " takes the cooperative-matrix GEMM " +
-                            std::to_string(trips) + " loop trips, past the " + std::to_string(loop_budget(caps)) +
-                            " this device's shaders may make (their loops stop after " + std::to_string(caps.max_loop_iterations) + ").");
+    refuse_gemm_past_loop_budget(caps, coopmat_gemm_loops(c, k), k, "the cooperative-matrix GEMM");
     return c;
 }
 }  // namespace

@@ -124,6 +124,9 @@ BmmConfig choose_gemm(const vk::DeviceCaps& caps, std::int64_t m, std::int64_t n
 // lane's 256 / SG slots), then C's stores; on the units, whose loops unroll, the slices and C's
 // stores. choose_gemm refuses K past a device's loop budget with it (ResourceLimit naming k).
 std::int64_t coopmat_gemm_loops(const BmmConfig& c, std::int64_t k);
+// ResourceLimit naming k where a GEMM's `trips` (its kernel's loop count for K = `k`) pass the
+// device's loop budget, `kernel` named; nothing on devices without one.
+void refuse_gemm_past_loop_budget(const vk::DeviceCaps& caps, std::int64_t trips, std::int64_t k, const std::string& kernel);
 
 // The attention paths' refusal of overrides.gemm_shape (the GEMM ceiling's knob alone).
 void refuse_gemm_shape(const VariantOverrides& overrides);

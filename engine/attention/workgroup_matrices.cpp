@@ -306,10 +306,7 @@ void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps, std::int64_
                                             " takes " + std::to_string(invocations) + " invocations and " + std::to_string(bytes) +
                                             " bytes of shared memory; the device has " + std::to_string(caps.max_workgroup_invocations) +
                                             " and " + std::to_string(caps.max_shared_bytes) + ".");
-        if (const std::int64_t trips = workgroup_gemm_loops(c, k); caps.max_loop_iterations > 0 && trips > loop_budget(caps))
-            throw ResourceLimit("k: K = " + std::to_string(k) + " takes the GEMM's portable twin " + std::to_string(trips) +
-                                " loop trips, past the " + std::to_string(loop_budget(caps)) + " this device's shaders may make (their "
-                                "loops stop after " + std::to_string(caps.max_loop_iterations) + ").");
+        refuse_gemm_past_loop_budget(caps, workgroup_gemm_loops(c, k), k, "the GEMM's portable twin");
         return;
     }
     const std::uint32_t largest = std::max({c.block_rows(), c.block_cols(), c.coopmat_shape.depth});
