@@ -178,10 +178,11 @@ const uint CM_MI = 16u / CM_M, CM_NJ = 16u / CM_N;
 #define CM_OPERAND_TILE_SCALAR(name, n) CM_TILE_(CM_ELEM, name, n, 1u)
 #define CM_ACC_TILE(name, n) CM_TILE_(vec4, name, n, 4u)
 #define CM_ACC_TILE_SCALAR(name, n) CM_TILE_(float, name, n, 1u)
+#define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
+#define CM_COPY_A(a, a2) a = (a2)
 #ifdef CM_PARTS
 #define CM_FILL(c, value) CM_FOR_IJ (c)[CM_P] = CmAccPart(value)
 // Part i of A holds rows CM_M·i on; part j of B columns CM_N·j on; the accumulator's part (i, j) both.
-#define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
 #define CM_LOAD_A(a, tile, offset, stride) \
     CM_FOR_I CM_LOAD_((a)[cm_i], tile, (offset) + cm_i * CM_M * (stride), stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_AT(a, tile, offset, stride) \
@@ -193,7 +194,6 @@ const uint CM_MI = 16u / CM_M, CM_NJ = 16u / CM_N;
 #define CM_PART_AT(offset, stride) ((offset) + cm_i * CM_M * (stride) + cm_j * CM_N)
 #define CM_LOAD_ACC(c, tile, offset, stride) \
     CM_FOR_IJ CM_LOAD_((c)[CM_P], tile, CM_PART_AT(offset, stride), stride, gl_CooperativeMatrixLayoutRowMajor)
-#define CM_COPY_A(a, a2) a = (a2)
 #define CM_MUL_ADD(c, a, b, tile_b) CM_FOR_IJ (c)[CM_P] = coopMatMulAdd((a)[cm_i], (b)[cm_j], (c)[CM_P])
 #define CM_SCALE(c, s) CM_FOR_IJ (c)[CM_P] = (c)[CM_P] * float(s)
 #define CM_MUL_ELEMENTS(c, d) CM_FOR_IJ (c)[CM_P] = (c)[CM_P] * (d)[CM_P]
@@ -205,27 +205,23 @@ const uint CM_MI = 16u / CM_M, CM_NJ = 16u / CM_N;
     CM_FOR_IJ coopMatStore((c)[CM_P], tile, CM_PART_AT(offset, stride) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
 #else
 #define CM_FILL(c, value) c = CmAcc(value)
-#define CM_LOAD_(m, tile, offset, stride, layout) coopMatLoad(m, tile, (offset) / tile##_unit, (stride) / tile##_unit, layout)
 #define CM_LOAD_A(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_B(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define CM_LOAD_BT(b, tile, offset, stride) CM_LOAD_(b, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
 #define CM_LOAD_AT(a, tile, offset, stride) CM_LOAD_(a, tile, offset, stride, gl_CooperativeMatrixLayoutColumnMajor)
 #define CM_LOAD_ACC(c, tile, offset, stride) CM_LOAD_(c, tile, offset, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define CM_COPY_A(a, a2) a = (a2)
 #define CM_MUL_ADD(c, a, b, tile_b) c = coopMatMulAdd(a, b, c)
 #define CM_SCALE(c, s) c = c * float(s)
 #define CM_MUL_ELEMENTS(c, d) c = c * (d)
 #define CM_ADD(c, d) c = c + (d)
 #define CM_STORE(c, tile, offset, stride) \
     coopMatStore(c, tile, (offset) / tile##_unit, (stride) / tile##_unit, gl_CooperativeMatrixLayoutRowMajor)
+#define CM_STORE_F32(c, tile, offset, stride) \
+    coopMatStore(c, tile, (offset) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
 #endif
 #define CM_AT(tile, i) tile[(i) / 4u][(i) % 4u]
 // An fp32 value takes two f16 slots of an operand tile (uvec4: 4 values per word).
 const uint CM_F32_SLOTS = 2u;
-#ifndef CM_PARTS
-#define CM_STORE_F32(c, tile, offset, stride) \
-    coopMatStore(c, tile, (offset) / 4u, (stride) / 4u, gl_CooperativeMatrixLayoutRowMajor)
-#endif
 #define CM_F32_AT(tile, i) uintBitsToFloat(tile[(i) / 4u][(i) % 4u])
 
 #else  // the portable implementation
