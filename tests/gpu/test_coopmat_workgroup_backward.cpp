@@ -9,8 +9,6 @@
 
 #include <string>
 
-#include "attention/problem.hpp"
-#include "attention/tuning.hpp"
 #include "support/backward_case.hpp"
 #include "support/device_tuning.hpp"
 #include "vkattn/errors.hpp"
@@ -93,12 +91,8 @@ TEST_CASE("workgroup matrices backward: keys and queries up to the loop budget, 
     if (!device_caps().fp16_storage || device_caps().max_loop_iterations == 0) return;
     BackwardCase c = on_workgroup_matrices(BackwardCase{});
     c.name = "at the loop budget";
-    c.B = 1, c.Hq = c.Hkv = 1, c.Dk = c.Dv = 32;
-    auto dense = [&](std::int64_t n, std::int64_t d) { return detail::TensorLayout{DType::f16, {1, 1, n, d}, {n * d, n * d, d, 1}}; };
-    detail::AttentionSpec spec;
-    spec.q = spec.o = dense(64, c.Dk);
-    spec.k = spec.v = dense(64, c.Dk);
-    spec.options.variant = c.options.variant;
+    c.B = 1, c.Hq = c.Hkv = 1, c.Nq = c.Nkv = 64, c.Dk = c.Dv = 32;  // the limits depend on the heads and group alone
+    const detail::AttentionSpec spec = dense_spec(c, c.options.variant);
     const detail::Problem p = detail::resolve(spec);
     std::string why;
     const auto config = detail::choose_backward(device_caps(), p, spec.q.strides, spec.k.strides, spec.v.strides, spec.o.strides,

@@ -41,12 +41,10 @@ bool wide_heads_run_here(Run&& run) {
     return false;
 }
 
-// The fused (and split) kernel's configuration for case c on the suite's device, from its shapes,
-// types and variant overrides; dense tensors, whose strides decide only the loads (and the
-// cooperative-matrix kernel's staging, which the run settles from them: CoopmatLayout::ahead_with;
-// this config holds the layout's assumption, right for dense rows).
-// Fails the test where the device cannot run the fused kernel for c.
-inline detail::FusedConfig fused_config(const testing::Case& c) {
+// What the heuristics see of case c (a testing::Case or a BackwardCase): its tensors dense
+// ([B][H][N][D], contiguous) of its shapes and types, with `variant`.
+template <class C>
+detail::AttentionSpec dense_spec(const C& c, const VariantOverrides& variant) {
     auto dense = [&](DType type, std::int64_t H, std::int64_t N, std::int64_t D) {
         return detail::TensorLayout{type, {c.B, H, N, D}, {H * N * D, N * D, D, 1}};
     };
@@ -55,7 +53,17 @@ inline detail::FusedConfig fused_config(const testing::Case& c) {
     spec.k = dense(c.k_dtype.value_or(c.dtype), c.Hkv, c.Nkv, c.Dk);
     spec.v = dense(c.v_dtype.value_or(c.dtype), c.Hkv, c.Nkv, c.Dv);
     spec.o = dense(c.dtype, c.Hq, c.Nq, c.Dv);
-    spec.options.variant = c.variant;
+    spec.options.variant = variant;
+    return spec;
+}
+
+// The fused (and split) kernel's configuration for case c on the suite's device, from its shapes,
+// types and variant overrides; dense tensors, whose strides decide only the loads (and the
+// cooperative-matrix kernel's staging, which the run settles from them: CoopmatLayout::ahead_with;
+// this config holds the layout's assumption, right for dense rows).
+// Fails the test where the device cannot run the fused kernel for c.
+inline detail::FusedConfig fused_config(const testing::Case& c) {
+    const detail::AttentionSpec spec = dense_spec(c, c.variant);
     const detail::Problem p = detail::resolve(spec);
     std::string why;
     const auto config =
