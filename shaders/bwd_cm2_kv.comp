@@ -97,20 +97,25 @@ float bkv_prob(const in uint r, const in uint c, const in float s) {
     }
     return visible ? exp2((bkv_logit(s) + terms - tile_lse[c]) * LOG2E) : 0.0;
 }
-// The dropout's factor κ of (key r, query c): keep_scale where kept, 0 where dropped; 1 without dropout.
-float bkv_kappa(const in uint r, const in uint c) {
-    if (P.mask.drop_threshold == 0u) return 1.0;
-    return dropout_keeps(batch, head, min(query0 + c, queries_end - 1u), key0 + r) ? P.mask.keep_scale : 0.0;
+// The dropout's factor κ of (key r, query c): keep_scale where kept, 0 where dropped.
+float bkv_weight(const in uint r, const in uint c, const in float p) {
+    return dropout_keeps(batch, head, min(query0 + c, queries_end - 1u), key0 + r) ? p * P.mask.keep_scale : 0.0;
 }
-float bkv_weight(const in uint r, const in uint c, const in float p) { return p * bkv_kappa(r, c); }
-// dSᵀ = Pᵀ ∘ (κ·dPᵀ − Δ) ∘ softcap'.
+// softcap's slope at the logit of s: 1 − tanh²(scaled / c), 1 without a softcap.
+float bkv_softcap_slope(const in float s) {
+    if (!(P.mask.softcap > 0.0)) return 1.0;
+    const float th = bkv_logit(s) * P.mask.inv_softcap;  // tanh(scaled / c)
+    return 1.0 - th * th;
+}
+// Without dropout: dSᵀ = Pᵀ ∘ (dPᵀ − Δ) ∘ softcap'.
 float bkv_grad(const in uint r, const in uint c, const in float p, const in float dp, const in float s) {
-    float d = p * (bkv_kappa(r, c) * dp - tile_delta[c]);
-    if (P.mask.softcap > 0.0) {
-        const float th = bkv_logit(s) * P.mask.inv_softcap;  // tanh(scaled / c)
-        d *= 1.0 - th * th;
-    }
-    return d;
+    return p * (dp - tile_delta[c]) * bkv_softcap_slope(s);
+}
+// With dropout, from Wᵀ ∘ dPᵀ (W = κ·P, so κ is drawn once per weight, not once for W and again
+// for dS): dSᵀ = (Wᵀ ∘ dPᵀ − Pᵀ·Δ) ∘ softcap'.
+float bkv_kept_product(const in uint r, const in uint c, const in float w, const in float dp) { return w * dp; }
+float bkv_grad_kept(const in uint r, const in uint c, const in float wdp, const in float p, const in float s) {
+    return (wdp - p * tile_delta[c]) * bkv_softcap_slope(s);
 }
 float bkv_store_dk(const in uint r, const in uint c, const in float value) {
     const uint key = key0 + r, col = P.first_column + c;
@@ -132,6 +137,7 @@ void main() {
     key0 = gl_WorkGroupID.x * BK;
     keys_end = min(key0 + BK, Nkv);
     const bool elementwise = has_flag(MASK_BOOL) || has_flag(MASK_FLOAT) || has_flag(MASK_ALIBI);
+    const bool dropout = P.mask.drop_threshold != 0u;
     // The queries that may see the workgroup's keys (the same for every head of the batch).
     const uvec2 queries = query_range(b, key0, max(keys_end, key0 + 1u));
     queries_end = queries.y;
@@ -175,10 +181,16 @@ void main() {
 
             WG_ACC(p, BK, BR);
             WG_MAP0(p, s, BK, BR, bkv_prob);
-            WG_ACC(w, BK, BR);
-            WG_MAP0(w, p, BK, BR, bkv_weight);
             WG_ACC(ds, BK, BR);
-            WG_MAP_MM(ds, p, BK, BR, bkv_grad, dp, s);
+            WG_ACC(w, BK, BR);
+            if (dropout) {
+                WG_MAP0(w, p, BK, BR, bkv_weight);
+                WG_MAP_M(ds, w, BK, BR, bkv_kept_product, dp);
+                WG_MAP_MM(ds, ds, BK, BR, bkv_grad_kept, p, s);
+            } else {
+                WG_COPY(w, p, BK, BR);
+                WG_MAP_MM(ds, p, BK, BR, bkv_grad, dp, s);
+            }
 
             WG_TO_OPERAND(w_op, BK, BR, gl_MatrixUseA, w);
             WG_LOAD(g_cols, BR, OC, gl_MatrixUseB, g_halves, g_head, g_layout, qb, BR, P.first_column, OC);

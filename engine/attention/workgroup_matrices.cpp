@@ -231,7 +231,9 @@ std::int64_t workgroup_backward_loops_per_key_tile(const CoopmatBackwardLayout& 
 
 std::int64_t workgroup_backward_loops_per_query_tile(const CoopmatBackwardLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
     const BackwardTrips b(t, subgroup, subgroups);
-    return 1 + ceil_div(b.c, b.n.w) + b.scores() + 3 * b.n.pairs(b.c) + 2 * b.gradient();  // the terms; Sᵀ, dPᵀ; P, W, dS; dV, dK
+    // The terms; Sᵀ, dPᵀ; P, then W, W∘dP and dS under dropout (else a copy and dS: lavapipe runs the
+    // branch not taken masked, a trip per loop); dV, dK.
+    return 1 + ceil_div(b.c, b.n.w) + b.scores() + 4 * b.n.pairs(b.c) + 2 + 2 * b.gradient();
 }
 
 void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,

@@ -107,4 +107,9 @@ TEST_CASE("workgroup matrices backward: keys and queries up to the loop budget, 
     REQUIRE(c.Nq > 0);
     const AttentionReport r = check_case(c, 7900);
     CHECK_THAT(r.variant, Catch::Contains(" workgroup"));
+    // Dropout takes the dK/dV kernel's longer branch (W, W∘dP, then dS), which the count includes.
+    c.name = "at the loop budget, dropout and softcap";
+    c.options.dropout = 0.2;
+    c.options.softcap = 4.0;
+    check_case(c, 7901);
 }
