@@ -2,12 +2,14 @@
 // Fused attention on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2; issue #33,
 // docs/design/GPU_KERNELS.md "Workgroup matrices"): flash_coopmat.comp's contract (flash.comp's
 // bindings and parameters, SPLIT, column passes, every mask, softcap, ALiBi, sinks, dropout, varlen,
-// every Q and O type) for dense K and V stored as f16, where the driver offers what this needs:
+// every Q and O type, every K/V storage type, paged K/V), where the driver offers what this needs:
 // workgroup scope, tensor addressing, row reductions, element operations and conversions.
 //
 // Work layout: the workgroup owns BR query rows and their O (BR × OC, fp32) as one accumulator; its
 // Q as one BR × DKP f16 operand, loaded once, element by element, through the typed loader. Per key
-// tile of BC keys: K's tile is a tensor load (transposed, zero past Dk and past the keys), S = Q·Kᵀ
+// tile of BC keys: K's tile is a tensor load (transposed, zero past Dk and past the keys; with
+// STAGED the workgroup stages it as f16 in shared memory through the typed loaders, then loads it
+// from there: K/V of any storage type or alignment, PAGED rows through the block table), S = Q·Kᵀ
 // one product; the scale, softcap, masks and ALiBi are an element operation on S with each element's
 // row and key; the row maxima and sums are row reductions into BR × RW matrices (each row's value
 // smeared across its columns), widened again by a reduction where S or O needs them; P converts to the f16
@@ -17,7 +19,8 @@
 // rows' facts. Elsewhere common/wg_matrix.glsl's portable twin runs the same code, its operands and
 // reductions in shared memory.
 // What the matrix units cannot take is refused on the host (CoopmatLayout::workgroup_matrices):
-// K or V not f16 or paged; bf16 operands; heads past 128.
+// bf16 operands; heads past 128. K/V other than dense f16 rows on 16 bytes take STAGED
+// (CoopmatLayout::staged).
 // A row with no visible key keeps m = MASKED: O = 0, lse = −∞ (or its sink); NaN scores poison the
 // row (its O and lse NaN), as flash_coopmat.comp's.
 #ifdef CM_KHR
@@ -39,6 +42,10 @@ layout(constant_id = 4) const uint OT = 8;      // O's 16-column tiles per pass
 layout(constant_id = 5) const bool SPLIT = false;
 layout(constant_id = 6) const uint NSG = 4;     // subgroups; BR = 16 · RT · NSG rows
 layout(constant_id = 7) const uint RW = 16;     // the row values' columns: 16, or the device's coarser N granularity
+#ifdef PAGED
+#define STAGED                                   // a paged cache's rows are read by the typed loaders
+layout(constant_id = 10) const uint POOLS = 1;
+#endif
 layout(constant_id = 11) const uint Q_TYPE = 0;
 layout(constant_id = 12) const uint K_TYPE = 0;
 layout(constant_id = 13) const uint V_TYPE = 0;
@@ -51,9 +58,14 @@ const float LN2 = 0.6931471805599453;
 #include "common/tile_operands.glsl"
 #include "common/shared_atomics.glsl"
 #include "common/wg_matrix.glsl"
+#ifdef STAGED
+// K's tile, then V's where it was: f16 [key][d] (DKP a row), then [key][column] (OC a row).
+WG_STAGE_STORAGE(kv_stage, BC * (DKP > OC ? DKP : OC))
+#else
 // K's and V's bindings again as f16 elements, for the tensor loads (Vulkan lets variables alias a binding).
 WG_HALVES(KHalves, k_halves, 2);
 WG_HALVES(VHalves, v_halves, 3);
+#endif
 // The portable implementation's operands and reductions (none on the units: the driver stages).
 WG_OPERAND_STORAGE(q_op, BR, DKP)
 WG_OPERAND_STORAGE(k_op, DKP, BC)
@@ -187,21 +199,51 @@ void main() {
     WG_MAP0(q_acc, q_acc, BR, DKP, cm2_q_element);
     WG_TO_OPERAND(q_op, BR, DKP, gl_MatrixUseA, q_acc);
 
-    // K's and V's rows of this head: keys past the call's (or the packed sequence's) last read as 0,
-    // columns past Dk (Dv) too.
+    // K's and V's rows of this head: keys past the call's (or the packed sequence's, or a paged
+    // cache's) last read as 0, columns past Dk (Dv) too.
+#ifdef PAGED
+    const uint key_last = max(k_end, 1u) - 1u;  // the block table holds nothing past the sequence
+#else
     const uint key_last = P.varlen.packed_k != 0u ? max(k_end, 1u) - 1u : max(split_end, 1u) - 1u;
+#endif
     const uint k0_row = k_base(b);
+    const uint k_head = tensor_index(P.k, b, hk, k0_row), v_head = tensor_index(P.v, b, hk, k0_row);
+#ifdef STAGED
+    const uint k_stride = P.k.stride.z, v_stride = P.v.stride.z;  // K_ROW's, V_ROW's (common/paged_rows.glsl)
+    if (is_fp8(K_TYPE)) k_scale = head_terms[2u * P.shape.Hq + hk];
+    if (is_fp8(V_TYPE)) v_scale = head_terms[2u * P.shape.Hq + Hkv + hk];
+// A tile of BC keys from key kb_ into kv_stage as f16, 4 elements an invocation a trip through the
+// typed loaders: row r holds elements [first, first + run) of key kb_ + r's row; zeros past D and
+// past key_last.
+#define STAGE_TILE(ROW, LOAD4, run, first, D, kb_)                                     \
+    barrier();                                                                          \
+    for (uint e = inv; e < BC * (run) / 4u; e += WG) {                                  \
+        const uint key = e / ((run) / 4u), d = (first) + 4u * (e % ((run) / 4u));       \
+        vec4 x = vec4(0.0);                                                              \
+        if ((kb_) + key <= key_last && d < (D)) {                                        \
+            const uvec2 at = ROW((kb_) + key);                                           \
+            x = LOAD4(at.x, at.y + d, (D) - d);                                          \
+        }                                                                                \
+        WG_STAGE_PUT4(kv_stage, key * (run) + d - (first), x);                           \
+    }                                                                                    \
+    barrier()
+#else
     WG_LAYOUT(k_layout, key_last + 1u, Dk, P.k.stride.z);
     WG_LAYOUT(v_layout, key_last + 1u, Dv, P.v.stride.z);
     WG_TRANSPOSED(transposed);
-    const uint k_head = tensor_index(P.k, b, hk, k0_row), v_head = tensor_index(P.v, b, hk, k0_row);
+#endif
 
     WG_FILLED(m, BR, RW, MASKED);
     WG_FILLED(l, BR, RW, 0.0);
     WG_FILLED(o, BR, OC, 0.0);
     const bool dropout = P.mask.drop_threshold != 0u;
     for (uint kb = k_begin; kb < k_end; kb += BC) {
+#ifdef STAGED
+        STAGE_TILE(K_ROW, load_k4, DKP, 0u, Dk, kb);
+        WG_LOAD_STAGED(k_op, DKP, BC, gl_MatrixUseB, kv_stage, DKP, WG_COLUMN_MAJOR);
+#else
         WG_LOAD_VIEW(k_op, DKP, BC, gl_MatrixUseB, k_halves, k_head, k_layout, kb, BC, 0, DKP, transposed);
+#endif
         WG_FILLED(s, BR, BC, 0.0);
         WG_PRODUCT(s, q_op, k_op, BR, DKP, BC);
         const bool whole = !elementwise && kb >= hi_all && kb + BC <= lo_all;
@@ -227,7 +269,12 @@ void main() {
         WG_ROW_REDUCE(alpha_o, OC, alpha, BR, RW, cm2_first);
         WG_SCALE(o, alpha_o, BR, OC);
         WG_TO_OPERAND(p_op, BR, BC, gl_MatrixUseA, p);
+#ifdef STAGED
+        STAGE_TILE(V_ROW, load_v4, OC, P.first_column, Dv, kb);  // every invocation is done with K's tile
+        WG_LOAD_STAGED(v_op, BC, OC, gl_MatrixUseB, kv_stage, OC, WG_ROW_MAJOR);
+#else
         WG_LOAD(v_op, BC, OC, gl_MatrixUseB, v_halves, v_head, v_layout, kb, BC, P.first_column, OC);
+#endif
         WG_PRODUCT(o, p_op, v_op, BR, BC, OC);
     }
 

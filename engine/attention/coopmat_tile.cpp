@@ -30,20 +30,19 @@ bool CoopmatLayout::named_by_default() const {
 std::string CoopmatLayout::describe() const {
     return "keys" + std::to_string(keys) + " dkt" + std::to_string(dk_tiles) + " ot" + std::to_string(column_tiles) +
            (row_tiles > 1 ? " rt" + std::to_string(row_tiles) : "") + (q_in_shared ? " qshared" : "") + (kv_apart ? " kv-apart" : "") + (workgroup_matrices ? " workgroup" : "") +
-           (stat_columns != 16 ? " rw" + std::to_string(stat_columns) : "") +
-           (named ? " named" : "") +
-           (ahead ? " ahead" : "") + (units ? " units" : " portable") + (operands == DType::bf16 ? " bf16" : "");
+           (named ? " named" : "") + (ahead ? " ahead" : "") + (units ? " units" : " portable") + (staged ? " staged" : "") +
+           (stat_columns != 16 ? " rw" + std::to_string(stat_columns) : "") + (operands == DType::bf16 ? " bf16" : "");
 }
 
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
-                                    const Problem& p, const VariantOverrides& overrides) {
+                                    const Problem& p, const VariantOverrides& overrides, bool kv_tensor_loads) {
     CoopmatLayout t;
     t.units = caps.matrix_units;
     t.operands = coopmat_operands(caps, {p.dtype, p.k_dtype, p.v_dtype}, "variant.fused_kernel", "the cooperative-matrix kernel",
                                   "the tile kernel");
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
     if (overrides.workgroup_matrices.value_or(false)) {
-        choose_workgroup_matrices(t, caps, subgroup, subgroups, p, overrides);
+        choose_workgroup_matrices(t, caps, subgroup, subgroups, p, overrides, kv_tensor_loads);
         return t;
     }
     if (overrides.row_tiles) {
@@ -181,11 +180,12 @@ void refuse_wide_heads_on_units(const vk::DeviceCaps& caps, const Problem& p, co
                                                           "or two row tiles, unvalidated there).");
 }
 
-FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides) {
+FusedConfig coopmat_config(FusedConfig c, const vk::DeviceCaps& caps, const Problem& p, const VariantOverrides& overrides,
+                           bool kv_tensor_loads) {
     std::uint32_t subgroups = 4;
     matrix_parts_subgroup(caps, {p.dtype, p.k_dtype, p.v_dtype}, overrides.workgroup_matrices.value_or(false), c.subgroup,
                           c.require_subgroup);
-    c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides);
+    c.coopmat = choose_coopmat_layout(caps, c.subgroup, subgroups, p, overrides, kv_tensor_loads);
     // The workgroup-matrix kernel has its own rule (Dk up to 128, O in passes): the faults this
     // refusal keeps away were flash_coopmat.comp's.
     if (!c.coopmat->workgroup_matrices)

@@ -76,6 +76,10 @@ struct CoopmatLayout {
     // flash_cm2.comp's row values (maximum, sum, factors) as BR × stat_columns matrices: 16, or the
     // device's N granularity where coarser (choose_workgroup_matrices).
     std::uint32_t stat_columns = 16;
+    // flash_cm2.comp's K/V staged as f16 through shared memory by the typed loaders (STAGED; PAGED
+    // for a paged cache) rather than read by tensor loads: K/V of any storage type, rows of any
+    // alignment, paged caches (choose_workgroup_matrices).
+    bool staged = false;
     std::uint32_t rows(std::uint32_t subgroups) const { return 16 * row_tiles * subgroups; }
     std::uint32_t columns() const { return 16 * column_tiles; }
     // flash_coopmat.comp's shared memory: the K/V tile [Bc][max(16·dk_tiles, OC) + 8] (16·dk_tiles +
@@ -123,9 +127,9 @@ struct CoopmatLayout {
 // subgroups through `subgroups`. Throws InvalidArgument("variant.fused_kernel") where even the
 // smallest tiles do not fit, and as coopmat_operands does. `ahead` assumes 16-byte loads wherever K
 // and V are stored as the operands' type with rows of a multiple of 8 elements; the run settles it
-// on the tensors' strides (ahead_with).
+// on the tensors' strides (ahead_with). `kv_tensor_loads`: as choose_workgroup_matrices takes it.
 CoopmatLayout choose_coopmat_layout(const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
-                                    const Problem& problem, const VariantOverrides& overrides = {});
+                                    const Problem& problem, const VariantOverrides& overrides = {}, bool kv_tensor_loads = true);
 
 // Heads past 128 (Dk or Dv) on the matrix units: InvalidArgument("variant.fused_kernel") naming
 // `kernel` (and `instead`). check's D = 256 case came out 16% wrong there on NVIDIA's 580 driver

@@ -38,12 +38,11 @@ public:
         : runtime_(runtime), p_(p), config_(config), planner_(runtime, p, operands, config_, splits),
           plan_(planner_.plan()) {  // before any allocation: refuse early
         const KeyPlan& keys = plan_.keys;
-        // The workgroup-matrix kernel reads dense K and V by tensor loads, every tile on 16 bytes.
+        // The workgroup-matrix kernel reads dense K and V by tensor loads, every tile on 16 bytes, unless
+        // it stages them (paged caches, other types, strides off 16 bytes: choose_workgroup_matrices).
         const bool workgroup = config.coopmat && config.coopmat->workgroup_matrices;
-        if (workgroup && operands.paged)
-            throw InvalidArgument("variant.workgroup_matrices", "the workgroup-matrix kernel (flash_cm2.comp) reads dense K and V "
-                                                                "by tensor loads; a paged cache takes the cooperative-matrix kernel "
-                                                                "without it.");
+        const bool tensor_loads = workgroup && !config.coopmat->staged;
+        if (tensor_loads && operands.paged) throw Error("internal: flash_cm2.comp reads a paged cache staged only.");
         // The decode kernel's loads of every type, and the cooperative-matrix kernel's of K/V stored as
         // its operands (its 16-byte chunks are 8 f16 or bf16 elements, copied as they lie) where its
         // layout allows (CoopmatLayout::staged_ahead), come as single uvec4s where every row allows;
@@ -51,11 +50,11 @@ public:
         const bool coopmat_as_stored =
             config.coopmat && !workgroup && p.k_dtype == config.coopmat->operands && p.v_dtype == config.coopmat->operands;
         const bool wide_candidate = (config.decode || coopmat_as_stored) && !operands.paged;
-        if (workgroup || wide_candidate) {
+        if (tensor_loads || wide_candidate) {
             // Every binding's rows start where the whole tensor's do, modulo the chunk (slices begin
             // on ≥ 16-byte boundaries): the first chunk's slices decide for all.
             const KeySlices k = planner_.key_slices(plan_.chunks.front(), keys.keys(0, p.Nkv));
-            if (workgroup) {
+            if (tensor_loads) {  // the strides allow them (choose_workgroup_matrices); the first elements must too
                 require_tensor_loads_aligned(k.k.desc, p.Dk, "K");
                 require_tensor_loads_aligned(k.v.desc, p.Dv, "V");
             } else {

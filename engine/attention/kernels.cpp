@@ -229,9 +229,10 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
     const CoopmatLayout& t = *c.coopmat;
     const DType out = split ? DType::f32 : types.q;  // split partials are fp32
     if (t.workgroup_matrices) {  // flash_cm2.comp: the same ids for what it shares with flash_coopmat.comp
-        if (paged_pools > 0) throw Error("internal: flash_cm2.comp reads dense K/V only.");
-        const std::string shader = std::string(t.units ? "flash_cm2_o" : "flash_cm2_portable_o") + out_suffix(out);
-        vk::KernelKey key = flash_family_key(shader, c, types, true, 0, "flash_cm2.comp");
+        if (paged_pools > 0 && !t.staged) throw Error("internal: flash_cm2.comp reads a paged cache staged only.");
+        const std::string kv = paged_pools > 0 ? "_paged" : t.staged ? "_staged" : "";
+        const std::string shader = std::string(t.units ? "flash_cm2" : "flash_cm2_portable") + kv + "_o" + out_suffix(out);
+        vk::KernelKey key = flash_family_key(shader, c, types, true, paged_pools, "flash_cm2.comp");
         key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
                                                    {.id = kDkTiles, .value = t.dk_tiles},
                                                    {.id = kColumnTiles, .value = t.column_tiles},

@@ -283,6 +283,7 @@ Problem resolve(const AttentionSpec& spec) {
     p.causal = options.causal;
 
     p.has_kv_lengths = spec.kv_lengths;
+    p.paged_kv = spec.paged.has_value();
 
     const std::array<std::int64_t, 4> scores{p.B, p.Hq, p.Nq, p.Nkv};
     if (spec.bool_mask) p.bool_mask = broadcast_mask(*spec.bool_mask, "bool_mask", scores);

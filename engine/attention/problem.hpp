@@ -63,6 +63,7 @@ struct Problem {
     std::array<std::int64_t, 4> origin{};
     std::int64_t key_total = 0;
     bool has_kv_lengths = false;
+    bool paged_kv = false;  // K and V read through a paged cache's block table (AttentionSpec::paged)
     // Varlen: Q/O/LSE (and K/V) packed; totals are their rows. Nq and Nkv are the max_seqlens.
     bool packed_q = false, packed_k = false;
     std::int64_t total_q = 0, total_k = 0;

@@ -141,7 +141,7 @@ std::optional<FusedConfig> choose_fused(const vk::DeviceCaps& caps, const Proble
     }
     if (kernel == FusedKernel::coopmat) {
         try {
-            return coopmat_config(c, caps, p, overrides);
+            return coopmat_config(c, caps, p, overrides, kv_tensor_loads(p, k_strides, v_strides));
         } catch (const InvalidArgument&) {
             if (overrides.fused_kernel == FusedKernel::coopmat) throw;
             kernel = FusedKernel::tile;  // chosen, not forced: a head too wide for its tile takes the tile kernel

@@ -87,9 +87,10 @@ std::optional<FusedConfig> tile_config(FusedConfig base, const vk::DeviceCaps& c
 // words from storage buffers, as many column passes as its columns need. Throws InvalidArgument
 // ("variant.fused_kernel", or the tile knob it cannot take) where it cannot run: storage
 // coopmat_operands refuses (f16 beside bf16; bf16 on units that do not take it), or tiles that do
-// not fit the device's shared memory.
+// not fit the device's shared memory. `kv_tensor_loads`: the workgroup-matrix kernel's K/V may be
+// read by tensor loads (attention/workgroup_matrices.hpp's kv_tensor_loads), else it stages them.
 FusedConfig coopmat_config(FusedConfig base, const vk::DeviceCaps& caps, const Problem& problem,
-                           const VariantOverrides& overrides);
+                           const VariantOverrides& overrides, bool kv_tensor_loads);
 
 // `base` (choose_fused's) turned into the GPU decode kernel's config for this problem
 // (attention/decode.cpp): 4 subgroups where the device allows, rows fitted to the unit's, words

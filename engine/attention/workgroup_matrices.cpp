@@ -55,7 +55,8 @@ std::string granularity_fault(const vk::MatrixGranularity& g, std::initializer_l
 }  // namespace
 
 std::uint32_t workgroup_matrix_shared_bytes(const CoopmatLayout& t, std::uint32_t subgroups) {
-    const std::uint32_t rows = t.rows(subgroups), facts = 4 * (rows * (8 + 11) + 4);
+    const std::uint32_t rows = t.rows(subgroups), stage = t.staged ? 2 * t.keys * std::max(16 * t.dk_tiles, t.columns()) : 0;
+    const std::uint32_t facts = 4 * (rows * (8 + 11) + 4) + stage;
     if (t.units) return facts;
     const std::uint32_t dk = 16 * t.dk_tiles, operands = rows * dk + dk * t.keys + rows * t.keys + t.keys * t.columns();
     return facts + 2 * operands + 4 * rows * t.keys;  // f16 pairs; fp32 for the reductions (S's shape)
@@ -78,14 +79,16 @@ struct PortableTrips {
 std::int64_t workgroup_matrix_loops_per_tile(const CoopmatLayout& t, std::uint32_t subgroup, std::uint32_t subgroups) {
     const PortableTrips n{std::int64_t{subgroup} * subgroups, t.rows(subgroups)};
     const std::int64_t c = t.keys, k = 16 * t.dk_tiles, o = t.columns();
-    return 1 + n.load(k, c) + 2 * n.pairs(c) + n.product(k, c)                         // K, S = Q·Kᵀ, the logits
+    // Staged, K's and V's tiles 4 elements a trip first (flash_cm2.comp's STAGE_TILE).
+    const std::int64_t staging = t.staged ? ceil_div(c * k / 4, n.w) + ceil_div(c * o / 4, n.w) : 0;
+    return 1 + staging + n.load(k, c) + 2 * n.pairs(c) + n.product(k, c)               // K, S = Q·Kᵀ, the logits
            + n.reduce(c, 16) + 2 * n.pairs(16) + n.reduce(16, c) + n.pairs(c) + n.reduce(c, 16)  // m, α, P, the row sums
            + 2 * n.pairs(16) + n.pairs(c) + n.reduce(16, o) + n.pairs(o) + n.pairs(c)  // l, m, dropout, O·α, P as f16
            + n.load(c, o) + n.product(c, o);                                           // V, O += P·V
 }
 
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
-                               const Problem& p, const VariantOverrides& o) {
+                               const Problem& p, const VariantOverrides& o, bool kv_tensor_loads) {
     const char* knob = "variant.workgroup_matrices";
     const std::string kernel = "the workgroup-matrix kernel (flash_cm2.comp)";
     for (const auto& [set, name] : {std::pair{o.row_tiles.has_value(), "variant.row_tiles"},
@@ -95,10 +98,6 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
         if (set)
             throw InvalidArgument(name, kernel + " lays its matrices out itself (the driver does): it has no row tiles, "
                                                  "Q tile, K/V tiles or O forms to choose; leave this unset beside workgroup_matrices.");
-    if (p.k_dtype != DType::f16 || p.v_dtype != DType::f16)
-        throw InvalidArgument(knob, kernel + " reads K and V by tensor loads of f16 elements; these are stored as " +
-                                        to_string(p.k_dtype) + " and " + to_string(p.v_dtype) +
-                                        ": use f16 K/V, or the cooperative-matrix kernel without it.");
     if (t.operands != DType::f16)
         throw InvalidArgument(knob, kernel + " multiplies f16 operands; bf16 storage takes the cooperative-matrix kernel without it.");
     if (p.Dk > 128)
@@ -106,6 +105,7 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
                                         "); wider ones take the tile kernel.");
     t.workgroup_matrices = true;
     t.units = caps.workgroup_matrices;  // else the portable implementation (DeviceInfo::workgroup_matrices_off says why)
+    t.staged = !kv_tensor_loads;
     t.row_tiles = 1;
     t.q_in_shared = t.kv_apart = t.named = t.ahead = false;
     t.column_tiles = static_cast<std::uint32_t>(std::clamp<std::int64_t>(ceil_div(p.Dv, 16), 1, 8));
@@ -184,9 +184,18 @@ void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool
                                                                 " = coopmat beside it (the catalogue's coopmat-wg variants do).");
 }
 
+bool strides_allow_tensor_loads(const std::array<std::int64_t, 4>& s, std::int64_t row_length) {
+    return s[3] == 1 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0 && s[2] >= row_length;
+}
+
 bool tensor_loads_aligned(const TensorDesc& d, std::int64_t row_length) {
-    return d.stride[3] == 1 && d.stride[0] % 8 == 0 && d.stride[1] % 8 == 0 && d.stride[2] % 8 == 0 && d.origin[3] % 8 == 0 &&
-           d.stride[2] >= row_length;
+    const std::array<std::int64_t, 4> strides{d.stride[0], d.stride[1], d.stride[2], d.stride[3]};
+    return strides_allow_tensor_loads(strides, row_length) && d.origin[3] % 8 == 0;
+}
+
+bool kv_tensor_loads(const Problem& p, const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides) {
+    return p.k_dtype == DType::f16 && p.v_dtype == DType::f16 && !p.paged_kv && strides_allow_tensor_loads(k_strides, p.Dk) &&
+           strides_allow_tensor_loads(v_strides, p.Dv);
 }
 
 void require_tensor_loads_aligned(const TensorDesc& d, std::int64_t row_length, const char* what) {

@@ -5,6 +5,7 @@
 // Vulkan).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -16,7 +17,8 @@ namespace vkattn::detail {
 
 // flash_cm2.comp's shared memory with layout `t` (workgroup_matrices set) and `subgroups`: per row
 // its facts (key range, head, query, Q's, O's and lse's indices: 8 words) and its RowMask (11
-// words), and the workgroup's key ranges (4 words). On the units the driver keeps
+// words), and the workgroup's key ranges (4 words); staged, K's tile then V's (f16, Bc × the wider
+// of 16·dk_tiles and O's columns). On the units the driver keeps
 // DeviceCaps::workgroup_matrix_reserved_shared more for the matrices; the portable implementation
 // (common/wg_matrix.glsl) holds the operands Q, K, P and V as f16 pairs and S's shape of fp32 for
 // the row reductions.
@@ -38,14 +40,19 @@ std::int64_t workgroup_matrix_loops_per_tile(const CoopmatLayout& t, std::uint32
 // passes the device's dimension. Elsewhere the portable implementation (common/wg_matrix.glsl; the
 // kernel's logic on any device, a fallback far from the units' speed): 16 rows on one subgroup
 // unless tile_rows, Bc 64 halved to as little as 16 until its shared memory fits unless tile_keys.
-// Both: Q and K in dk_tiles, O's columns in passes of up to 128; InvalidArgument naming
-// variant.workgroup_matrices where K or V is not stored as f16, the operands would be bf16, or Dk
-// passes 128; the knob that shaped it where shared memory does not hold it; and naming row_tiles,
-// q_in_shared, kv_apart or named_accumulators where they are set beside it (the kernel has no such
-// forms). The tensors' own rules (dense, aligned K and V: require_tensor_loads_aligned) are the
-// run's to check (attention/fused.cpp), which knows their descriptors.
+// Both: Q and K in dk_tiles, O's columns in passes of up to 128; K and V read by tensor loads where
+// `kv_tensor_loads` (dense f16 rows whose strides allow them: kv_tensor_loads), else staged
+// (t.staged); InvalidArgument naming variant.workgroup_matrices where the operands would be bf16,
+// or Dk passes 128; the knob that shaped it where shared memory does not hold it; and naming
+// row_tiles, q_in_shared, kv_apart or named_accumulators where they are set beside it (the kernel
+// has no such forms). The first element's alignment under tensor loads is the run's to check
+// (attention/fused.cpp: require_tensor_loads_aligned), which knows the descriptors.
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
-                               const Problem& problem, const VariantOverrides& overrides);
+                               const Problem& problem, const VariantOverrides& overrides, bool kv_tensor_loads);
+
+// Whether flash_cm2.comp may read K and V of `p` by tensor loads: stored as f16, not paged, their
+// strides (`k_strides`, `v_strides`, elements) as tensor_loads_aligned asks. Else it stages them.
+bool kv_tensor_loads(const Problem& p, const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides);
 
 // InvalidArgument naming variant.workgroup_matrices where it is asked for (`workgroup` true) without
 // the cooperative-matrix kernel it shapes (`coopmat`: `knob`, fused_kernel or gemm_kernel, = coopmat).
@@ -57,6 +64,8 @@ void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool
 // and rows at least their length apart (a tensor layout's stride must be: rows that overlap, such as
 // a broadcast's stride of 0, are not a layout's).
 bool tensor_loads_aligned(const TensorDesc& desc, std::int64_t row_length);
+// The strides' part of it (the first element's offset aside).
+bool strides_allow_tensor_loads(const std::array<std::int64_t, 4>& strides, std::int64_t row_length);
 // InvalidArgument naming variant.workgroup_matrices where `desc` (operand `what`) is not.
 void require_tensor_loads_aligned(const TensorDesc& desc, std::int64_t row_length, const char* what);
 

@@ -13,11 +13,11 @@
 //   optional transposed view (permutation 1, 0, no dimensions of its own). So the kernels' tiling,
 //   masks and softmax run, and are tested, where no driver offers the matrices; the thin intrinsic
 //   layer is a GPU's to test (vkattn/testing/workgroup_matrix_probe.hpp).
-// The operations (WG_FILLED, WG_LOAD*, WG_TO_OPERAND, WG_PRODUCT, WG_MAP*, WG_ROW_REDUCE, WG_SCALE*,
+// The operations (WG_FILLED, WG_LOAD*, WG_STAGE_PUT4, WG_TO_OPERAND, WG_PRODUCT, WG_MAP*, WG_ROW_REDUCE, WG_SCALE*,
 // WG_COPY; WG_ACC, WG_LAYOUT and WG_TRANSPOSED declare) are statements, reached by the whole
 // workgroup in uniform control flow (the portable ones meet barriers). WG_HALVES declares a binding.
 // The storage macros are whole declarations with their own semicolons (an empty one at global
-// scope is an error in GLSL 450): no `;` after them. Requires of the includer: WG (the workgroup's
+// scope is an error in GLSL 450): no `;` after them (WG_STAGE_STORAGE too). Requires of the includer: WG (the workgroup's
 // invocations, a constant); for the portable build, WG_REDUCE_STORAGE(n) at global scope with
 // n ≥ rows × columns of every reduced matrix, and WG_OPERAND_STORAGE(name, rows, cols) for each
 // operand matrix.
@@ -49,6 +49,24 @@
 #define WG_LOAD_VIEW(name, rows, cols, use, buf, at, layout, o0, s0, o1, s1, view) \
     WG_OPERAND_TYPE(rows, cols, use) name;                                         \
     coopMatLoadTensorNV(name, buf, at, sliceTensorLayoutNV(layout, o0, s0, o1, s1), view)
+// A tile the kernel stages itself in shared memory, as f16 (WG_STAGE_STORAGE, a whole declaration;
+// `elements` a multiple of 8): uvec4s, so that every row of a multiple of 8 elements starts on 16
+// bytes, as the units' loads from shared memory want. WG_STAGE_PUT4 writes elements e..e + 3 (e a
+// multiple of 4); WG_LOAD_STAGED loads name (rows × cols) from the tile's element 0, its rows
+// (WG_ROW_MAJOR) or columns (WG_COLUMN_MAJOR) `pitch` elements apart (a multiple of 8), by the KHR
+// load that workgroup-scope matrices take from shared memory.
+#define WG_STAGE_STORAGE(name, elements) shared uvec4 name[(elements) / 8u];
+#define WG_STAGE_PUT4(name, e, x)                                                   \
+    {                                                                               \
+        const uint wg_w = (e) >> 1u;                                                \
+        name[wg_w >> 2u][wg_w & 3u] = packHalf2x16((x).xy);                         \
+        name[wg_w >> 2u][(wg_w & 3u) + 1u] = packHalf2x16((x).zw);                  \
+    }
+#define WG_ROW_MAJOR gl_CooperativeMatrixLayoutRowMajor
+#define WG_COLUMN_MAJOR gl_CooperativeMatrixLayoutColumnMajor
+#define WG_LOAD_STAGED(name, rows, cols, use, tile, pitch, major) \
+    WG_OPERAND_TYPE(rows, cols, use) name;                        \
+    coopMatLoad(name, tile, 0u, (pitch) / 8u, major)
 #define WG_TO_OPERAND(name, rows, cols, use, acc) const WG_OPERAND_TYPE(rows, cols, use) name = WG_OPERAND_TYPE(rows, cols, use)(acc)
 #define WG_PRODUCT(c, a, b, m, k, n) c = coopMatMulAdd(a, b, c)
 #define WG_MAP0(dst, src, rows, cols, f) coopMatPerElementNV(dst, src, f)
@@ -141,6 +159,20 @@ uint wg_tensor_element(const WgLayout t, const bool transposed, const uint row, 
         }                                                                                       \
     }                                                                                           \
     barrier()
+// A staged tile: f16 pairs, one word each; loaded as a tensor of its own (rows or columns `pitch`
+// elements apart, the column-major form through the transposed view), by the loads above.
+#define WG_STAGE_STORAGE(name, elements) shared uint name[(elements) / 2u];
+#define WG_STAGE_PUT4(name, e, x)                          \
+    {                                                      \
+        name[(e) >> 1u] = packHalf2x16((x).xy);            \
+        name[((e) >> 1u) + 1u] = packHalf2x16((x).zw);     \
+    }
+#define WG_ROW_MAJOR false
+#define WG_COLUMN_MAJOR true
+#define WG_LOAD_STAGED(name, rows, cols, use, tile, pitch, major)                                            \
+    WG_LOAD_VIEW(name, rows, cols, use, tile, 0u,                                                         \
+                 wg_layout((major) ? (cols) : (rows), (major) ? (rows) : (cols), pitch), 0u,               \
+                 (major) ? (cols) : (rows), 0u, (major) ? (rows) : (cols), major)
 // The accumulator's values rounded to f16 (packHalf2x16) into the operand's words.
 #define WG_TO_OPERAND(name, rows, cols, use, acc) \
     barrier();                                    \

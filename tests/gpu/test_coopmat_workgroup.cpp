@@ -91,16 +91,30 @@ TEST_CASE("workgroup matrices: several key tiles, column passes, f32 Q", "[gpu][
     Case q32 = several_key_tiles_case(Impl::fused, 64);
     q32.dtype = DType::f32;
     q32.k_dtype = q32.v_dtype = DType::f16;
-    expect_workgroup(q32, "coopmat-wg");
-    // Heads of 60: K's rows 120 bytes apart, so its tiles cannot all start on 16 bytes.
-    Case d60 = several_key_tiles_case(Impl::fused, 60);
-    d60.variant = find_kernel_variant("coopmat-wg")->overrides;
-    CHECK_THAT(expect_refused(d60, "variant.workgroup_matrices"), Catch::Contains("16 bytes"));
-    // K or V stored otherwise: refused by name.
-    Case k32 = q32;
-    k32.k_dtype = DType::f32;
-    k32.variant = find_kernel_variant("coopmat-wg")->overrides;
-    CHECK_THAT(expect_refused(k32, "variant.workgroup_matrices"), Catch::Contains("f16 elements"));
+    CHECK_THAT(expect_workgroup(q32, "coopmat-wg").variant, !Catch::Contains(" staged"));  // f16 K/V by tensor loads
+}
+
+TEST_CASE("workgroup matrices: K and V staged: every storage type, heads off 8 elements", "[gpu][coopmat][workgroup][storage_types]") {
+    // What tensor loads cannot read (kv_tensor_loads) the workgroup stages as f16 through the typed
+    // loaders: every K/V storage type, rows whose tiles do not all start on 16 bytes (heads of 60:
+    // rows 120 bytes apart), over several key tiles with GQA, a causal diagonal and key lengths.
+    if (!device_caps().fp16_storage) return;
+    const DType kv = GENERATE(DType::f32, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::iq4_nl,
+                              DType::fp8_e4m3, DType::fp8_e5m2, DType::f16);
+    const Impl impl = GENERATE(Impl::fused, Impl::split);
+    Case c = several_key_tiles_case(impl, kv == DType::f16 ? 60 : 64);  // ggml's blocks take heads of a multiple of 32
+    c.k_dtype = c.v_dtype = kv;
+    c.kv_scales = is_fp8(kv);
+    c.kv_lengths = true;
+    INFO(to_string(kv) << (impl == Impl::split ? " split" : " fused"));
+    CHECK_THAT(expect_workgroup(c, impl == Impl::split ? "split-coopmat-wg" : "coopmat-wg").variant, Catch::Contains(" workgroup") && Catch::Contains(" staged"));
+    // K and V of different types, Dk ≠ Dv with two column passes.
+    if (kv != DType::q8_0 || impl != Impl::fused) return;
+    Case mixed = several_key_tiles_case(Impl::fused, 64);
+    mixed.k_dtype = DType::q4_0;
+    mixed.v_dtype = DType::f16;
+    mixed.Dv = 136;
+    CHECK_THAT(expect_workgroup(mixed, "coopmat-wg").variant, Catch::Contains(" staged") && Catch::Contains(" passes="));
 }
 
 TEST_CASE("workgroup matrices: the GEMM ceiling against a double product", "[gpu][coopmat][workgroup]") {

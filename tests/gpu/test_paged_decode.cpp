@@ -73,6 +73,8 @@ void decode_twice(Context& ctx, const DecodeCase& c, bool identical) {
     const AttentionPlan plan_contiguous(ctx, contiguous.inputs(q), {o_contiguous}, options);
     if (c.variant.row_tiles == 2u) CHECK_THAT(plan_paged.report().variant, Catch::Contains(" rt2 "));
     if (c.variant.kv_apart == true) CHECK_THAT(plan_paged.report().variant, Catch::Contains(" kv-apart "));
+    if (c.variant.workgroup_matrices == true)
+        CHECK_THAT(plan_paged.report().variant, Catch::Contains(" workgroup ") && Catch::Contains(" staged"));
     const DeviceTensor k_step = DeviceTensor::empty(ctx, c.dtype, {c.batch, c.kv_heads, 1, c.dim});
     const DeviceTensor v_step = DeviceTensor::empty(ctx, c.dtype, {c.batch, c.kv_heads, 1, c.dim_v});
     for (int step = 0; step < c.steps; ++step) {
@@ -150,17 +152,21 @@ TEST_CASE("paged kv cache: decoding over fp8 pools matches the reference and the
 TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled blocks and odd block sizes",
           "[gpu][cache][paged][decode][tile][coopmat][kernel_sweep]") {
     // flash_decode.comp, flash_tile.comp and flash_coopmat.comp (with one row tile per subgroup, and
-    // with two and K and V in tiles of their own) forced: their lanes look keys' rows up in the block
-    // table; the same kernel over the contiguous cache computes the same bits.
+    // with two and K and V in tiles of their own) and flash_cm2.comp forced: their lanes look keys'
+    // rows up in the block table; the same kernel over the contiguous cache computes the same bits.
     Context& ctx = test::gpu_context();
     DecodeCase c;
     c.dtype = GENERATE(DType::f32, DType::f16, DType::bf16);
     c.block_size = GENERATE(16, 7, 1);
-    const int which = GENERATE(0, 1, 2, 3);
+    const int which = GENERATE(0, 1, 2, 3, 4);
     const FusedKernel kernel = which == 0 ? FusedKernel::decode : which == 1 ? FusedKernel::tile : FusedKernel::coopmat;
     if (which == 3) {
         c.variant.row_tiles = 2;
         c.variant.kv_apart = true;
+    }
+    if (which == 4) {  // flash_cm2.comp, which stages a paged cache's rows (f16 operands only)
+        if (c.dtype != DType::f16) return;
+        c.variant.workgroup_matrices = true;
     }
     c.impl = GENERATE(Impl::fused, Impl::split);
     if (kernel == FusedKernel::decode && c.impl == Impl::fused) return;  // the decode kernel runs split runs
@@ -177,7 +183,8 @@ TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled bl
     c.max_blocks = (70 + c.block_size - 1) / c.block_size;
     c.num_blocks = 3 * c.max_blocks;
     c.seed = 170 + static_cast<unsigned>(c.block_size);
-    INFO(to_string(c.dtype) << ", block size " << c.block_size << ", " << to_string(kernel) << (which == 3 ? " rt2 kv-apart " : " ")
+    INFO(to_string(c.dtype) << ", block size " << c.block_size << ", " << to_string(kernel)
+                            << (which == 3 ? " rt2 kv-apart " : which == 4 ? " workgroup " : " ")
                             << to_string(c.impl));
     decode_twice(ctx, c, true);
     CHECK(test::take_validation_messages(ctx).empty());

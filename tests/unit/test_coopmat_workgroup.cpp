@@ -6,6 +6,7 @@
 // bench --gemm-kernel coopmat-wg) alike.
 #include "support/catch.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -194,23 +195,66 @@ TEST_CASE("workgroup matrices: the portable implementation where the device has 
     vk::DeviceCaps counted = cpu;
     counted.max_loop_iterations = 65535;
     CHECK(fused_keys_per_dispatch(counted, *d64, f16_problem(64, 64)) == 32 * 64);
-    // The kernel's own rules hold portably too.
+    // K/V it cannot read by tensor loads are staged: the tiles then hold K's, then V's, tile too.
+    // At D 64 that is 34,000 bytes for 64 keys (8,192 of them the stage), past lavapipe's 32 KiB, so
+    // 32 keys (18,640), and 2 · 64 more trips a tile (K's and V's 32 × 64 elements, 4 a trip over 8
+    // invocations).
     Problem k32 = f16_problem(64, 64);
     k32.k_dtype = DType::f32;
-    CHECK_THAT(fused_refusal(cpu, k32, wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("f16 elements"));
+    const auto staged = fused_for(cpu, k32, wg());
+    CHECK(staged->coopmat->staged);
+    CHECK_THAT(staged->describe(), Catch::Contains(" workgroup portable staged"));
+    CHECK(staged->coopmat->keys == 32);
+    CHECK(staged->coopmat->shared_bytes(staged->subgroups) == 18640);
+    CoopmatLayout unstaged = *staged->coopmat;
+    unstaged.staged = false;
+    CHECK(workgroup_matrix_loops_per_tile(*staged->coopmat, 8, 1) == workgroup_matrix_loops_per_tile(unstaged, 8, 1) + 128);
+    // The kernel's own rules hold portably too.
     CHECK_THAT(fused_refusal(cpu, f16_problem(256, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:"));
+}
+
+TEST_CASE("workgroup matrices: K and V by tensor loads where they allow them, else staged", "[unit][coopmat][workgroup]") {
+    // Tensor loads read f16 rows whose every tile starts on 16 bytes, rows at least their length
+    // apart; anything else is staged by the typed loaders: other types, strides off 8 elements, a
+    // broadcast's stride 0, a paged cache.
+    const Problem f16 = f16_problem(64, 64);
+    const auto dense = bhnd(f16.Hkv, f16.Nkv, 64);
+    CHECK(kv_tensor_loads(f16, dense, dense));
+    for (const DType t : {DType::f32, DType::bf16, DType::q8_0, DType::q4_0, DType::fp8_e4m3}) {
+        Problem k = f16, v = f16;
+        k.k_dtype = v.v_dtype = t;
+        CHECK_FALSE(kv_tensor_loads(k, dense, dense));
+        CHECK_FALSE(kv_tensor_loads(v, dense, dense));
+    }
+    Problem paged = f16;
+    paged.paged_kv = true;
+    CHECK_FALSE(kv_tensor_loads(paged, dense, dense));
+    const Problem d36 = f16_problem(36, 36);
+    const auto rows36 = bhnd(d36.Hkv, d36.Nkv, 36);
+    CHECK_FALSE(kv_tensor_loads(d36, rows36, rows36));
+    CHECK(kv_tensor_loads(d36, bhnd(d36.Hkv, d36.Nkv, 40), bhnd(d36.Hkv, d36.Nkv, 40)));  // rows padded to 40
+    CHECK_FALSE(kv_tensor_loads(f16, {0, 0, 0, 1}, dense));                                  // one row for every key
+    CHECK_FALSE(kv_tensor_loads(f16, dense, {dense[0], dense[1], 64, 2}));                    // columns apart
+    // The units take them staged too, the stage in the shared memory they count.
+    const vk::DeviceCaps caps = workgroup_device();
+    const auto units = fused_for(caps, f16_problem(36, 36), wg());
+    REQUIRE(units);
+    CHECK(units->coopmat->units);
+    CHECK(units->coopmat->staged);
+    CoopmatLayout without = *units->coopmat;
+    without.staged = false;
+    CHECK(units->coopmat->shared_bytes(units->subgroups) ==
+          without.shared_bytes(units->subgroups) + 2 * units->coopmat->keys * std::max(16 * units->coopmat->dk_tiles, units->coopmat->columns()));
+    CHECK_FALSE(fused_for(caps, f16_problem(64, 64), wg())->coopmat->staged);
 }
 
 TEST_CASE("workgroup matrices: each refusal names its argument and the limit", "[unit][coopmat][workgroup]") {
     const vk::DeviceCaps caps = workgroup_device();
     auto refusal = [](const vk::DeviceCaps& d, const Problem& p, const VariantOverrides& o) { return fused_refusal(d, p, o); };
-    // K or V not f16.
-    Problem k32 = f16_problem(64, 64);
-    k32.k_dtype = DType::f32;
-    CHECK_THAT(refusal(caps, k32, wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("f16 elements"));
-    Problem vq8 = f16_problem(64, 64);
-    vq8.v_dtype = DType::q8_0;
-    CHECK_THAT(refusal(caps, vq8, wg()), Catch::StartsWith("variant.workgroup_matrices:"));
+    // bf16 storage (bf16 operands, which the kernel does not multiply; its f16 would overflow bf16's range).
+    Problem bf16 = f16_problem(64, 64);
+    bf16.dtype = bf16.k_dtype = bf16.v_dtype = DType::bf16;
+    CHECK_THAT(refusal(caps, bf16, wg()), Catch::StartsWith("variant.") && Catch::Contains("bf16"));
     // Heads past 128.
     CHECK_THAT(refusal(caps, f16_problem(256, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("Dk = 256"));
     // A workgroup size the driver does not offer: 32 rows on 2 subgroups (64 invocations).
