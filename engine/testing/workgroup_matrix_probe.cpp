@@ -23,7 +23,7 @@ std::optional<std::vector<WorkgroupMatrixCheck>> probe_workgroup_matrices(Contex
     runtime.ensure_usable();
     const std::uint32_t invocations = detail::workgroup_probe_invocations(runtime.device().caps());
     if (invocations == 0) return std::nullopt;
-    constexpr int kN = 64, kRows = 80, kRegions = 9, kRegion = kN * kN;
+    constexpr int kN = 64, kRows = 80, kRegions = 11, kRegion = kN * kN;
     // X: small integers, so that every product, maximum and sum below is exact in f16 and fp32.
     std::mt19937 rng(0x3c3c);
     std::uniform_int_distribution<int> value(-8, 8);
@@ -75,6 +75,8 @@ std::optional<std::vector<WorkgroupMatrixCheck>> probe_workgroup_matrices(Contex
          [&](int r, int c) { return r < 50 && c < 40 ? at(r, c) : 0.0f; }},
         {"a tensor load at an offset of 8 rows", kN, [&](int r, int c) { return at(r + 8, c); }},
         {"an fp32 accumulator converted to an f16 A operand", kN, [&](int r, int c) { return at(r, c); }},
+        {"a load from shared memory, row-major (B = X)", kN, [&](int r, int c) { return at(r, c); }},
+        {"a load from shared memory, column-major (B = Xt)", kN, [&](int r, int c) { return at(c, r); }},
     }};
     std::vector<WorkgroupMatrixCheck> checks;
     for (int region = 0; region < kRegions; ++region) {

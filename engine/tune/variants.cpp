@@ -99,7 +99,7 @@ const std::vector<KernelVariant>& kernel_variants() {
         // portable twin elsewhere): the driver lays out S, P and O and stages K/V, as llama.cpp's
         // coopmat2 shader lets it. 64 rows on 4 subgroups, and 128 on 8.
         {"coopmat-wg", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .workgroup_matrices = true},
-         "flash_cm2.comp: the forward on workgroup-scope matrices (VK_NV_cooperative_matrix2), dense f16 K/V"},
+         "flash_cm2.comp: the forward on workgroup-scope matrices (VK_NV_cooperative_matrix2); f16 K/V by tensor loads, other K/V staged"},
         {"coopmat-wg-64x32", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 64, .tile_keys = 32, .workgroup_matrices = true},
          "flash_cm2.comp with 64-row, 32-key tiles"},
         {"coopmat-wg-128x64", Impl::fused, {.fused_kernel = FusedKernel::coopmat, .tile_rows = 128, .tile_keys = 64, .workgroup_matrices = true},

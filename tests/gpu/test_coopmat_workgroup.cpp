@@ -157,7 +157,7 @@ TEST_CASE("workgroup matrices: each operation the kernels rely on, alone, on exa
     const std::uint32_t invocations = detail::workgroup_probe_invocations(detail::ContextAccess::runtime(gpu_context()).device().caps());
     CHECK(checks.has_value() == (invocations != 0));
     if (!checks) return;
-    REQUIRE(checks->size() == 9);
+    REQUIRE(checks->size() == 11);
     for (const testing::WorkgroupMatrixCheck& c : *checks) {
         INFO(c.name << ": " << c.mismatches << " of " << c.elements << " wrong; the first at " << c.first << ": " << c.got
                     << " where " << c.want);

@@ -1,7 +1,8 @@
 // The workgroup-matrix probe (shaders/cm2_probe.comp; issue #33): each VK_NV_cooperative_matrix2
 // operation the workgroup-matrix kernels rely on (a tensor load through a transposed view, plain,
 // clamped and at an offset; row reductions into 16 columns and back; element operations that read
-// their row and column; an accumulator converted to an operand), run alone on exact values and
+// their row and column; an accumulator converted to an operand; a tile staged in shared memory
+// loaded row- and column-major), run alone on exact values and
 // compared with what it must give. Where a workgroup-matrix kernel computes wrong on a GPU, this
 // says which operation did.
 #pragma once
@@ -25,7 +26,7 @@ struct WorkgroupMatrixCheck {
     float got = 0, want = 0;     // there
 };
 
-// One dispatch of the probe and the checks of its nine results; nullopt where the context's device
+// One dispatch of the probe and the checks of its eleven results; nullopt where the context's device
 // does not run workgroup-scope matrices (DeviceInfo::workgroup_matrices), or offers them at no
 // workgroup size whose granularity takes the probe's 64 x 64 matrices and 16-column row values.
 std::optional<std::vector<WorkgroupMatrixCheck>> probe_workgroup_matrices(Context& context);
