@@ -154,6 +154,12 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
     t.dk_tiles = tiles_to_multiple(t.dk_tiles, std::lcm(g->k, g->n));
     t.column_tiles = tiles_to_multiple(t.column_tiles, g->n);
     t.stat_columns = std::lcm(16u, g->n);
+    // Staged K/V take a tile of shared memory beside the driver's own: unforced, the keys halve
+    // until it fits, while the granularity still divides them (the checks below say the rest).
+    const std::uint32_t key_step = std::lcm(g->k, g->n);
+    while (!o.tile_keys && t.staged && t.keys / 2 >= key_step && (t.keys / 2) % key_step == 0 &&
+           workgroup_matrix_shared_bytes(t, subgroups) + caps.workgroup_matrix_reserved_shared > caps.max_shared_bytes)
+        t.keys /= 2;
     const std::string at = kernel + " at " + std::to_string(invocations) + " invocations takes ";
     if (const std::string fault = granularity_fault(*g, {{t.rows(subgroups), "its rows"}}, {}, {}); !fault.empty())
         throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob, at + fault + "; the device offers " + offered_sizes(caps) + ".");

@@ -246,6 +246,18 @@ TEST_CASE("workgroup matrices: K and V by tensor loads where they allow them, el
     CHECK(units->coopmat->shared_bytes(units->subgroups) ==
           without.shared_bytes(units->subgroups) + 2 * units->coopmat->keys * std::max(16 * units->coopmat->dk_tiles, units->coopmat->columns()));
     CHECK_FALSE(fused_for(caps, f16_problem(64, 64), wg())->coopmat->staged);
+    // Where the stage does not fit beside the driver's reserve, unforced keys halve (64 rows at D 128:
+    // the facts' 4,880 bytes and the reserve's 1,024; the stage 16,384 at 64 keys, 8,192 at 32).
+    vk::DeviceCaps tight = caps;
+    tight.max_shared_bytes = 4880 + 1024 + 8192;
+    Problem q8 = f16_problem(128, 128);
+    q8.k_dtype = q8.v_dtype = DType::q8_0;
+    const auto halved = fused_for(tight, q8, wg());
+    CHECK(halved->coopmat->staged);
+    CHECK(halved->coopmat->keys == 32);
+    CHECK(fused_for(tight, f16_problem(128, 128), wg())->coopmat->keys == 64);  // tensor loads: no stage
+    // Forced tiles keep their keys: 128 rows' facts and a 64-key stage do not fit, refused by the rows' knob.
+    CHECK_THAT(fused_refusal(tight, q8, wg("coopmat-wg-128x64")), Catch::StartsWith("variant.tile_rows:") && Catch::Contains("shared memory"));
 }
 
 TEST_CASE("workgroup matrices: each refusal names its argument and the limit", "[unit][coopmat][workgroup]") {
