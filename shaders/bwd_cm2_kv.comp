@@ -97,7 +97,7 @@ float bkv_prob(const in uint r, const in uint c, const in float s) {
     }
     return visible ? exp2((bkv_logit(s) + terms - tile_lse[c]) * LOG2E) : 0.0;
 }
-// The dropout's factor κ of (key r, query c): keep_scale where kept, 0 where dropped.
+// Wᵀ's element: p times dropout's factor κ of (key r, query c), keep_scale where kept, 0 where dropped.
 float bkv_weight(const in uint r, const in uint c, const in float p) {
     return dropout_keeps(batch, head, min(query0 + c, queries_end - 1u), key0 + r) ? p * P.mask.keep_scale : 0.0;
 }

@@ -10,7 +10,7 @@
 //   4  X's row sums into 64 × 16                           5  each element's (row, column) as r·64 + c
 //   6  X as A, clamped to 50 × 40 (zero past), times I     7  X from row 8 on (an offset of 512), as B
 //   8  X through an fp32 accumulator converted to A, times I
-//   9  X staged as f16 in shared memory, loaded as B row-major (flash_cm2.comp's STAGED V)
+//   9  X staged as f16 in shared memory (rows 72 elements apart), loaded as B row-major (STAGED V)
 //  10  the same tile loaded column-major (STAGED K: B = Xᵀ)
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
@@ -23,7 +23,8 @@ layout(std430, set = 0, binding = 1) readonly buffer XHalves { float16_t x_halve
 layout(std430, set = 0, binding = 2) writeonly buffer Out { float out_values[]; };
 
 const uint N = 64u, REGION = N * N;
-shared uvec4 x_tile[N * N / 8u];  // X as f16 pairs, staged by the invocations (flash_cm2.comp's kv_stage)
+const uint PITCH = N + 8u;        // rows padded by 16 bytes, as flash_cm2.comp's kv_stage
+shared uvec4 x_tile[N * PITCH / 8u];  // X as f16 pairs, staged by the invocations
 #define ACC(cols) coopmat<float, gl_ScopeWorkgroup, N, cols, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeWorkgroup, N, N, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeWorkgroup, N, N, gl_MatrixUseB>
@@ -94,15 +95,17 @@ void main() {
     ACC(N) c8 = coopMatMulAdd(x_conv, ident_b, ACC(N)(0.0));
     coopMatPerElementNV(c8, c8, probe_store, 8u, N);
 
-    for (uint w = gl_LocalInvocationIndex; w < N * N / 2u; w += gl_WorkGroupSize.x)
-        x_tile[w >> 2u][w & 3u] = packHalf2x16(vec2(float(x_halves[2u * w]), float(x_halves[2u * w + 1u])));
+    for (uint w = gl_LocalInvocationIndex; w < N * N / 2u; w += gl_WorkGroupSize.x) {
+        const uint at = (2u * w / N) * PITCH / 2u + w % (N / 2u);  // row 2w / N, word w % 32 of it
+        x_tile[at >> 2u][at & 3u] = packHalf2x16(vec2(float(x_halves[2u * w]), float(x_halves[2u * w + 1u])));
+    }
     barrier();
     MAT_B xs;
-    coopMatLoad(xs, x_tile, 0u, N / 8u, gl_CooperativeMatrixLayoutRowMajor);
+    coopMatLoad(xs, x_tile, 0u, PITCH / 8u, gl_CooperativeMatrixLayoutRowMajor);
     ACC(N) c9 = coopMatMulAdd(ident_a, xs, ACC(N)(0.0));
     coopMatPerElementNV(c9, c9, probe_store, 9u, N);
     MAT_B xst;
-    coopMatLoad(xst, x_tile, 0u, N / 8u, gl_CooperativeMatrixLayoutColumnMajor);
+    coopMatLoad(xst, x_tile, 0u, PITCH / 8u, gl_CooperativeMatrixLayoutColumnMajor);
     ACC(N) c10 = coopMatMulAdd(ident_a, xst, ACC(N)(0.0));
     coopMatPerElementNV(c10, c10, probe_store, 10u, N);
 }

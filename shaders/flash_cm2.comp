@@ -2,7 +2,7 @@
 // Fused attention on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2; issue #33,
 // docs/design/GPU_KERNELS.md "Workgroup matrices"): flash_coopmat.comp's contract (flash.comp's
 // bindings and parameters, SPLIT, column passes, every mask, softcap, ALiBi, sinks, dropout, varlen,
-// every Q and O type, every K/V storage type, paged K/V), where the driver offers what this needs:
+// every Q and O type, K/V of every storage type but bf16, paged K/V), where the driver offers what this needs:
 // workgroup scope, tensor addressing, row reductions, element operations and conversions.
 //
 // Work layout: the workgroup owns BR query rows and their O (BR × OC, fp32) as one accumulator; its
@@ -13,7 +13,7 @@
 // one product; the scale, softcap, masks and ALiBi are an element operation on S with each element's
 // row and key; the row maxima and sums are row reductions into BR × RW matrices (each row's value
 // smeared across its columns), widened again by a reduction where S or O needs them; P converts to the f16
-// operand without leaving the registers, and O += P·V with V's tile a tensor load. On the units
+// operand without leaving the registers, and O += P·V with V's tile loaded as K's was. On the units
 // (CM_KHR) the driver lays the matrices over the workgroup and stages the tensor loads as it
 // chooses: nothing of K, V, S or P passes through this kernel's shared memory, which holds only the
 // rows' facts. Elsewhere common/wg_matrix.glsl's portable twin runs the same code, its operands and
@@ -59,8 +59,10 @@ const float LN2 = 0.6931471805599453;
 #include "common/shared_atomics.glsl"
 #include "common/wg_matrix.glsl"
 #ifdef STAGED
-// K's tile, then V's where it was: f16 [key][d] (DKP a row), then [key][column] (OC a row).
-WG_STAGE_STORAGE(kv_stage, BC * (DKP > OC ? DKP : OC))
+// K's tile, then V's where it was: f16 [key][d], then [key][column], each row padded by 8 elements
+// (16 bytes) so that consecutive rows start in other banks, as flash_coopmat.comp's tiles.
+const uint K_PITCH = DKP + 8u, V_PITCH = OC + 8u;
+WG_STAGE_STORAGE(kv_stage, BC * (K_PITCH > V_PITCH ? K_PITCH : V_PITCH))
 #else
 // K's and V's bindings again as f16 elements, for the tensor loads (Vulkan lets variables alias a binding).
 WG_HALVES(KHalves, k_halves, 2);
@@ -213,9 +215,9 @@ void main() {
     if (is_fp8(K_TYPE)) k_scale = head_terms[2u * P.shape.Hq + hk];
     if (is_fp8(V_TYPE)) v_scale = head_terms[2u * P.shape.Hq + Hkv + hk];
 // A tile of BC keys from key kb_ into kv_stage as f16, 4 elements an invocation a trip through the
-// typed loaders: row r holds elements [first, first + run) of key kb_ + r's row; zeros past D and
-// past key_last.
-#define STAGE_TILE(ROW, LOAD4, run, first, D, kb_)                                     \
+// typed loaders: row r, `pitch` elements from row r − 1, holds elements [first, first + run) of key
+// kb_ + r's row; zeros past D and past key_last.
+#define STAGE_TILE(ROW, LOAD4, run, pitch, first, D, kb_)                              \
     barrier();                                                                          \
     for (uint e = inv; e < BC * (run) / 4u; e += WG) {                                  \
         const uint key = e / ((run) / 4u), d = (first) + 4u * (e % ((run) / 4u));       \
@@ -224,7 +226,7 @@ void main() {
             const uvec2 at = ROW((kb_) + key);                                           \
             x = LOAD4(at.x, at.y + d, (D) - d);                                          \
         }                                                                                \
-        WG_STAGE_PUT4(kv_stage, key * (run) + d - (first), x);                           \
+        WG_STAGE_PUT4(kv_stage, key * (pitch) + d - (first), x);                         \
     }                                                                                    \
     barrier()
 #else
@@ -239,8 +241,8 @@ void main() {
     const bool dropout = P.mask.drop_threshold != 0u;
     for (uint kb = k_begin; kb < k_end; kb += BC) {
 #ifdef STAGED
-        STAGE_TILE(K_ROW, load_k4, DKP, 0u, Dk, kb);
-        WG_LOAD_STAGED(k_op, DKP, BC, gl_MatrixUseB, kv_stage, DKP, WG_COLUMN_MAJOR);
+        STAGE_TILE(K_ROW, load_k4, DKP, K_PITCH, 0u, Dk, kb);
+        WG_LOAD_STAGED(k_op, DKP, BC, gl_MatrixUseB, kv_stage, K_PITCH, WG_COLUMN_MAJOR);
 #else
         WG_LOAD_VIEW(k_op, DKP, BC, gl_MatrixUseB, k_halves, k_head, k_layout, kb, BC, 0, DKP, transposed);
 #endif
@@ -270,8 +272,8 @@ void main() {
         WG_SCALE(o, alpha_o, BR, OC);
         WG_TO_OPERAND(p_op, BR, BC, gl_MatrixUseA, p);
 #ifdef STAGED
-        STAGE_TILE(V_ROW, load_v4, OC, P.first_column, Dv, kb);  // every invocation is done with K's tile
-        WG_LOAD_STAGED(v_op, BC, OC, gl_MatrixUseB, kv_stage, OC, WG_ROW_MAJOR);
+        STAGE_TILE(V_ROW, load_v4, OC, V_PITCH, P.first_column, Dv, kb);  // every invocation is done with K's tile
+        WG_LOAD_STAGED(v_op, BC, OC, gl_MatrixUseB, kv_stage, V_PITCH, WG_ROW_MAJOR);
 #else
         WG_LOAD(v_op, BC, OC, gl_MatrixUseB, v_halves, v_head, v_layout, kb, BC, P.first_column, OC);
 #endif

@@ -55,7 +55,7 @@ std::string granularity_fault(const vk::MatrixGranularity& g, std::initializer_l
 }  // namespace
 
 std::uint32_t workgroup_matrix_shared_bytes(const CoopmatLayout& t, std::uint32_t subgroups) {
-    const std::uint32_t rows = t.rows(subgroups), stage = t.staged ? 2 * t.keys * std::max(16 * t.dk_tiles, t.columns()) : 0;
+    const std::uint32_t rows = t.rows(subgroups), stage = t.staged ? 2 * t.keys * (std::max(16 * t.dk_tiles, t.columns()) + 8) : 0;
     const std::uint32_t facts = 4 * (rows * (8 + 11) + 4) + stage;
     if (t.units) return facts;
     const std::uint32_t dk = 16 * t.dk_tiles, operands = rows * dk + dk * t.keys + rows * t.keys + t.keys * t.columns();

@@ -17,8 +17,8 @@ namespace vkattn::detail {
 
 // flash_cm2.comp's shared memory with layout `t` (workgroup_matrices set) and `subgroups`: per row
 // its facts (key range, head, query, Q's, O's and lse's indices: 8 words) and its RowMask (11
-// words), and the workgroup's key ranges (4 words); staged, K's tile then V's (f16, Bc × the wider
-// of 16·dk_tiles and O's columns). On the units the driver keeps
+// words), and the workgroup's key ranges (4 words); staged, K's tile then V's (f16, Bc rows of the
+// wider of 16·dk_tiles and O's columns, padded by 8). On the units the driver keeps
 // DeviceCaps::workgroup_matrix_reserved_shared more for the matrices; the portable implementation
 // (common/wg_matrix.glsl) holds the operands Q, K, P and V as f16 pairs and S's shape of fp32 for
 // the row reductions.
