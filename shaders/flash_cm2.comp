@@ -15,8 +15,8 @@
 // smeared across its columns), widened again by a reduction where S or O needs them; P converts to the f16
 // operand without leaving the registers, and O += P·V with V's tile loaded as K's was. On the units
 // (CM_KHR) the driver lays the matrices over the workgroup and stages the tensor loads as it
-// chooses: nothing of K, V, S or P passes through this kernel's shared memory, which holds only the
-// rows' facts. Elsewhere common/wg_matrix.glsl's portable twin runs the same code, its operands and
+// chooses: nothing of S or P passes through this kernel's shared memory, which holds the rows' facts
+// and, STAGED, K's and V's tile. Elsewhere common/wg_matrix.glsl's portable twin runs the same code, its operands and
 // reductions in shared memory.
 // What the matrix units cannot take is refused on the host (CoopmatLayout::workgroup_matrices):
 // bf16 operands; heads past 128. K/V other than dense f16 rows on 16 bytes take STAGED
