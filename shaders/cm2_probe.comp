@@ -24,7 +24,7 @@ layout(std430, set = 0, binding = 2) writeonly buffer Out { float out_values[]; 
 
 const uint N = 64u, REGION = N * N;
 const uint PITCH = N + 8u;        // rows padded by 16 bytes, as flash_cm2.comp's kv_stage
-shared uvec4 x_tile[N * PITCH / 8u];  // X as f16 pairs, staged by the invocations
+shared uvec4 x_tile[N * PITCH / 8u];  // X as f16 pairs, staged by the invocations (kWorkgroupProbeSharedBytes)
 #define ACC(cols) coopmat<float, gl_ScopeWorkgroup, N, cols, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeWorkgroup, N, N, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeWorkgroup, N, N, gl_MatrixUseB>

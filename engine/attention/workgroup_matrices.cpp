@@ -340,7 +340,8 @@ void choose_workgroup_gemm(BmmConfig& c, const vk::DeviceCaps& caps, std::int64_
 }
 
 std::uint32_t workgroup_probe_invocations(const vk::DeviceCaps& caps) {
-    if (!caps.workgroup_matrices) return 0;
+    if (!caps.workgroup_matrices || kWorkgroupProbeSharedBytes + caps.workgroup_matrix_reserved_shared > caps.max_shared_bytes)
+        return 0;
     for (std::uint32_t n = 1; n <= 1024; n <<= 1)
         if (const vk::MatrixGranularity* g = workgroup_size_offered(caps, n);
             g && granularity_fault(*g, {{64, "rows"}}, {{64, "inner"}}, {{64, "columns"}, {16, "row values"}}).empty())

@@ -93,8 +93,10 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
                                const Problem& problem);
 
 // The workgroup size at which shaders/cm2_probe.comp (64 × 64 matrices, row values in 16 columns)
-// runs on the device's matrices: the smallest whose granularity takes them; 0 where none does, or
+// runs on the device's matrices: the smallest whose granularity takes them; 0 where none does, where
+// its staged tile (kWorkgroupProbeSharedBytes) does not fit beside the driver's reserve, or where
 // the device has none (DeviceCaps::workgroup_matrices).
+inline constexpr std::uint32_t kWorkgroupProbeSharedBytes = 64 * (64 + 8) * 2;  // cm2_probe.comp's x_tile
 std::uint32_t workgroup_probe_invocations(const vk::DeviceCaps& caps);
 // Turns the cooperative-matrix GEMM `c` (its shape chosen) into bmm_cm2.comp's, the GEMM ceiling on
 // workgroup matrices, for products K deep: InvalidArgument naming variant.workgroup_matrices where

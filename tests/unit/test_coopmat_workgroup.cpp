@@ -139,6 +139,9 @@ TEST_CASE("workgroup matrices: every matrix within the device's granularities", 
     CHECK(workgroup_probe_invocations(caps) == 128);
     CHECK(workgroup_probe_invocations(coarse) == 0);  // 128's rows, and 256's 32-column row values
     CHECK(workgroup_probe_invocations(lavapipe_like()) == 0);
+    vk::DeviceCaps reserved = caps;  // the probe's staged tile must fit beside the driver's reserve
+    reserved.workgroup_matrix_reserved_shared = reserved.max_shared_bytes - kWorkgroupProbeSharedBytes + 1;
+    CHECK(workgroup_probe_invocations(reserved) == 0);
 }
 
 TEST_CASE("workgroup matrices: the portable implementation where the device has none", "[unit][coopmat][workgroup]") {
