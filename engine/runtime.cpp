@@ -96,12 +96,14 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
                           .bf16_matrix_shape = vk::takes_bf16_matrices(info_.cooperative_matrix),
                           .flexible_matrix_shapes = vk::matrices_need_flexible_dimensions(info_.cooperative_matrix, tile),
                           .workgroup_matrix_granularity = vk::workgroup_matrix_granularities(info_.cooperative_matrix),
+                          .workgroup_matrix_bf16_granularity = vk::workgroup_matrix_granularities(info_.cooperative_matrix, "bf16"),
                           .workgroup_matrices = queries.matrix2 && queries.spirv_1_6,
                           .maximal_reconvergence = layer_knows_reconvergence && !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                           .kernel_statistics = options_.kernel_statistics});
     vk::describe_matrix_units(info_, device_->available(), device_->features(),
                               layer_predates(*instance_, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME), bf16_matrices_not_enabled(*instance_),
                               "the instance is not of Vulkan 1.3, or a validation layer older than VK_NV_cooperative_matrix2 is on");
+    info_.workgroup_bf16_matrices = device_->caps().workgroup_bf16_matrices;
     start();
 }
 
@@ -182,6 +184,8 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                                                                                                           enabled.flexible_matrices),
                                                              .flexible_matrix_shapes = enabled.flexible_matrices,
                                                              .workgroup_matrix_granularity = vk::workgroup_matrix_granularities(info_.cooperative_matrix),
+                                                             .workgroup_matrix_bf16_granularity =
+                                                                 vk::workgroup_matrix_granularities(info_.cooperative_matrix, "bf16"),
                                                              .workgroup_matrices = enabled.workgroup_matrices,
                                                              .maximal_reconvergence = !env_off("VKATTN_MAXIMAL_RECONVERGENCE"),
                                                              .kernel_statistics = options_.kernel_statistics});
@@ -193,6 +197,7 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                               "the caller's device was created without VK_NV_cooperative_matrix2's workgroup scope, flexible "
                               "dimensions, tensor addressing, reductions, conversions and element operations, or maintenance4, "
                               "or its instance for Vulkan below 1.3");
+    info_.workgroup_bf16_matrices = device_->caps().workgroup_bf16_matrices;
     if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
     start();
 }

@@ -2,11 +2,11 @@
 // Fused attention on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2; issue #33,
 // docs/design/GPU_KERNELS.md "Workgroup matrices"): flash_coopmat.comp's contract (flash.comp's
 // bindings and parameters, SPLIT, column passes, every mask, softcap, ALiBi, sinks, dropout, varlen,
-// every Q and O type, K/V of every storage type but bf16, paged K/V), where the driver offers what this needs:
+// every Q and O type, K/V of every storage type, paged K/V), where the driver offers what this needs:
 // workgroup scope, tensor addressing, row reductions, element operations and conversions.
 //
 // Work layout: the workgroup owns BR query rows and their O (BR × OC, fp32) as one accumulator; its
-// Q as one BR × DKP f16 operand, loaded once, element by element, through the typed loader. Per key
+// Q as one BR × DKP f16 operand (bf16 where CM_BF16 is defined: where q, k or v is stored as bf16), loaded once, element by element, through the typed loader. Per key
 // tile of BC keys: K's tile is a tensor load (transposed, zero past Dk and past the keys; with
 // STAGED the workgroup stages it as f16 in shared memory through the typed loaders, then loads it
 // from there: K/V of any storage type or alignment, PAGED rows through the block table), S = Q·Kᵀ
@@ -19,7 +19,7 @@
 // and, STAGED, K's and V's tile. Elsewhere common/wg_matrix.glsl's portable twin runs the same code, its operands and
 // reductions in shared memory.
 // What the matrix units cannot take is refused on the host (CoopmatLayout::workgroup_matrices):
-// bf16 operands; heads past 128. K/V other than dense f16 rows on 16 bytes take STAGED
+// heads past 128. K/V other than dense rows of the operands' type on 16 bytes take STAGED
 // (CoopmatLayout::staged).
 // A row with no visible key keeps m = MASKED: O = 0, lse = −∞ (or its sink); NaN scores poison the
 // row (its O and lse NaN), as flash_coopmat.comp's.
@@ -29,6 +29,9 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#ifdef CM_BF16
+#extension GL_EXT_bfloat16 : require
+#endif
 #endif
 #extension GL_EXT_control_flow_attributes : enable
 

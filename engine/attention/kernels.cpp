@@ -231,7 +231,8 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
     if (t.workgroup_matrices) {  // flash_cm2.comp: the same ids for what it shares with flash_coopmat.comp
         if (paged_pools > 0 && !t.staged) throw Error("internal: flash_cm2.comp reads a paged cache staged only.");
         const std::string kv = paged_pools > 0 ? "_paged" : t.staged ? "_staged" : "";
-        const std::string shader = std::string(t.units ? "flash_cm2" : "flash_cm2_portable") + kv + "_o" + out_suffix(out);
+        const std::string operands = t.operands == DType::bf16 ? "_bf16" : "";
+        const std::string shader = std::string(t.units ? "flash_cm2" : "flash_cm2_portable") + operands + kv + "_o" + out_suffix(out);
         vk::KernelKey key = flash_family_key(shader, c, types, true, paged_pools, "flash_cm2.comp");
         key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
                                                    {.id = kDkTiles, .value = t.dk_tiles},

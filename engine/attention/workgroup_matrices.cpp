@@ -13,18 +13,24 @@
 namespace vkattn::detail {
 namespace {
 
-// The granularities of the device's f16 workgroup matrices at `invocations` within its limits on
-// workgroup sizes, or nullptr where it offers none there.
-const vk::MatrixGranularity* workgroup_size_offered(const vk::DeviceCaps& caps, std::uint32_t invocations) {
+// The device's workgroup matrices' granularities for `operands` (f16, or bf16).
+const vk::WorkgroupGranularities& granularities(const vk::DeviceCaps& caps, DType operands) {
+    return operands == DType::bf16 ? caps.workgroup_matrix_bf16_granularity : caps.workgroup_matrix_granularity;
+}
+
+// The granularities of the device's workgroup matrices of `operands` at `invocations` within its
+// limits on workgroup sizes, or nullptr where it offers none there.
+const vk::MatrixGranularity* workgroup_size_offered(const vk::DeviceCaps& caps, std::uint32_t invocations, DType operands = DType::f16) {
     if (invocations > caps.workgroup_matrix_max_invocations || invocations > caps.max_workgroup_invocations) return nullptr;
-    return vk::granularity_at(caps.workgroup_matrix_granularity, invocations);
+    return vk::granularity_at(granularities(caps, operands), invocations);
 }
 
 // The workgroup sizes the device offers them at, for a message: "128 (32 x 16 x 16), 256 (...)".
-std::string offered_sizes(const vk::DeviceCaps& caps) {
+std::string offered_sizes(const vk::DeviceCaps& caps, DType operands = DType::f16) {
     std::string sizes;
-    for (std::size_t i = 0; i < caps.workgroup_matrix_granularity.size(); ++i)
-        if (const vk::MatrixGranularity& g = caps.workgroup_matrix_granularity[i]; g.offered())
+    const vk::WorkgroupGranularities& offered = granularities(caps, operands);
+    for (std::size_t i = 0; i < offered.size(); ++i)
+        if (const vk::MatrixGranularity& g = offered[i]; g.offered())
             sizes += (sizes.empty() ? "" : ", ") + std::to_string(1u << i) + " (granularity " + std::to_string(g.m) + " x " +
                      std::to_string(g.n) + " x " + std::to_string(g.k) + ")";
     return sizes.empty() ? "none" : sizes;
@@ -98,8 +104,10 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
         if (set)
             throw InvalidArgument(name, kernel + " lays its matrices out itself (the driver does): it has no row tiles, "
                                                  "Q tile, K/V tiles or O forms to choose; leave this unset beside workgroup_matrices.");
-    if (t.operands != DType::f16)
-        throw InvalidArgument(knob, kernel + " multiplies f16 operands; bf16 storage takes the cooperative-matrix kernel without it.");
+    if (t.operands == DType::bf16 && caps.workgroup_matrices && !caps.workgroup_bf16_matrices)
+        throw InvalidArgument(knob, kernel + " multiplies f16 operands on this device (DeviceInfo::workgroup_bf16_matrices: no flexible "
+                                             "bf16 workgroup shape, VK_KHR_shader_bfloat16 or bf16 build); bf16 storage takes the "
+                                             "cooperative-matrix kernel without it.");
     if (p.Dk > 128)
         throw InvalidArgument(knob, kernel + " takes Q and K heads up to 128 wide (Dk = " + std::to_string(p.Dk) +
                                         "); wider ones take the tile kernel.");
@@ -141,12 +149,12 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
                                       " (fewer rows or keys per tile fit).");
         return;
     }
-    const vk::MatrixGranularity* g = workgroup_size_offered(caps, invocations);
+    const vk::MatrixGranularity* g = workgroup_size_offered(caps, invocations, t.operands);
     if (!g)
         throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob,
                               std::to_string(t.rows(subgroups)) + " rows take a workgroup of " + std::to_string(invocations) +
-                                  " invocations (one subgroup of " + std::to_string(subgroup) + " per 16 rows); the device offers f16 "
-                                  "workgroup matrices at " + offered_sizes(caps) + " invocations, at most " +
+                                  " invocations (one subgroup of " + std::to_string(subgroup) + " per 16 rows); the device offers " +
+                                  to_string(t.operands) + " workgroup matrices at " + offered_sizes(caps, t.operands) + " invocations, at most " +
                                   std::to_string(caps.workgroup_matrix_max_invocations) + ".");
     // The widths round up to the granularity (Q an accumulator, then A; K's tile B's rows; O's
     // columns), and the row values take N's where it is coarser than 16; the rows and keys are the
@@ -162,13 +170,13 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
         t.keys /= 2;
     const std::string at = kernel + " at " + std::to_string(invocations) + " invocations takes ";
     if (const std::string fault = granularity_fault(*g, {{t.rows(subgroups), "its rows"}}, {}, {}); !fault.empty())
-        throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob, at + fault + "; the device offers " + offered_sizes(caps) + ".");
+        throw InvalidArgument(o.tile_rows ? "variant.tile_rows" : knob, at + fault + "; the device offers " + offered_sizes(caps, t.operands) + ".");
     if (const std::string fault = granularity_fault(*g, {}, {{t.keys, "its keys per tile"}}, {{t.keys, "its keys per tile"}}); !fault.empty())
-        throw InvalidArgument(o.tile_keys ? "variant.tile_keys" : knob, at + fault + "; the device offers " + offered_sizes(caps) + ".");
+        throw InvalidArgument(o.tile_keys ? "variant.tile_keys" : knob, at + fault + "; the device offers " + offered_sizes(caps, t.operands) + ".");
     if (const std::string fault = granularity_fault(*g, {}, {{16 * t.dk_tiles, "Q's width"}},
                                                     {{16 * t.dk_tiles, "Q's width"}, {t.columns(), "O's columns"}, {t.stat_columns, "its row values"}});
         !fault.empty())
-        throw InvalidArgument(knob, at + fault + "; the device offers " + offered_sizes(caps) + ".");
+        throw InvalidArgument(knob, at + fault + "; the device offers " + offered_sizes(caps, t.operands) + ".");
     // Each matrix dimension against the device's, named by what set it.
     for (const auto& [extent, name] : {std::pair{t.rows(subgroups), o.tile_rows ? "variant.tile_rows" : knob},
                                        std::pair{t.keys, o.tile_keys ? "variant.tile_keys" : knob},
@@ -200,7 +208,8 @@ bool tensor_loads_aligned(const TensorDesc& d, std::int64_t row_length) {
 }
 
 bool kv_tensor_loads(const Problem& p, const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides) {
-    return p.k_dtype == DType::f16 && p.v_dtype == DType::f16 && !p.paged_kv && strides_allow_tensor_loads(k_strides, p.Dk) &&
+    const DType operands = coopmat_operand_type({p.dtype, p.k_dtype, p.v_dtype});
+    return p.k_dtype == operands && p.v_dtype == operands && !p.paged_kv && strides_allow_tensor_loads(k_strides, p.Dk) &&
            strides_allow_tensor_loads(v_strides, p.Dv);
 }
 

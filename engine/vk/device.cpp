@@ -233,6 +233,9 @@ void Device::describe() {
     caps_.workgroup_matrices = caps_.matrix_units && features_.workgroup_matrices &&
                                offers_workgroup_matrices(options_.workgroup_matrix_granularity) && workgroup_matrix_shaders_built();
     if (caps_.workgroup_matrices) caps_.workgroup_matrix_granularity = options_.workgroup_matrix_granularity;
+    caps_.workgroup_bf16_matrices = caps_.workgroup_matrices && caps_.bf16_matrix_units &&
+                                    offers_workgroup_matrices(options_.workgroup_matrix_bf16_granularity) && workgroup_bf16_shaders_built();
+    if (caps_.workgroup_bf16_matrices) caps_.workgroup_matrix_bf16_granularity = options_.workgroup_matrix_bf16_granularity;
     caps_.min_subgroup_size = features_.subgroup_size_control ? size_props.minSubgroupSize : subgroup.subgroupSize;
     caps_.max_subgroup_size = features_.subgroup_size_control ? size_props.maxSubgroupSize : subgroup.subgroupSize;
     caps_.max_shared_bytes = limits.maxComputeSharedMemorySize;

@@ -36,6 +36,7 @@ struct DeviceOptions {
     // for and enabled: VK_NV_cooperative_matrix2's structure known to any layer on, an instance of
     // Vulkan 1.3.
     WorkgroupGranularities workgroup_matrix_granularity{};
+    WorkgroupGranularities workgroup_matrix_bf16_granularity{};  // the same for bf16 operands
     bool workgroup_matrices = false;
     // Whether VK_KHR_shader_maximal_reconvergence's feature structure may be chained (a validation
     // layer older than it reports it as an error) and the shaders patched with it where offered

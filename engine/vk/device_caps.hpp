@@ -67,6 +67,11 @@ struct DeviceCaps {
     // bytes of shared memory for them.
     bool workgroup_matrices = false;
     WorkgroupGranularities workgroup_matrix_granularity{};
+    // bf16 operands on them too (flash_cm2.comp's bf16 builds): workgroup_matrices, bf16_matrix_units
+    // (VK_KHR_shader_bfloat16 enabled), a flexible bf16 workgroup shape offered at the sizes of
+    // workgroup_matrix_bf16_granularity, and this build has those shaders.
+    bool workgroup_bf16_matrices = false;
+    WorkgroupGranularities workgroup_matrix_bf16_granularity{};
     std::uint32_t workgroup_matrix_max_invocations = 0;
     std::uint32_t workgroup_matrix_max_dimension = 0;
     std::uint32_t workgroup_matrix_reserved_shared = 0;

@@ -242,10 +242,10 @@ MatrixTile forced_matrix_tile() {
                                                 "8x16, 16x8 or 16x16 (16 deep).");
 }
 
-WorkgroupGranularities workgroup_matrix_granularities(const std::vector<CooperativeMatrixShape>& shapes) {
+WorkgroupGranularities workgroup_matrix_granularities(const std::vector<CooperativeMatrixShape>& shapes, const std::string& operands) {
     WorkgroupGranularities granularity{};
     for (const CooperativeMatrixShape& s : shapes) {
-        if (!s.flexible || s.scope != "workgroup" || s.a != "f16" || s.b != "f16" || s.c != "f32" || s.result != "f32" || s.saturating ||
+        if (!s.flexible || s.scope != "workgroup" || s.a != operands || s.b != operands || s.c != "f32" || s.result != "f32" || s.saturating ||
             s.m == 0 || s.n == 0 || s.k == 0)
             continue;
         for (std::size_t i = 0; i < granularity.size(); ++i) {

@@ -77,10 +77,11 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
                            const std::string& why_not_enabled, const std::string& why_bf16_not_enabled,
                            const std::string& why_workgroup_not_enabled = "");
 
-// The workgroup sizes for which `shapes` offer a flexible f16 x f16 + f32 workgroup-scope shape
-// (VK_NV_cooperative_matrix2), each with its granularities (the finest where several are listed):
-// index i for 2^i invocations. The kernels check their matrices against them
-// (attention/workgroup_matrices.hpp).
-WorkgroupGranularities workgroup_matrix_granularities(const std::vector<CooperativeMatrixShape>& shapes);
+// The workgroup sizes for which `shapes` offer a flexible `operands` x `operands` + f32
+// workgroup-scope shape (VK_NV_cooperative_matrix2; operands "f16" or "bf16"), each with its
+// granularities (the finest where several are listed): index i for 2^i invocations. The kernels
+// check their matrices against them (attention/workgroup_matrices.hpp).
+WorkgroupGranularities workgroup_matrix_granularities(const std::vector<CooperativeMatrixShape>& shapes,
+                                                      const std::string& operands = "f16");
 
 }  // namespace vkattn::vk

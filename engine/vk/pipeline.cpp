@@ -28,6 +28,7 @@ bool matrix_unit_shaders_built() { return has_embedded_shader("flash_coopmat_uni
 bool matrix_part_shaders_built() { return has_embedded_shader("flash_coopmat_units_parts_o16"); }
 bool bf16_unit_shaders_built() { return has_embedded_shader("flash_coopmat_units_bf16_obf16"); }
 bool workgroup_matrix_shaders_built() { return has_embedded_shader("flash_cm2_o32"); }
+bool workgroup_bf16_shaders_built() { return has_embedded_shader("flash_cm2_bf16_o32"); }
 
 Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelKey& key) : name_(key.shader) {
     const VkDevice d = device.get();

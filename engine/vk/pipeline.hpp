@@ -36,6 +36,8 @@ bool bf16_unit_shaders_built();
 // Whether it has the workgroup-matrix kernel (VKATTN_HAVE_WORKGROUP_MATRICES: shaders/flash_cm2.comp,
 // a glslang that compiles GL_NV_cooperative_matrix2).
 bool workgroup_matrix_shaders_built();
+// Whether it has that kernel's bf16 builds (both of the above).
+bool workgroup_bf16_shaders_built();
 
 struct SpecConstant {
     std::uint32_t id = 0;

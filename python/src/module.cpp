@@ -72,6 +72,7 @@ nb::dict device_dict(const vkattn::DeviceInfo& d) {
     out["bf16_matrix_units_off"] = d.bf16_matrix_units_off;
     out["workgroup_matrices"] = d.workgroup_matrices;  // the forward on workgroup-scope matrices (flash_cm2.comp)
     out["workgroup_matrices_off"] = d.workgroup_matrices_off;
+    out["workgroup_bf16_matrices"] = d.workgroup_bf16_matrices;  // bf16 operands on them too
     out["bf16_shader"] = d.bf16_shader;
     out["fp8_shader"] = d.fp8_shader;
     out["timestamp_period_ns"] = d.timestamp_period_ns;

@@ -169,6 +169,8 @@ def test_default_context_and_devices():
         assert not (d["bf16_matrix_units"] and not d["matrix_units"])
         assert isinstance(d["workgroup_matrices"], bool) and isinstance(d["workgroup_matrices_off"], str)
         assert not (d["workgroup_matrices"] and not d["matrix_units"])
+        assert isinstance(d["workgroup_bf16_matrices"], bool)
+        assert not (d["workgroup_bf16_matrices"] and not d["workgroup_matrices"])
 
 
 @pytest.mark.parametrize("call,argument", [

@@ -6,7 +6,7 @@
 // - otherwise, the portable implementation, on any device (lavapipe): an accumulator is an fp32
 //   array in each invocation's registers, element e = r · cols + c held by invocation (e / 2) % WG
 //   in slot 2 · (e / (2 · WG)) + e % 2 (pairs together, so that an operand's word is one
-//   invocation's); an operand (A or B) is a shared array of f16 pairs, one word per two elements;
+//   invocation's); an operand (A or B) is a shared array of f16 (bf16) pairs, one word per two elements;
 //   a row reduction passes through the shared `wg_reduce`. Tensor loads compute each element's
 //   address by the extension's own formulas (SPV_NV_cooperative_matrix2, "Tensor Layout and View")
 //   for the forms the kernels use: two dimensions, unit inner stride, constant clamping to 0, an
@@ -27,11 +27,29 @@
 #ifndef VKATTN_WG_MATRIX_GLSL
 #define VKATTN_WG_MATRIX_GLSL
 
+#include "common/float_bits.glsl"
+
+// The operands' 16-bit type: f16, or bf16 where CM_BF16 is defined (fp32's range, 8 bits of
+// mantissa). A pair of them in a word, rounded to nearest even (bf16 in integers, as the host's
+// float_to_bf16), and back.
+#ifdef CM_BF16
+uint wg_pack2(const vec2 v) { return bf16_bits(v.x) | (bf16_bits(v.y) << 16u); }
+vec2 wg_unpack2(const uint w) { return vec2(uintBitsToFloat(w << 16u), uintBitsToFloat(w & 0xffff0000u)); }
+#else
+uint wg_pack2(const vec2 v) { return packHalf2x16(v); }
+vec2 wg_unpack2(const uint w) { return unpackHalf2x16(w); }
+#endif
+
 #ifdef CM_KHR
+#ifdef CM_BF16
+#define WG_ELEM bfloat16_t
+#else
+#define WG_ELEM float16_t
+#endif
 #define WG_ACC_TYPE(rows, cols) coopmat<float, gl_ScopeWorkgroup, rows, cols, gl_MatrixUseAccumulator>
-#define WG_OPERAND_TYPE(rows, cols, use) coopmat<float16_t, gl_ScopeWorkgroup, rows, cols, use>
-// A binding of f16 elements for the tensor loads (Vulkan lets variables alias a binding).
-#define WG_HALVES(block, name, index) layout(std430, set = 0, binding = index) readonly buffer block { float16_t name[]; }
+#define WG_OPERAND_TYPE(rows, cols, use) coopmat<WG_ELEM, gl_ScopeWorkgroup, rows, cols, use>
+// A binding of the operands' elements for the tensor loads (Vulkan lets variables alias a binding).
+#define WG_HALVES(block, name, index) layout(std430, set = 0, binding = index) readonly buffer block { WG_ELEM name[]; }
 #define WG_OPERAND_STORAGE(name, rows, cols)
 #define WG_REDUCE_STORAGE(size)
 #define WG_ACC(name, rows, cols) WG_ACC_TYPE(rows, cols) name
@@ -49,7 +67,7 @@
 #define WG_LOAD_VIEW(name, rows, cols, use, buf, at, layout, o0, s0, o1, s1, view) \
     WG_OPERAND_TYPE(rows, cols, use) name;                                         \
     coopMatLoadTensorNV(name, buf, at, sliceTensorLayoutNV(layout, o0, s0, o1, s1), view)
-// A tile the kernel stages itself in shared memory, as f16 (WG_STAGE_STORAGE, a whole declaration;
+// A tile the kernel stages itself in shared memory, as operands (WG_STAGE_STORAGE, a whole declaration;
 // `elements` a multiple of 8): uvec4s, so that every row of a multiple of 8 elements starts on 16
 // bytes, as the units' loads from shared memory want. WG_STAGE_PUT4 writes elements e..e + 3 (e a
 // multiple of 4); WG_LOAD_STAGED loads name (rows × cols) from the tile's element 0, its rows
@@ -59,8 +77,8 @@
 #define WG_STAGE_PUT4(name, e, x)                                                   \
     {                                                                               \
         const uint wg_w = (e) >> 1u;                                                \
-        name[wg_w >> 2u][wg_w & 3u] = packHalf2x16((x).xy);                         \
-        name[wg_w >> 2u][(wg_w & 3u) + 1u] = packHalf2x16((x).zw);                  \
+        name[wg_w >> 2u][wg_w & 3u] = wg_pack2((x).xy);                         \
+        name[wg_w >> 2u][(wg_w & 3u) + 1u] = wg_pack2((x).zw);                  \
     }
 #define WG_ROW_MAJOR gl_CooperativeMatrixLayoutRowMajor
 #define WG_COLUMN_MAJOR gl_CooperativeMatrixLayoutColumnMajor
@@ -90,7 +108,7 @@
 #define WG_SLOTS(rows, cols) (2u * (((rows) * (cols) + 2u * WG - 1u) / (2u * WG)))
 #define WG_ELEMENT(i) ((((i) >> 1u) * WG + gl_LocalInvocationIndex) * 2u + ((i) & 1u))
 #define WG_HALVES(block, name, index) layout(std430, set = 0, binding = index) readonly buffer block { uint name[]; }
-#define WG_HALF(words, i) wg_half_of(unpackHalf2x16((words)[(i) >> 1u]), i)
+#define WG_HALF(words, i) wg_half_of(wg_unpack2((words)[(i) >> 1u]), i)
 #define WG_OPERAND_STORAGE(name, rows, cols) shared uint name[(rows) * (cols) / 2u];
 #define WG_REDUCE_STORAGE(size) shared float wg_reduce[size];
 #define WG_ACC(name, rows, cols) float name[WG_SLOTS(rows, cols)]
@@ -141,7 +159,7 @@ uint wg_tensor_element(const WgLayout t, const bool transposed, const uint row, 
         const uint wg_r = 2u * (w) / (cols), wg_c = 2u * (w) % (cols);                                       \
         const uint wg_t0 = wg_tensor_element(l, view, wg_r, wg_c, cols);                                    \
         const uint wg_t1 = wg_tensor_element(l, view, wg_r, wg_c + 1u, cols);                               \
-        name[w] = packHalf2x16(vec2(wg_t0 == 0xffffffffu ? 0.0 : WG_HALF(buf, (at) + wg_t0),                \
+        name[w] = wg_pack2(vec2(wg_t0 == 0xffffffffu ? 0.0 : WG_HALF(buf, (at) + wg_t0),                \
                                     wg_t1 == 0xffffffffu ? 0.0 : WG_HALF(buf, (at) + wg_t1)));              \
     }
 #define WG_LAYOUT(name, dim0, dim1, stride0) WgLayout name = wg_layout(dim0, dim1, stride0)
@@ -159,13 +177,13 @@ uint wg_tensor_element(const WgLayout t, const bool transposed, const uint row, 
         }                                                                                       \
     }                                                                                           \
     barrier()
-// A staged tile: f16 pairs, one word each; loaded as a tensor of its own (rows or columns `pitch`
+// A staged tile: operand pairs, one word each; loaded as a tensor of its own (rows or columns `pitch`
 // elements apart, the column-major form through the transposed view), by the loads above.
 #define WG_STAGE_STORAGE(name, elements) shared uint name[(elements) / 2u];
 #define WG_STAGE_PUT4(name, e, x)                          \
     {                                                      \
-        name[(e) >> 1u] = packHalf2x16((x).xy);            \
-        name[((e) >> 1u) + 1u] = packHalf2x16((x).zw);     \
+        name[(e) >> 1u] = wg_pack2((x).xy);            \
+        name[((e) >> 1u) + 1u] = wg_pack2((x).zw);     \
     }
 #define WG_ROW_MAJOR false
 #define WG_COLUMN_MAJOR true
@@ -173,12 +191,12 @@ uint wg_tensor_element(const WgLayout t, const bool transposed, const uint row, 
     WG_LOAD_VIEW(name, rows, cols, use, tile, 0u,                                                         \
                  wg_layout((major) ? (cols) : (rows), (major) ? (rows) : (cols), pitch), 0u,               \
                  (major) ? (cols) : (rows), 0u, (major) ? (rows) : (cols), major)
-// The accumulator's values rounded to f16 (packHalf2x16) into the operand's words.
+// The accumulator's values rounded to the operands' type (wg_pack2) into the operand's words.
 #define WG_TO_OPERAND(name, rows, cols, use, acc) \
     barrier();                                    \
-    WG_PAIRS(rows, cols, name[wg_e >> 1u] = packHalf2x16(vec2(acc[wg_i], acc[wg_i + 1u]));) \
+    WG_PAIRS(rows, cols, name[wg_e >> 1u] = wg_pack2(vec2(acc[wg_i], acc[wg_i + 1u]));) \
     barrier()
-// c (m × n) += a (m × k) · b (k × n), k a multiple of 16: fp32 sums of f16 products, a pair of
+// c (m × n) += a (m × k) · b (k × n), k a multiple of 16: fp32 sums of f16 (bf16) products, a pair of
 // c's elements (one row of a, two columns of b) 16 terms a trip.
 #define WG_PRODUCT(c, a, b, m, k, n)                                                              \
     WG_PAIRS(m, n,                                                                                \
@@ -188,9 +206,9 @@ uint wg_tensor_element(const WgLayout t, const bool transposed, const uint row, 
             const uint wg_a = (wg_r * (k) + wg_k) >> 1u;                                          \
             const uint wg_b = (wg_k * (n) + wg_c) >> 1u;                                          \
             [[unroll]] for (uint wg_j = 0u; wg_j < 8u; ++wg_j) {                                  \
-                const vec2 wg_x = unpackHalf2x16(a[wg_a + wg_j]);                                 \
-                const vec2 wg_y0 = unpackHalf2x16(b[wg_b + wg_j * (n)]);                          \
-                const vec2 wg_y1 = unpackHalf2x16(b[wg_b + wg_j * (n) + (n) / 2u]);               \
+                const vec2 wg_x = wg_unpack2(a[wg_a + wg_j]);                                 \
+                const vec2 wg_y0 = wg_unpack2(b[wg_b + wg_j * (n)]);                          \
+                const vec2 wg_y1 = wg_unpack2(b[wg_b + wg_j * (n) + (n) / 2u]);               \
                 wg_s0 = fma(wg_x.y, wg_y1.x, fma(wg_x.x, wg_y0.x, wg_s0));                         \
                 wg_s1 = fma(wg_x.y, wg_y1.y, fma(wg_x.x, wg_y0.y, wg_s1));                         \
             }                                                                                     \

@@ -59,6 +59,8 @@ TEST_CASE("workgroup matrices: DeviceInfo says whether the driver runs them", "[
     CHECK(info.workgroup_matrices == device_caps().workgroup_matrices);
     if (info.matrix_units) CHECK(info.workgroup_matrices != !info.workgroup_matrices_off.empty());
     else CHECK_FALSE(info.workgroup_matrices);
+    CHECK(info.workgroup_bf16_matrices == device_caps().workgroup_bf16_matrices);
+    if (info.workgroup_bf16_matrices) CHECK((info.workgroup_matrices && info.bf16_matrix_units));
 }
 
 TEST_CASE("workgroup matrices: every feature, fused and split", "[gpu][coopmat][workgroup]") {
@@ -115,6 +117,43 @@ TEST_CASE("workgroup matrices: K and V staged: every storage type, heads off 8 e
     mixed.v_dtype = DType::f16;
     mixed.Dv = 136;
     CHECK_THAT(expect_workgroup(mixed, "coopmat-wg").variant, Catch::Contains(" staged") && Catch::Contains(" passes="));
+}
+
+TEST_CASE("workgroup matrices: bf16 operands, by tensor loads and staged, past f16's range", "[gpu][coopmat][workgroup][bf16]") {
+    // Where q, k or v is stored as bf16 the kernel multiplies bf16 operands (its _bf16 builds): dense
+    // bf16 K/V by tensor loads, fused and split; f32 Q beside them; q8_0 K/V staged beside bf16 Q;
+    // q and k up to 10⁶, past f16's 65,504, the scale bringing the scores back. Refused by name
+    // where the driver's workgroup matrices take f16 alone.
+    if (!device_caps().fp16_storage) return;
+    Case c = several_key_tiles_case(Impl::fused, 64);
+    c.dtype = DType::bf16;
+    c.variant = find_kernel_variant("coopmat-wg")->overrides;
+    if (!workgroup_bf16_runs_here()) {
+        CHECK_THAT(expect_refused(c, device_caps().bf16_matrix_units ? "variant.workgroup_matrices" : "variant.fused_kernel"),
+                   Catch::Contains("bf16"));
+        return;
+    }
+    CHECK_THAT(expect_workgroup(c, "coopmat-wg").variant, Catch::Contains(" bf16") && !Catch::Contains(" staged"));
+    Case split = c;
+    split.impl = Impl::split;
+    split.Dk = split.Dv = 128;
+    expect_workgroup(split, "split-coopmat-wg");
+    Case q32 = c;
+    q32.dtype = DType::f32;
+    q32.k_dtype = q32.v_dtype = DType::bf16;
+    CHECK_THAT(expect_workgroup(q32, "coopmat-wg").variant, Catch::Contains(" bf16"));
+    Case q8 = c;
+    q8.k_dtype = q8.v_dtype = DType::q8_0;
+    CHECK_THAT(expect_workgroup(q8, "coopmat-wg").variant, Catch::Contains(" staged") && Catch::Contains(" bf16"));
+    Case wide = c;
+    wide.Hq = 4;
+    wide.Hkv = 2;
+    wide.Nq = 40;
+    wide.Nkv = 90;
+    wide.Dk = wide.Dv = 32;
+    wide.amplitude = 1.0e6f;
+    wide.scale = 1.0e-12;
+    expect_workgroup(wide, "coopmat-wg");
 }
 
 TEST_CASE("workgroup matrices: the GEMM ceiling against a double product", "[gpu][coopmat][workgroup]") {

@@ -164,8 +164,8 @@ TEST_CASE("paged kv cache: the decode, tile and coopmat kernels over shuffled bl
         c.variant.row_tiles = 2;
         c.variant.kv_apart = true;
     }
-    if (which == 4) {  // flash_cm2.comp, which stages a paged cache's rows (f16 operands only)
-        if (c.dtype != DType::f16) return;
+    if (which == 4) {  // flash_cm2.comp, which stages a paged cache's rows (f16 or bf16 operands)
+        if (c.dtype == DType::f32 || (c.dtype == DType::bf16 && !test::workgroup_bf16_runs_here())) return;
         c.variant.workgroup_matrices = true;
         // The contiguous cache's tensor loads need no stage, so unforced its tiles could be longer
         // than the paged run's: the same tiles for both, for the same bits.

@@ -23,6 +23,11 @@ inline const vk::DeviceCaps& device_caps() { return detail::ContextAccess::runti
 // implementation, or matrix units that take bf16; elsewhere (units without it) detail::
 // coopmat_operands refuses them by name, and a test expects that refusal.
 inline bool coopmat_bf16_runs_here() { return !device_caps().matrix_units || device_caps().bf16_matrix_units; }
+// The same for the workgroup-matrix forward (flash_cm2.comp): its portable twin, or the driver's
+// workgroup matrices where they take bf16 operands too.
+inline bool workgroup_bf16_runs_here() {
+    return coopmat_bf16_runs_here() && (!device_caps().workgroup_matrices || device_caps().workgroup_bf16_matrices);
+}
 
 // Heads past 128 (Dk or Dv) for the cooperative-matrix kernels, which on the device's matrix units
 // refuse them by name (detail::refuse_wide_heads_on_units): there `run` must throw that refusal and

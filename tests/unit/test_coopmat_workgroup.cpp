@@ -267,10 +267,22 @@ TEST_CASE("workgroup matrices: K and V by tensor loads where they allow them, el
 TEST_CASE("workgroup matrices: each refusal names its argument and the limit", "[unit][coopmat][workgroup]") {
     const vk::DeviceCaps caps = workgroup_device();
     auto refusal = [](const vk::DeviceCaps& d, const Problem& p, const VariantOverrides& o) { return fused_refusal(d, p, o); };
-    // bf16 storage (bf16 operands, which the kernel does not multiply; its f16 would overflow bf16's range).
+    // bf16 storage: bf16 operands, which the driver's matrices must take too (DeviceCaps::
+    // workgroup_bf16_matrices, at granularities of their own); refused by name where they do not.
     Problem bf16 = f16_problem(64, 64);
     bf16.dtype = bf16.k_dtype = bf16.v_dtype = DType::bf16;
-    CHECK_THAT(refusal(caps, bf16, wg()), Catch::StartsWith("variant.") && Catch::Contains("bf16"));
+    CHECK_THAT(refusal(caps, bf16, wg()), Catch::StartsWith("variant.fused_kernel:") && Catch::Contains("bf16"));  // no bf16 units
+    vk::DeviceCaps bf16_units = caps;
+    bf16_units.bf16_matrix_units = true;
+    CHECK_THAT(refusal(bf16_units, bf16, wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("workgroup_bf16_matrices"));
+    bf16_units.workgroup_bf16_matrices = true;
+    CHECK_THAT(refusal(bf16_units, bf16, wg()), Catch::StartsWith("variant.workgroup_matrices:") &&
+                                                     Catch::Contains("bf16 workgroup matrices at none"));  // f16's sizes, not bf16's
+    bf16_units.workgroup_matrix_bf16_granularity[7] = {32, 16, 16};
+    const auto on_bf16 = fused_for(bf16_units, bf16, wg());
+    CHECK(on_bf16->coopmat->units);
+    CHECK(on_bf16->coopmat->operands == DType::bf16);
+    CHECK_FALSE(on_bf16->coopmat->staged);  // bf16 K/V are the operands' type: tensor loads
     // Heads past 128.
     CHECK_THAT(refusal(caps, f16_problem(256, 64), wg()), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("Dk = 256"));
     // A workgroup size the driver does not offer: 32 rows on 2 subgroups (64 invocations).

@@ -127,6 +127,14 @@ TEST_CASE("workgroup matrices: the workgroup sizes a device's shapes offer, and 
     CHECK(vk::granularity_at(g, 96) == nullptr);
     CHECK(vk::granularity_at(g, 512) == nullptr);
     CHECK_FALSE(vk::offers_workgroup_matrices(vk::workgroup_matrix_granularities({shapes[0], shapes[6]})));
+    // bf16 operands' shapes count for bf16 alone (llama.cpp's coopmat2 check asks for both at 128
+    // and 256 invocations on NVIDIA).
+    CooperativeMatrixShape bf16 = workgroup_shape(32, 16, 16, "workgroup", 128);
+    bf16.a = bf16.b = "bf16";
+    CHECK_FALSE(vk::offers_workgroup_matrices(vk::workgroup_matrix_granularities(shapes, "bf16")));
+    const vk::WorkgroupGranularities b = vk::workgroup_matrix_granularities({shapes[0], bf16}, "bf16");
+    CHECK((b[7].m == 32 && b[7].n == 16 && b[7].k == 16));
+    CHECK_FALSE(vk::offers_workgroup_matrices(vk::workgroup_matrix_granularities({shapes[0], bf16})));
 }
 
 TEST_CASE("matrix shapes: $VKATTN_MATRIX_TILE names a tile, or is refused by name", "[unit][coopmat]") {

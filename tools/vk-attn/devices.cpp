@@ -48,6 +48,7 @@ nlohmann::json to_json(const DeviceInfo& d) {
             {"matrix_tile", d.matrix_tile},
             {"bf16_matrix_units", d.bf16_matrix_units}, {"bf16_matrix_units_off", d.bf16_matrix_units_off},
             {"workgroup_matrices", d.workgroup_matrices}, {"workgroup_matrices_off", d.workgroup_matrices_off},
+            {"workgroup_bf16_matrices", d.workgroup_bf16_matrices},
             {"inf_nan_preserve", d.inf_nan_preserve}, {"maximal_reconvergence", d.maximal_reconvergence},
             {"timestamp_period_ns", d.timestamp_period_ns}, {"heaps", heaps}, {"default_choice", d.default_choice},
             {"rejected", d.rejected}};
@@ -83,7 +84,7 @@ void print_text(const DeviceInfo& d) {
             if (d.bf16_matrix_units) std::cout << "on them too";
             else std::cout << "refused (" << d.bf16_matrix_units_off << ")";
             std::cout << "; workgroup matrices (flash_cm2.comp) ";
-            if (d.workgroup_matrices) std::cout << "yes";
+            if (d.workgroup_matrices) std::cout << "yes" << (d.workgroup_bf16_matrices ? ", bf16 too" : ", f16 only");
             else std::cout << "no, their portable twin (" << d.workgroup_matrices_off << ")";
         } else {
             std::cout << "portable (" << d.matrix_units_off << ")";

@@ -104,6 +104,10 @@ struct DeviceInfo {
     // the kernel (a glslang >= 15). Else workgroup_matrices_off says why (empty without matrix units).
     bool workgroup_matrices = false;
     std::string workgroup_matrices_off;
+    // Whether they multiply bf16 operands there too (bf16 storage): workgroup_matrices, bf16_matrix_units,
+    // a flexible bf16 x bf16 + f32 workgroup shape offered, and this build has those shaders. Else
+    // bf16 storage takes them portably on devices without them, and is refused by name where they run.
+    bool workgroup_bf16_matrices = false;
     double timestamp_period_ns = 0;  // one timestamp tick
 };
 
