@@ -103,7 +103,6 @@ Runtime::Runtime(const ContextOptions& options) : options_(options) {
     vk::describe_matrix_units(info_, device_->available(), device_->features(),
                               layer_predates(*instance_, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME), bf16_matrices_not_enabled(*instance_),
                               "the instance is not of Vulkan 1.3, or a validation layer older than VK_NV_cooperative_matrix2 is on");
-    info_.workgroup_bf16_matrices = device_->caps().workgroup_bf16_matrices;
     start();
 }
 
@@ -197,7 +196,6 @@ Runtime::Runtime(const VulkanDevice& caller, const ContextOptions& options) : op
                               "the caller's device was created without VK_NV_cooperative_matrix2's workgroup scope, flexible "
                               "dimensions, tensor addressing, reductions, conversions and element operations, or maintenance4, "
                               "or its instance for Vulkan below 1.3");
-    info_.workgroup_bf16_matrices = device_->caps().workgroup_bf16_matrices;
     if (caller.queue_mutex) queue_mutex_ = caller.queue_mutex;
     start();
 }

@@ -6,18 +6,19 @@
 // workgroup scope, tensor addressing, row reductions, element operations and conversions.
 //
 // Work layout: the workgroup owns BR query rows and their O (BR × OC, fp32) as one accumulator; its
-// Q as one BR × DKP f16 operand (bf16 where CM_BF16 is defined: where q, k or v is stored as bf16), loaded once, element by element, through the typed loader. Per key
+// Q as one BR × DKP operand (f16, or bf16 where CM_BF16 is defined: where q, k or v is stored as
+// bf16), loaded once, element by element, through the typed loader. Per key
 // tile of BC keys: K's tile is a tensor load (transposed, zero past Dk and past the keys; with
-// STAGED the workgroup stages it as f16 in shared memory through the typed loaders, then loads it
+// STAGED the workgroup stages it as operands in shared memory through the typed loaders, then loads it
 // from there: K/V of any storage type or alignment, PAGED rows through the block table), S = Q·Kᵀ
 // one product; the scale, softcap, masks and ALiBi are an element operation on S with each element's
 // row and key; the row maxima and sums are row reductions into BR × RW matrices (each row's value
-// smeared across its columns), widened again by a reduction where S or O needs them; P converts to the f16
+// smeared across its columns), widened again by a reduction where S or O needs them; P converts to the
 // operand without leaving the registers, and O += P·V with V's tile loaded as K's was. On the units
 // (CM_KHR) the driver lays the matrices over the workgroup and stages the tensor loads as it
 // chooses: nothing of S or P passes through this kernel's shared memory, which holds the rows' facts
-// and, STAGED, K's and V's tile. Elsewhere common/wg_matrix.glsl's portable twin runs the same code, its operands and
-// reductions in shared memory.
+// and, STAGED, K's and V's tile. Elsewhere common/wg_matrix.glsl's portable twin runs the same
+// code, its operands and reductions in shared memory.
 // What the matrix units cannot take is refused on the host (CoopmatLayout::workgroup_matrices):
 // heads past 128. K/V other than dense rows of the operands' type on 16 bytes take STAGED
 // (CoopmatLayout::staged).
@@ -62,12 +63,12 @@ const float LN2 = 0.6931471805599453;
 #include "common/shared_atomics.glsl"
 #include "common/wg_matrix.glsl"
 #ifdef STAGED
-// K's tile, then V's where it was: f16 [key][d], then [key][column], each row padded by 8 elements
+// K's tile, then V's where it was, as operands: [key][d], then [key][column], each row padded by 8 elements
 // (16 bytes) so that consecutive rows start in other banks, as flash_coopmat.comp's tiles.
 const uint K_PITCH = DKP + 8u, V_PITCH = OC + 8u;
 WG_STAGE_STORAGE(kv_stage, BC * (K_PITCH > V_PITCH ? K_PITCH : V_PITCH))
 #else
-// K's and V's bindings again as f16 elements, for the tensor loads (Vulkan lets variables alias a binding).
+// K's and V's bindings again as the operands' elements, for the tensor loads (Vulkan lets variables alias a binding).
 WG_HALVES(KHalves, k_halves, 2);
 WG_HALVES(VHalves, v_halves, 3);
 #endif
@@ -199,7 +200,7 @@ void main() {
     const uint k_begin = wg_first, k_end = wg_end, hi_all = wg_hi_first, lo_all = wg_lo_limit;
 
     // Q as the products' A operand: through an fp32 accumulator (the type and use llama.cpp's coopmat2
-    // shader loads Q as), rounded to f16 as it converts.
+    // shader loads Q as), rounded to the operands' type as it converts.
     WG_FILLED(q_acc, BR, DKP, 0.0);
     WG_MAP0(q_acc, q_acc, BR, DKP, cm2_q_element);
     WG_TO_OPERAND(q_op, BR, DKP, gl_MatrixUseA, q_acc);
@@ -217,7 +218,7 @@ void main() {
     const uint k_stride = P.k.stride.z, v_stride = P.v.stride.z;  // K_ROW's, V_ROW's (common/paged_rows.glsl)
     if (is_fp8(K_TYPE)) k_scale = head_terms[2u * P.shape.Hq + hk];
     if (is_fp8(V_TYPE)) v_scale = head_terms[2u * P.shape.Hq + Hkv + hk];
-// A tile of BC keys from key kb_ into kv_stage as f16, 4 elements an invocation a trip through the
+// A tile of BC keys from key kb_ into kv_stage as operands, 4 elements an invocation a trip through the
 // typed loaders: row r, `pitch` elements from row r − 1, holds elements [first, first + run) of key
 // kb_ + r's row; zeros past D and past key_last.
 #define STAGE_TILE(ROW, LOAD4, run, pitch, first, D, kb_)                              \

@@ -41,16 +41,19 @@ std::int64_t workgroup_matrix_loops_per_tile(const CoopmatLayout& t, std::uint32
 // kernel's logic on any device, a fallback far from the units' speed): 16 rows on one subgroup
 // unless tile_rows, Bc 64 halved to as little as 16 until its shared memory fits unless tile_keys.
 // Both: Q and K in dk_tiles, O's columns in passes of up to 128; K and V read by tensor loads where
-// `kv_tensor_loads` (dense f16 rows whose strides allow them: kv_tensor_loads), else staged
-// (t.staged); InvalidArgument naming variant.workgroup_matrices where the operands would be bf16,
-// or Dk passes 128; the knob that shaped it where shared memory does not hold it; and naming
+// `kv_tensor_loads` (dense rows of the operands' type whose strides allow them: kv_tensor_loads),
+// else staged (t.staged); bf16 operands where q, k or v is stored as bf16, checked against the
+// device's bf16 granularities; InvalidArgument naming variant.workgroup_matrices where the driver's
+// matrices take f16 alone (DeviceCaps::workgroup_bf16_matrices) and the operands are bf16, or Dk
+// passes 128; the knob that shaped it where shared memory does not hold it; and naming
 // row_tiles, q_in_shared, kv_apart or named_accumulators where they are set beside it (the kernel
 // has no such forms). The first element's alignment under tensor loads is the run's to check
 // (attention/fused.cpp: require_tensor_loads_aligned), which knows the descriptors.
 void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem, const VariantOverrides& overrides, bool kv_tensor_loads);
 
-// Whether flash_cm2.comp may read K and V of `p` by tensor loads: stored as f16, not paged, their
+// Whether flash_cm2.comp may read K and V of `p` by tensor loads: stored as its operands' type
+// (coopmat_operand_type: bf16 where q, k or v is bf16, else f16), not paged, their
 // strides (`k_strides`, `v_strides`, elements) as tensor_loads_aligned asks. Else it stages them.
 bool kv_tensor_loads(const Problem& p, const std::array<std::int64_t, 4>& k_strides, const std::array<std::int64_t, 4>& v_strides);
 

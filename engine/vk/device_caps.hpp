@@ -124,7 +124,7 @@ inline void require_fp16_storage(const DeviceCaps& caps, const char* argument, D
                                         " does not support 16-bit storage buffers; use f32.");
 }
 
-// The granularities of the f16 workgroup matrices `granularity` offers at `invocations`, or nullptr
+// The granularities of the workgroup matrices `granularity` offers at `invocations`, or nullptr
 // where it offers none there (or `invocations` is no power of two up to 1,024).
 inline const MatrixGranularity* granularity_at(const WorkgroupGranularities& granularity, std::uint32_t invocations) {
     for (std::size_t i = 0; i < granularity.size(); ++i)

@@ -261,7 +261,7 @@ WorkgroupGranularities workgroup_matrix_granularities(const std::vector<Cooperat
 void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, const DeviceFeatures& enabled,
                            const std::string& why_not_enabled, const std::string& why_bf16_not_enabled,
                            const std::string& why_workgroup_not_enabled) {
-    info.matrix_units = info.bf16_matrix_units = info.workgroup_matrices = false;
+    info.matrix_units = info.bf16_matrix_units = info.workgroup_matrices = info.workgroup_bf16_matrices = false;
     info.matrix_units_off.clear();
     info.bf16_matrix_units_off.clear();
     info.workgroup_matrices_off.clear();
@@ -306,6 +306,10 @@ void describe_matrix_units(DeviceInfo& info, const DeviceFeatures& available, co
         info.workgroup_matrices_off = why_workgroup_not_enabled;
     else
         info.workgroup_matrices = true;
+    // bf16 operands on them too: as DeviceCaps::workgroup_bf16_matrices.
+    info.workgroup_bf16_matrices = info.workgroup_matrices && info.bf16_matrix_units &&
+                                   offers_workgroup_matrices(workgroup_matrix_granularities(info.cooperative_matrix, "bf16")) &&
+                                   workgroup_bf16_shaders_built();
 }
 
 }  // namespace vkattn::vk

@@ -85,7 +85,17 @@ vec2 wg_unpack2(const uint w) { return unpackHalf2x16(w); }
 #define WG_LOAD_STAGED(name, rows, cols, use, tile, pitch, major) \
     WG_OPERAND_TYPE(rows, cols, use) name;                        \
     coopMatLoad(name, tile, 0u, (pitch) / 8u, major)
+#ifdef CM_BF16
+// bf16's rounding in integers first, so that the conversion is exact whatever rounding the driver
+// uses (Vulkan leaves it to the implementation): the twin's and the subgroup kernels' rounding.
+float wg_round_operand(const in uint r, const in uint c, const in float x) { return uintBitsToFloat(bf16_bits(x) << 16u); }
+#define WG_TO_OPERAND(name, rows, cols, use, acc)                     \
+    WG_ACC_TYPE(rows, cols) name##_rounded;                           \
+    coopMatPerElementNV(name##_rounded, acc, wg_round_operand);       \
+    const WG_OPERAND_TYPE(rows, cols, use) name = WG_OPERAND_TYPE(rows, cols, use)(name##_rounded)
+#else
 #define WG_TO_OPERAND(name, rows, cols, use, acc) const WG_OPERAND_TYPE(rows, cols, use) name = WG_OPERAND_TYPE(rows, cols, use)(acc)
+#endif
 #define WG_PRODUCT(c, a, b, m, k, n) c = coopMatMulAdd(a, b, c)
 #define WG_MAP0(dst, src, rows, cols, f) coopMatPerElementNV(dst, src, f)
 #define WG_MAP1(dst, src, rows, cols, f, x) coopMatPerElementNV(dst, src, f, x)

@@ -25,8 +25,12 @@ inline const vk::DeviceCaps& device_caps() { return detail::ContextAccess::runti
 inline bool coopmat_bf16_runs_here() { return !device_caps().matrix_units || device_caps().bf16_matrix_units; }
 // The same for the workgroup-matrix forward (flash_cm2.comp): its portable twin, or the driver's
 // workgroup matrices where they take bf16 operands too.
+// (at the default tile's 4 subgroups, which the driver's bf16 granularities must take).
 inline bool workgroup_bf16_runs_here() {
-    return coopmat_bf16_runs_here() && (!device_caps().workgroup_matrices || device_caps().workgroup_bf16_matrices);
+    const vk::DeviceCaps& caps = device_caps();
+    return coopmat_bf16_runs_here() &&
+           (!caps.workgroup_matrices ||
+            (caps.workgroup_bf16_matrices && vk::granularity_at(caps.workgroup_matrix_bf16_granularity, 4 * caps.subgroup_size)));
 }
 
 // Heads past 128 (Dk or Dv) for the cooperative-matrix kernels, which on the device's matrix units
