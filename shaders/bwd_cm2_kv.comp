@@ -2,13 +2,13 @@
 // The backward pass's dK and dV on workgroup-scope matrices (VK_NV_cooperative_matrix2; issue #33,
 // docs/design/GPU_KERNELS.md "Workgroup matrices"): flash_bwd_kv_coopmat.comp's contract (its
 // bindings, parameters, mask and feature rules; the group's query heads summed in a fixed order, no
-// atomics: the same bits on every run) for q, k, v and dO stored as f16. The workgroup owns BK =
+// atomics: the same bits on every run) for q, k, v and dO stored as f16 (bf16 with CM_BF16). The workgroup owns BK =
 // 16·NSG keys, their K and V as A operands (tensor loads, once) and dK's and dV's columns
 // first_column + [0, OC) as accumulators. Per query head of the group and query tile of BR queries:
 //   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (Qᵀ and dOᵀ tensor loads through a transposed view),
 //   Pᵀ = exp(logit(Sᵀ) − lse), Wᵀ = κ·Pᵀ, dSᵀ = Pᵀ ∘ (κ·dPᵀ − Δ) ∘ softcap'   (element operations,
 //   by key and query, the tile's per-query terms staged in shared memory),
-//   dV += Wᵀ·dO and dK += dSᵀ·Q (W and dS converted to f16 in registers; dO and Q tensor loads).
+//   dV += Wᵀ·dO and dK += dSᵀ·Q (W and dS converted to the operands' type in registers; dO and Q tensor loads).
 // On the units (CM_KHR) the driver lays out and stages the matrices; elsewhere common/wg_matrix.glsl's
 // portable twin runs the same code, its operands in shared memory.
 // Queries outside query_range() of the workgroup's keys are never visited. dK (times the scale) and
@@ -19,6 +19,9 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#ifdef CM_BF16
+#extension GL_EXT_bfloat16 : require
+#endif
 #endif
 #extension GL_EXT_control_flow_attributes : enable
 

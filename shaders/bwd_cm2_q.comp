@@ -2,12 +2,12 @@
 // The backward pass's dQ on workgroup-scope matrices (VK_NV_cooperative_matrix2; issue #33,
 // docs/design/GPU_KERNELS.md "Workgroup matrices"): flash_bwd_q_coopmat.comp's contract (its
 // bindings, parameters, mask and feature rules; dQ stored once, no atomics: the same bits on every
-// run) for q, k, v and dO stored as f16. The workgroup owns BR rows ρ = g·Nq + i over the K/V head's
+// run) for q, k, v and dO stored as f16 (bf16 with CM_BF16: bf16 operands). The workgroup owns BR rows ρ = g·Nq + i over the K/V head's
 // query heads, their Q and dO as A operands (loaded once, element by element) and dQ's columns
 // first_column + [0, OC) as one accumulator. Per key tile of BC keys:
 //   S = Q·Kᵀ and dP = dO·Vᵀ (Kᵀ and Vᵀ tensor loads through a transposed view),
 //   P = exp(logit(S) − lse), dS = P ∘ (κ·dP − Δ) ∘ softcap'   (element operations, by row and key),
-//   dQ += dS·K (dS converted to f16 in registers; K's tile a tensor load).
+//   dQ += dS·K (dS converted to the operands' type in registers; K's tile a tensor load).
 // On the units (CM_KHR) the driver lays out and stages the matrices; elsewhere common/wg_matrix.glsl's
 // portable twin runs the same code, its operands in shared memory.
 // Key tiles outside every row's range are skipped. dQ is stored as q's type, times the scale.
@@ -17,6 +17,9 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#ifdef CM_BF16
+#extension GL_EXT_bfloat16 : require
+#endif
 #endif
 #extension GL_EXT_control_flow_attributes : enable
 
@@ -158,7 +161,7 @@ void main() {
     barrier();
     const uint k_begin = wg_first, k_end = wg_end, hi_all = wg_hi_first, lo_all = wg_lo_limit;
 
-    // Q and dO as A operands, through fp32 accumulators, rounded to f16 as they convert.
+    // Q and dO as A operands, through fp32 accumulators, rounded to the operands' type as they convert.
     WG_FILLED(q_acc, BR, DKP, 0.0);
     WG_MAP0(q_acc, q_acc, BR, DKP, bq_q_element);
     WG_TO_OPERAND(q_op, BR, DKP, gl_MatrixUseA, q_acc);

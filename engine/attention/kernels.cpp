@@ -320,8 +320,10 @@ vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, 
     enum : std::uint32_t { kWorkgroupSize = 0, kSubgroup = 1, kTile = 2, kDkTiles = 3, kColumnTiles = 4, kDvTiles = 5,
                            kSubgroups = 6, kQType = 11, kKType = 12, kVType = 13 };
     const CoopmatBackwardLayout& t = *c.coopmat;
-    // bwd_cm2_*.comp: f16 q, k, v and dO (choose_workgroup_backward), so f16 gradients.
-    const std::string build = t.workgroup_matrices ? std::string(t.units ? "cm2" : "cm2_portable") : coopmat_build(t.units, t.operands, tile);
+    // bwd_cm2_*.comp: f16 (or bf16) q, k, v and dO (choose_workgroup_backward), so gradients of that type.
+    const std::string build = t.workgroup_matrices
+                                  ? std::string(t.units ? "cm2" : "cm2_portable") + (t.operands == DType::bf16 ? "_bf16" : "")
+                                  : coopmat_build(t.units, t.operands, tile);
     vk::KernelKey key{.shader = "bwd_" + build + "_" + shader,
                       .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
                           {.id = kSubgroup, .value = c.subgroup},

@@ -264,13 +264,19 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
                                const Problem& p) {
     const char* knob = "variant.workgroup_matrices";
     const std::string kernel = "the backward on workgroup-scope matrices (bwd_cm2_q.comp, bwd_cm2_kv.comp)";
-    if (p.dtype != DType::f16 || p.k_dtype != DType::f16 || p.v_dtype != DType::f16)
-        throw InvalidArgument(knob, kernel + " reads q, k, v and dO by tensor loads of f16 elements; these are stored as " +
-                                        to_string(p.dtype) + ", " + to_string(p.k_dtype) + " and " + to_string(p.v_dtype) + ".");
+    // Tensor loads of the operands' own elements: q, k, v (and dO, q's type) all f16 or all bf16.
+    const DType operands = p.dtype;
+    if ((operands != DType::f16 && operands != DType::bf16) || p.k_dtype != operands || p.v_dtype != operands)
+        throw InvalidArgument(knob, kernel + " reads q, k, v and dO by tensor loads of f16 (or bf16) elements, all of one type; these "
+                                             "are stored as " + to_string(p.dtype) + ", " + to_string(p.k_dtype) + " and " +
+                                        to_string(p.v_dtype) + ".");
+    if (operands == DType::bf16 && caps.workgroup_matrices && !caps.workgroup_bf16_matrices)
+        throw InvalidArgument(knob, kernel + " multiplies f16 operands on this device (DeviceInfo::workgroup_bf16_matrices); bf16 "
+                                             "storage takes the cooperative-matrix backward without it.");
     if (p.Dk > 128 || p.Dv > 128)
         throw InvalidArgument(knob, kernel + " takes heads up to 128 wide (Dk = " + std::to_string(p.Dk) + ", Dv = " +
                                         std::to_string(p.Dv) + "); wider ones take the default kernels.");
-    t.operands = DType::f16;
+    t.operands = operands;
     t.dk_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dk, 1), 16));
     t.dv_tiles = static_cast<std::uint32_t>(ceil_div(std::max<std::int64_t>(p.Dv, 1), 16));
     t.column_tiles = std::max(t.dk_tiles, t.dv_tiles);
@@ -288,7 +294,7 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
         return;
     }
     const std::uint32_t invocations = subgroups * subgroup, rows = 16 * subgroups;
-    const vk::MatrixGranularity* g = workgroup_size_offered(caps, invocations);
+    const vk::MatrixGranularity* g = workgroup_size_offered(caps, invocations, t.operands);
     if (g) {  // the heads' widths and the gradients' columns round up to the granularity, as the forward's
         t.dk_tiles = tiles_to_multiple(t.dk_tiles, std::lcm(g->k, g->n));
         t.dv_tiles = tiles_to_multiple(t.dv_tiles, std::lcm(g->k, g->n));
@@ -307,8 +313,8 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
     if (!g || !fault.empty() || largest > caps.workgroup_matrix_max_dimension || shared > caps.max_shared_bytes)
         throw InvalidArgument(knob, kernel + " takes " + std::to_string(invocations) + " invocations, matrices up to " +
                                         std::to_string(largest) + " wide" + (fault.empty() ? "" : " (" + fault + ")") + " and " +
-                                        std::to_string(shared) + " bytes of shared memory; the device's f16 workgroup matrices come at " +
-                                        offered_sizes(caps) + " invocations, reach " +
+                                        std::to_string(shared) + " bytes of shared memory; the device's " + to_string(t.operands) +
+                                        " workgroup matrices come at " + offered_sizes(caps, t.operands) + " invocations, reach " +
                                         std::to_string(caps.workgroup_matrix_max_dimension) + ", and its shared memory is " +
                                         std::to_string(caps.max_shared_bytes) + " bytes.");
 }

@@ -74,6 +74,30 @@ TEST_CASE("workgroup matrices backward: every feature against the reference", "[
     CHECK_THAT(refusal(narrow, seed++), Catch::Contains("16 bytes"));
 }
 
+TEST_CASE("workgroup matrices backward: bf16 storage on bf16 operands", "[gpu][backward][coopmat][workgroup][bf16]") {
+    // bf16 q, k, v and dO: bf16 tensor loads and operands (bwd_cm2_*_bf16), bf16 gradients, within
+    // bf16's gradient tolerance; refused by name where the driver's workgroup matrices take f16 alone.
+    if (!device_caps().fp16_storage) return;  // bf16 gradients take 16-bit stores
+    BackwardCase c = on_workgroup_matrices(BackwardCase{});
+    c.name = "bf16, causal, GQA 4/2, Dk 40 Dv 24";
+    c.dtype = DType::bf16;
+    c.Hq = 4, c.Hkv = 2, c.Nq = 37, c.Nkv = 45, c.Dk = 40, c.Dv = 24;
+    c.options.causal = Causal::bottom_right;
+    if (!workgroup_bf16_runs_here()) {  // bf16 units without bf16 workgroup shapes: refused by this knob
+        if (coopmat_bf16_runs_here()) CHECK_THAT(refusal(c, 7600), Catch::Contains("bf16"));
+        return;
+    }
+    AttentionReport r = check_case(c, 7600);
+    CHECK(r.product_type == DType::bf16);
+    CHECK_THAT(r.variant, Catch::Contains(" workgroup"));
+    c.name = "bf16, dropout and softcap, D 64";
+    c.Dk = c.Dv = 64;
+    c.options.dropout = 0.2;
+    c.options.softcap = 3.0;
+    r = check_case(c, 7601);
+    CHECK(r.product_type == DType::bf16);
+}
+
 TEST_CASE("workgroup matrices backward: the same inputs give the same bits", "[gpu][backward][coopmat][workgroup]") {
     if (!device_caps().fp16_storage) return;
     BackwardCase c = on_workgroup_matrices(BackwardCase{});

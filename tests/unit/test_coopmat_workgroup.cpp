@@ -415,7 +415,26 @@ TEST_CASE("workgroup matrices: the backward's layout, or a refusal by name", "[u
     };
     Problem q32 = f16_problem(64, 64);  // the backward reads q by tensor loads too
     q32.dtype = DType::f32;
-    CHECK_THAT(argument_of(caps, q32), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("f16 elements"));
+    CHECK_THAT(argument_of(caps, q32), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("all of one type"));
+    // bf16 q, k and v: bf16 operands, where the driver's matrices take them (its bf16 granularities);
+    // refused by name where they take f16 alone; mixed with f16, refused.
+    Problem bf16 = f16_problem(64, 64);
+    bf16.dtype = bf16.k_dtype = bf16.v_dtype = DType::bf16;
+    CHECK_THAT(argument_of(caps, bf16), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("workgroup_bf16_matrices"));
+    vk::DeviceCaps bf16_caps = caps;
+    bf16_caps.bf16_matrix_units = bf16_caps.workgroup_bf16_matrices = true;
+    CHECK_THAT(argument_of(bf16_caps, bf16), Catch::Contains("bf16 workgroup matrices come at none"));  // no bf16 sizes listed
+    bf16_caps.workgroup_matrix_bf16_granularity = bf16_caps.workgroup_matrix_granularity;
+    std::uint32_t bf16_subgroups = 0;
+    const CoopmatBackwardLayout on_bf16 = choose_coopmat_backward(bf16_caps, 32, bf16_subgroups, bf16, true);
+    CHECK(on_bf16.units);
+    CHECK(on_bf16.operands == DType::bf16);
+    Problem mixed = bf16;
+    mixed.k_dtype = DType::f16;
+    CHECK_THAT(argument_of(bf16_caps, mixed), Catch::StartsWith("variant.workgroup_matrices:") && Catch::Contains("all of one type"));
+    const CoopmatBackwardLayout portable_bf16 = choose_coopmat_backward(lavapipe_like(), 8, bf16_subgroups, bf16, true);
+    CHECK_FALSE(portable_bf16.units);
+    CHECK(portable_bf16.operands == DType::bf16);
     // Without them, the portable implementation: one subgroup of 16 keys (rows), tiles halved from 64
     // until shared memory holds them. Lavapipe's 32 KiB at D 128: 64-wide tiles would take 81,680
     // bytes (the dK/dV kernel's, the larger), 32-wide 44,944, 16-wide 26,576 (its K, V, Qᵀ, dOᵀ, W,
