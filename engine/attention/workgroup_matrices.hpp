@@ -88,9 +88,10 @@ std::int64_t workgroup_backward_loops_per_query_tile(const CoopmatBackwardLayout
 // units (DeviceCaps::workgroup_matrices): 4 subgroups of 16 rows (keys), 64-wide tiles of the other
 // side; InvalidArgument naming variant.workgroup_matrices where the workgroup size or a matrix is one
 // the device does not take. Elsewhere the portable implementation: one subgroup of 16, tiles of 64
-// halved to as little as 16 until shared memory holds them. Both: InvalidArgument naming
-// variant.workgroup_matrices where q, k or v is not stored as f16, a head passes 128, or shared
-// memory is short. The tensors' alignment is the run's to check (require_tensor_loads_aligned,
+// halved to as little as 16 until shared memory holds them. Both: bf16 operands where q, k and v
+// are bf16 (the device's bf16 granularities on the units); InvalidArgument naming
+// variant.workgroup_matrices where q, k and v are not all f16 or all bf16, bf16 meets units that take
+// f16 alone (DeviceCaps::workgroup_bf16_matrices), a head passes 128, or shared memory is short. The tensors' alignment is the run's to check (require_tensor_loads_aligned,
 // attention/backward.cpp).
 void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem);
