@@ -218,7 +218,7 @@ void require_tensor_loads_aligned(const TensorDesc& d, std::int64_t row_length, 
         throw InvalidArgument("variant.workgroup_matrices",
                               std::string("the workgroup-matrix kernels read ") + what + " by tensor loads, whose tiles must start on 16 "
                                   "bytes, from rows at least their length (" + std::to_string(row_length) + ") apart: its rows of unit "
-                                  "stride, its strides and offset multiples of 8 f16 elements; these are strides " +
+                                  "stride, its strides and offset multiples of 8 elements (16 bytes of f16 or bf16); these are strides " +
                                   std::to_string(d.stride[0]) + ", " + std::to_string(d.stride[1]) + ", " + std::to_string(d.stride[2]) + ", " +
                                   std::to_string(d.stride[3]) + " and offset " + std::to_string(d.origin[3]) +
                                   " (a dense tensor whose head width is a multiple of 8 gives them).");

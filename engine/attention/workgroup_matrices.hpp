@@ -61,7 +61,7 @@ bool kv_tensor_loads(const Problem& p, const std::array<std::int64_t, 4>& k_stri
 // the cooperative-matrix kernel it shapes (`coopmat`: `knob`, fused_kernel or gemm_kernel, = coopmat).
 void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool coopmat, const char* knob);
 
-// Whether a tensor of f16 elements, rows of `row_length`, may be read by tensor loads: unit-stride
+// Whether a tensor of 16-bit elements (f16, bf16), rows of `row_length`, may be read by tensor loads: unit-stride
 // rows, and every stride and the first element's offset a multiple of 8 elements, so that every
 // tile's first element lies on 16 bytes (GL_NV_cooperative_matrix2 requires it of a load's offset);
 // and rows at least their length apart (a tensor layout's stride must be: rows that overlap, such as
