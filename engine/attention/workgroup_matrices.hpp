@@ -61,11 +61,11 @@ bool kv_tensor_loads(const Problem& p, const std::array<std::int64_t, 4>& k_stri
 // the cooperative-matrix kernel it shapes (`coopmat`: `knob`, fused_kernel or gemm_kernel, = coopmat).
 void refuse_workgroup_without_coopmat(const std::optional<bool>& workgroup, bool coopmat, const char* knob);
 
-// Whether a tensor of 16-bit elements (f16, bf16), rows of `row_length`, may be read by tensor loads: unit-stride
-// rows, and every stride and the first element's offset a multiple of 8 elements, so that every
-// tile's first element lies on 16 bytes (GL_NV_cooperative_matrix2 requires it of a load's offset);
-// and rows at least their length apart (a tensor layout's stride must be: rows that overlap, such as
-// a broadcast's stride of 0, are not a layout's).
+// Whether a tensor of 16-bit elements (f16, bf16), rows of `row_length`, may be read by tensor
+// loads: unit-stride rows, and every stride and the first element's offset a multiple of 8
+// elements, so that every tile's first element lies on 16 bytes (GL_NV_cooperative_matrix2 requires
+// it of a load's offset); and rows at least their length apart (a tensor layout's stride must be:
+// rows that overlap, such as a broadcast's stride of 0, are not a layout's).
 bool tensor_loads_aligned(const TensorDesc& desc, std::int64_t row_length);
 // The strides' part of it (the first element's offset aside).
 bool strides_allow_tensor_loads(const std::array<std::int64_t, 4>& strides, std::int64_t row_length);
@@ -91,8 +91,8 @@ std::int64_t workgroup_backward_loops_per_query_tile(const CoopmatBackwardLayout
 // halved to as little as 16 until shared memory holds them. Both: bf16 operands where q, k and v
 // are bf16 (the device's bf16 granularities on the units); InvalidArgument naming
 // variant.workgroup_matrices where q, k and v are not all f16 or all bf16, bf16 meets units that take
-// f16 alone (DeviceCaps::workgroup_bf16_matrices), a head passes 128, or shared memory is short. The tensors' alignment is the run's to check (require_tensor_loads_aligned,
-// attention/backward.cpp).
+// f16 alone (DeviceCaps::workgroup_bf16_matrices), a head passes 128, or shared memory is short.
+// The tensors' alignment is the run's to check (require_tensor_loads_aligned, attention/backward.cpp).
 void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& caps, std::uint32_t subgroup, std::uint32_t& subgroups,
                                const Problem& problem);
 
