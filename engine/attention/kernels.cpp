@@ -163,6 +163,12 @@ vk::KernelKey flash_family_key(std::string shader, const FusedConfig& c, const O
                                                    {.id = kVType, .value = shader_type_code(types.v)}});
     return key;
 }
+
+// The workgroup-matrix kernels' build (flash_cm2.comp, bwd_cm2_*.comp): the driver's matrices or the
+// portable twin, and bf16 operands.
+std::string workgroup_build(bool units, DType operands) {
+    return std::string(units ? "cm2" : "cm2_portable") + (operands == DType::bf16 ? "_bf16" : "");
+}
 }  // namespace
 
 const vk::Kernel& flash_kernel(Runtime& runtime, const FusedConfig& c, const OperandTypes& types, bool split,
@@ -231,8 +237,7 @@ const vk::Kernel& flash_coopmat_kernel(Runtime& runtime, const FusedConfig& c, c
     if (t.workgroup_matrices) {  // flash_cm2.comp: the same ids for what it shares with flash_coopmat.comp
         if (paged_pools > 0 && !t.staged) throw Error("internal: flash_cm2.comp reads a paged cache staged only.");
         const std::string kv = paged_pools > 0 ? "_paged" : t.staged ? "_staged" : "";
-        const std::string operands = t.operands == DType::bf16 ? "_bf16" : "";
-        const std::string shader = std::string(t.units ? "flash_cm2" : "flash_cm2_portable") + operands + kv + "_o" + out_suffix(out);
+        const std::string shader = "flash_" + workgroup_build(t.units, t.operands) + kv + "_o" + out_suffix(out);
         vk::KernelKey key = flash_family_key(shader, c, types, true, paged_pools, "flash_cm2.comp");
         key.constants.insert(key.constants.end(), {{.id = kKeys, .value = t.keys},
                                                    {.id = kDkTiles, .value = t.dk_tiles},
@@ -321,9 +326,7 @@ vk::KernelKey coopmat_backward_key(std::string shader, const BackwardConfig& c, 
                            kSubgroups = 6, kQType = 11, kKType = 12, kVType = 13 };
     const CoopmatBackwardLayout& t = *c.coopmat;
     // bwd_cm2_*.comp: f16 (or bf16) q, k, v and dO (choose_workgroup_backward), so gradients of that type.
-    const std::string build = t.workgroup_matrices
-                                  ? std::string(t.units ? "cm2" : "cm2_portable") + (t.operands == DType::bf16 ? "_bf16" : "")
-                                  : coopmat_build(t.units, t.operands, tile);
+    const std::string build = t.workgroup_matrices ? workgroup_build(t.units, t.operands) : coopmat_build(t.units, t.operands, tile);
     vk::KernelKey key{.shader = "bwd_" + build + "_" + shader,
                       .constants = {{.id = kWorkgroupSize, .value = c.subgroups * c.subgroup},
                           {.id = kSubgroup, .value = c.subgroup},

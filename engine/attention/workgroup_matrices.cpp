@@ -43,6 +43,17 @@ std::uint32_t tiles_to_multiple(std::uint32_t tiles, std::uint32_t multiple) {
     return (tiles + step - 1) / step * step;
 }
 
+// InvalidArgument naming variant.workgroup_matrices where `kernel` would multiply bf16 `operands` on
+// the driver's matrices and they take f16 alone (DeviceCaps::workgroup_bf16_matrices); `instead`
+// names what bf16 storage takes. The portable twin multiplies either.
+void refuse_bf16_where_f16_only(const vk::DeviceCaps& caps, DType operands, const std::string& kernel, const char* instead) {
+    if (operands == DType::bf16 && caps.workgroup_matrices && !caps.workgroup_bf16_matrices)
+        throw InvalidArgument("variant.workgroup_matrices",
+                              kernel + " multiplies f16 operands on this device (DeviceInfo::workgroup_bf16_matrices: no flexible bf16 "
+                                       "workgroup shape, VK_KHR_shader_bfloat16 or bf16 build); bf16 storage takes " + instead +
+                                  " without it.");
+}
+
 // The first of a kernel's matrix extents that the granularity `g` does not divide, named, or "":
 // `rows` are A's and accumulators' rows (m), `inner` A's columns and B's rows (k), `columns` B's and
 // accumulators' columns (n).
@@ -104,10 +115,7 @@ void choose_workgroup_matrices(CoopmatLayout& t, const vk::DeviceCaps& caps, std
         if (set)
             throw InvalidArgument(name, kernel + " lays its matrices out itself (the driver does): it has no row tiles, "
                                                  "Q tile, K/V tiles or O forms to choose; leave this unset beside workgroup_matrices.");
-    if (t.operands == DType::bf16 && caps.workgroup_matrices && !caps.workgroup_bf16_matrices)
-        throw InvalidArgument(knob, kernel + " multiplies f16 operands on this device (DeviceInfo::workgroup_bf16_matrices: no flexible "
-                                             "bf16 workgroup shape, VK_KHR_shader_bfloat16 or bf16 build); bf16 storage takes the "
-                                             "cooperative-matrix kernel without it.");
+    refuse_bf16_where_f16_only(caps, t.operands, kernel, "the cooperative-matrix kernel");
     if (p.Dk > 128)
         throw InvalidArgument(knob, kernel + " takes Q and K heads up to 128 wide (Dk = " + std::to_string(p.Dk) +
                                         "); wider ones take the tile kernel.");
@@ -270,9 +278,7 @@ void choose_workgroup_backward(CoopmatBackwardLayout& t, const vk::DeviceCaps& c
         throw InvalidArgument(knob, kernel + " reads q, k, v and dO by tensor loads of f16 (or bf16) elements, all of one type; these "
                                              "are stored as " + to_string(p.dtype) + ", " + to_string(p.k_dtype) + " and " +
                                         to_string(p.v_dtype) + ".");
-    if (operands == DType::bf16 && caps.workgroup_matrices && !caps.workgroup_bf16_matrices)
-        throw InvalidArgument(knob, kernel + " multiplies f16 operands on this device (DeviceInfo::workgroup_bf16_matrices); bf16 "
-                                             "storage takes the cooperative-matrix backward without it.");
+    refuse_bf16_where_f16_only(caps, operands, kernel, "the cooperative-matrix backward");
     if (p.Dk > 128 || p.Dv > 128)
         throw InvalidArgument(knob, kernel + " takes heads up to 128 wide (Dk = " + std::to_string(p.Dk) + ", Dv = " +
                                         std::to_string(p.Dv) + "); wider ones take the default kernels.");
